@@ -1,0 +1,313 @@
+"""The compression loop (SPEC.md section 2): the only place that loops.
+
+check the trigger (session row) -> snapshot -> strategies in order -> summariser (no lock held)
+-> `Store.apply` (one transaction) -> re-check, until under the target or no progress.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .config import AutoContextConfig
+from .errors import SummarizerError
+from .events import Event
+from .intake import Prepared, count_tokens
+from .messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from .plans import Edit, PlanContext, Snapshot
+from .prompts import OFFLOAD_TAG_RE, build_request, offload_tag
+from .store.store import Replacement, SessionInfo, Store
+from .strategies import plan as plan_strategy
+from .summarizers import Summarizer
+from .tokens import TokenCounter
+
+logger = logging.getLogger("autoctx")
+
+STRATEGIES = (1, 2, 3, 4, 5, 6)
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    by_count: bool
+    by_tokens: bool
+
+    @property
+    def fired(self) -> bool:
+        return self.by_count or self.by_tokens
+
+    @property
+    def reason(self) -> str:
+        return "tokens" if self.by_tokens else "count"
+
+
+def trigger_of(message_count: int, token_count: int, config: AutoContextConfig) -> Trigger:
+    return Trigger(
+        by_count=message_count >= config.msg_threshold,
+        by_tokens=token_count >= config.token_trigger,
+    )
+
+
+def under_target(message_count: int, token_count: int, config: AutoContextConfig) -> bool:
+    return token_count < config.token_target and message_count < config.msg_target
+
+
+@dataclass
+class _CallState:
+    """Budgets and memory of one `compress_if_needed()` call."""
+
+    llm_calls: int = 0
+    failed: set[tuple[int, ...]] = field(default_factory=set)
+    events: list[Event] = field(default_factory=list)
+
+
+class Compressor:
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        config: AutoContextConfig,
+        counter: TokenCounter,
+        summarizer: Summarizer,
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.config = config
+        self.counter = counter
+        self.summarizer = summarizer
+
+    def run(self, info: SessionInfo) -> list[Event]:
+        cfg = self.config
+        if not trigger_of(info.message_count, info.token_count, cfg).fired:
+            return []
+        if info.settled_version == info.version:
+            # An earlier call at this very version could not reach the target: nothing new
+            # to try until the session changes.
+            return []
+        state = _CallState()
+        for _ in range(cfg.max_passes):
+            snap = self.store.snapshot(self.session_id)
+            if under_target(snap.message_count, snap.token_count, cfg):
+                return state.events
+            if not self._pass(snap, state):
+                break
+        final = self.store.totals(self.session_id)
+        if not under_target(final.message_count, final.token_count, cfg):
+            self.store.settle(self.session_id, final.version)
+        return state.events
+
+    # -- one pass -----------------------------------------------------------------------------
+
+    def _pass(self, snap: Snapshot, state: _CallState) -> bool:
+        """Try S1..S6 in order; apply the first that finds work. True when tokens fell."""
+        cfg = self.config
+        trig = trigger_of(snap.message_count, snap.token_count, cfg)
+        reason = "tokens" if snap.token_count >= cfg.token_target else "count"
+        if trig.fired:
+            reason = trig.reason
+        ctx = PlanContext(token_pressure=trig.by_tokens, failed=frozenset(state.failed))
+        for strategy in STRATEGIES:
+            edits = plan_strategy(strategy, snap, cfg, ctx)
+            if not edits:
+                continue
+            replacements = self._build(snap, edits, state, reason)
+            if not replacements:
+                continue  # every range failed: the ladder moves on
+            outcome = self.store.apply(
+                self.session_id, replacements, reason=reason, config=cfg.to_json()
+            )
+            state.events.extend(outcome.events)
+            if outcome.conflict:
+                return False
+            applied = outcome.events
+            return bool(applied) and applied[-1].tokens_after < applied[0].tokens_before
+        return False
+
+    def _build(
+        self, snap: Snapshot, edits: Sequence[Edit], state: _CallState, reason: str
+    ) -> list[Replacement]:
+        ids = [i for e in edits for i in e.replaced_ids]
+        originals = self.store.load_messages(self.session_id, ids)
+        out: list[Replacement] = []
+        for edit in edits:
+            msgs = [originals[i] for i in edit.replaced_ids]
+            offload = uuid.uuid4()
+            if not edit.llm:
+                final = snap.messages[edit.start].final
+                out.append(Replacement(edit, self._prepare(preview(msgs[0], self.config, offload), final), offload))
+                continue
+            if state.llm_calls >= self.config.max_llm_calls:
+                break
+            state.llm_calls += 1
+            replacement = self._summarise(snap, edit, msgs, offload, state, reason)
+            if replacement is not None:
+                out.append(replacement)
+        return out
+
+    def _summarise(
+        self,
+        snap: Snapshot,
+        edit: Edit,
+        msgs: list[Msg],
+        offload: uuid.UUID,
+        state: _CallState,
+        reason: str,
+    ) -> Replacement | None:
+        prefix = ""
+        to_summarise = msgs
+        if edit.verbatim_prefix_id is not None:
+            # Kept verbatim, its own tag included, so the older originals stay reachable.
+            prefix = msgs[0].text.rstrip()
+            to_summarise = msgs[1:]
+        info = self.store.get_session(self.session_id)
+        request = build_request(
+            edit.strategy,
+            to_summarise,
+            prompts=self.config.prompts,
+            char_budget=edit.char_budget,
+            plan=info.plan if info is not None else None,
+        )
+        try:
+            result = self.summarizer.summarize(request)
+            text = result.text.strip()
+            if not text:
+                raise SummarizerError("empty", "the summariser answered with no text")
+            if OFFLOAD_TAG_RE.search(text) or "CONTEXT_OFFLOAD" in text:
+                raise SummarizerError(
+                    "tag_in_answer", "the summary contains an offload tag; it would mislead reload"
+                )
+        except SummarizerError as exc:
+            self._fail(edit, state, reason, exc.reason, exc.detail)
+            return None
+        except Exception as exc:  # a caller's summariser may raise anything
+            if self.config.strict:
+                raise
+            self._fail(edit, state, reason, "error", f"{type(exc).__name__}: {exc}")
+            return None
+        body = f"{prefix}\n\n{text}" if prefix else text
+        if edit.strategy == 5:
+            new_msg = summarised_payload(msgs[0], body, offload)
+            final = snap.messages[edit.start].final
+        else:
+            new_msg = Msg.assistant(f"{body}\n{offload_tag(str(offload))}", kind=edit.new_kind)
+            final = edit.new_kind == "round_summary"
+        new = self._prepare(new_msg, final)
+        replaced_tokens = sum(m.tokens or 0 for m in msgs)
+        if new.tokens >= replaced_tokens:
+            self._fail(
+                edit,
+                state,
+                reason,
+                "no_gain",
+                f"the summary has {new.tokens} tokens, not fewer than the {replaced_tokens} "
+                "it would replace",
+                model=result.model,
+                prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens,
+                latency_ms=result.latency_ms,
+            )
+            return None
+        return Replacement(
+            edit,
+            new,
+            offload,
+            model=result.model,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            latency_ms=result.latency_ms,
+        )
+
+    def _fail(
+        self,
+        edit: Edit,
+        state: _CallState,
+        reason: str,
+        why: str,
+        detail: str,
+        **usage: object,
+    ) -> None:
+        state.failed.add(edit.replaced_ids)
+        if self.config.strict:
+            raise SummarizerError(why, detail)
+        logger.warning(
+            "autoctx: session %r strategy %d failed (%s): %s", self.session_id, edit.strategy, why, detail
+        )
+        event = self.store.record_event(
+            self.session_id,
+            strategy=edit.strategy,
+            status="failed",
+            reason=reason,
+            replaced_ids=edit.replaced_ids,
+            error=f"{why}: {detail}",
+            config=self.config.to_json(),
+            **usage,  # type: ignore[arg-type]
+        )
+        state.events.append(event)
+
+    def _prepare(self, msg: Msg, final: bool) -> Prepared:
+        return Prepared(msg, count_tokens(msg, self.counter), msg.payload_chars, final)
+
+
+# ---------------------------------------------------------------------------------------------
+# Replacement messages (pure)
+# ---------------------------------------------------------------------------------------------
+
+
+def _with_tag(text: str, offload: uuid.UUID) -> str:
+    return f"{text}\n{offload_tag(str(offload))}"
+
+
+def preview(msg: Msg, config: AutoContextConfig, offload: uuid.UUID) -> Msg:
+    """S2/S3: the first `preview_chars` characters, '...', a newline and the tag.
+
+    Role and name stay; a tool message keeps every result's call id and tool name (the tag goes
+    on the last one).
+    """
+    n = config.preview_chars
+    if msg.role == "tool":
+        results = msg.tool_results
+        blocks: list[Block] = []
+        for k, r in enumerate(results):
+            head = r.output_text[:n] + "..."
+            if k == len(results) - 1:
+                head = _with_tag(head, offload)
+            blocks.append(ToolResultBlock(r.tool_use_id, head, r.name))
+        return Msg("tool", tuple(blocks), name=msg.name, kind="preview")
+    text = msg.text or _opaque_text(msg)
+    return Msg(msg.role, (TextBlock(_with_tag(text[:n] + "...", offload)),), name=msg.name, kind="preview")
+
+
+def summarised_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:
+    """S5: only the text/output is replaced; every tool_use and tool_result keeps its id and name.
+
+    Large tool-call arguments become a small JSON object pointing at the offload, so the call
+    stays valid JSON.
+    """
+    tagged = _with_tag(summary, offload)
+    if msg.role == "tool":
+        results = msg.tool_results
+        last = results[-1].tool_use_id
+        blocks: list[Block] = [
+            ToolResultBlock(
+                r.tool_use_id,
+                tagged if k == len(results) - 1 else f"[summarised with the result of call {last}]",
+                r.name,
+            )
+            for k, r in enumerate(results)
+        ]
+        return Msg("tool", tuple(blocks), name=msg.name, kind="large_summary")
+    out: list[Block] = [TextBlock(tagged)]
+    for b in msg.content:
+        if isinstance(b, ToolUseBlock):
+            args = b.arguments
+            if len(args) > 256:
+                args = json.dumps({"offloaded_arguments": str(offload)})
+            out.append(ToolUseBlock(b.id, b.name, args, b.extra))
+    return Msg(msg.role, tuple(out), name=msg.name, kind="large_summary")
+
+
+def _opaque_text(msg: Msg) -> str:
+    kinds = [str(b.data.get("type", "opaque")) for b in msg.content if isinstance(b, OpaqueBlock)]
+    return "[" + ", ".join(kinds) + "]"

@@ -1,0 +1,41 @@
+"""Compression events as the public API returns them (one row of `compression_events`)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, TypeAlias
+
+Status: TypeAlias = Literal["applied", "skipped", "failed", "conflict"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One compression attempt: what ran, why, what it did and what it cost."""
+
+    session_id: str
+    id: int
+    #: 1-6 (SPEC.md section 3).
+    strategy: int
+    status: Status
+    #: Which trigger held: 'count' or 'tokens'.
+    reason: str
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
+    replaced_ids: tuple[int, ...]
+    summary_message_id: int | None
+    offload_uuid: uuid.UUID | None
+    model: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_ms: float | None
+    error: str | None
+    session_version: int
+    created_at: datetime | None = None
+
+    @property
+    def tokens_saved(self) -> int:
+        return self.tokens_before - self.tokens_after

@@ -1,0 +1,259 @@
+"""What `add()` does to messages before they are stored: validate, bind, count.
+
+Validation follows SPEC.md section 1: roles and block placement, the shape rules of tool calls
+(results follow their call; nothing else while calls are open; call ids unique among open calls),
+JSON arguments, the size cap, and text PostgreSQL can store (no NUL, no lone surrogates). A batch
+is validated as a whole before anything is written, so a rejected `add([...])` stores nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .errors import InvalidMessage
+from .messages import ROLES, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from .structure import is_final_answer
+from .tokens import TOKENS_PER_MESSAGE, TOKENS_PER_NAME, TokenCounter
+
+#: Deepest JSON nesting accepted in tool arguments, metadata and opaque blocks. PostgreSQL's
+#: JSONB and Python's json both recurse; far below either limit, and far above real tool input.
+MAX_JSON_DEPTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A validated message, its tool results bound to their calls' names, with its counts."""
+
+    msg: Msg
+    tokens: int
+    chars: int
+    final: bool
+
+
+def _strings(value: Any, depth: int = 0) -> Iterator[str]:
+    """Every string (keys included) in a JSON-like value."""
+    if depth > MAX_JSON_DEPTH:
+        raise RecursionError
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            if isinstance(k, str):
+                yield k
+            yield from _strings(v, depth + 1)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v, depth + 1)
+
+
+def _json_depth(text: str) -> int:
+    """Nesting depth of a JSON text, without parsing it (so that a hostile depth cannot recurse)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _check_text(s: str, where: str, what: str) -> None:
+    if "\x00" in s:
+        raise InvalidMessage(
+            f"{where}: {what} contains a NUL character (\\x00), which PostgreSQL text cannot "
+            "store; remove it or encode binary output (e.g. base64 or repr) before adding"
+        )
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMessage(
+            f"{where}: {what} is not valid Unicode (a lone UTF-16 surrogate at position "
+            f"{exc.start}); decode the source with errors='replace' before adding"
+        ) from None
+
+
+def _check_json_value(value: Any, where: str, what: str) -> None:
+    try:
+        for s in _strings(value):
+            _check_text(s, where, what)
+        json.dumps(value)
+    except RecursionError:
+        raise InvalidMessage(
+            f"{where}: {what} is nested deeper than {MAX_JSON_DEPTH} levels; flatten it"
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage(f"{where}: {what} is not JSON-serialisable ({exc})") from None
+
+
+def _check_arguments(call: ToolUseBlock, where: str) -> None:
+    what = f"tool call {call.id!r} ({call.name})"
+    _check_text(call.id, where, f"{what} id")
+    _check_text(call.name, where, f"{what} name")
+    _check_text(call.arguments, where, f"{what} arguments")
+    if call.extra.get("arguments_absent") and not call.arguments:
+        return
+    if _json_depth(call.arguments) > MAX_JSON_DEPTH:
+        raise InvalidMessage(
+            f"{where}: {what} arguments are nested deeper than {MAX_JSON_DEPTH} levels; flatten them"
+        )
+    try:
+        json.loads(call.arguments)
+    except ValueError as exc:
+        raise InvalidMessage(
+            f"{where}: {what} arguments are not valid JSON ({exc.args[0]}); the model's call "
+            "must carry a JSON object string such as '{\"path\": \"a.py\"}'"
+        ) from None
+
+
+def _check_blocks(msg: Msg, where: str) -> None:
+    if msg.role not in ROLES:
+        raise InvalidMessage(
+            f"{where}: unknown role {msg.role!r}; use one of {', '.join(ROLES)}"
+        )
+    if msg.kind != "original":
+        raise InvalidMessage(
+            f"{where}: kind {msg.kind!r} is made by autoctx's compressions; messages added "
+            "by the caller are originals (leave kind at its default)"
+        )
+    if msg.name is not None:
+        _check_text(msg.name, where, "the name")
+    _check_json_value(dict(msg.metadata), where, "the metadata")
+    if msg.role == "tool":
+        if not msg.content or not all(isinstance(b, ToolResultBlock) for b in msg.content):
+            raise InvalidMessage(
+                f"{where}: a tool message must hold tool results only (one per call it answers)"
+            )
+    for block in msg.content:
+        if isinstance(block, TextBlock):
+            _check_text(block.text, where, "the text")
+        elif isinstance(block, ToolUseBlock):
+            if msg.role != "assistant":
+                raise InvalidMessage(
+                    f"{where}: only assistant messages may carry tool calls "
+                    f"(found call {block.id!r} on a {msg.role} message)"
+                )
+            _check_arguments(block, where)
+        elif isinstance(block, ToolResultBlock):
+            if msg.role != "tool":
+                raise InvalidMessage(
+                    f"{where}: tool results belong on tool messages (found a result for "
+                    f"{block.tool_use_id!r} on a {msg.role} message)"
+                )
+            _check_text(block.tool_use_id, where, "the tool_call_id")
+            _check_text(block.output_text, where, f"the output of call {block.tool_use_id!r}")
+        elif isinstance(block, OpaqueBlock):
+            _check_json_value(dict(block.data), where, "an opaque content part")
+        else:
+            raise InvalidMessage(f"{where}: unknown content block {block!r:.80}")
+
+
+def count_tokens(msg: Msg, counter: TokenCounter) -> int:
+    """Tokens of one message, as documented in `autoctx.tokens`."""
+    total = TOKENS_PER_MESSAGE + (TOKENS_PER_NAME if msg.name else 0)
+    for block in msg.content:
+        if isinstance(block, TextBlock):
+            total += counter.count(block.text)
+        elif isinstance(block, ToolUseBlock):
+            total += counter.count(block.name) + counter.count(block.arguments)
+        elif isinstance(block, ToolResultBlock):
+            total += counter.count(block.output_text)
+        else:
+            total += counter.count(json.dumps(dict(block.data), ensure_ascii=False))
+    return total
+
+
+class OpenCalls:
+    """The calls of the newest assistant message still waiting for their results (id -> name)."""
+
+    def __init__(self, calls: Mapping[str, str] | None = None) -> None:
+        self.calls: dict[str, str] = dict(calls or {})
+
+    def to_json(self) -> dict[str, str]:
+        return dict(self.calls)
+
+
+def prepare(
+    messages: Sequence[Msg],
+    counter: TokenCounter,
+    *,
+    max_chars: int,
+    session_id: str,
+) -> list[Prepared]:
+    """Validate each message on its own and count its tokens (no session state needed, so this
+    runs before any lock is taken). Raises `InvalidMessage` naming the message and the fix."""
+    out: list[Prepared] = []
+    for index, msg in enumerate(messages):
+        if not isinstance(msg, Msg):
+            raise InvalidMessage(
+                f"session {session_id!r}, message {index}: expected a Msg, got {type(msg).__name__}"
+            )
+        where = _where(session_id, index, msg)
+        _check_blocks(msg, where)
+        chars = msg.payload_chars
+        if chars > max_chars:
+            raise InvalidMessage(
+                f"{where}: payload of {chars} characters is over the cap of {max_chars} "
+                "(AutoContextConfig.max_message_chars); raise the cap or store the payload "
+                "elsewhere and add a reference"
+            )
+        out.append(Prepared(msg, count_tokens(msg, counter), chars, is_final_answer(msg)))
+    return out
+
+
+def bind(prepared: Sequence[Prepared], open_calls: OpenCalls, *, session_id: str) -> list[Prepared]:
+    """Apply the shape rules against the session's open calls (which it advances) and fill tool
+    results' names from the calls they answer. Raises `InvalidMessage`."""
+    return [
+        replace(p, msg=_bind(p.msg, open_calls, _where(session_id, i, p.msg)))
+        for i, p in enumerate(prepared)
+    ]
+
+
+def _where(session_id: str, index: int, msg: Msg) -> str:
+    return f"session {session_id!r}, message {index} ({msg.role})"
+
+
+def _bind(msg: Msg, open_calls: OpenCalls, where: str) -> Msg:
+    """Apply the shape rules; fill tool results' names from the calls they answer."""
+    calls = open_calls.calls
+    if msg.role == "tool":
+        bound: list[ToolResultBlock] = []
+        for block in msg.tool_results:
+            if block.tool_use_id not in calls:
+                raise InvalidMessage(
+                    f"{where}: tool result for call id {block.tool_use_id!r} answers no open "
+                    f"call (open calls: {sorted(calls) or 'none'}); a result must follow the "
+                    "assistant message that made the call"
+                )
+            name = calls.pop(block.tool_use_id)
+            bound.append(
+                block if block.name == name else ToolResultBlock(block.tool_use_id, block.output, name)
+            )
+        return msg.with_(content=tuple(bound))
+    if calls:
+        raise InvalidMessage(
+            f"{where}: calls {sorted(calls)} are still unanswered; add their tool results "
+            "first (add a result such as 'cancelled' for a call you abandon)"
+        )
+    for call in msg.tool_uses:
+        if call.id in calls:
+            raise InvalidMessage(
+                f"{where}: call id {call.id!r} is used twice among the unanswered calls; "
+                "call ids must be unique until answered"
+            )
+        calls[call.id] = call.name
+    return msg

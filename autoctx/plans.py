@@ -1,0 +1,64 @@
+"""What planning reads (a snapshot) and what it writes (a plan).
+
+Strategies are pure functions from a `Snapshot` and the config to a list of `Edit`s: no
+database, no network, no clock, no uuid inside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from .messages import Kind
+from .structure import MsgMeta
+
+Reason: TypeAlias = Literal["count", "tokens"]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The working context of a session at one version, metadata only."""
+
+    session_id: str
+    version: int
+    messages: tuple[MsgMeta, ...]
+    token_count: int
+    message_count: int
+
+    def ids(self, start: int, end: int) -> tuple[int, ...]:
+        return tuple(m.id for m in self.messages[start:end])
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """Replace the working messages ``snapshot.messages[start:end]`` by one new message."""
+
+    strategy: int
+    start: int
+    end: int
+    #: The ids of the replaced messages, in working order (checked again at apply time).
+    replaced_ids: tuple[int, ...]
+    #: The kind of the message that replaces them.
+    new_kind: Kind
+    #: Whether an LLM (summariser) writes the replacement.
+    llm: bool
+    #: S6 only: an earlier current-round summary at ``start`` whose text is kept verbatim as a
+    #: prefix; only ``start + 1 .. end`` is summarised.
+    verbatim_prefix_id: int | None = None
+    #: S6 only: the summary's character budget.
+    char_budget: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanContext:
+    """What the compressor tells the planners beyond the snapshot and the config."""
+
+    #: The token trigger holds (S5 and S6 act only then; S1/S4 keep their token floor then).
+    token_pressure: bool
+    #: Ranges (by replaced ids) that failed earlier in this call: not planned again.
+    failed: frozenset[tuple[int, ...]] = field(default_factory=frozenset)
+
+
+def total_tokens(metas: Sequence[MsgMeta], start: int, end: int) -> int:
+    return sum(m.tokens for m in metas[start:end])

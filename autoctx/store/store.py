@@ -1,0 +1,663 @@
+"""The store: every SQL statement autoctx issues for a session lives here.
+
+Each public method is one unit of work (one transaction). Writers of a session serialise on the
+session row (`SELECT ... FOR UPDATE`): an append, an apply and an event record each lock it for
+the few milliseconds of their transaction, and nothing holds it across a summariser call.
+Every statement filters on one session_id, so sessions never block each other and the schema can
+be sharded by session (docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import uuid as uuid_mod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine, Row
+
+from ..config import AutoContextConfig
+from ..errors import OffloadNotFound, SessionNotFound
+from ..events import Event
+from ..intake import OpenCalls, Prepared, bind
+from ..messages import Msg, block_from_json
+from ..plans import Edit, Snapshot
+from ..structure import MsgMeta
+from .tables import compression_events, lineage, messages, offloads, sessions, working_set
+
+_MESSAGE_COLUMNS = (
+    messages.c.id,
+    messages.c.role,
+    messages.c.name,
+    messages.c.content,
+    messages.c.metadata,
+    messages.c.kind,
+    messages.c.pinned,
+    messages.c.tokens,
+)
+_META_COLUMNS = (
+    messages.c.id,
+    messages.c.role,
+    messages.c.kind,
+    messages.c.final,
+    messages.c.pinned,
+    messages.c.tokens,
+    messages.c.chars,
+    messages.c.call_ids,
+    messages.c.result_ids,
+    messages.c.tool_names,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session row, without its messages."""
+
+    session_id: str
+    tenant: str | None
+    version: int
+    message_count: int
+    token_count: int
+    model: str
+    encoding: str
+    config: dict[str, Any]
+    plan: dict[str, Any] | None
+    settled_version: int | None
+    created_at: Any = None
+    updated_at: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """One planned edit with the message that replaces its range, ready to apply."""
+
+    edit: Edit
+    new: Prepared
+    #: Tells `final` for previews/large summaries, which inherit it from what they replace.
+    offload_uuid: uuid_mod.UUID
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOutcome:
+    events: list[Event]
+    conflict: bool
+
+
+def msg_from_row(row: Row[Any]) -> Msg:
+    return Msg(
+        role=row.role,
+        content=tuple(block_from_json(b) for b in row.content),
+        name=row.name,
+        metadata=row.metadata,
+        kind=row.kind,
+        pinned=row.pinned,
+        id=row.id,
+        tokens=row.tokens,
+    )
+
+
+def _meta_from_row(row: Row[Any]) -> MsgMeta:
+    return MsgMeta(
+        id=row.id,
+        role=row.role,
+        kind=row.kind,
+        final=row.final,
+        pinned=row.pinned,
+        tokens=row.tokens,
+        chars=row.chars,
+        call_ids=tuple(row.call_ids),
+        result_ids=tuple(row.result_ids),
+        tool_names=tuple(row.tool_names),
+    )
+
+
+def _event_from_row(row: Row[Any]) -> Event:
+    return Event(
+        session_id=row.session_id,
+        id=row.id,
+        strategy=row.strategy,
+        status=row.status,
+        reason=row.reason,
+        messages_before=row.messages_before,
+        messages_after=row.messages_after,
+        tokens_before=row.tokens_before,
+        tokens_after=row.tokens_after,
+        replaced_ids=tuple(row.replaced_ids),
+        summary_message_id=row.summary_message_id,
+        offload_uuid=row.offload_uuid,
+        model=row.model,
+        prompt_tokens=row.prompt_tokens,
+        completion_tokens=row.completion_tokens,
+        latency_ms=row.latency_ms,
+        error=row.error,
+        session_version=row.session_version,
+        created_at=row.created_at,
+    )
+
+
+def _message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None) -> dict[str, Any]:
+    m = p.msg
+    calls = m.tool_uses
+    results = m.tool_results
+    return {
+        "session_id": session_id,
+        "id": msg_id,
+        "role": m.role,
+        "name": m.name,
+        "content": m.content_json(),
+        "metadata": dict(m.metadata),
+        "kind": m.kind,
+        "pinned": m.pinned,
+        "final": p.final,
+        "tokens": p.tokens,
+        "chars": p.chars,
+        "call_ids": [c.id for c in calls],
+        "result_ids": [r.tool_use_id for r in results],
+        "tool_names": [c.name for c in calls] + [r.name for r in results],
+        "event_id": event_id,
+    }
+
+
+class Store:
+    """SQL for sessions, messages, the working set, offloads, lineage and events."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    def _session_where(self, session_id: str, tenant: str | None) -> Any:
+        cond = sessions.c.session_id == session_id
+        if tenant is not None:
+            cond = sa.and_(cond, sessions.c.tenant == tenant)
+        return cond
+
+    def get_session(self, session_id: str, tenant: str | None = None) -> SessionInfo | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(sessions).where(self._session_where(session_id, tenant))
+            ).one_or_none()
+        return None if row is None else _session_info(row)
+
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        tenant: str | None,
+        config: AutoContextConfig,
+        encoding: str,
+    ) -> SessionInfo:
+        """Create the session unless it exists; returns the row either way."""
+        stmt = (
+            sa.dialects.postgresql.insert(sessions)
+            .values(
+                session_id=session_id,
+                tenant=tenant,
+                model=config.model,
+                encoding=encoding,
+                config=config.to_json(),
+            )
+            .on_conflict_do_nothing(index_elements=["session_id"])
+        )
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+            row = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).one()
+        info = _session_info(row)
+        if tenant is not None and info.tenant != tenant:
+            # Another tenant's session must look exactly like an unknown one; ids are global,
+            # so this id cannot be created either.
+            raise SessionNotFound(
+                f"session {session_id!r} does not exist for tenant {tenant!r} and the id is "
+                "not available; choose another session id"
+            )
+        return info
+
+    def list_sessions(self, tenant: str | None = None, prefix: str | None = None) -> list[SessionInfo]:
+        stmt = sa.select(sessions).order_by(sessions.c.updated_at.desc())
+        if tenant is not None:
+            stmt = stmt.where(sessions.c.tenant == tenant)
+        if prefix:
+            stmt = stmt.where(sessions.c.session_id.startswith(prefix, autoescape=True))
+        with self.engine.connect() as conn:
+            return [_session_info(r) for r in conn.execute(stmt)]
+
+    def delete_session(self, session_id: str, tenant: str | None = None) -> bool:
+        """Delete a session and everything of it (the foreign keys cascade)."""
+        with self.engine.begin() as conn:
+            result = conn.execute(sa.delete(sessions).where(self._session_where(session_id, tenant)))
+        return bool(result.rowcount)
+
+    def set_plan(self, session_id: str, plan: Mapping[str, Any] | None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.update(sessions)
+                .where(sessions.c.session_id == session_id)
+                .values(plan=dict(plan) if plan is not None else sa.null(), updated_at=sa.func.now())
+            )
+
+    def settle(self, session_id: str, version: int) -> None:
+        """Remember that compression at `version` could not reach its target (SPEC.md 2)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.update(sessions)
+                .where(sessions.c.session_id == session_id, sessions.c.version == version)
+                .values(settled_version=version)
+            )
+
+    # -- append and load ------------------------------------------------------------------------
+
+    def _lock(self, conn: Connection, session_id: str) -> Row[Any]:
+        row = conn.execute(
+            sa.select(sessions).where(sessions.c.session_id == session_id).with_for_update()
+        ).one_or_none()
+        if row is None:
+            raise SessionNotFound(f"session {session_id!r} does not exist (was it deleted?)")
+        return row
+
+    def append(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg]:
+        """Append validated messages in one transaction; returns them with ids and tokens."""
+        if not prepared:
+            return []
+        with self.engine.begin() as conn:
+            row = self._lock(conn, session_id)
+            open_calls = OpenCalls(row.open_calls)
+            bound = bind(prepared, open_calls, session_id=session_id)
+            first_id, first_pos = row.next_message_id, row.next_position
+            n = len(bound)
+            conn.execute(
+                sa.insert(messages),
+                [_message_row(session_id, first_id + i, p, None) for i, p in enumerate(bound)],
+            )
+            conn.execute(
+                sa.insert(working_set),
+                [
+                    {"session_id": session_id, "position": first_pos + i, "message_id": first_id + i}
+                    for i in range(n)
+                ],
+            )
+            added_tokens = sum(p.tokens for p in bound)
+            conn.execute(
+                sa.update(sessions)
+                .where(sessions.c.session_id == session_id)
+                .values(
+                    next_message_id=first_id + n,
+                    next_position=first_pos + n,
+                    message_count=sessions.c.message_count + n,
+                    token_count=sessions.c.token_count + added_tokens,
+                    version=sessions.c.version + 1,
+                    open_calls=open_calls.to_json(),
+                    updated_at=sa.func.now(),
+                )
+            )
+        return [p.msg.with_(id=first_id + i, tokens=p.tokens) for i, p in enumerate(bound)]
+
+    def load_working(self, session_id: str) -> list[Msg]:
+        """The working context, in order."""
+        stmt = (
+            sa.select(*_MESSAGE_COLUMNS)
+            .select_from(
+                working_set.join(
+                    messages,
+                    sa.and_(
+                        messages.c.session_id == working_set.c.session_id,
+                        messages.c.id == working_set.c.message_id,
+                    ),
+                )
+            )
+            .where(working_set.c.session_id == session_id)
+            .order_by(working_set.c.position)
+        )
+        with self.engine.connect() as conn:
+            return [msg_from_row(r) for r in conn.execute(stmt)]
+
+    def snapshot(self, session_id: str) -> Snapshot:
+        """The working context, metadata only, at one version (read in one transaction)."""
+        stmt = (
+            sa.select(*_META_COLUMNS)
+            .select_from(
+                working_set.join(
+                    messages,
+                    sa.and_(
+                        messages.c.session_id == working_set.c.session_id,
+                        messages.c.id == working_set.c.message_id,
+                    ),
+                )
+            )
+            .where(working_set.c.session_id == session_id)
+            .order_by(working_set.c.position)
+        )
+        with self.engine.connect() as conn, conn.begin():
+            # REPEATABLE READ makes the session row and the working set one consistent view.
+            conn.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+            info = conn.execute(
+                sa.select(sessions.c.version, sessions.c.message_count, sessions.c.token_count).where(
+                    sessions.c.session_id == session_id
+                )
+            ).one_or_none()
+            if info is None:
+                raise SessionNotFound(f"session {session_id!r} does not exist (was it deleted?)")
+            metas = tuple(_meta_from_row(r) for r in conn.execute(stmt))
+        return Snapshot(session_id, info.version, metas, info.token_count, info.message_count)
+
+    def load_messages(self, session_id: str, ids: Iterable[int]) -> dict[int, Msg]:
+        """Stored messages by id (any, working or not)."""
+        id_list = list(ids)
+        if not id_list:
+            return {}
+        stmt = sa.select(*_MESSAGE_COLUMNS).where(
+            messages.c.session_id == session_id, messages.c.id.in_(id_list)
+        )
+        with self.engine.connect() as conn:
+            return {r.id: msg_from_row(r) for r in conn.execute(stmt)}
+
+    def totals(self, session_id: str) -> SessionInfo:
+        """The session row: one primary-key read, no messages (the O(1) trigger check)."""
+        info = self.get_session(session_id)
+        if info is None:
+            raise SessionNotFound(f"session {session_id!r} does not exist (was it deleted?)")
+        return info
+
+    # -- compression ----------------------------------------------------------------------------
+
+    def apply(
+        self,
+        session_id: str,
+        replacements: Sequence[Replacement],
+        *,
+        reason: str,
+        config: Mapping[str, Any],
+    ) -> ApplyOutcome:
+        """Apply a strategy's replacements in one transaction, each with its offload, lineage
+        and event. If any replaced range is no longer in the working set as planned, nothing is
+        applied and a `conflict` event is recorded per changed range."""
+        if not replacements:
+            return ApplyOutcome([], False)
+        with self.engine.begin() as conn:
+            row = self._lock(conn, session_id)
+            positions = self._check_ranges(conn, session_id, [r.edit for r in replacements])
+            conflicts = [r for r, pos in zip(replacements, positions, strict=True) if pos is None]
+            if not conflicts:
+                return ApplyOutcome(
+                    self._write(conn, session_id, row, replacements, positions, reason, config),
+                    False,
+                )
+        events = [
+            self.record_event(
+                session_id,
+                strategy=r.edit.strategy,
+                status="conflict",
+                reason=reason,
+                replaced_ids=r.edit.replaced_ids,
+                error="the working set changed since the snapshot (another writer compressed it)",
+                config=config,
+            )
+            for r in conflicts
+        ]
+        return ApplyOutcome(events, True)
+
+    def _check_ranges(
+        self, conn: Connection, session_id: str, edits: Sequence[Edit]
+    ) -> list[int | None]:
+        """For each edit, the working position of its first message if its range is still
+        exactly its replaced ids, adjacent and in order; else None."""
+        check = sa.text(
+            """
+            SELECT e.ord, min(w.position) AS first_position,
+                   array_agg(w.message_id ORDER BY w.position) AS ids
+            FROM unnest(CAST(:firsts AS bigint[]), CAST(:lasts AS bigint[]))
+                 WITH ORDINALITY AS e(first_id, last_id, ord)
+            JOIN working_set wf ON wf.session_id = :sid AND wf.message_id = e.first_id
+            JOIN working_set wl ON wl.session_id = :sid AND wl.message_id = e.last_id
+            JOIN working_set w ON w.session_id = :sid
+                 AND w.position BETWEEN wf.position AND wl.position
+            GROUP BY e.ord
+            """
+        )
+        rows = conn.execute(
+            check,
+            {
+                "sid": session_id,
+                "firsts": [e.replaced_ids[0] for e in edits],
+                "lasts": [e.replaced_ids[-1] for e in edits],
+            },
+        )
+        found = {r.ord: (r.first_position, tuple(r.ids)) for r in rows}
+        out: list[int | None] = []
+        for k, edit in enumerate(edits, start=1):
+            hit = found.get(k)
+            out.append(hit[0] if hit is not None and hit[1] == edit.replaced_ids else None)
+        return out
+
+    def _write(
+        self,
+        conn: Connection,
+        session_id: str,
+        row: Row[Any],
+        replacements: Sequence[Replacement],
+        positions: Sequence[int | None],
+        reason: str,
+        config: Mapping[str, Any],
+    ) -> list[Event]:
+        next_msg, next_event = row.next_message_id, row.next_event_id
+        count, tokens = row.message_count, row.token_count
+        version = row.version + 1
+        msg_rows, event_rows, offload_rows, lineage_rows = [], [], [], []
+        working_rows, removed_ids = [], []
+        replaced_tokens_by_id = self._tokens_of(
+            conn, session_id, [i for r in replacements for i in r.edit.replaced_ids]
+        )
+        for r, position in zip(replacements, positions, strict=True):
+            assert position is not None
+            msg_id, event_id = next_msg, next_event
+            next_msg += 1
+            next_event += 1
+            replaced = r.edit.replaced_ids
+            replaced_tokens = sum(replaced_tokens_by_id[i] for i in replaced)
+            before_count, before_tokens = count, tokens
+            count += 1 - len(replaced)
+            tokens += r.new.tokens - replaced_tokens
+            event_rows.append(
+                {
+                    "session_id": session_id,
+                    "id": event_id,
+                    "strategy": r.edit.strategy,
+                    "status": "applied",
+                    "reason": reason,
+                    "messages_before": before_count,
+                    "messages_after": count,
+                    "tokens_before": before_tokens,
+                    "tokens_after": tokens,
+                    "replaced_ids": list(replaced),
+                    "replaced_tokens": replaced_tokens,
+                    "summary_message_id": msg_id,
+                    "offload_uuid": r.offload_uuid,
+                    "model": r.model,
+                    "prompt_tokens": r.prompt_tokens,
+                    "completion_tokens": r.completion_tokens,
+                    "latency_ms": r.latency_ms,
+                    "error": None,
+                    "session_version": version,
+                    "config": dict(config),
+                }
+            )
+            msg_rows.append(_message_row(session_id, msg_id, r.new, event_id))
+            offload_rows.append(
+                {
+                    "session_id": session_id,
+                    "uuid": r.offload_uuid,
+                    "event_id": event_id,
+                    "message_ids": list(replaced),
+                }
+            )
+            lineage_rows.extend(
+                {
+                    "session_id": session_id,
+                    "summary_id": msg_id,
+                    "ordinal": k,
+                    "replaced_id": rid,
+                    "event_id": event_id,
+                }
+                for k, rid in enumerate(replaced)
+            )
+            removed_ids.extend(replaced)
+            working_rows.append({"session_id": session_id, "position": position, "message_id": msg_id})
+        conn.execute(sa.insert(compression_events), event_rows)
+        conn.execute(sa.insert(messages), msg_rows)
+        conn.execute(sa.insert(offloads), offload_rows)
+        conn.execute(sa.insert(lineage), lineage_rows)
+        conn.execute(
+            sa.delete(working_set).where(
+                working_set.c.session_id == session_id,
+                working_set.c.message_id == sa.any_(sa.cast(sa.literal(removed_ids), sa.ARRAY(sa.BigInteger))),
+            )
+        )
+        conn.execute(sa.insert(working_set), working_rows)
+        conn.execute(
+            sa.update(sessions)
+            .where(sessions.c.session_id == session_id)
+            .values(
+                next_message_id=next_msg,
+                next_event_id=next_event,
+                message_count=count,
+                token_count=tokens,
+                version=version,
+                updated_at=sa.func.now(),
+            )
+        )
+        return [
+            Event(
+                session_id=session_id,
+                id=e["id"],
+                strategy=e["strategy"],
+                status="applied",
+                reason=reason,
+                messages_before=e["messages_before"],
+                messages_after=e["messages_after"],
+                tokens_before=e["tokens_before"],
+                tokens_after=e["tokens_after"],
+                replaced_ids=tuple(e["replaced_ids"]),
+                summary_message_id=e["summary_message_id"],
+                offload_uuid=e["offload_uuid"],
+                model=e["model"],
+                prompt_tokens=e["prompt_tokens"],
+                completion_tokens=e["completion_tokens"],
+                latency_ms=e["latency_ms"],
+                error=None,
+                session_version=version,
+            )
+            for e in event_rows
+        ]
+
+    def _tokens_of(self, conn: Connection, session_id: str, ids: Sequence[int]) -> dict[int, int]:
+        rows = conn.execute(
+            sa.select(messages.c.id, messages.c.tokens).where(
+                messages.c.session_id == session_id, messages.c.id.in_(list(ids))
+            )
+        )
+        return {r.id: r.tokens for r in rows}
+
+    def record_event(
+        self,
+        session_id: str,
+        *,
+        strategy: int,
+        status: str,
+        reason: str,
+        replaced_ids: Sequence[int] = (),
+        error: str | None = None,
+        config: Mapping[str, Any],
+        model: str | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        latency_ms: float | None = None,
+    ) -> Event:
+        """Record an attempt that changed nothing (failed, skipped or conflict)."""
+        with self.engine.begin() as conn:
+            row = self._lock(conn, session_id)
+            event_id = row.next_event_id
+            values = {
+                "session_id": session_id,
+                "id": event_id,
+                "strategy": strategy,
+                "status": status,
+                "reason": reason,
+                "messages_before": row.message_count,
+                "messages_after": row.message_count,
+                "tokens_before": row.token_count,
+                "tokens_after": row.token_count,
+                "replaced_ids": list(replaced_ids),
+                "replaced_tokens": 0,
+                "model": model,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "latency_ms": latency_ms,
+                "error": error,
+                "session_version": row.version,
+                "config": dict(config),
+            }
+            conn.execute(sa.insert(compression_events).values(**values))
+            conn.execute(
+                sa.update(sessions)
+                .where(sessions.c.session_id == session_id)
+                .values(next_event_id=event_id + 1)
+            )
+            created = conn.execute(
+                sa.select(compression_events).where(
+                    compression_events.c.session_id == session_id,
+                    compression_events.c.id == event_id,
+                )
+            ).one()
+        return _event_from_row(created)
+
+    # -- reload and audit ----------------------------------------------------------------------
+
+    def reload(self, session_id: str, offload_uuid: uuid_mod.UUID) -> list[Msg]:
+        """The messages an offload removed, in order (one level deep)."""
+        with self.engine.connect() as conn:
+            ids = conn.execute(
+                sa.select(offloads.c.message_ids).where(
+                    offloads.c.session_id == session_id, offloads.c.uuid == offload_uuid
+                )
+            ).scalar_one_or_none()
+            if ids is None:
+                raise OffloadNotFound(
+                    f"no offloaded context with id {offload_uuid} in session {session_id!r}"
+                )
+            rows = conn.execute(
+                sa.select(*_MESSAGE_COLUMNS).where(
+                    messages.c.session_id == session_id, messages.c.id.in_(list(ids))
+                )
+            )
+            by_id = {r.id: msg_from_row(r) for r in rows}
+        return [by_id[i] for i in ids]
+
+    def events(self, session_id: str) -> list[Event]:
+        stmt = (
+            sa.select(compression_events)
+            .where(compression_events.c.session_id == session_id)
+            .order_by(compression_events.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [_event_from_row(r) for r in conn.execute(stmt)]
+
+
+def _session_info(row: Row[Any]) -> SessionInfo:
+    return SessionInfo(
+        session_id=row.session_id,
+        tenant=row.tenant,
+        version=row.version,
+        message_count=row.message_count,
+        token_count=row.token_count,
+        model=row.model,
+        encoding=row.encoding,
+        config=row.config,
+        plan=row.plan,
+        settled_version=row.settled_version,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

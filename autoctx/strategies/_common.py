@@ -1,0 +1,141 @@
+"""What every planner needs to know about a snapshot, computed once per planning call.
+
+The rules of SPEC.md section 3 share a handful of notions (protected messages, the history
+boundary H, the protected tail of `last_keep` messages, the trailing pending tool call); they
+live here so that each planner reads as the rule it implements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+from ..config import LLM_STRATEGIES, AutoContextConfig
+from ..messages import Kind
+from ..plans import Edit, PlanContext, Snapshot
+from ..structure import (
+    MsgMeta,
+    current_round_start,
+    effective_pinned,
+    latest_final_index,
+    latest_user_index,
+    pending_call_ids,
+    tool_group_spans,
+)
+
+Planner: TypeAlias = Callable[[Snapshot, AutoContextConfig, PlanContext], list[Edit]]
+
+#: The tool an agent reloads offloads with; S5 never summarises its results, so that an agent
+#: cannot loop reloading what was just compressed (SPEC.md section 4).
+RELOAD_TOOL_NAME: Final = "context_reload"
+
+#: Kinds that autoctx wrote (anything but the caller's originals).
+DERIVED_KINDS: Final[frozenset[Kind]] = frozenset(
+    {"preview", "tool_run_summary", "round_summary", "large_summary", "current_round_summary"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The structure of one snapshot as the planners see it."""
+
+    metas: tuple[MsgMeta, ...]
+    #: Every tool group (or lone message) as [start, end), in order.
+    spans: tuple[tuple[int, int], ...]
+    #: Pinned per index, a pin covering its whole tool group.
+    pinned: tuple[bool, ...]
+    latest_user: int | None
+    #: First index of the current round: the latest user message, or with none the first
+    #: message after the leading system messages.
+    round_start: int
+    #: H of SPEC.md section 3: S1 to S3 act only on indices below it.
+    history_end: int
+    #: len - last_keep (at least 0): S1 and S2 act only below it.
+    tail_start: int
+    #: Start of the trailing tool group whose calls are not all answered, if any.
+    pending_start: int | None
+    group_starts: frozenset[int]
+    group_ends: frozenset[int]
+
+    def __len__(self) -> int:
+        return len(self.metas)
+
+    def is_protected(self, i: int) -> bool:
+        """Never compressed by any strategy: system, pinned, the current round's user message."""
+        return self.metas[i].role == "system" or self.pinned[i] or i == self.latest_user
+
+    def touches_pending(self, start: int, end: int) -> bool:
+        """Whether [start, end) overlaps the trailing pending tool call group."""
+        return self.pending_start is not None and end > self.pending_start
+
+    def holds_whole_groups(self, start: int, end: int) -> bool:
+        """Whether [start, end) begins and ends on tool-group boundaries (cuts no group)."""
+        return start in self.group_starts and end in self.group_ends
+
+
+def layout_of(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
+    metas = snapshot.messages
+    n = len(metas)
+    latest_user = latest_user_index(metas)
+    round_start = current_round_start(metas)
+    final = latest_final_index(metas)
+    tail_start = max(0, n - config.last_keep)
+    # The long-task rule: a current round with more than last_keep messages after its user
+    # message has its older part treated as history, as if a final answer stood at tail_start.
+    # With no user message the whole round (after the leading system messages) counts.
+    after_user = n - (latest_user + 1) if latest_user is not None else n - round_start
+    long_task = after_user > config.last_keep
+    history_end = max(final if final is not None else 0, tail_start if long_task else 0)
+    spans = tuple(tool_group_spans(metas))
+    pending_start = spans[-1][0] if pending_call_ids(metas) else None
+    return Layout(
+        metas=metas,
+        spans=spans,
+        pinned=tuple(effective_pinned(metas)),
+        latest_user=latest_user,
+        round_start=round_start,
+        history_end=history_end,
+        tail_start=tail_start,
+        pending_start=pending_start,
+        group_starts=frozenset(s for s, _ in spans),
+        group_ends=frozenset(e for _, e in spans),
+    )
+
+
+def token_floor(config: AutoContextConfig, ctx: PlanContext) -> int:
+    """The `min_compress_tokens` floor of S1 and S4, waived when only the message-count
+    trigger holds (a summary then still removes messages, which is the progress asked for)."""
+    return config.min_compress_tokens if ctx.token_pressure else 0
+
+
+def make_edit(
+    snapshot: Snapshot,
+    strategy: int,
+    start: int,
+    end: int,
+    new_kind: Kind,
+    *,
+    verbatim_prefix_id: int | None = None,
+    char_budget: int | None = None,
+) -> Edit:
+    return Edit(
+        strategy=strategy,
+        start=start,
+        end=end,
+        replaced_ids=snapshot.ids(start, end),
+        new_kind=new_kind,
+        llm=strategy in LLM_STRATEGIES,
+        verbatim_prefix_id=verbatim_prefix_id,
+        char_budget=char_budget,
+    )
+
+
+def has_failed(snapshot: Snapshot, ctx: PlanContext, start: int, end: int) -> bool:
+    """A range that failed earlier in this call is not planned again until the session changes."""
+    return snapshot.ids(start, end) in ctx.failed
+
+
+def only_kind(metas: tuple[MsgMeta, ...], start: int, end: int, kind: Kind) -> bool:
+    """Whether [start, end) holds nothing but messages of `kind` (a strategy's own output)."""
+    return all(metas[k].kind == kind for k in range(start, end))

@@ -1,0 +1,78 @@
+"""S1: historical tool runs -> one summary each (LLM).
+
+A *tool run* is a maximal sequence of consecutive whole tool groups (an assistant message with
+tool calls plus the tool messages answering every one of them). Anything else ends a run: a
+user, system or plain assistant message, a summary, a pinned group, an unanswered call. Because
+a run is built from whole groups, "trim each run to whole tool groups" holds by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final
+
+from ..config import AutoContextConfig
+from ..messages import Kind
+from ..plans import Edit, PlanContext, Snapshot, total_tokens
+from ._common import Layout, has_failed, layout_of, make_edit, token_floor
+
+STRATEGY: Final = 1
+
+#: Kinds a run may hold. Previews and large summaries keep their call ids and stay members of
+#: their group; the other summaries are plain assistant messages and may be re-compressed only
+#: inside a larger S4 or S6 range (SPEC.md section 1), so they end a run.
+_RUN_KINDS: Final[frozenset[Kind]] = frozenset({"original", "preview", "large_summary"})
+
+
+def plan_s1(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
+    """One edit per tool run below H and below the protected tail that is long and heavy enough."""
+    lay = layout_of(snapshot, config)
+    floor = token_floor(config, ctx)
+    edits: list[Edit] = []
+    for start, end in tool_runs(lay, min(lay.history_end, lay.tail_start)):
+        if end - start <= config.min_tool_run:
+            continue
+        # A run of nothing but previews and summaries was compressed once already; summarising
+        # it again would mostly re-word earlier output.
+        if all(lay.metas[k].kind != "original" for k in range(start, end)):
+            continue
+        # Below the floor the run is skipped and the search goes on past it.
+        if total_tokens(lay.metas, start, end) < floor:
+            continue
+        if has_failed(snapshot, ctx, start, end):
+            continue
+        edits.append(make_edit(snapshot, STRATEGY, start, end, "tool_run_summary"))
+    return edits
+
+
+def tool_runs(lay: Layout, limit: int) -> Iterator[tuple[int, int]]:
+    """Maximal runs [start, end) of consecutive run-eligible tool groups ending at or before
+    `limit`, oldest first."""
+    run_start: int | None = None
+    run_end = 0
+    for start, end in lay.spans:
+        if end > limit:
+            break
+        if _is_run_group(lay, start, end):
+            run_start = start if run_start is None else run_start
+            run_end = end
+        elif run_start is not None:
+            yield run_start, run_end
+            run_start = None
+    if run_start is not None:
+        yield run_start, run_end
+
+
+def _is_run_group(lay: Layout, start: int, end: int) -> bool:
+    """A whole, answered, unpinned tool group whose members may be summarised by S1."""
+    head = lay.metas[start]
+    if not head.call_ids or head.role != "assistant" or end - start < 2:
+        return False
+    members = lay.metas[start:end]
+    answered = {rid for m in members[1:] for rid in m.result_ids}
+    if not set(head.call_ids) <= answered:
+        # Unanswered calls: the trailing pending call, never touched.
+        return False
+    if any(lay.pinned[k] for k in range(start, end)):
+        return False
+    return all(m.kind in _RUN_KINDS for m in members)

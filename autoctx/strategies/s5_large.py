@@ -1,0 +1,41 @@
+"""S5: large messages in the current round -> conservative summary (LLM), under token pressure.
+
+Only the text/output of the message is summarised; its tool_use/tool_result ids and names stay,
+so an edit here never breaks a tool group. The compressor builds the replacement that way.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ..config import AutoContextConfig
+from ..plans import Edit, PlanContext, Snapshot
+from ._common import RELOAD_TOOL_NAME, Layout, has_failed, layout_of, make_edit
+
+STRATEGY: Final = 5
+
+
+def plan_s5(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
+    """One edit per large original message after the latest user message."""
+    if not ctx.token_pressure:
+        return []
+    lay = layout_of(snapshot, config)
+    first = lay.latest_user + 1 if lay.latest_user is not None else lay.round_start
+    return [
+        make_edit(snapshot, STRATEGY, i, i + 1, "large_summary")
+        for i in range(first, len(lay))
+        if _summarisable(lay, i, config) and not has_failed(snapshot, ctx, i, i + 1)
+    ]
+
+
+def _summarisable(lay: Layout, i: int, config: AutoContextConfig) -> bool:
+    m = lay.metas[i]
+    return (
+        m.chars > config.large_payload_chars
+        # Previews and summaries of every kind are never summarised alone again.
+        and m.kind == "original"
+        and not lay.is_protected(i)
+        # An agent that just reloaded an offload must not see it compressed straight back.
+        and not (m.role == "tool" and RELOAD_TOOL_NAME in m.tool_names)
+        and not lay.touches_pending(i, i + 1)
+    )

@@ -1,0 +1,161 @@
+"""The structure of a working context: tool groups, rounds, final answers, the current round.
+
+These helpers work on `MsgMeta`, the metadata-only view of a message that planning reads (ids,
+roles, kinds, sizes, call ids), so that the strategies never need the content of 100k messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .messages import Kind, Msg, Role
+
+
+@dataclass(frozen=True, slots=True)
+class MsgMeta:
+    """What planning knows of one working message."""
+
+    id: int
+    role: Role
+    kind: Kind
+    #: Counts as a final answer (recorded at write time from the kind, never guessed).
+    final: bool
+    pinned: bool
+    tokens: int
+    #: Characters of text, tool input, tool output (see `Msg.payload_chars`).
+    chars: int
+    #: Ids of the tool calls this (assistant) message makes.
+    call_ids: tuple[str, ...] = ()
+    #: Ids of the calls this (tool) message answers.
+    result_ids: tuple[str, ...] = ()
+    #: Tool names of the calls made or answered.
+    tool_names: tuple[str, ...] = ()
+
+    @property
+    def is_tool_call(self) -> bool:
+        return bool(self.call_ids)
+
+
+def is_final_answer(msg: Msg, replaced_final: bool = False) -> bool:
+    """SPEC.md section 1's kinds table: what counts as a final answer."""
+    if msg.kind == "original":
+        return msg.role == "assistant" and not msg.tool_uses
+    if msg.kind == "round_summary":
+        return True
+    if msg.kind in ("preview", "large_summary"):
+        return replaced_final
+    return False
+
+
+def meta_of(msg: Msg, *, id: int, final: bool, tokens: int) -> MsgMeta:
+    calls = msg.tool_uses
+    results = msg.tool_results
+    return MsgMeta(
+        id=id,
+        role=msg.role,
+        kind=msg.kind,
+        final=final,
+        pinned=msg.pinned,
+        tokens=tokens,
+        chars=msg.payload_chars,
+        call_ids=tuple(c.id for c in calls),
+        result_ids=tuple(r.tool_use_id for r in results),
+        tool_names=tuple(c.name for c in calls) + tuple(r.name for r in results),
+    )
+
+
+def tool_group_spans(metas: Sequence[MsgMeta]) -> list[tuple[int, int]]:
+    """Every message as a span [start, end): a tool group (the assistant message with calls and
+    the tool messages answering them) is one span, any other message is a span of its own."""
+    spans: list[tuple[int, int]] = []
+    i, n = 0, len(metas)
+    while i < n:
+        m = metas[i]
+        j = i + 1
+        if m.call_ids:
+            open_ids = set(m.call_ids)
+            while j < n and open_ids and metas[j].role == "tool":
+                open_ids.difference_update(metas[j].result_ids)
+                j += 1
+        spans.append((i, j))
+        i = j
+    return spans
+
+
+def group_bounds(metas: Sequence[MsgMeta]) -> list[tuple[int, int]]:
+    """For each index, the span of the tool group (or lone message) it belongs to."""
+    bounds: list[tuple[int, int]] = [(0, 0)] * len(metas)
+    for start, end in tool_group_spans(metas):
+        for k in range(start, end):
+            bounds[k] = (start, end)
+    return bounds
+
+
+def effective_pinned(metas: Sequence[MsgMeta]) -> list[bool]:
+    """Pinned per index, where a pin on any member covers its whole tool group."""
+    pinned = [False] * len(metas)
+    for start, end in tool_group_spans(metas):
+        if any(metas[k].pinned for k in range(start, end)):
+            for k in range(start, end):
+                pinned[k] = True
+    return pinned
+
+
+def latest_final_index(metas: Sequence[MsgMeta]) -> int | None:
+    for i in range(len(metas) - 1, -1, -1):
+        if metas[i].final:
+            return i
+    return None
+
+
+def latest_user_index(metas: Sequence[MsgMeta]) -> int | None:
+    for i in range(len(metas) - 1, -1, -1):
+        if metas[i].role == "user":
+            return i
+    return None
+
+
+def current_round_start(metas: Sequence[MsgMeta]) -> int:
+    """Index of the latest user message; with none, the first message after the leading system
+    messages."""
+    user = latest_user_index(metas)
+    if user is not None:
+        return user
+    i = 0
+    while i < len(metas) and metas[i].role == "system":
+        i += 1
+    return i
+
+
+def finished_rounds(metas: Sequence[MsgMeta]) -> list[tuple[int, int]]:
+    """(user index, final answer index) of every finished round, oldest first.
+
+    A round begins at a user message and ends at the last final answer before the next user
+    message; a round with no final answer is not finished.
+    """
+    rounds: list[tuple[int, int]] = []
+    user: int | None = None
+    answer: int | None = None
+    for i, m in enumerate(metas):
+        if m.role == "user":
+            if user is not None and answer is not None:
+                rounds.append((user, answer))
+            user, answer = i, None
+        elif m.final and user is not None:
+            answer = i
+    if user is not None and answer is not None:
+        rounds.append((user, answer))
+    return rounds
+
+
+def pending_call_ids(metas: Sequence[MsgMeta]) -> tuple[str, ...]:
+    """Ids of the calls of the newest tool group still without a result (a trailing pending call)."""
+    if not metas:
+        return ()
+    start, end = tool_group_spans(metas)[-1]
+    head = metas[start]
+    if not head.call_ids:
+        return ()
+    answered = {rid for k in range(start + 1, end) for rid in metas[k].result_ids}
+    return tuple(c for c in head.call_ids if c not in answered)

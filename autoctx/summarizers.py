@@ -1,0 +1,591 @@
+"""The summariser protocol and its implementations.
+
+A summariser turns one request (strategy, a plain-text transcript, a prompt, a character budget)
+into text. It never sees raw tool_call/tool messages, holds no database lock and knows nothing of
+sessions. Failures raise `SummarizerError` with a short machine reason (`timeout`, `http_error`,
+`connection`, `empty`, `refusal`, `tag_in_answer`, ...), which the compressor records on a
+`failed` event.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
+
+from .errors import ConfigError, SummarizerError
+from .transcript import OFFLOAD_MARKER, OFFLOAD_TAG_RE, neutralise_tags
+
+if TYPE_CHECKING:
+    # The openai package takes about half a second to import; the offline path never needs it.
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
+
+__all__ = [
+    "SUMMARIZER_REASONS",
+    "OfflineSummarizer",
+    "OpenAISummarizer",
+    "Summarizer",
+    "SummaryRequest",
+    "SummaryResult",
+    "default_summarizer",
+]
+
+_log = logging.getLogger("autoctx")
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    #: 1, 4, 5 or 6 (SPEC.md section 3).
+    strategy: int
+    #: The system prompt: what the summary must keep.
+    prompt: str
+    #: The messages to summarise, as one plain-text transcript.
+    transcript: str
+    #: Characters of the original (text, tool-input JSON and outputs).
+    input_chars: int
+    #: The most characters the answer may have (S6 states it in the request).
+    char_budget: int | None = None
+    #: Appended as the last part of the request when a plan is attached to the session.
+    plan_hint: str | None = None
+
+    def user_content(self) -> str:
+        """The user message an LLM receives: the transcript, then the character budget when
+        there is one, then the plan hint, always last (SPEC.md section 3)."""
+        parts = ["Transcript to summarise:", neutralise_tags(self.transcript)]
+        if self.char_budget is not None:
+            parts.append(
+                f"Character budget: your answer must be at most {self.char_budget} characters "
+                f"(the original content of the transcript is {self.input_chars} characters)."
+            )
+        if self.plan_hint:
+            parts.append(neutralise_tags(self.plan_hint))
+        return "\n\n".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryResult:
+    text: str
+    model: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float = 0.0
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Anything with this method can summarise for autoctx."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult: ...
+
+
+#: The machine reasons a `SummarizerError` carries, with what each means.
+SUMMARIZER_REASONS: Final[Mapping[str, str]] = {
+    "timeout": "the endpoint did not answer (or stopped streaming) within the timeout",
+    "rate_limited": "HTTP 429; the detail carries the Retry-After value when the server sent one",
+    "http_error": "any other HTTP error status; the detail carries the status",
+    "connection": "the connection failed, or a stream ended before the answer was complete",
+    "bad_response": "the endpoint answered with something that is not a chat completion",
+    "api_error": "the endpoint reported an error inside a stream, or the client failed",
+    "empty": "the answer is empty or only whitespace",
+    "refusal": "the model refused (refusal set, or finish_reason content_filter)",
+    "tag_in_answer": "the answer contains an offload tag or the CONTEXT_OFFLOAD marker",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Offline, extractive
+# ---------------------------------------------------------------------------------------------
+
+#: Without a budget, the offline summary aims at a quarter of the input, between these bounds:
+#: small enough that a large input always shrinks, large enough to hold the key lines.
+OFFLINE_MAX_CHARS: Final = 4000
+OFFLINE_MIN_CHARS: Final = 200
+OFFLINE_MODEL: Final = "autoctx-offline"
+
+# An entry of `render_transcript`: a bracketed header naming a role or a tool result.
+_ENTRY_RE: Final = re.compile(
+    r"^\[(?P<header>(?:system|user|assistant|tool)\b[^\]\n]{0,400}|tool result [^\]\n]{1,400})\]"
+    r"(?: |$)",
+    re.MULTILINE,
+)
+_ERROR_RE: Final = re.compile(
+    r"error|exception|traceback|fail|fatal|panic|denied|refused|not found|no such|cannot|"
+    r"can't|unable|timed? ?out|abort|invalid|\bE\d{3,}\b|exit (?:code|status) [1-9]|"
+    r"status(?: code)?[ :=]+[45]\d\d|\b[45]\d\d (?:[A-Z][a-z]+ ?)+",
+    re.IGNORECASE,
+)
+# Tokens worth keeping even when the line around them is dropped or cut.
+_FACT_RE: Final = re.compile(
+    r"https?://[^\s\"'<>)\]]+"  # URLs
+    r"|\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"  # uuids
+    r"|(?<![\w/.-])(?:~|\.{1,2})?/?(?:[\w.@-]+/)+[\w.@-]+"  # paths with a slash
+    r"|\b[\w-]+\.(?:py|js|ts|tsx|json|ya?ml|toml|ini|cfg|conf|md|txt|sql|sh|log|html|css|go|rs"
+    r"|java|c|h|cpp|rb|php|lock|env|csv|xml)\b"  # file names
+    r"|\b[\w.-]+=[^\s,;\"']+"  # key=value
+    r"|\b(?:id|port|pid|status|code|version|count|size)[\s:=#]+[\w.:/-]+"  # named values
+    r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"  # hex ids and hashes
+    r"|\b\w+_\d+\b",  # call_3, job_42
+    re.IGNORECASE,
+)
+_NUMBER_RE: Final = re.compile(r"\d")
+_LINE_CHARS: Final = 200
+_ERROR_LINE_CHARS: Final = 300
+_ARGS_CHARS: Final = 400
+_FACTS_PER_ENTRY: Final = 12
+_ERROR_CONTEXT_LINES: Final = 6
+
+# Priorities of the lines an entry offers, most important first.
+_P_CALL, _P_ERROR, _P_EDGE, _P_FACT_LINE, _P_FACTS, _P_NUMBER = range(6)
+
+
+@dataclass(slots=True)
+class _Entry:
+    header: str
+    lines: list[str]
+
+
+@dataclass(slots=True)
+class _Candidate:
+    priority: int
+    entry: int
+    #: Index of the body line, or -1 for the header.
+    line: int
+    text: str
+    #: Rank among the entry's candidates of the same priority: the budget goes round the
+    #: entries (every result's first error before any result's second) instead of letting
+    #: the first long result eat it all.
+    order: int = 0
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 6].rstrip() + " [...]"
+
+
+def _split_entries(transcript: str) -> list[_Entry]:
+    starts = list(_ENTRY_RE.finditer(transcript))
+    if not starts:
+        # Not a transcript of `render_transcript` (a caller may build its own): one body.
+        return [_Entry("", transcript.splitlines())]
+    entries: list[_Entry] = []
+    if transcript[: starts[0].start()].strip():
+        entries.append(_Entry("", transcript[: starts[0].start()].splitlines()))
+    for i, match in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(transcript)
+        entries.append(_Entry(match.group("header"), transcript[match.end() : end].splitlines()))
+    return entries
+
+
+def _dedupe(lines: Iterable[str]) -> list[str]:
+    """Non-blank lines, consecutive repeats folded into one line with a count."""
+    out: list[str] = []
+    previous: str | None = None
+    repeats = 0
+    for raw in lines:
+        line = raw.rstrip()
+        if not line.strip():
+            continue
+        if line == previous:
+            repeats += 1
+            continue
+        if repeats:
+            out[-1] += f" (x{repeats + 1})"
+        out.append(line)
+        previous, repeats = line, 0
+    if repeats:
+        out[-1] += f" (x{repeats + 1})"
+    return out
+
+
+def _candidates(index: int, entry: _Entry) -> list[_Candidate]:
+    is_call = "-> tool call" in entry.header
+    lines = _dedupe(entry.lines)
+    entry.lines = lines
+    found: list[_Candidate] = []
+    if is_call:
+        # The call itself (tool name, id, arguments) is the most important thing to keep.
+        found.append(_Candidate(_P_CALL, index, -1, entry.header))
+        args = " ".join(line.strip() for line in lines)
+        if args:
+            found.append(_Candidate(_P_CALL, index, 0, _clip(args, _ARGS_CHARS)))
+        entry.lines = [args] if args else []
+        return found
+    if entry.header:
+        found.append(_Candidate(_P_EDGE, index, -1, entry.header))
+    kept_text: list[str] = []
+    error_context = 0
+    for j, line in enumerate(lines):
+        if _ERROR_RE.search(line):
+            priority, limit = _P_ERROR, _ERROR_LINE_CHARS
+            error_context = _ERROR_CONTEXT_LINES
+        elif error_context and line[:1].isspace():
+            # The indented lines after an error (traceback frames, details) say where it
+            # happened; they count as part of the error.
+            priority, limit = _P_ERROR, _ERROR_LINE_CHARS
+            error_context -= 1
+        elif j in (0, len(lines) - 1):
+            priority, limit = _P_EDGE, _LINE_CHARS
+        elif _FACT_RE.search(line):
+            priority, limit = _P_FACT_LINE, _LINE_CHARS
+        elif _NUMBER_RE.search(line):
+            priority, limit = _P_NUMBER, _LINE_CHARS
+        else:
+            error_context = 0
+            continue
+        if priority != _P_ERROR:
+            error_context = 0
+        text = _clip(line, limit)
+        found.append(_Candidate(priority, index, j, text))
+        if priority <= _P_EDGE:
+            kept_text.append(text)
+    # Facts hidden in what the important lines leave out (long JSON, dropped middle lines).
+    kept = "\n".join(kept_text)
+    facts: list[str] = []
+    for match in _FACT_RE.finditer("\n".join(lines)):
+        fact = match.group(0).rstrip(".,:")
+        if len(fact) > 2 and fact not in kept and fact not in facts:
+            facts.append(_clip(fact, 120))
+            if len(facts) == _FACTS_PER_ENTRY:
+                break
+    if facts:
+        found.append(_Candidate(_P_FACTS, index, len(lines), "facts: " + ", ".join(facts)))
+    ranks: dict[int, int] = {}
+    for c in found:
+        c.order = ranks.get(c.priority, 0)
+        ranks[c.priority] = c.order + 1
+    return found
+
+
+def _gap(count: int) -> str:
+    return f"  [... {count} line{'s' if count > 1 else ''}]"
+
+
+def _render(entries: list[_Entry], chosen: Mapping[tuple[int, int], str]) -> str:
+    """The chosen lines in transcript order, each entry under its header, gaps marked."""
+    by_entry: dict[int, list[int]] = {}
+    for entry, line in chosen:
+        by_entry.setdefault(entry, []).append(line)
+    out: list[str] = []
+    for i in sorted(by_entry):
+        entry = entries[i]
+        parts = [f"[{entry.header}]"] if entry.header else []
+        previous = -1
+        for j in sorted(line for line in by_entry[i] if line >= 0):
+            # Index len(lines) is the facts line, which stands after the last body line.
+            position = min(j, len(entry.lines))
+            if position - previous > 1:
+                parts.append(_gap(position - previous - 1))
+            parts.append("  " + chosen[(i, j)])
+            previous = position
+        if len(entry.lines) - previous > 1:
+            parts.append(_gap(len(entry.lines) - previous - 1))
+        out.append("\n".join(parts))
+    return "\n".join(out)
+
+
+class OfflineSummarizer:
+    """An extractive summariser: deterministic, no network, no model.
+
+    It keeps, in order of importance, every tool call (name, id, arguments), every error line,
+    the first and last line of each message or result, lines that carry paths, URLs, ids or
+    key=value settings, and a list of such facts found in what it drops; then whatever else
+    holds numbers. It stays within the request's ``char_budget``, or without one within a
+    quarter of the input (between `OFFLINE_MIN_CHARS` and `OFFLINE_MAX_CHARS`), so a large
+    input always shrinks. Offload tags it copies become ``[offloaded context <uuid>]``.
+    """
+
+    model: str = OFFLINE_MODEL
+
+    def budget_for(self, request: SummaryRequest) -> int:
+        """The most characters the summary of `request` may have."""
+        if request.char_budget is not None:
+            return max(1, request.char_budget)
+        return min(OFFLINE_MAX_CHARS, max(OFFLINE_MIN_CHARS, request.input_chars // 4))
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        started = time.perf_counter()
+        text = self._extract(neutralise_tags(request.transcript), self.budget_for(request))
+        return SummaryResult(
+            text=text,
+            model=self.model,
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    def _extract(self, transcript: str, budget: int) -> str:
+        entries = _split_entries(transcript)
+        candidates = [c for i, e in enumerate(entries) for c in _candidates(i, e)]
+        total_lines = sum(len(e.lines) + (1 if e.header else 0) for e in entries)
+        # Greedy by priority, then round the entries: the cost estimate counts a line, its
+        # indent, the header it drags in and a gap marker; the rendering below settles the
+        # truth and drops the least important lines while it overshoots.
+        chosen: dict[tuple[int, int], str] = {}
+        used = 0
+        headed: set[int] = set()
+        ranked = sorted(candidates, key=lambda c: (c.priority, c.order, c.entry, c.line))
+        for c in ranked:
+            cost = len(c.text) + 3 + len(_gap(99))
+            if c.entry not in headed and entries[c.entry].header:
+                cost += len(entries[c.entry].header) + 3
+            if used + cost > budget:
+                continue
+            used += cost
+            chosen[(c.entry, c.line)] = c.text
+            headed.add(c.entry)
+        droppable = [(c.entry, c.line) for c in reversed(ranked) if (c.entry, c.line) in chosen]
+        while True:
+            head = f"[offline extract: {len(chosen)} of {total_lines} lines kept]"
+            body = _render(entries, chosen)
+            out = f"{head}\n{body}" if body else head
+            if len(out) <= budget or not droppable:
+                break
+            del chosen[droppable.pop(0)]
+        if len(out) > budget:
+            # Only when even the note does not fit (a budget of a few characters).
+            out = out[:budget]
+        out = neutralise_tags(out)
+        return out if out.strip() else "(nothing to summarise)"[:budget]
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI-compatible endpoint
+# ---------------------------------------------------------------------------------------------
+
+#: Model used when neither the caller nor the environment names one.
+DEFAULT_SUMMARY_MODEL: Final = "gpt-4o-mini"
+# Local OpenAI-compatible servers need no key, but the official client refuses to start
+# without one.
+_PLACEHOLDER_KEY: Final = "autoctx-no-key"
+_DETAIL_CHARS: Final = 500
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+class OpenAISummarizer:
+    """Summaries from any OpenAI-compatible Chat Completions endpoint (official `openai` client).
+
+    ``OpenAISummarizer(model="gpt-4o-mini")`` reads ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``;
+    the model falls back to ``AUTOCTX_SUMMARY_MODEL``, then ``OPENAI_MODEL``, then
+    ``gpt-4o-mini``. Pass ``client=`` to use a configured `openai.OpenAI` as it is (its own
+    timeout and retries then apply). With ``stream=True`` the answer is streamed and the usage
+    read from the final chunk.
+
+    Every failure raises `SummarizerError`; its ``reason`` is one of `SUMMARIZER_REASONS`.
+    Whether the summary is shorter than its input is the compressor's check, not this one's.
+    """
+
+    def __init__(
+        self,
+        client: openai.OpenAI | None = None,
+        *,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60,
+        max_retries: int = 2,
+        stream: bool = False,
+        temperature: float | None = 0,
+    ) -> None:
+        self.model = (
+            model or _env("AUTOCTX_SUMMARY_MODEL") or _env("OPENAI_MODEL") or DEFAULT_SUMMARY_MODEL
+        )
+        self.stream = stream
+        self.temperature = temperature
+        self._owns_client = client is None
+        if client is not None:
+            if base_url is not None or api_key is not None:
+                raise ConfigError(
+                    "OpenAISummarizer: pass either a configured client or base_url/api_key, "
+                    "not both"
+                )
+            self.client = client
+            return
+        import openai
+
+        base_url = base_url or _env("OPENAI_BASE_URL")
+        api_key = api_key or _env("OPENAI_API_KEY") or (_PLACEHOLDER_KEY if base_url else None)
+        if api_key is None:
+            raise ConfigError(
+                "OpenAISummarizer needs an endpoint: set OPENAI_API_KEY (for api.openai.com) "
+                "or OPENAI_BASE_URL (for a local OpenAI-compatible server), or pass "
+                "base_url=/api_key=; without one, use OfflineSummarizer()"
+            )
+        self.client = openai.OpenAI(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+        )
+
+    @classmethod
+    def from_env(cls) -> OpenAISummarizer | None:
+        """A summariser for the endpoint the environment names, or None when it names none."""
+        if _env("OPENAI_BASE_URL") is None and _env("OPENAI_API_KEY") is None:
+            return None
+        return cls()
+
+    def __repr__(self) -> str:
+        return f"OpenAISummarizer(model={self.model!r}, base_url={str(self.client.base_url)!r})"
+
+    def close(self) -> None:
+        """Close the HTTP client, when this summariser created it."""
+        if self._owns_client:
+            self.client.close()
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        import openai
+
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": request.prompt},
+            {"role": "user", "content": request.user_content()},
+        ]
+        started = time.perf_counter()
+        try:
+            result = self._streamed(messages) if self.stream else self._plain(messages)
+        except openai.APITimeoutError as err:
+            raise SummarizerError("timeout", f"{self._where()}: {err}") from err
+        except openai.RateLimitError as err:
+            retry_after = err.response.headers.get("retry-after")
+            raise SummarizerError(
+                "rate_limited",
+                f"{self._where()}: HTTP 429, retry-after={retry_after or 'not given'}: "
+                f"{_clip(err.message, _DETAIL_CHARS)}",
+            ) from err
+        except openai.APIStatusError as err:
+            raise SummarizerError(
+                "http_error",
+                f"{self._where()}: HTTP {err.status_code}: {_clip(err.message, _DETAIL_CHARS)}",
+            ) from err
+        except openai.APIConnectionError as err:
+            raise SummarizerError("connection", f"{self._where()}: {err}") from err
+        except openai.APIResponseValidationError as err:
+            raise SummarizerError("bad_response", f"{self._where()}: {err}") from err
+        except openai.OpenAIError as err:
+            raise SummarizerError(
+                "api_error", f"{self._where()}: {_clip(str(err), _DETAIL_CHARS)}"
+            ) from err
+        text, model, prompt_tokens, completion_tokens = result
+        return SummaryResult(
+            text=_check_answer(text),
+            model=model or self.model,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    def _where(self) -> str:
+        return f"model {self.model} at {self.client.base_url}"
+
+    def _temperature(self) -> float | openai.Omit:
+        import openai
+
+        # None means "the endpoint's default": the parameter is left out, not sent as null,
+        # which some OpenAI-compatible servers reject.
+        return openai.omit if self.temperature is None else self.temperature
+
+    def _plain(
+        self, messages: list[ChatCompletionMessageParam]
+    ) -> tuple[str, str, int | None, int | None]:
+        response: ChatCompletion = self.client.chat.completions.create(
+            model=self.model, messages=messages, temperature=self._temperature()
+        )
+        if not response.choices:
+            raise SummarizerError("bad_response", f"{self._where()}: the answer has no choices")
+        choice = response.choices[0]
+        if choice.message.refusal:
+            raise SummarizerError(
+                "refusal", f"{self._where()}: {_clip(choice.message.refusal, _DETAIL_CHARS)}"
+            )
+        _check_finish(choice.finish_reason, self._where())
+        usage = response.usage
+        return (
+            choice.message.content or "",
+            response.model,
+            usage.prompt_tokens if usage else None,
+            usage.completion_tokens if usage else None,
+        )
+
+    def _streamed(
+        self, messages: list[ChatCompletionMessageParam]
+    ) -> tuple[str, str, int | None, int | None]:
+        stream = self.client.chat.completions.create(
+            model=self.model,
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+            temperature=self._temperature(),
+        )
+        pieces: list[str] = []
+        refusal: list[str] = []
+        model = ""
+        finish: str | None = None
+        prompt_tokens: int | None = None
+        completion_tokens: int | None = None
+        with stream:
+            chunk: ChatCompletionChunk
+            for chunk in stream:
+                model = chunk.model or model
+                if chunk.usage is not None:
+                    # The usage chunk comes last and carries no choices.
+                    prompt_tokens = chunk.usage.prompt_tokens
+                    completion_tokens = chunk.usage.completion_tokens
+                for choice in chunk.choices[:1]:
+                    if choice.delta.content:
+                        pieces.append(choice.delta.content)
+                    if choice.delta.refusal:
+                        refusal.append(choice.delta.refusal)
+                    if choice.finish_reason is not None:
+                        finish = choice.finish_reason
+        if refusal:
+            raise SummarizerError(
+                "refusal", f"{self._where()}: {_clip(''.join(refusal), _DETAIL_CHARS)}"
+            )
+        if finish is None:
+            # Every OpenAI-compatible server ends a complete answer with a finish_reason; a
+            # stream that stops without one was cut, and half a summary must not replace
+            # the originals.
+            raise SummarizerError(
+                "connection",
+                f"{self._where()}: the stream ended after {sum(map(len, pieces))} characters "
+                "without a finish_reason (connection dropped?)",
+            )
+        _check_finish(finish, self._where())
+        return "".join(pieces), model, prompt_tokens, completion_tokens
+
+
+def _check_finish(finish_reason: str | None, where: str) -> None:
+    if finish_reason == "content_filter":
+        raise SummarizerError("refusal", f"{where}: the answer was stopped by a content filter")
+    if finish_reason == "length":
+        # Kept: a cut summary still beats none, and the originals stay reloadable. Logged so
+        # that an operator can raise the endpoint's output limit.
+        _log.warning("autoctx: the summary from %s hit the output token limit", where)
+
+
+def _check_answer(text: str) -> str:
+    """The answer, stripped, or `SummarizerError` when it cannot become a summary."""
+    answer = text.strip()
+    if not answer:
+        raise SummarizerError(
+            "empty", f"the answer is {'empty' if not text else 'only whitespace'}"
+        )
+    if OFFLOAD_TAG_RE.search(answer) or OFFLOAD_MARKER in answer:
+        raise SummarizerError(
+            "tag_in_answer",
+            "the answer contains an offload tag or the CONTEXT_OFFLOAD marker; a summary must "
+            f"not carry one: {_clip(answer, 200)}",
+        )
+    return answer
+
+
+def default_summarizer() -> Summarizer:
+    """The OpenAI-compatible summariser when the environment names an endpoint, else offline."""
+    summarizer = OpenAISummarizer.from_env()
+    if summarizer is None:
+        _log.info("autoctx: no OPENAI_BASE_URL or OPENAI_API_KEY set; using the offline summariser")
+        return OfflineSummarizer()
+    return summarizer

@@ -1,0 +1,119 @@
+"""`context_reload`: the tool an agent calls to get offloaded context back.
+
+The handler answers in plain text and turns every error into a plain answer, so a model's bad
+call never raises into the agent loop. It only ever sees the offloads of its own session.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .errors import InvalidOffloadId, OffloadNotFound
+from .messages import Msg, ToolUseBlock
+from .transcript import render_transcript
+
+TOOL_NAME = "context_reload"
+
+NOT_FOUND_ANSWER = "No offloaded context with that id in this session."
+
+
+def parse_offload_id(value: object) -> uuid.UUID:
+    """A uuid from a string; `InvalidOffloadId` for an empty or malformed one."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidOffloadId(
+            "the offload id is empty; pass the uuid from a <!-- CONTEXT_OFFLOAD: uuid=... --> tag"
+        )
+    text = value.strip()
+    try:
+        parsed = uuid.UUID(text)
+    except ValueError:
+        raise InvalidOffloadId(
+            f"{text[:80]!r} is not an offload id (expected a uuid such as "
+            "'123e4567-e89b-12d3-a456-426614174000', from a CONTEXT_OFFLOAD tag)"
+        ) from None
+    if str(parsed) != text.lower() and parsed.hex != text.lower():
+        raise InvalidOffloadId(f"{text[:80]!r} is not a canonical uuid; copy it from the tag")
+    return parsed
+
+
+def reload_tool_definition(page_chars: int) -> dict[str, Any]:
+    """The OpenAI function-tool definition of `context_reload`."""
+    return {
+        "type": "function",
+        "function": {
+            "name": TOOL_NAME,
+            "description": (
+                "Reload context that was compressed to save space. Messages that end with "
+                "<!-- CONTEXT_OFFLOAD: uuid=... --> replace original messages; call this with "
+                "that uuid to read the originals. Long results come in pages of about "
+                f"{page_chars} characters: call again with the offset the answer gives."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "uuid": {
+                        "type": "string",
+                        "description": "The uuid from a CONTEXT_OFFLOAD tag.",
+                    },
+                    "offset": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "Character offset of the page to read (default 0).",
+                    },
+                },
+                "required": ["uuid"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def answer_reload_call(
+    arguments: str | Mapping[str, Any],
+    reload: Callable[[uuid.UUID], list[Msg]],
+    page_chars: int,
+) -> str:
+    """Answer one `context_reload` call with text (never raises for a bad call)."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+    except ValueError:
+        return "Invalid arguments: expected JSON like {\"uuid\": \"...\"}."
+    if not isinstance(args, dict):
+        return "Invalid arguments: expected a JSON object like {\"uuid\": \"...\"}."
+    try:
+        offload = parse_offload_id(args.get("uuid"))
+    except InvalidOffloadId as exc:
+        if not isinstance(args.get("uuid"), str) or not str(args.get("uuid")).strip():
+            return "Missing uuid: pass the uuid from a CONTEXT_OFFLOAD tag."
+        return f"Invalid uuid: {exc}"
+    offset = args.get("offset", 0)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        return "Invalid offset: pass a non-negative integer character offset."
+    try:
+        msgs = reload(offload)
+    except OffloadNotFound:
+        return NOT_FOUND_ANSWER
+    text = render_transcript(msgs)
+    if offset >= len(text) and offset > 0:
+        return f"Offset {offset} is past the end: the offloaded context has {len(text)} characters."
+    page = text[offset : offset + page_chars]
+    end = offset + len(page)
+    if end < len(text):
+        return (
+            f"{page}\n[page: characters {offset}-{end} of {len(text)}; call {TOOL_NAME} with "
+            f"offset={end} for the next page]"
+        )
+    return page
+
+
+def call_arguments(call: ToolUseBlock | Mapping[str, Any]) -> tuple[str, str | Mapping[str, Any]]:
+    """(tool name, arguments) of an OpenAI tool call dict or a `ToolUseBlock`."""
+    if isinstance(call, ToolUseBlock):
+        return call.name, call.arguments
+    fn = call.get("function", call)
+    if not isinstance(fn, Mapping):
+        return "", {}
+    return str(fn.get("name", "")), fn.get("arguments", "{}")

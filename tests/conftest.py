@@ -1,0 +1,116 @@
+"""Shared fixtures: a real PostgreSQL, migrated once into a template, cloned per test module.
+
+`AUTOCTX_TEST_DATABASE_URL` (a server URL; its database is used only to connect and create
+others) when set, otherwise a throwaway embedded PostgreSQL in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import URL
+
+from autoctx import AutoContextConfig, AutoContextMemory
+from autoctx.memory import dispose_engines
+from autoctx.store.database import (
+    create_engine,
+    embedded_url,
+    ensure_database,
+    normalize_url,
+    start_embedded,
+    upgrade,
+)
+from autoctx.summarizers import OfflineSummarizer
+
+ENV_TEST_URL = "AUTOCTX_TEST_DATABASE_URL"
+
+
+def _drop_database(admin_url: URL, name: str) -> None:
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    with engine.connect() as conn, contextlib.suppress(sa.exc.DBAPIError):
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def embedded_admin_url() -> Iterator[URL]:
+    """A throwaway embedded PostgreSQL 18 (deleted at the end of the run)."""
+    root = Path(tempfile.mkdtemp(prefix="autoctx-test-pg-"))
+    server = start_embedded(root / "pgdata", cleanup_mode="delete")
+    yield embedded_url(server, "postgres")
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def admin_url(request: pytest.FixtureRequest) -> URL:
+    raw = os.environ.get(ENV_TEST_URL)
+    if raw:
+        return normalize_url(raw)
+    url: URL = request.getfixturevalue("embedded_admin_url")
+    return url
+
+
+def _with_database(url: URL, name: str) -> URL:
+    return url.set(database=name)
+
+
+@pytest.fixture(scope="session")
+def template_db(admin_url: URL) -> Iterator[str]:
+    """A database migrated to head once, cloned by every module."""
+    name = f"autoctx_tmpl_{uuid.uuid4().hex[:10]}"
+    ensure_database(admin_url, name)
+    engine = create_engine(_with_database(admin_url, name), poolclass=sa.NullPool)
+    upgrade(engine)
+    engine.dispose()
+    yield name
+    _drop_database(admin_url, name)
+
+
+def clone_database(admin_url: URL, template: str) -> tuple[URL, str]:
+    name = f"autoctx_t_{uuid.uuid4().hex[:12]}"
+    ensure_database(admin_url, name, template=template)
+    return _with_database(admin_url, name), name
+
+
+@pytest.fixture(scope="module")
+def db_url(admin_url: URL, template_db: str) -> Iterator[str]:
+    """A migrated database of this test module's own (a clone of the template)."""
+    url, name = clone_database(admin_url, template_db)
+    yield url.render_as_string(hide_password=False)
+    dispose_engines()
+    _drop_database(admin_url, name)
+
+
+@pytest.fixture
+def empty_db_url(admin_url: URL) -> Iterator[str]:
+    """An empty database (no schema), for migration tests."""
+    name = f"autoctx_e_{uuid.uuid4().hex[:12]}"
+    ensure_database(admin_url, name)
+    yield _with_database(admin_url, name).render_as_string(hide_password=False)
+    dispose_engines()
+    _drop_database(admin_url, name)
+
+
+@pytest.fixture
+def session_id(request: pytest.FixtureRequest) -> str:
+    """A session id unique to the test."""
+    return f"t-{request.node.name[:60]}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def open_memory(db_url: str, session_id: str) -> Callable[..., AutoContextMemory]:
+    """Open (or create) a memory on this module's database with the offline summariser."""
+
+    def _open(sid: str | None = None, config: AutoContextConfig | None = None, **kw: Any) -> AutoContextMemory:
+        kw.setdefault("summarizer", OfflineSummarizer())
+        return AutoContextMemory.open(sid or session_id, db_url, config, **kw)
+
+    return _open

@@ -1,0 +1,172 @@
+"""The persistent core against real PostgreSQL: append, load, totals, restart, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from autoctx import (
+    AsyncAutoContextMemory,
+    AutoContextConfig,
+    AutoContextMemory,
+    DatabaseUnavailable,
+    InvalidMessage,
+    InvalidSessionId,
+    Msg,
+    SessionNotFound,
+    ToolUseBlock,
+)
+from autoctx.intake import count_tokens
+from autoctx.tokens import TokenCounter
+from tests.test_messages import drop_none, varied_conversation
+
+Open = Callable[..., AutoContextMemory]
+
+
+def recount(mem: AutoContextMemory) -> int:
+    counter = TokenCounter(mem.config.model)
+    return sum(count_tokens(m, counter) for m in mem.messages())
+
+
+def test_add_and_load_round_trip(open_memory: Open) -> None:
+    mem = open_memory()
+    stored = mem.add(varied_conversation())
+    assert [m.id for m in stored] == list(range(1, len(stored) + 1))
+    assert drop_none(mem.to_openai()) == drop_none(varied_conversation())
+    assert mem.message_count == len(varied_conversation())
+
+
+def test_round_trip_survives_a_new_process(open_memory: Open, db_url: str, session_id: str) -> None:
+    mem = open_memory()
+    mem.add(varied_conversation())
+    mem.close()
+    script = (
+        "import json, sys\n"
+        "from autoctx import AutoContextMemory\n"
+        "mem = AutoContextMemory.open(sys.argv[1], sys.argv[2], create=False)\n"
+        "print(json.dumps({'messages': mem.to_openai(), 'tokens': mem.token_count,"
+        " 'count': mem.message_count}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, session_id, db_url], capture_output=True, text=True, check=True
+    )
+    data = json.loads(out.stdout)
+    assert drop_none(data["messages"]) == drop_none(varied_conversation())
+    reopened = open_memory()
+    assert data["tokens"] == reopened.token_count == recount(reopened)
+    assert data["count"] == len(varied_conversation())
+
+
+def test_totals_equal_a_recount_after_many_appends(open_memory: Open) -> None:
+    mem = open_memory()
+    for i in range(20):
+        mem.add([Msg.user(f"question {i} " * (i + 1)), Msg.assistant(f"answer {i}")])
+    assert mem.message_count == 40
+    assert mem.token_count == recount(mem)
+
+
+def test_needs_compression_reads_only_the_session_row(open_memory: Open) -> None:
+    mem = open_memory(config=AutoContextConfig(msg_threshold=3))
+    mem.add([Msg.user("a"), Msg.assistant("b")])
+    statements: list[str] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sa.event.listen(mem.engine, "before_cursor_execute", capture)
+    try:
+        assert mem.needs_compression() is False
+        mem.add(Msg.user("c"))
+        statements.clear()
+        assert mem.needs_compression() is True
+    finally:
+        sa.event.remove(mem.engine, "before_cursor_execute", capture)
+    assert len(statements) == 1, statements
+    sql = statements[0]
+    assert "FROM sessions" in sql and "WHERE sessions.session_id =" in sql
+    assert "messages" not in sql.split("FROM", 1)[1]
+
+
+def test_rejected_batch_stores_nothing(open_memory: Open) -> None:
+    mem = open_memory()
+    mem.add(Msg.user("keep me"))
+    before = (mem.message_count, mem.token_count, mem.version)
+    with pytest.raises(InvalidMessage, match="message 2"):
+        mem.add([Msg.user("one"), Msg.assistant("two"), {"role": "wizard", "content": "x"}])
+    with pytest.raises(InvalidMessage, match="answers no open call"):
+        mem.add([Msg.assistant("ok"), Msg.tool("nope", "x")])
+    assert (mem.message_count, mem.token_count, mem.version) == before
+    assert [m.text for m in mem.messages()] == ["keep me"]
+    n = mem.sql("select count(*) from messages where session_id = :s", s=mem.session_id)[0][0]
+    assert n == 1
+
+
+def test_open_calls_persist_across_adds_and_processes(open_memory: Open) -> None:
+    mem = open_memory()
+    mem.add(Msg.assistant(None, [ToolUseBlock("c1", "ls")]))
+    mem.close()
+    again = open_memory()
+    with pytest.raises(InvalidMessage, match="still unanswered"):
+        again.add(Msg.user("skip it"))
+    again.add(Msg.tool("c1", "a.py b.py"))
+    assert again.messages()[-1].tool_results[0].name == "ls"
+
+
+@pytest.mark.parametrize(
+    ("session_id", "fragment"),
+    [("", "empty"), ("x" * 256, "256 characters"), ("a\x00b", "NUL"), ("bad\ud800", "surrogate")],
+)
+def test_bad_session_ids_are_refused(db_url: str, session_id: str, fragment: str) -> None:
+    with pytest.raises(InvalidSessionId, match=fragment):
+        AutoContextMemory.open(session_id, db_url)
+
+
+def test_unreachable_database_gives_one_clear_line() -> None:
+    url = "postgresql+psycopg://nobody@127.0.0.1:1/nowhere"
+    with pytest.raises(DatabaseUnavailable) as err:
+        AutoContextMemory.open("s", url)
+    message = str(err.value)
+    assert "127.0.0.1:1" in message and "AUTOCTX_DATABASE_URL" in message
+    assert "\n" not in message
+
+
+def test_open_without_create_on_unknown_session(db_url: str) -> None:
+    with pytest.raises(SessionNotFound, match="does not exist"):
+        AutoContextMemory.open("never-made", db_url, create=False)
+
+
+def test_sessions_of_other_tenants_look_unknown(open_memory: Open, session_id: str) -> None:
+    mem = open_memory(tenant="acme")
+    mem.add(Msg.user("secret"))
+    with pytest.raises(SessionNotFound):
+        open_memory(tenant="globex", create=False)
+    with pytest.raises(SessionNotFound):
+        open_memory(tenant="globex")
+
+
+def test_delete_removes_everything_of_the_session(open_memory: Open) -> None:
+    mem = open_memory()
+    mem.add([Msg.user("a"), Msg.assistant("b")])
+    sid = mem.session_id
+    mem.delete()
+    other = open_memory(sid="someone-else")
+    for table in ("messages", "working_set", "sessions"):
+        assert other.sql(f"select count(*) from {table} where session_id = :s", s=sid)[0][0] == 0
+
+
+def test_the_async_twin_runs_the_same_code(db_url: str, session_id: str) -> None:
+    async def scenario() -> tuple[int, list[dict[str, Any]]]:
+        async with await AsyncAutoContextMemory.open(session_id, db_url) as mem:
+            await mem.add([Msg.user("hi"), Msg.assistant("hello")])
+            return await mem.message_count(), await mem.to_openai()
+
+    count, messages = asyncio.run(scenario())
+    assert count == 2
+    assert messages == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]

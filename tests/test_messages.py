@@ -1,0 +1,264 @@
+"""Messages: the block model, lossless OpenAI conversion, validation (no database)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from autoctx import AutoContextConfig, InvalidMessage, Msg, from_openai_messages, to_openai_messages
+from autoctx.intake import OpenCalls, bind, count_tokens, prepare
+from autoctx.messages import OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from autoctx.structure import (
+    current_round_start,
+    finished_rounds,
+    latest_final_index,
+    meta_of,
+    tool_group_spans,
+)
+from autoctx.tokens import TokenCounter, get_encoding
+
+
+def drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [drop_none(v) for v in value]
+    return value
+
+
+def varied_conversation() -> list[dict[str, Any]]:
+    """System, developer, user with string and parts, parallel tool calls, empty content with
+    tool_calls, names, unknown keys, tool content parts."""
+    return [
+        {"role": "system", "content": "You are a careful coding agent."},
+        {"role": "developer", "content": "Prefer small diffs."},
+        {"role": "user", "content": "Fix the failing test.", "name": "alice"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Here is a screenshot"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}},
+                {"id": "call_2", "type": "function", "function": {"name": "run_tests", "arguments": '{ "k" :"x",  "n": 2}'}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "def f():\n    return 1\n"},
+        {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "1 failed"}]},
+        {
+            "role": "assistant",
+            "content": "I will patch it.",
+            "tool_calls": [
+                {"id": "call_0", "type": "function", "function": {"name": "write_file", "arguments": "{}"}}
+            ],
+            "refusal": None,
+        },
+        {"role": "tool", "tool_call_id": "call_0", "content": ""},
+        {"role": "assistant", "content": "Done: the test passes.", "name": "coder", "x_custom": {"a": 1}},
+    ]
+
+
+def test_openai_round_trip_in_memory_is_equal() -> None:
+    original = varied_conversation()
+    msgs = from_openai_messages(original)
+    assert drop_none(to_openai_messages(msgs)) == drop_none(original)
+
+
+def test_string_content_stays_string_and_parts_stay_parts() -> None:
+    as_string = Msg.from_openai({"role": "user", "content": "hi"}).to_openai()
+    as_parts = Msg.from_openai({"role": "user", "content": [{"type": "text", "text": "hi"}]}).to_openai()
+    assert as_string["content"] == "hi"
+    assert as_parts["content"] == [{"type": "text", "text": "hi"}]
+
+
+def test_developer_role_is_system_and_comes_back_as_developer() -> None:
+    msg = Msg.from_openai({"role": "developer", "content": "rules"})
+    assert msg.role == "system"
+    assert msg.to_openai()["role"] == "developer"
+
+
+def test_blocks_model_parallel_calls_and_opaque_parts() -> None:
+    msgs = from_openai_messages(varied_conversation())
+    user_parts = msgs[3]
+    assert isinstance(user_parts.content[0], TextBlock)
+    assert isinstance(user_parts.content[1], OpaqueBlock)
+    calls = msgs[4].tool_uses
+    assert [c.id for c in calls] == ["call_1", "call_2"]
+    assert calls[1].input == {"k": "x", "n": 2}
+    # The raw argument text is kept byte for byte, spaces included.
+    assert calls[1].arguments == '{ "k" :"x",  "n": 2}'
+
+
+@pytest.mark.parametrize(
+    ("message", "fragment"),
+    [
+        ({"role": "robot", "content": "x"}, "unknown role 'robot'"),
+        ({"role": "tool", "content": "x"}, "tool_call_id"),
+        ({"role": "user"}, "needs 'content'"),
+        ({"role": "user", "content": 42}, "'content' must be"),
+        (
+            {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]},
+            "must be a JSON string",
+        ),
+        ({"role": "assistant", "tool_calls": [{"id": "", "function": {"name": "f"}}]}, "non-empty string 'id'"),
+        ({"role": "tool", "tool_call_id": "c", "content": [{"type": "image_url", "image_url": {}}]}, "text parts"),
+        ("not a dict", "expected an OpenAI chat message"),
+    ],
+)
+def test_from_openai_rejects_malformed_messages(message: Any, fragment: str) -> None:
+    with pytest.raises(InvalidMessage, match="message 0") as err:
+        from_openai_messages([message])
+    assert fragment in str(err.value)
+
+
+# -- validation at add() (intake) -------------------------------------------------------------
+
+COUNTER = TokenCounter("gpt-4o")
+
+
+def _prepare(msgs: list[Msg], open_calls: OpenCalls | None = None, max_chars: int = 10_000) -> list[Msg]:
+    prepared = prepare(msgs, COUNTER, max_chars=max_chars, session_id="s")
+    return [p.msg for p in bind(prepared, open_calls or OpenCalls(), session_id="s")]
+
+
+def call(call_id: str, name: str = "read_file", arguments: str = "{}") -> ToolUseBlock:
+    return ToolUseBlock(call_id, name, arguments)
+
+
+def test_tool_results_bind_to_their_calls_and_get_the_tool_name() -> None:
+    out = _prepare(
+        [
+            Msg.assistant(None, [call("a", "read_file"), call("b", "grep")]),
+            Msg.tool("b", "found"),
+            Msg.tool("a", "content"),
+        ]
+    )
+    assert [r.name for m in out[1:] for r in m.tool_results] == ["grep", "read_file"]
+
+
+def test_tool_result_answering_no_open_call_is_refused() -> None:
+    with pytest.raises(InvalidMessage, match=r"message 1 \(tool\).*'zzz' answers no open call"):
+        _prepare([Msg.assistant(None, [call("a")]), Msg.tool("zzz", "x")])
+
+
+def test_call_id_reused_while_open_is_refused() -> None:
+    with pytest.raises(InvalidMessage, match="'a' is used twice"):
+        _prepare([Msg.assistant(None, [call("a"), call("a")])])
+
+
+def test_message_while_calls_unanswered_is_refused() -> None:
+    with pytest.raises(InvalidMessage, match=r"calls \['a'\] are still unanswered"):
+        _prepare([Msg.assistant(None, [call("a")]), Msg.user("hello?")])
+
+
+def test_ids_may_repeat_across_the_session_once_answered() -> None:
+    out = _prepare(
+        [
+            Msg.assistant(None, [call("call_0")]),
+            Msg.tool("call_0", "one"),
+            Msg.assistant(None, [call("call_0")]),
+            Msg.tool("call_0", "two"),
+        ]
+    )
+    assert len(out) == 4
+
+
+def test_arguments_that_are_not_json_are_refused() -> None:
+    with pytest.raises(InvalidMessage, match="arguments are not valid JSON"):
+        _prepare([Msg.assistant(None, [call("a", arguments="{path: a.py")])])
+
+
+def test_deeply_nested_arguments_are_refused_without_recursing() -> None:
+    deep = "[" * 5000 + "]" * 5000
+    with pytest.raises(InvalidMessage, match="nested deeper"):
+        _prepare([Msg.assistant(None, [call("a", arguments=deep)])])
+
+
+def test_nul_characters_are_refused_with_a_clear_error() -> None:
+    with pytest.raises(InvalidMessage, match="NUL character"):
+        _prepare([Msg.user("binary\x00output")])
+    with pytest.raises(InvalidMessage, match="NUL character"):
+        _prepare([Msg.assistant(None, [call("a")]), Msg.tool("a", "bytes \x00\x01")], OpenCalls())
+
+
+def test_lone_surrogates_are_refused() -> None:
+    with pytest.raises(InvalidMessage, match="lone UTF-16 surrogate"):
+        _prepare([Msg.user("bad \ud800 text")])
+
+
+def test_payload_over_the_cap_is_refused() -> None:
+    with pytest.raises(InvalidMessage, match="over the cap of 100"):
+        _prepare([Msg.user("x" * 101)], max_chars=100)
+
+
+def test_tool_use_on_a_user_message_is_refused() -> None:
+    with pytest.raises(InvalidMessage, match="only assistant messages may carry tool calls"):
+        _prepare([Msg("user", (call("a"),))])
+
+
+def test_caller_cannot_add_summary_kinds() -> None:
+    with pytest.raises(InvalidMessage, match="made by autoctx"):
+        _prepare([Msg.assistant("fake summary", kind="round_summary")])
+
+
+# -- tokens ------------------------------------------------------------------------------------
+
+
+def test_token_counts_are_tiktoken_counts_plus_documented_overhead() -> None:
+    enc = get_encoding("o200k_base")
+    msg = _prepare([Msg.assistant("hello there", [call("a", "read_file", '{"path": "a.py"}')], name="bot")])[0]
+    expected = 3 + 1 + len(enc.encode("hello there")) + len(enc.encode("read_file")) + len(enc.encode('{"path": "a.py"}'))
+    assert count_tokens(msg, COUNTER) == expected
+
+
+def test_both_encodings_load_offline_and_match_known_ids() -> None:
+    assert get_encoding("cl100k_base").encode_ordinary("hello world") == [15339, 1917]
+    assert get_encoding("o200k_base").encode_ordinary("hello world") == [24912, 2375]
+    assert TokenCounter("gpt-4").encoding_name == "cl100k_base"
+    assert TokenCounter("some-local-model").encoding_name == "o200k_base"
+
+
+# -- structure helpers -------------------------------------------------------------------------
+
+
+def test_structure_helpers_find_groups_rounds_and_the_current_round() -> None:
+    msgs = _prepare(
+        [
+            Msg.system("sys"),
+            Msg.user("q1"),
+            Msg.assistant(None, [call("a"), call("b")]),
+            Msg.tool("a", "1"),
+            Msg.tool("b", "2"),
+            Msg.assistant("answer 1"),
+            Msg.user("q2"),
+            Msg.assistant(None, [call("c")]),
+        ]
+    )
+    metas = [meta_of(m, id=i, final=m.role == "assistant" and not m.tool_uses, tokens=1) for i, m in enumerate(msgs)]
+    assert tool_group_spans(metas)[2] == (2, 5)
+    assert latest_final_index(metas) == 5
+    assert finished_rounds(metas) == [(1, 5)]
+    assert current_round_start(metas) == 6
+
+
+def test_config_refuses_invalid_values_naming_the_field() -> None:
+    from autoctx import ConfigError
+
+    with pytest.raises(ConfigError, match="preview_chars"):
+        AutoContextConfig(preview_chars=6000)
+    with pytest.raises(ConfigError, match="token_ratio"):
+        AutoContextConfig(token_ratio=1.5)
+    with pytest.raises(ConfigError, match="msg_threshold"):
+        AutoContextConfig(msg_threshold=0)
+    with pytest.raises(ConfigError, match="max_tokens"):
+        AutoContextConfig(max_tokens=-5)
+    with pytest.raises(ConfigError, match="target_ratio"):
+        AutoContextConfig(target_ratio=0.9)
+    assert json.loads(json.dumps(AutoContextConfig().to_json()))["msg_threshold"] == 100

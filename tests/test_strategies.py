@@ -1,0 +1,779 @@
+"""The six planners of SPEC.md section 3 on small hand-built histories (pure, no database)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autoctx.config import AutoContextConfig
+from autoctx.messages import Kind, Role
+from autoctx.plans import Edit, PlanContext, Snapshot
+from autoctx.strategies import PLANNERS, RELOAD_TOOL_NAME, plan
+from autoctx.strategies import plan_s1 as s1
+from autoctx.strategies import plan_s2 as s2
+from autoctx.strategies import plan_s3 as s3
+from autoctx.strategies import plan_s4 as s4
+from autoctx.strategies import plan_s5 as s5
+from autoctx.strategies import plan_s6 as s6
+from autoctx.structure import MsgMeta
+
+PRESSURE = PlanContext(token_pressure=True)
+COUNT_ONLY = PlanContext(token_pressure=False)
+BIG = 2000  # chars above the test configs' large_payload_chars (1000)
+
+
+def cfg(**changes: Any) -> AutoContextConfig:
+    """Small thresholds so that histories stay short."""
+    base: dict[str, Any] = {
+        "large_payload_chars": 1000,
+        "preview_chars": 100,
+        "reload_page_chars": 500,
+        "last_keep": 4,
+        "min_tool_run": 2,
+        "min_compress_tokens": 500,
+        "max_tokens": 10_000,
+    }
+    base.update(changes)
+    return AutoContextConfig(**base)
+
+
+class Hist:
+    """Builds a list of `MsgMeta` with fresh ids and call ids; each method returns the index (or
+    the [start, end) span) of what it added."""
+
+    def __init__(self) -> None:
+        self.msgs: list[MsgMeta] = []
+        self._calls = 0
+
+    def __len__(self) -> int:
+        return len(self.msgs)
+
+    def add(
+        self,
+        role: Role,
+        *,
+        kind: Kind = "original",
+        final: bool | None = None,
+        pinned: bool = False,
+        tokens: int = 10,
+        chars: int = 40,
+        call_ids: tuple[str, ...] = (),
+        result_ids: tuple[str, ...] = (),
+        tool_names: tuple[str, ...] = (),
+    ) -> int:
+        if final is None:
+            final = kind == "round_summary" or (
+                kind == "original" and role == "assistant" and not call_ids
+            )
+        self.msgs.append(
+            MsgMeta(
+                id=1000 + len(self.msgs),
+                role=role,
+                kind=kind,
+                final=final,
+                pinned=pinned,
+                tokens=tokens,
+                chars=chars,
+                call_ids=call_ids,
+                result_ids=result_ids,
+                tool_names=tool_names,
+            )
+        )
+        return len(self.msgs) - 1
+
+    def system(self, **kw: Any) -> int:
+        return self.add("system", **kw)
+
+    def user(self, **kw: Any) -> int:
+        return self.add("user", **kw)
+
+    def answer(self, **kw: Any) -> int:
+        return self.add("assistant", **kw)
+
+    def _new_calls(self, n: int) -> tuple[str, ...]:
+        ids = tuple(f"call_{self._calls + k}" for k in range(n))
+        self._calls += n
+        return ids
+
+    def group(
+        self,
+        calls: int = 1,
+        *,
+        tokens: int = 100,
+        chars: int = 40,
+        name: str = "shell",
+        pinned: bool = False,
+        call_kind: Kind = "original",
+        result_kind: Kind = "original",
+        one_message: bool = False,
+    ) -> tuple[int, int]:
+        """An assistant message with `calls` parallel calls, then their results (one tool
+        message per call, or one message answering all of them)."""
+        ids = self._new_calls(calls)
+        names = (name,) * calls
+        start = self.add(
+            "assistant",
+            kind=call_kind,
+            pinned=pinned,
+            tokens=tokens,
+            call_ids=ids,
+            tool_names=names,
+        )
+        answers = [ids] if one_message else [(c,) for c in ids]
+        for answered in answers:
+            self.add(
+                "tool",
+                kind=result_kind,
+                tokens=tokens,
+                chars=chars,
+                result_ids=answered,
+                tool_names=(name,) * len(answered),
+            )
+        return start, len(self.msgs)
+
+    def steps(self, n: int, **kw: Any) -> tuple[int, int]:
+        start = len(self.msgs)
+        for _ in range(n):
+            self.group(**kw)
+        return start, len(self.msgs)
+
+    def pending(self, calls: int = 2, answered: int = 1, *, chars: int = 40) -> tuple[int, int]:
+        """A trailing tool call with only `answered` of its `calls` results so far."""
+        ids = self._new_calls(calls)
+        start = self.add("assistant", call_ids=ids, tool_names=("shell",) * calls)
+        for c in ids[:answered]:
+            self.add("tool", chars=chars, result_ids=(c,), tool_names=("shell",))
+        return start, len(self.msgs)
+
+    def snap(self) -> Snapshot:
+        msgs = tuple(self.msgs)
+        return Snapshot("s", 1, msgs, sum(m.tokens for m in msgs), len(msgs))
+
+
+def spans(edits: list[Edit]) -> list[tuple[int, int]]:
+    return [(e.start, e.end) for e in edits]
+
+
+def starts(edits: list[Edit]) -> list[int]:
+    return [e.start for e in edits]
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------------------------
+
+
+def test_planners_are_registered_by_number() -> None:
+    assert {1: s1, 2: s2, 3: s3, 4: s4, 5: s5, 6: s6} == PLANNERS
+
+
+def test_plan_dispatches_and_refuses_unknown_strategies() -> None:
+    h = Hist()
+    h.user()
+    h.answer(chars=BIG)
+    h.user()
+    h.answer()
+    assert plan(2, h.snap(), cfg(last_keep=0), PRESSURE) == s2(h.snap(), cfg(last_keep=0), PRESSURE)
+    with pytest.raises(ValueError, match="unknown strategy 7"):
+        plan(7, h.snap(), cfg(), PRESSURE)
+
+
+def test_empty_snapshot_plans_nothing() -> None:
+    for planner in PLANNERS.values():
+        assert planner(Hist().snap(), cfg(), PRESSURE) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# S1: historical tool runs
+# ---------------------------------------------------------------------------------------------
+
+
+def test_s1_summarises_a_historical_run_of_whole_groups() -> None:
+    h = Hist()
+    h.system()
+    h.user()
+    run = h.steps(3)  # 6 messages, 600 tokens
+    h.answer()
+    h.user()
+    h.steps(3)
+    h.answer()
+    h.user()
+    # n = 18, last_keep = 4: the second run (10..16) is trimmed to the groups before 14.
+    edits = s1(h.snap(), cfg(min_compress_tokens=400), PRESSURE)
+    assert spans(edits) == [run, (10, 14)]
+    e = edits[0]
+    assert (e.strategy, e.new_kind, e.llm) == (1, "tool_run_summary", True)
+    assert e.replaced_ids == tuple(m.id for m in h.msgs[run[0] : run[1]])
+    assert e.verbatim_prefix_id is None and e.char_budget is None
+
+
+def test_s1_run_must_be_longer_than_min_tool_run() -> None:
+    h = Hist()
+    h.user()
+    h.steps(1)  # 2 messages: not more than min_tool_run=2
+    h.answer()
+    h.user()
+    longer = h.steps(2, tokens=300)  # 4 messages
+    h.answer()
+    h.user()
+    longest = h.steps(3)  # 6 messages
+    h.answer()
+    assert spans(s1(h.snap(), cfg(last_keep=0), PRESSURE)) == [longer, longest]
+    assert spans(s1(h.snap(), cfg(last_keep=0, min_tool_run=4), PRESSURE)) == [longest]
+
+
+def test_s1_counts_parallel_results_as_messages_and_never_cuts_a_group() -> None:
+    h = Hist()
+    h.user()
+    a = h.group(calls=3, tokens=200)  # 4 messages
+    b = h.group(calls=2, tokens=200, one_message=True)  # 2 messages, one answers both calls
+    h.answer()
+    h.user()
+    edits = s1(h.snap(), cfg(last_keep=0), PRESSURE)
+    assert spans(edits) == [(a[0], b[1])]
+
+
+@pytest.mark.parametrize("splitter", ["user", "system", "plain_assistant", "pinned", "summary"])
+def test_s1_runs_are_split(splitter: str) -> None:
+    h = Hist()
+    h.user()
+    first = h.steps(2, tokens=300)
+    if splitter == "user":
+        h.user()
+    elif splitter == "system":
+        h.system()
+    elif splitter == "plain_assistant":
+        h.answer()
+    elif splitter == "pinned":
+        h.group(pinned=True, tokens=300)
+    else:
+        h.answer(kind="tool_run_summary")
+    second = h.steps(2, tokens=300)
+    h.answer()
+    h.user()
+    assert spans(s1(h.snap(), cfg(last_keep=0), PRESSURE)) == [first, second]
+
+
+def test_s1_pin_on_a_result_protects_the_whole_group() -> None:
+    h = Hist()
+    h.user()
+    first = h.steps(2, tokens=300)
+    call = h.add("assistant", call_ids=("x",), tokens=300)
+    h.add("tool", result_ids=("x",), pinned=True, tokens=300)
+    second = h.steps(2, tokens=300)
+    h.answer()
+    h.user()
+    edits = s1(h.snap(), cfg(last_keep=0), PRESSURE)
+    assert spans(edits) == [first, second]
+    assert all(not (e.start <= call < e.end) for e in edits)
+
+
+def test_s1_token_floor_skips_light_runs_and_goes_on() -> None:
+    h = Hist()
+    h.user()
+    light = h.steps(2, tokens=50)  # 200 tokens
+    h.answer()
+    h.user()
+    heavy = h.steps(2, tokens=200)  # 800 tokens
+    h.answer()
+    h.user()
+    assert spans(s1(h.snap(), cfg(last_keep=0), PRESSURE)) == [heavy]
+    # With only the message-count trigger the floor is waived.
+    assert spans(s1(h.snap(), cfg(last_keep=0), COUNT_ONLY)) == [light, heavy]
+
+
+def test_s1_stays_below_the_latest_final_answer() -> None:
+    h = Hist()
+    h.user()
+    before = h.steps(2, tokens=300)
+    h.answer()
+    h.steps(3, tokens=300)  # after the latest final answer: protected
+    h.user()
+    assert spans(s1(h.snap(), cfg(last_keep=0), PRESSURE)) == [before]
+
+
+def test_s1_stays_out_of_the_last_keep_and_trims_to_whole_groups() -> None:
+    h = Hist()
+    h.user()
+    h.steps(4, tokens=300)  # indices 1..8
+    h.answer()  # 9, the latest final answer
+    h.user()
+    # n = 11, last_keep = 4: tail starts at 7, which cuts the group 7..8; the run ends at 7.
+    assert spans(s1(h.snap(), cfg(last_keep=4), PRESSURE)) == [(1, 7)]
+    # With min_tool_run=6 the trimmed run (6 messages) is too short.
+    assert s1(h.snap(), cfg(last_keep=4, min_tool_run=6), PRESSURE) == []
+
+
+def test_s1_ignores_runs_of_only_previews_and_large_summaries() -> None:
+    h = Hist()
+    h.user()
+    h.steps(3, tokens=300, call_kind="large_summary", result_kind="preview")
+    h.answer()
+    h.user()
+    mixed = h.steps(3, tokens=300, result_kind="preview")
+    h.answer()
+    h.user()
+    assert spans(s1(h.snap(), cfg(last_keep=0), PRESSURE)) == [mixed]
+
+
+def test_s1_skips_failed_ranges_only() -> None:
+    h = Hist()
+    h.user()
+    a = h.steps(3)
+    h.answer()
+    h.user()
+    b = h.steps(3)
+    h.answer()
+    h.user()
+    failed = PlanContext(True, frozenset({h.snap().ids(*a)}))
+    assert spans(s1(h.snap(), cfg(last_keep=0), failed)) == [b]
+
+
+def test_s1_long_task_sheds_old_steps_but_keeps_the_tail() -> None:
+    """One user request then 400 steps (200 groups) and no final answer."""
+    h = Hist()
+    h.system()
+    user = h.user()
+    h.steps(200, tokens=100)
+    n = len(h)
+    assert n == 402
+    edits = s1(h.snap(), cfg(last_keep=50), PRESSURE)
+    # H = n - last_keep = 352 falls between groups: the run is every group before it.
+    assert spans(edits) == [(user + 1, 352)]
+    # A boundary inside a group trims the run to whole groups.
+    assert spans(s1(h.snap(), cfg(last_keep=51), PRESSURE)) == [(user + 1, 350)]
+
+
+def test_s1_long_task_rule_needs_more_than_last_keep_messages() -> None:
+    h = Hist()
+    h.user()
+    h.steps(25)  # exactly 50 messages after the user message
+    config = cfg(last_keep=50, min_tool_run=1, min_compress_tokens=0)
+    assert s1(h.snap(), config, PRESSURE) == []
+    h.group()
+    assert spans(s1(h.snap(), config, PRESSURE)) == [(1, 3)]
+
+
+def test_s1_never_touches_a_trailing_pending_call() -> None:
+    h = Hist()
+    h.user()
+    done = h.steps(3)
+    h.pending(calls=3, answered=2)
+    # last_keep=0 puts H at the very end; the pending group still stays out.
+    assert spans(s1(h.snap(), cfg(last_keep=0), PRESSURE)) == [done]
+
+
+# ---------------------------------------------------------------------------------------------
+# S2 and S3: previews
+# ---------------------------------------------------------------------------------------------
+
+
+def test_s2_previews_every_large_historical_message() -> None:
+    h = Hist()
+    h.system(chars=BIG)
+    old_user = h.user(chars=BIG)
+    call, _ = h.group(chars=BIG)
+    result = call + 1
+    h.add("assistant", call_ids=("big",), tokens=10, chars=BIG)  # a big tool_use message
+    h.add("tool", result_ids=("big",), chars=10)
+    old_answer = h.answer(chars=BIG)
+    h.user()
+    h.answer(chars=BIG)  # the latest final answer: H, never previewed
+    h.user()
+    edits = s2(h.snap(), cfg(last_keep=0), PRESSURE)
+    assert starts(edits) == [old_user, result, old_answer]
+    assert all(e.end == e.start + 1 for e in edits)
+    assert {(e.strategy, e.new_kind, e.llm) for e in edits} == {(2, "preview", False)}
+
+
+def test_s2_skips_pinned_groups_previews_and_summaries() -> None:
+    h = Hist()
+    h.user()
+    h.add("assistant", call_ids=("p",), pinned=True)
+    h.add("tool", result_ids=("p",), chars=BIG)  # pinned through its call
+    h.add("tool", kind="original", chars=BIG, pinned=True)
+    for kind in ("preview", "large_summary", "tool_run_summary", "current_round_summary"):
+        h.answer(kind=kind, chars=BIG, final=False)
+    h.answer(kind="round_summary", chars=BIG)
+    h.answer()
+    h.user()
+    assert s2(h.snap(), cfg(last_keep=0), PRESSURE) == []
+    assert s3(h.snap(), cfg(last_keep=0), PRESSURE) == []
+
+
+def test_s2_leaves_the_tail_and_s3_takes_it() -> None:
+    h = Hist()
+    h.user()
+    early = h.answer(chars=BIG)
+    h.user()
+    late = h.answer(chars=BIG)
+    h.answer()  # latest final answer
+    h.answer(chars=BIG)  # after it: protected from both
+    # n = 6, last_keep = 3: tail starts at 3.
+    assert starts(s2(h.snap(), cfg(last_keep=3), PRESSURE)) == [early]
+    edits = s3(h.snap(), cfg(last_keep=3), PRESSURE)
+    assert starts(edits) == [early, late]
+    assert {e.strategy for e in edits} == {3}
+
+
+def test_s2_and_s3_skip_failed_messages() -> None:
+    h = Hist()
+    h.user()
+    a = h.answer(chars=BIG)
+    b = h.answer(chars=BIG)
+    h.answer()
+    failed = PlanContext(True, frozenset({h.snap().ids(a, a + 1)}))
+    assert starts(s2(h.snap(), cfg(last_keep=0), failed)) == [b]
+    assert starts(s3(h.snap(), cfg(last_keep=0), failed)) == [b]
+
+
+def test_s2_long_task_previews_old_results_not_the_user_message() -> None:
+    h = Hist()
+    user = h.user(chars=BIG)
+    for _ in range(200):
+        h.group(chars=BIG)
+    edits = s2(h.snap(), cfg(last_keep=50), PRESSURE)
+    # Results of the groups wholly or partly below n - last_keep = 351 (odd indices 2..350).
+    assert starts(edits) == list(range(2, 351, 2))
+    assert user not in starts(edits)
+    # S3 has the same bound here: H is the tail start.
+    assert starts(s3(h.snap(), cfg(last_keep=50), PRESSURE)) == list(range(2, 351, 2))
+
+
+def test_s2_s3_never_touch_the_pending_call() -> None:
+    h = Hist()
+    h.user()
+    h.steps(3, chars=BIG)
+    start, _ = h.pending(calls=2, answered=1, chars=BIG)
+    for planner in (s2, s3):
+        edits = planner(h.snap(), cfg(last_keep=0), PRESSURE)
+        assert starts(edits) == [2, 4, 6]
+        assert all(e.end <= start for e in edits)
+
+
+def test_s2_without_final_answer_or_long_task_plans_nothing() -> None:
+    h = Hist()
+    h.user()
+    h.steps(3, chars=BIG)
+    assert s2(h.snap(), cfg(last_keep=10), PRESSURE) == []
+    assert s3(h.snap(), cfg(last_keep=10), PRESSURE) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# S4: previous rounds
+# ---------------------------------------------------------------------------------------------
+
+
+def test_s4_summarises_previous_rounds_but_keeps_their_user_messages() -> None:
+    h = Hist()
+    h.system()
+    u1 = h.user()
+    h.steps(3, tokens=200)
+    a1 = h.answer()
+    u2 = h.user()
+    h.steps(3, tokens=200)
+    a2 = h.answer()  # the latest final answer, closing the current round
+    edits = s4(h.snap(), cfg(), PRESSURE)
+    assert spans(edits) == [(u1 + 1, a1 + 1)]
+    assert (edits[0].strategy, edits[0].new_kind, edits[0].llm) == (4, "round_summary", True)
+    # Once a newer user message arrives, round 2 is a previous round too.
+    h.user()
+    assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(u1 + 1, a1 + 1), (u2 + 1, a2 + 1)]
+
+
+def test_s4_range_ends_at_the_last_answer_of_the_round() -> None:
+    h = Hist()
+    u = h.user()
+    h.answer(tokens=300)  # an intermediate final answer
+    h.steps(1, tokens=300)
+    last = h.answer()
+    h.group()  # after the round's last answer (an odd trailing step) stays
+    h.user()
+    assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(u + 1, last + 1)]
+
+
+def test_s4_skips_rounds_with_nothing_between_user_and_answer() -> None:
+    h = Hist()
+    h.user()
+    h.answer(tokens=5000)
+    h.user()
+    h.answer(kind="round_summary", tokens=5000)  # what S4 left last time
+    h.user()
+    h.answer(kind="round_summary", tokens=5000)
+    h.answer(kind="round_summary", tokens=5000)  # only S4's own output: never again
+    h.user()
+    assert s4(h.snap(), cfg(), PRESSURE) == []
+    assert s4(h.snap(), cfg(), COUNT_ONLY) == []
+
+
+def test_s4_skips_rounds_holding_system_or_pinned_messages() -> None:
+    h = Hist()
+    h.user()
+    h.steps(3, tokens=200)
+    h.system()
+    h.answer()
+    h.user()
+    h.steps(3, tokens=200)
+    h.add("assistant", call_ids=("p",), tokens=200)
+    h.add("tool", result_ids=("p",), tokens=200, pinned=True)
+    h.answer()
+    u3 = h.user()
+    h.steps(3, tokens=200)
+    a3 = h.answer()
+    h.user()
+    assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(u3 + 1, a3 + 1)]
+
+
+def test_s4_skips_unfinished_rounds() -> None:
+    h = Hist()
+    h.user()
+    h.steps(3, tokens=300)
+    h.user()
+    h.answer()
+    assert s4(h.snap(), cfg(), PRESSURE) == []
+
+
+def test_s4_token_floor_and_failed_ranges() -> None:
+    h = Hist()
+    u1 = h.user()
+    h.steps(1, tokens=10)
+    a1 = h.answer()
+    u2 = h.user()
+    h.steps(3, tokens=200)
+    a2 = h.answer()
+    h.user()
+    assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(u2 + 1, a2 + 1)]
+    assert spans(s4(h.snap(), cfg(), COUNT_ONLY)) == [(u1 + 1, a1 + 1), (u2 + 1, a2 + 1)]
+    failed = PlanContext(False, frozenset({h.snap().ids(u1 + 1, a1 + 1)}))
+    assert spans(s4(h.snap(), cfg(), failed)) == [(u2 + 1, a2 + 1)]
+
+
+def test_s4_ignores_last_keep_and_h() -> None:
+    h = Hist()
+    u = h.user()
+    h.steps(2, tokens=300)
+    a = h.answer()
+    h.user()
+    assert spans(s4(h.snap(), cfg(last_keep=100), PRESSURE)) == [(u + 1, a + 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# S5: large messages in the current round
+# ---------------------------------------------------------------------------------------------
+
+
+def _current_round_with_large_messages() -> tuple[Hist, list[int]]:
+    h = Hist()
+    h.user()
+    h.answer(chars=BIG)  # previous round: not S5's business
+    h.user(chars=BIG)  # the latest user message: protected
+    wanted: list[int] = []
+    call, _ = h.group(chars=BIG)
+    wanted.append(call + 1)
+    wanted.append(h.add("assistant", call_ids=("w",), chars=BIG, tool_names=("write",)))
+    h.add("tool", result_ids=("w",), tool_names=("write",))
+    h.add("assistant", call_ids=("r",), tool_names=(RELOAD_TOOL_NAME,))
+    h.add("tool", result_ids=("r",), chars=BIG, tool_names=(RELOAD_TOOL_NAME,))
+    h.add("tool", chars=BIG, kind="preview")
+    h.add("tool", chars=BIG, kind="large_summary")
+    h.answer(chars=BIG, kind="tool_run_summary")
+    h.answer(chars=BIG, kind="current_round_summary")
+    h.answer(chars=BIG, pinned=True)
+    h.system(chars=BIG)
+    wanted.append(h.answer(chars=BIG))  # a large final answer in the round
+    h.pending(calls=2, answered=1, chars=BIG)
+    return h, wanted
+
+
+def test_s5_acts_only_under_token_pressure() -> None:
+    h, _ = _current_round_with_large_messages()
+    assert s5(h.snap(), cfg(), COUNT_ONLY) == []
+
+
+def test_s5_summarises_large_originals_after_the_latest_user_message() -> None:
+    h, wanted = _current_round_with_large_messages()
+    edits = s5(h.snap(), cfg(), PRESSURE)
+    assert starts(edits) == wanted
+    assert all(e.end == e.start + 1 for e in edits)
+    assert {(e.strategy, e.new_kind, e.llm) for e in edits} == {(5, "large_summary", True)}
+
+
+def test_s5_skips_failed_messages() -> None:
+    h, wanted = _current_round_with_large_messages()
+    failed = PlanContext(True, frozenset({h.snap().ids(wanted[0], wanted[0] + 1)}))
+    assert starts(s5(h.snap(), cfg(), failed)) == wanted[1:]
+
+
+def test_s5_without_user_starts_after_the_leading_system_messages() -> None:
+    h = Hist()
+    h.system(chars=BIG)
+    first = h.answer(chars=BIG)
+    assert starts(s5(h.snap(), cfg(), PRESSURE)) == [first]
+
+
+# ---------------------------------------------------------------------------------------------
+# S6: the whole current round
+# ---------------------------------------------------------------------------------------------
+
+
+def test_s6_acts_only_under_token_pressure() -> None:
+    h = Hist()
+    h.user()
+    h.steps(3)
+    assert s6(h.snap(), cfg(), COUNT_ONLY) == []
+
+
+def test_s6_summarises_everything_after_the_user_message_with_a_budget() -> None:
+    h = Hist()
+    h.user()
+    h.answer()
+    u = h.user()
+    h.steps(3, chars=100)  # 3 x (40 + 100) chars
+    edits = s6(h.snap(), cfg(current_round_ratio=0.3), PRESSURE)
+    assert spans(edits) == [(u + 1, len(h))]
+    e = edits[0]
+    assert (e.strategy, e.new_kind, e.llm) == (6, "current_round_summary", True)
+    assert e.verbatim_prefix_id is None
+    assert e.char_budget == int(0.3 * 420)
+
+
+def test_s6_budget_is_at_least_one() -> None:
+    h = Hist()
+    h.user()
+    h.answer(chars=0)
+    assert s6(h.snap(), cfg(), PRESSURE)[0].char_budget == 1
+
+
+def test_s6_keeps_the_trailing_pending_call_out() -> None:
+    h = Hist()
+    u = h.user()
+    h.steps(2)
+    pending, _ = h.pending(calls=3, answered=2)
+    assert spans(s6(h.snap(), cfg(), PRESSURE)) == [(u + 1, pending)]
+
+
+def test_s6_with_only_a_pending_call_plans_nothing() -> None:
+    h = Hist()
+    h.user()
+    h.pending()
+    assert s6(h.snap(), cfg(), PRESSURE) == []
+
+
+@pytest.mark.parametrize("protect", ["system", "pinned", "pinned_result"])
+def test_s6_acts_only_after_the_last_system_or_pinned_message(protect: str) -> None:
+    h = Hist()
+    h.user()
+    h.steps(2)
+    if protect == "system":
+        h.system()
+    elif protect == "pinned":
+        h.answer(pinned=True)
+    else:
+        h.add("assistant", call_ids=("p",))
+        h.add("tool", result_ids=("p",), pinned=True)
+    after = len(h)
+    h.steps(2)
+    assert spans(s6(h.snap(), cfg(), PRESSURE)) == [(after, len(h))]
+
+
+def test_s6_pinned_pending_call_leaves_nothing() -> None:
+    h = Hist()
+    h.user()
+    h.steps(2)
+    ids = ("p0", "p1")
+    h.add("assistant", call_ids=ids, pinned=True)
+    h.add("tool", result_ids=("p0",))
+    assert s6(h.snap(), cfg(), PRESSURE) == []
+
+
+def test_s6_keeps_a_small_earlier_summary_as_verbatim_prefix() -> None:
+    h = Hist()
+    u = h.user()
+    prefix = h.answer(kind="current_round_summary", tokens=100, chars=400)
+    h.steps(2, chars=100)  # 2 x 140 chars
+    edits = s6(h.snap(), cfg(max_tokens=10_000, target_ratio=0.6), PRESSURE)
+    assert spans(edits) == [(u + 1, len(h))]
+    assert edits[0].verbatim_prefix_id == h.msgs[prefix].id
+    assert edits[0].char_budget == int(0.3 * 280)  # the prefix is not counted
+
+
+def test_s6_summarises_an_oversized_prefix_too() -> None:
+    # token_target = 6000, current_round_ratio 0.3: a prefix above 1800 tokens is summarised.
+    config = cfg(max_tokens=10_000, target_ratio=0.6, current_round_ratio=0.3)
+    h = Hist()
+    u = h.user()
+    h.answer(kind="current_round_summary", tokens=1801, chars=7000)
+    h.steps(1, chars=100)
+    edits = s6(h.snap(), config, PRESSURE)
+    assert spans(edits) == [(u + 1, len(h))]
+    assert edits[0].verbatim_prefix_id is None
+    assert edits[0].char_budget == int(0.3 * 7140)
+    # Exactly at the bound the prefix is still kept.
+    h2 = Hist()
+    h2.user()
+    kept = h2.answer(kind="current_round_summary", tokens=1800)
+    h2.steps(1)
+    assert s6(h2.snap(), config, PRESSURE)[0].verbatim_prefix_id == h2.msgs[kept].id
+
+
+@pytest.mark.parametrize("tokens", [10, 5000])
+def test_s6_never_resummarises_only_its_own_output(tokens: int) -> None:
+    h = Hist()
+    h.user()
+    h.answer(kind="current_round_summary", tokens=tokens)
+    assert s6(h.snap(), cfg(), PRESSURE) == []
+    h.answer(kind="current_round_summary", tokens=tokens)
+    assert s6(h.snap(), cfg(), PRESSURE) == []
+
+
+def test_s6_single_message_that_is_not_its_own_output_is_enough() -> None:
+    h = Hist()
+    u = h.user()
+    h.answer(kind="tool_run_summary", final=False)
+    assert spans(s6(h.snap(), cfg(), PRESSURE)) == [(u + 1, u + 2)]
+
+
+def test_s6_skips_a_failed_range() -> None:
+    h = Hist()
+    u = h.user()
+    h.steps(2)
+    failed = PlanContext(True, frozenset({h.snap().ids(u + 1, len(h))}))
+    assert s6(h.snap(), cfg(), failed) == []
+
+
+def test_s6_without_user_starts_after_the_leading_system_messages() -> None:
+    h = Hist()
+    h.system()
+    h.system()
+    h.steps(2)
+    assert spans(s6(h.snap(), cfg(), PRESSURE)) == [(2, 6)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The long task of SPEC.md section 3: one request, 400 steps
+# ---------------------------------------------------------------------------------------------
+
+
+def test_long_task_history_part_is_open_to_s1_to_s3_and_the_tail_is_not() -> None:
+    h = Hist()
+    h.system()
+    user = h.user()
+    for k in range(200):
+        h.group(tokens=100, chars=BIG if k % 2 else 40)
+    config = cfg(last_keep=50, min_compress_tokens=1000)
+    tail = len(h) - 50
+    for planner in (s1, s2, s3):
+        edits = planner(h.snap(), config, PRESSURE)
+        assert edits
+        assert all(e.start > user and e.end <= tail for e in edits)
+    # The LLM strategies of the current round still see the whole round.
+    assert spans(s6(h.snap(), config, PRESSURE)) == [(user + 1, len(h))]
+
+
+def test_planners_are_deterministic() -> None:
+    h, _ = _current_round_with_large_messages()
+    for planner in PLANNERS.values():
+        assert planner(h.snap(), cfg(last_keep=0), PRESSURE) == planner(
+            h.snap(), cfg(last_keep=0), PRESSURE
+        )
