@@ -129,7 +129,7 @@ _FACT_RE: Final = re.compile(
     r"|\b[\w.-]+=[^\s,;\"']+"  # key=value
     r"|\b(?:id|port|pid|status|code|version|count|size)[\s:=#]+[\w.:/-]+"  # named values
     r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"  # hex ids and hashes
-    r"|\b\w+_\d+\b",  # call_3, job_42
+    r"|\b(?:call|toolu|tool|run|job|task|req|request|msg|session|chatcmpl)[_-][\w-]+",  # ids
     re.IGNORECASE,
 )
 _NUMBER_RE: Final = re.compile(r"\d")

@@ -27,6 +27,8 @@ from autoctx.intake import count_tokens
 from autoctx.tokens import TokenCounter
 from tests.test_messages import drop_none, varied_conversation
 
+pytestmark = pytest.mark.embedded
+
 Open = Callable[..., AutoContextMemory]
 
 

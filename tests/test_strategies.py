@@ -507,6 +507,25 @@ def test_s4_skips_rounds_with_nothing_between_user_and_answer() -> None:
     assert s4(h.snap(), cfg(), COUNT_ONLY) == []
 
 
+def test_s4_keeps_earlier_round_and_current_round_summaries() -> None:
+    """A round S6 compressed while it was current keeps that summary (it may be compressed again
+    only by S6); S4 summarises what follows it."""
+    h = Hist()
+    h.user()
+    crs = h.answer(kind="current_round_summary", tokens=300)
+    h.steps(2, tokens=300)
+    a1 = h.answer()
+    h.user()
+    rs = h.answer(kind="round_summary", tokens=300)
+    h.steps(2, tokens=300)  # the agent went on without a new user message
+    a2 = h.answer()
+    h.user()
+    h.answer(kind="current_round_summary", tokens=300)
+    h.answer(tokens=300)  # only the answer after the kept summary: nothing to fold in
+    h.user()
+    assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(crs + 1, a1 + 1), (rs + 1, a2 + 1)]
+
+
 def test_s4_skips_rounds_holding_system_or_pinned_messages() -> None:
     h = Hist()
     h.user()

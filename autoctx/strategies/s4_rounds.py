@@ -39,36 +39,36 @@ def plan_s4(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     for user, answer in finished_rounds(lay.metas):
         if user >= lay.latest_user:
             break
-        start, end = round_range(lay, user, answer)
-        if (
-            _compressible(lay, start, end)
-            and total_tokens(lay.metas, start, end) >= floor
-            and not has_failed(snapshot, ctx, start, end)
+        rng = round_range(lay, user, answer)
+        if rng is None:
+            continue
+        start, end = rng
+        if total_tokens(lay.metas, start, end) >= floor and not has_failed(
+            snapshot, ctx, start, end
         ):
             edits.append(make_edit(snapshot, STRATEGY, start, end, "round_summary"))
     return edits
 
 
-def round_range(lay: Layout, user: int, answer: int) -> tuple[int, int]:
-    """[start, end) S4 would replace in the round (user, answer): after the user message and
-    after the last summary it must keep, up to and including the answer."""
+def round_range(lay: Layout, user: int, answer: int) -> tuple[int, int] | None:
+    """[start, end) S4 may replace in the round (user, answer), or None if it must skip it:
+    after the user message and after the last summary it must keep, up to and including the
+    answer."""
+    # A system or pinned message anywhere in the round makes S4 skip it (SPEC.md section 1).
+    if any(lay.is_protected(k) for k in range(user + 1, answer + 1)):
+        return None
+    if lay.metas[answer].kind in _KEPT_KINDS:
+        return None
     start = user + 1
     for k in range(answer - 1, user, -1):
         if lay.metas[k].kind in _KEPT_KINDS:
             start = k + 1
             break
-    return start, answer + 1
-
-
-def _compressible(lay: Layout, start: int, end: int) -> bool:
-    # Only the answer left (nothing between the user message or a kept summary and the answer):
-    # nothing to fold in. That is also how a round S4 already summarised looks.
+    end = answer + 1
+    # Only the answer left (nothing between the user message, or a kept summary, and the
+    # answer): nothing to fold in. That is also how a round S4 already summarised looks.
     if end - start < 2:
-        return False
-    # The answer itself may be a round summary (kept kinds are searched before it only).
-    if lay.metas[end - 1].kind in _KEPT_KINDS:
-        return False
-    # A system or pinned message makes S4 skip its round (SPEC.md section 1).
-    if any(lay.is_protected(k) for k in range(start, end)):
-        return False
-    return lay.holds_whole_groups(start, end) and not lay.touches_pending(start, end)
+        return None
+    if not lay.holds_whole_groups(start, end) or lay.touches_pending(start, end):
+        return None
+    return start, end

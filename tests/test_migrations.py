@@ -1,0 +1,120 @@
+"""The schema comes from the Alembic migrations only: upgrade paths, locking, the wheel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import venv
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from autoctx import AutoContextConfig, AutoContextMemory, Msg, SchemaError
+from autoctx.store import tables
+from autoctx.store.database import (
+    create_engine,
+    current_revision,
+    head_revision,
+    normalize_url,
+    upgrade,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_opening_a_memory_on_an_empty_database_upgrades_it(empty_db_url: str) -> None:
+    mem = AutoContextMemory.open("first", empty_db_url)
+    mem.add(Msg.user("hello"))
+    assert current_revision(mem.engine) == head_revision()
+
+
+def test_auto_upgrade_off_refuses_with_the_fix(empty_db_url: str) -> None:
+    with pytest.raises(SchemaError, match="autoctx db upgrade"):
+        AutoContextMemory.open("s", empty_db_url, AutoContextConfig(auto_upgrade=False))
+
+
+def test_concurrent_upgrades_serialise_on_the_advisory_lock(empty_db_url: str) -> None:
+    engines = [create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def run(engine: sa.Engine) -> None:
+        try:
+            upgrade(engine)
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert current_revision(engines[0]) == head_revision()
+    for e in engines:
+        e.dispose()
+
+
+def test_a_schema_newer_than_the_code_is_refused(empty_db_url: str) -> None:
+    engine = create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool)
+    upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(sa.text("update alembic_version set version_num = '9999_future'"))
+    with pytest.raises(SchemaError, match="newer"):
+        upgrade(engine)
+    engine.dispose()
+
+
+def test_table_descriptions_match_the_migrated_schema(db_url: str) -> None:
+    engine = create_engine(normalize_url(db_url), poolclass=sa.NullPool)
+    inspector = sa.inspect(engine)
+    for table in tables.metadata.sorted_tables:
+        columns = {c["name"] for c in inspector.get_columns(table.name)}
+        assert columns == {c.name for c in table.columns}, table.name
+    engine.dispose()
+
+
+def test_every_key_and_index_of_session_tables_leads_with_session_id(db_url: str) -> None:
+    engine = create_engine(normalize_url(db_url), poolclass=sa.NullPool)
+    inspector = sa.inspect(engine)
+    for table in tables.metadata.sorted_tables:
+        pk = inspector.get_pk_constraint(table.name)["constrained_columns"]
+        assert pk[0] == "session_id", (table.name, pk)
+        for index in inspector.get_indexes(table.name):
+            assert index["column_names"][0] == "session_id", (table.name, index)
+        for unique in inspector.get_unique_constraints(table.name):
+            assert unique["column_names"][0] == "session_id", (table.name, unique)
+    engine.dispose()
+
+
+@pytest.mark.slow
+def test_the_built_wheel_carries_the_migrations(tmp_path: Path, empty_db_url: str) -> None:
+    """A plain (non-editable) install of the wheel in a fresh venv runs `autoctx db upgrade`."""
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    wheel = next(dist.glob("autoctx-*.whl"))
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(wheel)], check=True, capture_output=True
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [str(env_dir / "bin" / "autoctx"), "db", "upgrade", "--database-url", empty_db_url],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert head_revision() in out.stdout
+    engine = create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool)
+    assert current_revision(engine) == head_revision()
+    engine.dispose()
