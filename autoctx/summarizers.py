@@ -268,8 +268,8 @@ def _gap(count: int) -> str:
 def _render(entries: list[_Entry], chosen: Mapping[tuple[int, int], str]) -> str:
     """The chosen lines in transcript order, each entry under its header, gaps marked."""
     by_entry: dict[int, list[int]] = {}
-    for entry, line in chosen:
-        by_entry.setdefault(entry, []).append(line)
+    for entry_index, line_index in chosen:
+        by_entry.setdefault(entry_index, []).append(line_index)
     out: list[str] = []
     for i in sorted(by_entry):
         entry = entries[i]
@@ -429,7 +429,8 @@ class OpenAISummarizer:
         return cls()
 
     def __repr__(self) -> str:
-        return f"OpenAISummarizer(model={self.model!r}, base_url={str(self.client.base_url)!r})"
+        base_url = str(self.client.base_url).rstrip("/")
+        return f"OpenAISummarizer(model={self.model!r}, base_url={base_url!r})"
 
     def close(self) -> None:
         """Close the HTTP client, when this summariser created it."""
@@ -447,7 +448,7 @@ class OpenAISummarizer:
         try:
             result = self._streamed(messages) if self.stream else self._plain(messages)
         except openai.APITimeoutError as err:
-            raise SummarizerError("timeout", f"{self._where()}: {err}") from err
+            raise SummarizerError("timeout", f"{self._where()}: {_with_cause(err)}") from err
         except openai.RateLimitError as err:
             retry_after = err.response.headers.get("retry-after")
             raise SummarizerError(
@@ -461,7 +462,7 @@ class OpenAISummarizer:
                 f"{self._where()}: HTTP {err.status_code}: {_clip(err.message, _DETAIL_CHARS)}",
             ) from err
         except openai.APIConnectionError as err:
-            raise SummarizerError("connection", f"{self._where()}: {err}") from err
+            raise SummarizerError("connection", f"{self._where()}: {_with_cause(err)}") from err
         except openai.APIResponseValidationError as err:
             raise SummarizerError("bad_response", f"{self._where()}: {err}") from err
         except openai.OpenAIError as err:
@@ -478,7 +479,7 @@ class OpenAISummarizer:
         )
 
     def _where(self) -> str:
-        return f"model {self.model} at {self.client.base_url}"
+        return f"model {self.model} at {str(self.client.base_url).rstrip('/')}"
 
     def _temperature(self) -> float | openai.Omit:
         import openai
@@ -555,6 +556,12 @@ class OpenAISummarizer:
             )
         _check_finish(finish, self._where())
         return "".join(pieces), model, prompt_tokens, completion_tokens
+
+
+def _with_cause(err: BaseException) -> str:
+    # The client's own message ("Connection error.") hides what happened underneath.
+    cause = err.__cause__
+    return f"{err} ({type(cause).__name__}: {cause})" if cause is not None else str(err)
 
 
 def _check_finish(finish_reason: str | None, where: str) -> None:

@@ -83,11 +83,14 @@ def answer_reload_call(
         return "Invalid arguments: expected JSON like {\"uuid\": \"...\"}."
     if not isinstance(args, dict):
         return "Invalid arguments: expected a JSON object like {\"uuid\": \"...\"}."
+    raw = args.get("uuid")
+    if raw is None:
+        return "Missing uuid: pass the uuid from a CONTEXT_OFFLOAD tag as {\"uuid\": \"...\"}."
+    if isinstance(raw, str) and not raw.strip():
+        return "Empty uuid: copy the uuid from a <!-- CONTEXT_OFFLOAD: uuid=... --> tag."
     try:
-        offload = parse_offload_id(args.get("uuid"))
+        offload = parse_offload_id(raw)
     except InvalidOffloadId as exc:
-        if not isinstance(args.get("uuid"), str) or not str(args.get("uuid")).strip():
-            return "Missing uuid: pass the uuid from a CONTEXT_OFFLOAD tag."
         return f"Invalid uuid: {exc}"
     offset = args.get("offset", 0)
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:

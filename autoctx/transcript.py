@@ -125,15 +125,20 @@ def _render_message(msg: Msg) -> list[str]:
     return entries
 
 
-def render_transcript(messages: Sequence[Msg]) -> str:
+def render_transcript(messages: Sequence[Msg], *, keep_tags: bool = False) -> str:
     """The messages as one plain-text transcript, one entry per text run, call or result.
 
     ``[user] ...``, ``[assistant] ...``, ``[assistant -> tool call read_file id=call_1] {...}``
     (arguments exactly as the model wrote them), ``[tool result read_file id=call_1] ...``;
     images and other opaque blocks appear as ``[image]`` / ``[opaque: <type>]``. Messages are
-    separated by a blank line. Offload tags are neutralised (see `neutralise_tags`).
+    separated by a blank line.
+
+    Offload tags are neutralised (see `neutralise_tags`) unless ``keep_tags=True``: a
+    summariser must not see them, but an agent reading reloaded messages needs the tags of
+    nested summaries to reload one level deeper.
     """
-    return neutralise_tags("\n\n".join("\n".join(_render_message(m)) for m in messages))
+    text = "\n\n".join("\n".join(_render_message(m)) for m in messages)
+    return text if keep_tags else neutralise_tags(text)
 
 
 def original_chars(messages: Sequence[Msg]) -> int:

@@ -57,7 +57,7 @@ def current_round_range(lay: Layout) -> tuple[int, int]:
         if lay.is_protected(k):
             start = k + 1
             break
-    end = len(lay)
+    end = lay.pending_start if lay.pending_start is not None else len(lay)
     return start, end
 
 

@@ -1,0 +1,53 @@
+"""Generated agent histories for the tests (deterministic for a given seed)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from autoctx import Msg, ToolUseBlock
+
+
+def file_dump(rng: random.Random, lines: int) -> str:
+    return "\n".join(
+        f"{n:4d}  def handler_{rng.randrange(10**6)}(request): return {rng.randrange(10**4)}"
+        for n in range(lines)
+    )
+
+
+def tool_group(rng: random.Random, call_ids: list[str], big: bool) -> list[Msg]:
+    """One assistant message with one or more (parallel) calls and their results."""
+    calls = [
+        ToolUseBlock(cid, rng.choice(["read_file", "grep", "run_tests"]), json.dumps({"path": f"src/m{rng.randrange(99)}.py"}))
+        for cid in call_ids
+    ]
+    out = [Msg.assistant(None, calls)]
+    for c in calls:
+        body = file_dump(rng, 120) if big else f"ok {c.name} {rng.randrange(10**6)}"
+        out.append(Msg.tool(c.id, body))
+    return out
+
+
+def multi_round(seed: int, rounds: int, steps: int, big_every: int = 3, parallel_every: int = 4) -> list[Msg]:
+    """A system prompt, then `rounds` user rounds of `steps` tool groups and a final answer."""
+    rng = random.Random(seed)
+    msgs = [Msg.system("You are a coding agent.")]
+    n = 0
+    for r in range(rounds):
+        msgs.append(Msg.user(f"Task {r}: fix module {rng.randrange(50)}"))
+        for s in range(steps):
+            width = 2 if s % parallel_every == parallel_every - 1 else 1
+            ids = [f"call_{n + k}" for k in range(width)]
+            n += width
+            msgs.extend(tool_group(rng, ids, big=s % big_every == 0))
+        msgs.append(Msg.assistant(f"Round {r} done: patched src/m{rng.randrange(99)}.py, tests pass."))
+    return msgs
+
+
+def long_task(seed: int, steps: int, big_every: int = 2) -> list[Msg]:
+    """One user request followed by `steps` tool groups and no final answer yet."""
+    rng = random.Random(seed)
+    msgs = [Msg.system("You are a coding agent."), Msg.user("Migrate the whole repository.")]
+    for s in range(steps):
+        msgs.extend(tool_group(rng, [f"t{s}"], big=s % big_every == 0))
+    return msgs

@@ -1,0 +1,289 @@
+"""The ladder end to end on real PostgreSQL: apply, offload, lineage, events, reload, the loop."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from autoctx import (
+    AutoContextConfig,
+    AutoContextMemory,
+    InvalidOffloadId,
+    Msg,
+    OffloadNotFound,
+    OfflineSummarizer,
+    SummaryRequest,
+    SummaryResult,
+)
+from autoctx.prompts import OFFLOAD_TAG_RE
+from tests.histories import long_task, multi_round
+from tests.invariants import (
+    assert_every_original_reachable,
+    assert_totals_match,
+    assert_valid_openai_chat,
+    originals,
+)
+
+Open = Callable[..., AutoContextMemory]
+
+SMALL = AutoContextConfig(
+    max_tokens=20_000,
+    msg_threshold=60,
+    last_keep=10,
+    min_tool_run=3,
+    min_compress_tokens=300,
+    large_payload_chars=2000,
+    preview_chars=100,
+    reload_page_chars=1500,
+)
+
+
+class CountingSummarizer:
+    """The offline summariser, counting its calls; optionally running a hook mid-call."""
+
+    def __init__(self, hook: Callable[[SummaryRequest], None] | None = None) -> None:
+        self.inner = OfflineSummarizer()
+        self.calls = 0
+        self.requests: list[SummaryRequest] = []
+        self.hook = hook
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.calls += 1
+        self.requests.append(request)
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook(request)
+        return self.inner.summarize(request)
+
+
+def check_all(mem: AutoContextMemory) -> None:
+    assert_valid_openai_chat(mem.to_openai())
+    assert_totals_match(mem)
+    assert_every_original_reachable(mem)
+
+
+def test_history_compresses_under_target_with_every_step_recorded(open_memory: Open) -> None:
+    mem = open_memory(config=SMALL)
+    added = mem.add(multi_round(1, rounds=4, steps=8))
+    assert mem.needs_compression()
+    events = mem.compress_if_needed()
+    assert events and all(e.status == "applied" for e in events)
+    assert {e.strategy for e in events} <= {1, 2, 3, 4}
+    assert mem.token_count < SMALL.token_target or mem.message_count < SMALL.msg_target
+    assert [e.id for e in mem.events()] == [e.id for e in events]
+    check_all(mem)
+    # Originals are untouched and in order.
+    assert [m.id for m in originals(mem)] == [m.id for m in added]
+    assert [m.content for m in originals(mem)] == [m.content for m in added]
+
+
+def test_preview_keeps_role_call_id_and_name_and_ends_with_the_tag(open_memory: Open) -> None:
+    # No tool run is long enough for S1, so the cheapest work left is S2's previews.
+    mem = open_memory(config=dataclasses.replace(SMALL, min_tool_run=1000))
+    mem.add(multi_round(2, rounds=3, steps=6))
+    events = mem.compress_if_needed()
+    previews = [m for m in mem.messages() if m.kind == "preview"]
+    assert previews, [e.strategy for e in events]
+    for p in previews:
+        event = next(e for e in events if e.summary_message_id == p.id)
+        assert event.strategy in (2, 3)
+        text = p.tool_results[-1].output_text if p.role == "tool" else p.text
+        last_line = text.splitlines()[-1]
+        assert last_line == f"<!-- CONTEXT_OFFLOAD: uuid={event.offload_uuid} -->"
+        (original,) = mem.reload(str(event.offload_uuid))
+        assert original.role == p.role
+        if p.role == "tool":
+            assert [r.tool_use_id for r in p.tool_results] == [r.tool_use_id for r in original.tool_results]
+            assert [r.name for r in p.tool_results] == [r.name for r in original.tool_results]
+            assert text.startswith(original.tool_results[0].output_text[: SMALL.preview_chars] + "...\n")
+
+
+def test_event_offload_and_lineage_rows_agree(open_memory: Open) -> None:
+    mem = open_memory(config=SMALL)
+    mem.add(multi_round(3, rounds=4, steps=8))
+    events = mem.compress_if_needed()
+    for e in events:
+        rows = mem.sql(
+            "select replaced_id, ordinal from lineage where session_id = :s and summary_id = :m "
+            "order by ordinal",
+            s=mem.session_id,
+            m=e.summary_message_id,
+        )
+        assert tuple(r.replaced_id for r in rows) == e.replaced_ids
+        offload_ids = mem.sql(
+            "select message_ids from offloads where session_id = :s and uuid = :u",
+            s=mem.session_id,
+            u=e.offload_uuid,
+        )[0].message_ids
+        assert tuple(offload_ids) == e.replaced_ids
+        assert [m.id for m in mem.reload(str(e.offload_uuid))] == list(e.replaced_ids)
+        assert e.tokens_after < e.tokens_before
+
+
+def test_long_single_task_sheds_old_tool_output_without_an_llm(open_memory: Open) -> None:
+    summarizer = CountingSummarizer()
+    config = AutoContextConfig(
+        max_tokens=200_000, msg_threshold=10_000, last_keep=20, large_payload_chars=2000, preview_chars=100,
+        reload_page_chars=1500, min_tool_run=10_000,
+    )
+    mem = open_memory(config=config, summarizer=summarizer)
+    mem.add(long_task(4, steps=200))
+    before = mem.token_count
+    assert before >= config.token_trigger, "the history must be over the token trigger"
+    events = mem.compress_if_needed()
+    applied = [e for e in events if e.status == "applied"]
+    assert applied and {e.strategy for e in applied} <= {2, 3}
+    assert summarizer.calls == 0
+    assert mem.token_count < config.token_target
+    # Only the last `last_keep` messages keep their full output.
+    working = mem.messages()
+    assert all(m.payload_chars <= config.large_payload_chars for m in working[2 : -config.last_keep])
+    assert any(m.payload_chars > config.large_payload_chars for m in working[-config.last_keep :])
+    check_all(mem)
+
+
+def test_second_call_without_new_messages_does_nothing(open_memory: Open) -> None:
+    summarizer = CountingSummarizer()
+    tight = AutoContextConfig(
+        max_tokens=4000, msg_threshold=20, last_keep=4, min_compress_tokens=100, large_payload_chars=1000,
+        preview_chars=50, reload_page_chars=500,
+    )
+    mem = open_memory(config=tight, summarizer=summarizer)
+    mem.add(long_task(5, steps=40))
+    first = mem.compress_if_needed()
+    assert first
+    calls, version = summarizer.calls, mem.version
+    if mem.needs_compression():
+        assert mem.compress_if_needed() == []
+    else:
+        assert mem.compress_if_needed() == []
+    assert summarizer.calls == calls
+    assert mem.version == version
+
+
+def test_appends_during_the_llm_call_are_kept_after_the_summary(open_memory: Open, session_id: str) -> None:
+    other = open_memory()
+
+    def append_meanwhile(_: SummaryRequest) -> None:
+        other.add([Msg.user("a late question"), Msg.assistant("a late answer")])
+
+    summarizer = CountingSummarizer(hook=append_meanwhile)
+    mem = open_memory(config=SMALL, summarizer=summarizer)
+    mem.add(multi_round(6, rounds=4, steps=8))
+    events = mem.compress_if_needed()
+    assert summarizer.calls >= 1
+    assert any(e.status == "applied" and e.strategy in (1, 4, 5, 6) for e in events)
+    texts = [m.text for m in mem.messages()]
+    assert texts[-2:] == ["a late question", "a late answer"]
+    check_all(mem)
+
+
+def test_a_compression_that_lost_the_race_records_a_conflict(open_memory: Open) -> None:
+    rival = open_memory(config=SMALL)
+
+    def compress_meanwhile(_: SummaryRequest) -> None:
+        rival.compress_if_needed()
+
+    mem = open_memory(config=SMALL, summarizer=CountingSummarizer(hook=compress_meanwhile))
+    # Only LLM work: no large payloads, so S2/S3 find nothing and S1 asks the summariser.
+    mem.add(multi_round(7, rounds=4, steps=8, big_every=10_000))
+    events = mem.compress_if_needed()
+    statuses = [e.status for e in events]
+    assert "conflict" in statuses
+    conflict = next(e for e in events if e.status == "conflict")
+    assert conflict.tokens_before == conflict.tokens_after
+    assert "changed" in (conflict.error or "")
+    check_all(mem)
+
+
+def test_reload_is_scoped_to_the_session(open_memory: Open) -> None:
+    mem = open_memory(config=SMALL)
+    mem.add(multi_round(8, rounds=3, steps=6))
+    event = mem.compress_if_needed()[0]
+    stranger = open_memory(sid=f"stranger-{uuid.uuid4().hex[:6]}", config=SMALL)
+    with pytest.raises(OffloadNotFound):
+        stranger.reload(str(event.offload_uuid))
+    call = {"id": "c", "function": {"name": "context_reload", "arguments": f'{{"uuid": "{event.offload_uuid}"}}'}}
+    unknown = {"id": "c", "function": {"name": "context_reload", "arguments": f'{{"uuid": "{uuid.uuid4()}"}}'}}
+    assert stranger.handle_tool_call(call) == stranger.handle_tool_call(unknown)
+    assert "No offloaded context with that id in this session" in stranger.handle_tool_call(call)
+    assert "No offloaded context" not in mem.handle_tool_call(call)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [("", InvalidOffloadId), ("   ", InvalidOffloadId), ("not-a-uuid", InvalidOffloadId),
+     ("123e4567-e89b-12d3-a456-426614174000'; drop table messages; --", InvalidOffloadId)],
+)
+def test_reload_refuses_malformed_ids(open_memory: Open, value: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        open_memory().reload(value)
+
+
+def test_reload_tool_answers_are_distinct_and_paged(open_memory: Open) -> None:
+    mem = open_memory(config=SMALL)
+    mem.add(multi_round(9, rounds=4, steps=8))
+    events = mem.compress_if_needed()
+    big = max(events, key=lambda e: e.tokens_before - e.tokens_after)
+
+    def ask(args: str) -> str:
+        return mem.handle_tool_call({"function": {"name": "context_reload", "arguments": args}})
+
+    answers = {
+        "missing": ask("{}"),
+        "empty": ask('{"uuid": ""}'),
+        "malformed": ask('{"uuid": "xyz"}'),
+        "unknown": ask(f'{{"uuid": "{uuid.uuid4()}"}}'),
+        "bad json": ask("{uuid"),
+    }
+    assert len(set(answers.values())) == len(answers), answers
+    first = ask(f'{{"uuid": "{big.offload_uuid}"}}')
+    if "[page:" in first:
+        assert len(first) < SMALL.reload_page_chars + 200
+        nxt = int(first.rsplit("offset=", 1)[1].split(" ")[0])
+        assert ask(f'{{"uuid": "{big.offload_uuid}", "offset": {nxt}}}')
+    tool = mem.reload_tool()
+    assert tool["function"]["name"] == "context_reload"
+    assert tool["function"]["parameters"]["required"] == ["uuid"]
+    # Reloading never changes the working context.
+    assert mem.version == mem.version and all(not OFFLOAD_TAG_RE.fullmatch(a) for a in answers.values())
+
+
+def test_reload_pages_by_message(open_memory: Open) -> None:
+    mem = open_memory(config=SMALL)
+    mem.add(multi_round(10, rounds=4, steps=8))
+    event = max(mem.compress_if_needed(), key=lambda e: len(e.replaced_ids))
+    everything = mem.reload(str(event.offload_uuid))
+    assert mem.reload(str(event.offload_uuid), offset=1, limit=2) == everything[1:3]
+
+
+def test_plan_hint_reaches_the_summariser_last(open_memory: Open) -> None:
+    summarizer = CountingSummarizer()
+    mem = open_memory(config=SMALL, summarizer=summarizer)
+    mem.set_plan(
+        {
+            "goal": "Ship the parser rewrite",
+            "steps": [{"title": "port tests", "state": "done"}, {"title": "port code", "state": "in_progress"}],
+            "expected_outcome": "all tests green",
+        }
+    )
+    mem.add(multi_round(11, rounds=4, steps=8, big_every=10_000))
+    mem.compress_if_needed()
+    assert summarizer.requests
+    for request in summarizer.requests:
+        assert request.plan_hint and "Ship the parser rewrite" in request.plan_hint
+
+
+def test_compression_survives_a_restart(open_memory: Open, session_id: str) -> None:
+    mem = open_memory(config=SMALL)
+    mem.add(multi_round(12, rounds=4, steps=8))
+    mem.compress_if_needed()
+    before: list[dict[str, Any]] = mem.to_openai()
+    mem.close()
+    again = open_memory(config=SMALL)
+    assert again.to_openai() == before
+    check_all(again)

@@ -1,0 +1,320 @@
+"""The plain-text transcript, the offload tag, the plan hint and the prompts (no network)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoctx.config import LLM_STRATEGIES
+from autoctx.errors import AutoctxError, ConfigError, InvalidPlan
+from autoctx.messages import Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from autoctx.prompts import (
+    DEFAULT_PROMPTS,
+    OFFLOAD_TAG_RE,
+    RELOAD_SNIPPET,
+    build_request,
+    offload_tag,
+    prompt_for,
+)
+from autoctx.transcript import (
+    neutralise_tags,
+    original_chars,
+    plan_hint,
+    render_transcript,
+    validate_plan,
+)
+
+UUID = "3f1c2b9e-8d4a-4c6e-9b7f-1a2b3c4d5e6f"
+
+
+def _conversation() -> list[Msg]:
+    return [
+        Msg.system("You are a coding agent."),
+        Msg.user("Fix the failing test."),
+        Msg.assistant(
+            "Let me look.",
+            [
+                ToolUseBlock("call_1", "read_file", json.dumps({"path": "a.py"})),
+                ToolUseBlock("call_2", "run", '{"cmd": "pytest -x"}'),
+            ],
+        ),
+        Msg.tool("call_1", "def f():\n    return 1", "read_file"),
+        Msg.tool("call_2", "", "run"),
+        Msg.assistant("The test passes now.", name="coder"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# render_transcript
+# ---------------------------------------------------------------------------------------------
+
+
+def test_transcript_lines() -> None:
+    text = render_transcript(_conversation())
+    assert text == (
+        "[system] You are a coding agent.\n\n"
+        "[user] Fix the failing test.\n\n"
+        "[assistant] Let me look.\n"
+        '[assistant -> tool call read_file id=call_1] {"path": "a.py"}\n'
+        '[assistant -> tool call run id=call_2] {"cmd": "pytest -x"}\n\n'
+        "[tool result read_file id=call_1] def f():\n    return 1\n\n"
+        "[tool result run id=call_2] (empty output)\n\n"
+        "[assistant (coder)] The test passes now."
+    )
+
+
+def test_transcript_never_holds_raw_openai_messages() -> None:
+    text = render_transcript(_conversation())
+    assert '"role"' not in text
+    assert "tool_calls" not in text
+    assert "tool_call_id" not in text
+
+
+def test_transcript_several_results_in_one_message_and_parts_output() -> None:
+    msg = Msg(
+        "tool",
+        (
+            ToolResultBlock("c1", (TextBlock("part one, "), TextBlock("part two")), "grep"),
+            ToolResultBlock("c2", "second", ""),
+        ),
+    )
+    assert render_transcript([msg]) == (
+        "[tool result grep id=c1] part one, part two\n[tool result unknown tool id=c2] second"
+    )
+
+
+def test_transcript_opaque_blocks_and_kinds() -> None:
+    msg = Msg(
+        "user",
+        (
+            TextBlock("look at this: "),
+            OpaqueBlock({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}),
+            OpaqueBlock({"type": "input_audio", "input_audio": {"data": "xx"}}),
+            OpaqueBlock({"type": "thinking", "thinking": "hmm"}),
+            OpaqueBlock({"no_type": 1}),
+        ),
+    )
+    assert render_transcript([msg]) == (
+        "[user] look at this: [image][audio][opaque: thinking][opaque: unknown]"
+    )
+    assert "base64" not in render_transcript([msg])
+    summary = Msg.assistant("I read a.py.", kind="current_round_summary")
+    assert render_transcript([summary]) == (
+        "[assistant, earlier current round summary] I read a.py."
+    )
+    assert render_transcript([Msg("assistant", ())]) == "[assistant] (no content)"
+
+
+def test_transcript_keeps_exact_arguments() -> None:
+    args = '{ "path" : "src/x.py",  "lines": [1, 2] }'
+    text = render_transcript([Msg.assistant(None, [ToolUseBlock("id9", "read", args)])])
+    assert text == f"[assistant -> tool call read id=id9] {args}"
+    empty = render_transcript([Msg.assistant(None, [ToolUseBlock("id9", "now", "")])])
+    assert empty == "[assistant -> tool call now id=id9] (no arguments)"
+
+
+def test_transcript_neutralises_tags_unless_asked() -> None:
+    summary = Msg.assistant(f"I fixed a.py.\n{offload_tag(UUID)}", kind="tool_run_summary")
+    text = render_transcript([summary])
+    assert "CONTEXT_OFFLOAD" not in text
+    assert "<!--" not in text
+    assert f"[offloaded context {UUID}]" in text
+    kept = render_transcript([summary], keep_tags=True)
+    assert offload_tag(UUID) in kept
+
+
+def test_original_chars_counts_payloads() -> None:
+    msgs = _conversation()
+    assert original_chars(msgs) == sum(m.payload_chars for m in msgs)
+    assert original_chars([Msg.user("abc"), Msg.tool("c", "12345", "t")]) == 8
+    assert original_chars([]) == 0
+
+
+_texts = st.text(max_size=80)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool"]), _texts), max_size=6))
+def test_transcript_property_no_marker_and_sizes(items: list[tuple[str, str]]) -> None:
+    msgs: list[Msg] = []
+    for i, (role, text) in enumerate(items):
+        payload = f"{text}<!-- CONTEXT_OFFLOAD: uuid={i} -->{text}CONTEXT_OFFLOAD"
+        if role == "tool":
+            msgs.append(Msg.tool(f"c{i}", payload, "t"))
+        elif role == "assistant":
+            msgs.append(Msg.assistant(payload, [ToolUseBlock(f"c{i}", "t", json.dumps(text))]))
+        else:
+            msgs.append(Msg.user(payload))
+    rendered = render_transcript(msgs)
+    assert "CONTEXT_OFFLOAD" not in rendered
+    assert OFFLOAD_TAG_RE.search(rendered) is None
+    assert original_chars(msgs) == sum(m.payload_chars for m in msgs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tag
+# ---------------------------------------------------------------------------------------------
+
+
+def test_offload_tag_format_and_regex() -> None:
+    tag = offload_tag(UUID)
+    assert tag == f"<!-- CONTEXT_OFFLOAD: uuid={UUID} -->"
+    match = OFFLOAD_TAG_RE.search(f"summary text\n{tag}")
+    assert match is not None and match.group("uuid") == UUID
+    # A model that copies a tag rarely copies its spacing.
+    loose = OFFLOAD_TAG_RE.search(f"<!--CONTEXT_OFFLOAD:uuid={UUID}-->")
+    assert loose is not None and loose.group("uuid") == UUID
+    assert OFFLOAD_TAG_RE.search("<!-- a comment -->") is None
+
+
+def test_neutralise_tags() -> None:
+    assert neutralise_tags("plain") == "plain"
+    assert neutralise_tags(f"x {offload_tag('u1')} y") == "x [offloaded context u1] y"
+    assert "CONTEXT_OFFLOAD" not in neutralise_tags("a CONTEXT_OFFLOAD b")
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan
+# ---------------------------------------------------------------------------------------------
+
+PLAN: dict[str, Any] = {
+    "goal": "Ship the parser fix",
+    "steps": [
+        {"title": "Reproduce the bug", "state": "done"},
+        {"title": "Write the failing test", "state": "done"},
+        {"title": "Patch parse()", "state": "in_progress"},
+        {"title": "Run the full suite", "state": "pending"},
+        {"title": "Open the PR", "state": "pending"},
+    ],
+    "expected_outcome": "All tests green, PR open",
+}
+
+
+def test_validate_plan_normalises() -> None:
+    assert validate_plan(PLAN) == PLAN
+    assert validate_plan({"goal": "g"}) == {"goal": "g", "steps": [], "expected_outcome": ""}
+    assert validate_plan({"goal": "g", "steps": [{"title": "t"}]})["steps"] == [
+        {"title": "t", "state": "pending"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("plan", "fragment"),
+    [
+        ({}, "goal"),
+        ({"goal": "  "}, "goal"),
+        ({"goal": 3}, "goal"),
+        ({"goal": "g", "step": []}, "unknown keys"),
+        ({"goal": "g", "steps": "do it"}, "steps"),
+        ({"goal": "g", "steps": ["do it"]}, "steps'][0]"),
+        ({"goal": "g", "steps": [{"title": ""}]}, "title"),
+        ({"goal": "g", "steps": [{"title": "t", "state": "started"}]}, "in_progress"),
+        ({"goal": "g", "steps": [{"title": "t", "done": True}]}, "unknown keys"),
+        ({"goal": "g", "expected_outcome": 5}, "expected_outcome"),
+    ],
+)
+def test_validate_plan_refuses(plan: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(InvalidPlan, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        validate_plan(plan)
+
+
+def test_invalid_plan_is_an_autoctx_value_error() -> None:
+    assert issubclass(InvalidPlan, AutoctxError)
+    assert issubclass(InvalidPlan, ValueError)
+    with pytest.raises(InvalidPlan):
+        validate_plan(["not", "a", "mapping"])  # type: ignore[arg-type]
+
+
+def test_plan_hint() -> None:
+    assert plan_hint(None) is None
+    hint = plan_hint(PLAN)
+    assert hint is not None
+    lines = hint.splitlines()
+    assert "Goal: Ship the parser fix" in lines
+    assert "Progress: 2 of 5 steps done" in lines
+    assert "In progress: Patch parse()" in lines
+    assert "Next: Run the full suite" in lines
+    assert "Expected outcome: All tests green, PR open" in lines
+    # Short: done steps and later pending steps are not listed.
+    assert "Reproduce the bug" not in hint and "Open the PR" not in hint
+    assert (
+        plan_hint({"goal": "g"})
+        == "Plan of this session (keep what the remaining work needs):\nGoal: g"
+    )
+
+
+def test_plan_hint_clips_long_fields_and_tags() -> None:
+    hint = plan_hint({"goal": "x" * 5000 + offload_tag(UUID)})
+    assert hint is not None
+    assert len(hint) < 500
+    assert "CONTEXT_OFFLOAD" not in (plan_hint({"goal": f"g {offload_tag(UUID)}"}) or "")
+    with pytest.raises(InvalidPlan):
+        plan_hint({"goal": ""})
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts and requests
+# ---------------------------------------------------------------------------------------------
+
+
+def test_default_prompts_cover_the_llm_strategies() -> None:
+    assert set(DEFAULT_PROMPTS) == set(LLM_STRATEGIES) == {1, 4, 5, 6}
+    for prompt in DEFAULT_PROMPTS.values():
+        assert "<!--" not in prompt
+        assert "CONTEXT_OFFLOAD" not in prompt
+        assert "plain text" in prompt.lower()
+    assert "[TRUNCATED]" in DEFAULT_PROMPTS[1]
+    assert "count" in DEFAULT_PROMPTS[1]
+    assert "status codes" in DEFAULT_PROMPTS[4] and "narrate" in DEFAULT_PROMPTS[4]
+    assert "conservative" in DEFAULT_PROMPTS[5].lower()
+    assert "first person" in DEFAULT_PROMPTS[6] and "I called" in DEFAULT_PROMPTS[6]
+    assert "character budget" in DEFAULT_PROMPTS[6]
+
+
+def test_prompt_for_overrides() -> None:
+    assert prompt_for(4) == DEFAULT_PROMPTS[4]
+    assert prompt_for(4, {4: "mine"}) == "mine"
+    assert prompt_for(1, {4: "mine"}) == DEFAULT_PROMPTS[1]
+    for strategy in (0, 2, 3, 7):
+        with pytest.raises(ConfigError, match="no prompt"):
+            prompt_for(strategy)
+
+
+def test_build_request() -> None:
+    msgs = _conversation()[1:]
+    request = build_request(6, msgs, prompts={6: "custom"}, char_budget=120, plan=PLAN)
+    assert request.strategy == 6
+    assert request.prompt == "custom"
+    assert request.transcript == render_transcript(msgs)
+    assert request.input_chars == original_chars(msgs)
+    assert request.char_budget == 120
+    assert request.plan_hint == plan_hint(PLAN)
+    plain = build_request(1, msgs)
+    assert plain.prompt == DEFAULT_PROMPTS[1]
+    assert plain.char_budget is None and plain.plan_hint is None
+    with pytest.raises(ValueError, match="char_budget"):
+        build_request(6, msgs, char_budget=0)
+    with pytest.raises(InvalidPlan):
+        build_request(6, msgs, plan={"goal": ""})
+
+
+def test_user_content_order_plan_last() -> None:
+    request = build_request(6, _conversation()[1:], char_budget=321, plan=PLAN)
+    content = request.user_content()
+    hint = plan_hint(PLAN)
+    assert hint is not None
+    assert content.startswith("Transcript to summarise:\n\n[user] Fix the failing test.")
+    assert content.endswith(hint)
+    assert content.index(request.transcript) < content.index("at most 321 characters")
+    assert content.index("at most 321 characters") < content.index(hint)
+    no_extras = build_request(1, _conversation()[1:]).user_content()
+    assert no_extras == "Transcript to summarise:\n\n" + render_transcript(_conversation()[1:])
+
+
+def test_reload_snippet() -> None:
+    assert "context_reload" in RELOAD_SNIPPET
+    assert "<!-- CONTEXT_OFFLOAD: uuid=<uuid> -->" in RELOAD_SNIPPET
