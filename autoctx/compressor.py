@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ._faults import pause_point
 from .config import AutoContextConfig
 from .errors import SummarizerError
 from .events import Event
@@ -170,6 +171,7 @@ class Compressor:
             plan=info.plan if info is not None else None,
         )
         try:
+            pause_point("summarize.during")
             result = self.summarizer.summarize(request)
             text = result.text.strip()
             if not text:

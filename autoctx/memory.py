@@ -126,7 +126,7 @@ class AutoContextMemory:
         validate_session_id(session_id)
         config = config or AutoContextConfig()
         engine = get_engine(database_url, auto_upgrade=config.auto_upgrade)
-        store = Store(engine)
+        store = Store(engine, tenant)
         info = store.get_session(session_id, tenant)
         if info is None:
             if not create:

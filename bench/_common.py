@@ -249,7 +249,7 @@ def _line_pools(r: random.Random, size: int) -> dict[str, list[str]]:
         logs.append(
             f"2025-11-{r.randrange(1, 29):02d}T{r.randrange(24):02d}:{r.randrange(60):02d}:"
             f"{r.randrange(60):02d}.{r.randrange(1000):03d}Z {r.choice(_LEVELS)} [{m}.{f}] "
-            f"{_sentence(r, r.randrange(3, 10))} id={secrets_hex(r, 8)} took={r.randrange(900)}ms"
+            f"{_sentence(r, r.randrange(3, 10))} id={_hex(r, 8)} took={r.randrange(900)}ms"
         )
         rows.append(
             json.dumps(
@@ -270,7 +270,7 @@ def _line_pools(r: random.Random, size: int) -> dict[str, list[str]]:
     return {"code": code, "log": logs, "json": rows, "listing": listing, "prose": prose}
 
 
-def secrets_hex(r: random.Random, n: int) -> str:
+def _hex(r: random.Random, n: int) -> str:
     return "".join(r.choice("0123456789abcdef") for _ in range(n))
 
 

@@ -297,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(400, "the body is not JSON", "invalid_request_error")
             return
         owner = self.server.owner
-        reply = owner._record_and_next(body, dict(self.headers.items()))
+        reply = owner._record_and_next(body, {k.lower(): v for k, v in self.headers.items()})
         try:
             self._serve(reply, body)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
@@ -482,7 +482,7 @@ class OpenAIServer:
     """A scriptable OpenAI Chat Completions server on 127.0.0.1 (see the module docstring).
 
     ``base_url`` is ``http://127.0.0.1:<port>/v1``; ``requests`` holds every chat-completion
-    request body received, in order, and ``request_headers`` their headers.
+    request body received, in order, and ``request_headers`` their headers (lower-case names).
     """
 
     def __init__(self, *, model: str = "test-model", default: ReplySource | None = None) -> None:

@@ -50,9 +50,7 @@ def tool_work() -> list[Msg]:
     msgs.append(
         Msg.assistant(None, [ToolUseBlock("call_1", "read_file", '{"path": "deploy/app.yaml"}')])
     )
-    msgs.append(
-        Msg.tool("call_1", "service: web\nport: 8080\n" + _noise("yaml", 300), "read_file")
-    )
+    msgs.append(Msg.tool("call_1", "service: web\nport: 8080\n" + _noise("yaml", 300), "read_file"))
     msgs.append(
         Msg.assistant(None, [ToolUseBlock("call_2", "run_shell", '{"cmd": "pytest tests/ -x"}')])
     )
@@ -153,9 +151,7 @@ def test_offline_uses_a_larger_budget_for_more_facts() -> None:
 def test_offline_small_input_and_free_text() -> None:
     small = SummaryRequest(5, "p", "just one short line", 19)
     assert OfflineSummarizer().summarize(small).text.endswith("just one short line")
-    free = "\n".join(
-        [f"log {k}: ok" for k in range(2000)] + ["ERROR disk /dev/sda1 full", "done"]
-    )
+    free = "\n".join([f"log {k}: ok" for k in range(2000)] + ["ERROR disk /dev/sda1 full", "done"])
     result = OfflineSummarizer().summarize(SummaryRequest(5, "p", free, len(free)))
     assert "ERROR disk /dev/sda1 full" in result.text
     assert "log 0: ok" in result.text and "done" in result.text
@@ -296,7 +292,9 @@ FAILURES: list[tuple[str, Reply, str]] = [
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-@pytest.mark.parametrize(("reply", "reason"), [f[1:] for f in FAILURES], ids=[f[0] for f in FAILURES])
+@pytest.mark.parametrize(
+    ("reply", "reason"), [f[1:] for f in FAILURES], ids=[f[0] for f in FAILURES]
+)
 def test_failures_raise_with_reason(
     srv: OpenAIServer, reply: Reply, reason: str, stream: bool
 ) -> None:
@@ -352,7 +350,7 @@ def test_given_client_is_used_as_is(srv: OpenAIServer) -> None:
     s = OpenAISummarizer(client, model="client-model")
     assert s.summarize(small_request()).text.startswith("Summary:")
     assert srv.requests[-1]["model"] == "client-model"
-    assert srv.request_headers[-1]["Authorization"] == "Bearer k"
+    assert srv.request_headers[-1]["authorization"] == "Bearer k"
     s.close()  # not ours: must leave the client usable
     assert client.models.list().data[0].id == "served-model"
     with pytest.raises(ConfigError):
@@ -375,7 +373,7 @@ def test_environment(monkeypatch: pytest.MonkeyPatch, srv: OpenAIServer) -> None
     chosen.summarize(small_request())
     assert srv.requests[-1]["model"] == "autoctx-model"
     # No key given: local servers need none, a placeholder satisfies the client.
-    assert srv.request_headers[-1]["Authorization"].startswith("Bearer ")
+    assert srv.request_headers[-1]["authorization"].startswith("Bearer ")
     assert OpenAISummarizer(model="explicit").model == "explicit"
     assert "test-key" not in repr(summarizer(srv))
 
@@ -403,16 +401,19 @@ def test_server_scripts_tool_calls(srv: OpenAIServer, stream: bool) -> None:
                         entry["name"] += delta.function.name or ""
                         entry["arguments"] += delta.function.arguments or ""
         assert finish == "tool_calls"
-        assert calls == {0: {"id": "call_w", "name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+        assert calls == {
+            0: {"id": "call_w", "name": "get_weather", "arguments": '{"city": "Oslo"}'}
+        }
     else:
         response = client.chat.completions.create(model="m", messages=messages)
-        choice = response.choices[0]
-        assert choice.finish_reason == "tool_calls"
-        assert choice.message.tool_calls is not None
-        call = choice.message.tool_calls[0]
+        answer = response.choices[0]
+        assert answer.finish_reason == "tool_calls"
+        assert answer.message.tool_calls is not None
+        call = answer.message.tool_calls[0]
+        assert call.type == "function"
         assert call.id == "call_w"
-        assert call.function.name == "get_weather"  # type: ignore[union-attr]
-        assert json.loads(call.function.arguments) == {"city": "Oslo"}  # type: ignore[union-attr]
+        assert call.function.name == "get_weather"
+        assert json.loads(call.function.arguments) == {"city": "Oslo"}
 
 
 def test_server_callable_script_raw_json_and_models(srv: OpenAIServer) -> None:
@@ -422,7 +423,11 @@ def test_server_callable_script_raw_json_and_models(srv: OpenAIServer) -> None:
         "created": 1,
         "model": "raw-model",
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "raw!"}, "finish_reason": "stop"}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "raw!"},
+                "finish_reason": "stop",
+            }
         ],
     }
     srv.script(

@@ -9,14 +9,16 @@ be sharded by session (docs/scaling.md).
 
 from __future__ import annotations
 
+import contextlib
 import uuid as uuid_mod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 
+from .._faults import pause_point
 from ..config import AutoContextConfig
 from ..errors import OffloadNotFound, SessionNotFound
 from ..events import Event
@@ -166,8 +168,29 @@ def _message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None
 class Store:
     """SQL for sessions, messages, the working set, offloads, lineage and events."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, tenant: str | None = None) -> None:
         self.engine = engine
+        self.tenant = tenant
+
+    @contextlib.contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        """A transaction; with a tenant, scoped to it for the row-level security policies."""
+        with self.engine.begin() as conn:
+            self._scope(conn)
+            yield conn
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            self._scope(conn)
+            yield conn
+
+    def _scope(self, conn: Connection) -> None:
+        # Local to the transaction, so a pooled connection never carries a tenant over.
+        if self.tenant is not None:
+            conn.execute(
+                sa.text("select set_config('autoctx.tenant', :t, true)"), {"t": self.tenant}
+            )
 
     # -- sessions -------------------------------------------------------------------------------
 
@@ -178,7 +201,7 @@ class Store:
         return cond
 
     def get_session(self, session_id: str, tenant: str | None = None) -> SessionInfo | None:
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             row = conn.execute(
                 sa.select(sessions).where(self._session_where(session_id, tenant))
             ).one_or_none()
@@ -204,7 +227,7 @@ class Store:
             )
             .on_conflict_do_nothing(index_elements=["session_id"])
         )
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(stmt)
             row = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).one()
         info = _session_info(row)
@@ -223,17 +246,17 @@ class Store:
             stmt = stmt.where(sessions.c.tenant == tenant)
         if prefix:
             stmt = stmt.where(sessions.c.session_id.startswith(prefix, autoescape=True))
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return [_session_info(r) for r in conn.execute(stmt)]
 
     def delete_session(self, session_id: str, tenant: str | None = None) -> bool:
         """Delete a session and everything of it (the foreign keys cascade)."""
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             result = conn.execute(sa.delete(sessions).where(self._session_where(session_id, tenant)))
         return bool(result.rowcount)
 
     def set_plan(self, session_id: str, plan: Mapping[str, Any] | None) -> None:
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(
                 sa.update(sessions)
                 .where(sessions.c.session_id == session_id)
@@ -242,7 +265,7 @@ class Store:
 
     def settle(self, session_id: str, version: int) -> None:
         """Remember that compression at `version` could not reach its target (SPEC.md 2)."""
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(
                 sa.update(sessions)
                 .where(sessions.c.session_id == session_id, sessions.c.version == version)
@@ -263,7 +286,7 @@ class Store:
         """Append validated messages in one transaction; returns them with ids and tokens."""
         if not prepared:
             return []
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             row = self._lock(conn, session_id)
             open_calls = OpenCalls(row.open_calls)
             bound = bind(prepared, open_calls, session_id=session_id)
@@ -294,6 +317,7 @@ class Store:
                     updated_at=sa.func.now(),
                 )
             )
+            pause_point("append.before_commit")
         return [p.msg.with_(id=first_id + i, tokens=p.tokens) for i, p in enumerate(bound)]
 
     def load_working(self, session_id: str) -> list[Msg]:
@@ -312,7 +336,7 @@ class Store:
             .where(working_set.c.session_id == session_id)
             .order_by(working_set.c.position)
         )
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return [msg_from_row(r) for r in conn.execute(stmt)]
 
     def snapshot(self, session_id: str) -> Snapshot:
@@ -331,9 +355,10 @@ class Store:
             .where(working_set.c.session_id == session_id)
             .order_by(working_set.c.position)
         )
-        with self.engine.connect() as conn, conn.begin():
-            # REPEATABLE READ makes the session row and the working set one consistent view.
-            conn.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+        # REPEATABLE READ makes the session row and the working set one consistent view.
+        repeatable = self.engine.execution_options(isolation_level="REPEATABLE READ")
+        with repeatable.begin() as conn:
+            self._scope(conn)
             info = conn.execute(
                 sa.select(sessions.c.version, sessions.c.message_count, sessions.c.token_count).where(
                     sessions.c.session_id == session_id
@@ -352,7 +377,7 @@ class Store:
         stmt = sa.select(*_MESSAGE_COLUMNS).where(
             messages.c.session_id == session_id, messages.c.id.in_(id_list)
         )
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return {r.id: msg_from_row(r) for r in conn.execute(stmt)}
 
     def totals(self, session_id: str) -> SessionInfo:
@@ -377,8 +402,9 @@ class Store:
         applied and a `conflict` event is recorded per changed range."""
         if not replacements:
             return ApplyOutcome([], False)
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             row = self._lock(conn, session_id)
+            pause_point("apply.after_lock")
             positions = self._check_ranges(conn, session_id, [r.edit for r in replacements])
             conflicts = [r for r, pos in zip(replacements, positions, strict=True) if pos is None]
             if not conflicts:
@@ -529,6 +555,7 @@ class Store:
                 updated_at=sa.func.now(),
             )
         )
+        pause_point("apply.before_commit")
         return [
             Event(
                 session_id=session_id,
@@ -577,7 +604,7 @@ class Store:
         latency_ms: float | None = None,
     ) -> Event:
         """Record an attempt that changed nothing (failed, skipped or conflict)."""
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             row = self._lock(conn, session_id)
             event_id = row.next_event_id
             values = {
@@ -618,7 +645,7 @@ class Store:
 
     def reload(self, session_id: str, offload_uuid: uuid_mod.UUID) -> list[Msg]:
         """The messages an offload removed, in order (one level deep)."""
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             ids = conn.execute(
                 sa.select(offloads.c.message_ids).where(
                     offloads.c.session_id == session_id, offloads.c.uuid == offload_uuid
@@ -642,7 +669,7 @@ class Store:
             .where(compression_events.c.session_id == session_id)
             .order_by(compression_events.c.id)
         )
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return [_event_from_row(r) for r in conn.execute(stmt)]
 
 

@@ -1,0 +1,30 @@
+"""Test-only pause points, so that crash tests can kill a process inside a given phase.
+
+Set `AUTOCTX_PAUSE_AT` to a phase name; when the process reaches that phase it writes
+"PAUSED <phase>" to stderr and sleeps until killed. Unset (the normal case), a pause point costs
+one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+ENV = "AUTOCTX_PAUSE_AT"
+
+#: The phases that have a pause point.
+PHASES = (
+    "append.before_commit",  # inside the append transaction, rows written, not committed
+    "summarize.during",  # while the summariser call is in flight (no lock held)
+    "apply.after_lock",  # inside the apply transaction, session row locked, nothing written
+    "apply.before_commit",  # inside the apply transaction, everything written, not committed
+)
+
+
+def pause_point(phase: str) -> None:
+    if os.environ.get(ENV) == phase:
+        sys.stderr.write(f"PAUSED {phase}\n")
+        sys.stderr.flush()
+        while True:
+            time.sleep(3600)
