@@ -139,8 +139,11 @@ _ARGS_CHARS: Final = 400
 _FACTS_PER_ENTRY: Final = 12
 _ERROR_CONTEXT_LINES: Final = 6
 
-# Priorities of the lines an entry offers, most important first.
-_P_CALL, _P_ERROR, _P_EDGE, _P_FACT_LINE, _P_FACTS, _P_NUMBER = range(6)
+# Priorities of the candidate lines, most important first. Tool calls come first, but only
+# up to half the budget (`_CALL_SHARE`): the calls beyond it wait behind the errors and the
+# first and last lines of the results (`_P_MORE_CALLS`).
+_P_CALL, _P_ERROR, _P_EDGE, _P_MORE_CALLS, _P_FACT_LINE, _P_FACTS, _P_NUMBER = range(7)
+_CALL_SHARE: Final = 0.5
 
 
 @dataclass(slots=True)
@@ -153,10 +156,10 @@ class _Entry:
 class _Candidate:
     priority: int
     entry: int
-    #: Index of the body line, or -1 for the header.
+    #: Index of the body line; -1 is the header line (which, for a call, holds its arguments).
     line: int
     text: str
-    #: Rank among the entry's candidates of the same priority: the budget goes round the
+    #: Rank among the candidates of the same priority (and entry): the budget goes round the
     #: entries (every result's first error before any result's second) instead of letting
     #: the first long result eat it all.
     order: int = 0
@@ -202,21 +205,20 @@ def _dedupe(lines: Iterable[str]) -> list[str]:
     return out
 
 
-def _candidates(index: int, entry: _Entry) -> list[_Candidate]:
-    is_call = "-> tool call" in entry.header
-    lines = _dedupe(entry.lines)
-    entry.lines = lines
+def _call_candidate(index: int, entry: _Entry) -> _Candidate:
+    # The call itself (tool name, id, exact arguments) on one line: the arguments are JSON,
+    # whose line breaks carry nothing.
+    args = " ".join(line.strip() for line in entry.lines if line.strip())
+    entry.lines = []
+    text = f"[{entry.header}] {_clip(args, _ARGS_CHARS)}" if args else f"[{entry.header}]"
+    return _Candidate(_P_CALL, index, -1, text)
+
+
+def _body_candidates(index: int, entry: _Entry) -> list[_Candidate]:
+    lines = entry.lines = _dedupe(entry.lines)
     found: list[_Candidate] = []
-    if is_call:
-        # The call itself (tool name, id, arguments) is the most important thing to keep.
-        found.append(_Candidate(_P_CALL, index, -1, entry.header))
-        args = " ".join(line.strip() for line in lines)
-        if args:
-            found.append(_Candidate(_P_CALL, index, 0, _clip(args, _ARGS_CHARS)))
-        entry.lines = [args] if args else []
-        return found
     if entry.header:
-        found.append(_Candidate(_P_EDGE, index, -1, entry.header))
+        found.append(_Candidate(_P_EDGE, index, -1, f"[{entry.header}]"))
     kept_text: list[str] = []
     error_context = 0
     for j, line in enumerate(lines):
@@ -228,17 +230,16 @@ def _candidates(index: int, entry: _Entry) -> list[_Candidate]:
             # happened; they count as part of the error.
             priority, limit = _P_ERROR, _ERROR_LINE_CHARS
             error_context -= 1
-        elif j in (0, len(lines) - 1):
-            priority, limit = _P_EDGE, _LINE_CHARS
-        elif _FACT_RE.search(line):
-            priority, limit = _P_FACT_LINE, _LINE_CHARS
-        elif _NUMBER_RE.search(line):
-            priority, limit = _P_NUMBER, _LINE_CHARS
         else:
             error_context = 0
-            continue
-        if priority != _P_ERROR:
-            error_context = 0
+            if j in (0, len(lines) - 1):
+                priority, limit = _P_EDGE, _LINE_CHARS
+            elif _FACT_RE.search(line):
+                priority, limit = _P_FACT_LINE, _LINE_CHARS
+            elif _NUMBER_RE.search(line):
+                priority, limit = _P_NUMBER, _LINE_CHARS
+            else:
+                continue
         text = _clip(line, limit)
         found.append(_Candidate(priority, index, j, text))
         if priority <= _P_EDGE:
@@ -247,9 +248,9 @@ def _candidates(index: int, entry: _Entry) -> list[_Candidate]:
     kept = "\n".join(kept_text)
     facts: list[str] = []
     for match in _FACT_RE.finditer("\n".join(lines)):
-        fact = match.group(0).rstrip(".,:")
+        fact = _clip(match.group(0).rstrip(".,:"), 120)
         if len(fact) > 2 and fact not in kept and fact not in facts:
-            facts.append(_clip(fact, 120))
+            facts.append(fact)
             if len(facts) == _FACTS_PER_ENTRY:
                 break
     if facts:
@@ -261,8 +262,20 @@ def _candidates(index: int, entry: _Entry) -> list[_Candidate]:
     return found
 
 
-def _gap(count: int) -> str:
-    return f"  [... {count} line{'s' if count > 1 else ''}]"
+def _rank_calls(calls: list[_Candidate], budget: int) -> None:
+    """Order the calls from both ends inward (the first and the latest matter most) and
+    demote those beyond the calls' share of the budget."""
+    for k, c in enumerate(calls):
+        c.order = min(k, len(calls) - 1 - k)
+    used = 0
+    for c in sorted(calls, key=lambda c: (c.order, c.entry)):
+        used += len(c.text) + 1
+        if used > budget * _CALL_SHARE:
+            c.priority = _P_MORE_CALLS
+
+
+def _gap(count: int, one: str = "line", many: str = "lines") -> str:
+    return f"  [... {count} {one if count == 1 else many}]"
 
 
 def _render(entries: list[_Entry], chosen: Mapping[tuple[int, int], str]) -> str:
@@ -271,32 +284,42 @@ def _render(entries: list[_Entry], chosen: Mapping[tuple[int, int], str]) -> str
     for entry_index, line_index in chosen:
         by_entry.setdefault(entry_index, []).append(line_index)
     out: list[str] = []
+    previous_entry = -1
     for i in sorted(by_entry):
+        if i - previous_entry > 1:
+            out.append(_gap(i - previous_entry - 1, "entry", "entries"))
+        previous_entry = i
         entry = entries[i]
-        parts = [f"[{entry.header}]"] if entry.header else []
+        if (i, -1) in chosen:
+            out.append(chosen[(i, -1)])
+        elif entry.header:
+            out.append(f"[{entry.header}]")
         previous = -1
         for j in sorted(line for line in by_entry[i] if line >= 0):
             # Index len(lines) is the facts line, which stands after the last body line.
             position = min(j, len(entry.lines))
             if position - previous > 1:
-                parts.append(_gap(position - previous - 1))
-            parts.append("  " + chosen[(i, j)])
+                out.append(_gap(position - previous - 1))
+            out.append("  " + chosen[(i, j)])
             previous = position
         if len(entry.lines) - previous > 1:
-            parts.append(_gap(len(entry.lines) - previous - 1))
-        out.append("\n".join(parts))
+            out.append(_gap(len(entry.lines) - previous - 1))
+    if previous_entry >= 0 and len(entries) - previous_entry > 1:
+        out.append(_gap(len(entries) - previous_entry - 1, "entry", "entries"))
     return "\n".join(out)
 
 
 class OfflineSummarizer:
     """An extractive summariser: deterministic, no network, no model.
 
-    It keeps, in order of importance, every tool call (name, id, arguments), every error line,
-    the first and last line of each message or result, lines that carry paths, URLs, ids or
-    key=value settings, and a list of such facts found in what it drops; then whatever else
-    holds numbers. It stays within the request's ``char_budget``, or without one within a
-    quarter of the input (between `OFFLINE_MIN_CHARS` and `OFFLINE_MAX_CHARS`), so a large
-    input always shrinks. Offload tags it copies become ``[offloaded context <uuid>]``.
+    It keeps, in order of importance: the tool calls (name, id, exact arguments; the first
+    and the latest first when they do not all fit), every error line with the indented
+    lines under it, the first and last line of each message or result, lines that carry
+    paths, URLs, ids or key=value settings, a list of such facts found in what it drops, and
+    then whatever else holds numbers. Gaps are marked ``[... N lines]``. It stays within the
+    request's ``char_budget``, or without one within a quarter of the input (between
+    `OFFLINE_MIN_CHARS` and `OFFLINE_MAX_CHARS`), so that a large input always shrinks.
+    Offload tags it copies become ``[offloaded context <uuid>]``.
     """
 
     model: str = OFFLINE_MODEL
@@ -309,46 +332,54 @@ class OfflineSummarizer:
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         started = time.perf_counter()
-        text = self._extract(neutralise_tags(request.transcript), self.budget_for(request))
+        text = _extract(neutralise_tags(request.transcript), self.budget_for(request))
         return SummaryResult(
             text=text,
             model=self.model,
             latency_ms=(time.perf_counter() - started) * 1000,
         )
 
-    def _extract(self, transcript: str, budget: int) -> str:
-        entries = _split_entries(transcript)
-        candidates = [c for i, e in enumerate(entries) for c in _candidates(i, e)]
-        total_lines = sum(len(e.lines) + (1 if e.header else 0) for e in entries)
-        # Greedy by priority, then round the entries: the cost estimate counts a line, its
-        # indent, the header it drags in and a gap marker; the rendering below settles the
-        # truth and drops the least important lines while it overshoots.
-        chosen: dict[tuple[int, int], str] = {}
-        used = 0
-        headed: set[int] = set()
-        ranked = sorted(candidates, key=lambda c: (c.priority, c.order, c.entry, c.line))
-        for c in ranked:
-            cost = len(c.text) + 3 + len(_gap(99))
-            if c.entry not in headed and entries[c.entry].header:
-                cost += len(entries[c.entry].header) + 3
-            if used + cost > budget:
-                continue
-            used += cost
-            chosen[(c.entry, c.line)] = c.text
-            headed.add(c.entry)
-        droppable = [(c.entry, c.line) for c in reversed(ranked) if (c.entry, c.line) in chosen]
-        while True:
-            head = f"[offline extract: {len(chosen)} of {total_lines} lines kept]"
-            body = _render(entries, chosen)
-            out = f"{head}\n{body}" if body else head
-            if len(out) <= budget or not droppable:
-                break
-            del chosen[droppable.pop(0)]
-        if len(out) > budget:
-            # Only when even the note does not fit (a budget of a few characters).
-            out = out[:budget]
-        out = neutralise_tags(out)
-        return out if out.strip() else "(nothing to summarise)"[:budget]
+
+def _extract(transcript: str, budget: int) -> str:
+    entries = _split_entries(transcript)
+    total_lines = sum(len(e.lines) + (1 if e.header else 0) for e in entries)
+    calls: list[_Candidate] = []
+    candidates: list[_Candidate] = []
+    for i, entry in enumerate(entries):
+        if "-> tool call " in entry.header:
+            calls.append(_call_candidate(i, entry))
+        else:
+            candidates.extend(_body_candidates(i, entry))
+    _rank_calls(calls, budget)
+    ranked = sorted(calls + candidates, key=lambda c: (c.priority, c.order, c.entry, c.line))
+    # Greedy on an estimate (a line, its indent, the header it drags in, a gap marker); the
+    # rendering below settles the truth and drops the least important lines while it
+    # overshoots.
+    chosen: dict[tuple[int, int], str] = {}
+    used = len("[offline extract: 9999 of 99999 lines kept]")
+    headed: set[int] = set()
+    for c in ranked:
+        cost = len(c.text) + 1 if c.line == -1 else len(c.text) + 3 + 12
+        if c.entry not in headed and c.line != -1 and entries[c.entry].header:
+            cost += len(entries[c.entry].header) + 3
+        if used + cost > budget:
+            continue
+        used += cost
+        chosen[(c.entry, c.line)] = c.text
+        headed.add(c.entry)
+    droppable = [(c.entry, c.line) for c in reversed(ranked) if (c.entry, c.line) in chosen]
+    while True:
+        head = f"[offline extract: {len(chosen)} of {total_lines} lines kept]"
+        body = _render(entries, chosen)
+        out = f"{head}\n{body}" if body else head
+        if len(out) <= budget or not droppable:
+            break
+        del chosen[droppable.pop(0)]
+    if len(out) > budget:
+        # Only when even the note does not fit (a budget of a few characters).
+        out = out[:budget]
+    out = neutralise_tags(out)
+    return out if out.strip() else "(nothing to summarise)"[:budget]
 
 
 # ---------------------------------------------------------------------------------------------

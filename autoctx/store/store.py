@@ -90,7 +90,8 @@ class ApplyOutcome:
     conflict: bool
 
 
-def msg_from_row(row: Row[Any]) -> Msg:
+def msg_from_row(row: Any) -> Msg:
+    """A `Msg` from a row holding the message columns."""
     return Msg(
         role=row.role,
         content=tuple(block_from_json(b) for b in row.content),
@@ -103,7 +104,7 @@ def msg_from_row(row: Row[Any]) -> Msg:
     )
 
 
-def _meta_from_row(row: Row[Any]) -> MsgMeta:
+def _meta_from_row(row: Any) -> MsgMeta:
     return MsgMeta(
         id=row.id,
         role=row.role,
@@ -472,8 +473,12 @@ class Store:
         next_msg, next_event = row.next_message_id, row.next_event_id
         count, tokens = row.message_count, row.token_count
         version = row.version + 1
-        msg_rows, event_rows, offload_rows, lineage_rows = [], [], [], []
-        working_rows, removed_ids = [], []
+        msg_rows: list[dict[str, Any]] = []
+        event_rows: list[dict[str, Any]] = []
+        offload_rows: list[dict[str, Any]] = []
+        lineage_rows: list[dict[str, Any]] = []
+        working_rows: list[dict[str, Any]] = []
+        removed_ids: list[int] = []
         replaced_tokens_by_id = self._tokens_of(
             conn, session_id, [i for r in replacements for i in r.edit.replaced_ids]
         )

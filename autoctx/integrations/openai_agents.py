@@ -1,0 +1,826 @@
+"""autoctx as an OpenAI Agents SDK session: pass one object and an agent gets the memory.
+
+    from agents import Agent, Runner
+    from autoctx.integrations.openai_agents import AutoctxSession, reload_tool
+
+    session = AutoctxSession("agent-42", config=AutoContextConfig(max_tokens=128_000))
+    agent = Agent(
+        name="worker",
+        instructions="..." + AutoContextMemory.system_prompt_snippet(),
+        tools=[..., reload_tool(session)],
+    )
+    await Runner.run(agent, "Fix the failing test", session=session)
+
+`AutoctxSession` implements the SDK's `Session` protocol (`get_items`, `add_items`, `pop_item`,
+`clear_session`, `session_id`, `session_settings`). The SDK speaks Responses-API input items;
+autoctx stores messages. The conversion is lossless: `get_items()` after `add_items(items)`
+gives back items equal to `items` (every key the conversion does not model is kept in the
+message's metadata under ``"agents"``), until a compression replaces some of them.
+
+How items become messages, so that compression keeps what belongs together together:
+
+- a user, system or developer message item is one message;
+- a `function_call_output` item is one tool message (its call id binds it to its call);
+- every other run of consecutive items (reasoning, assistant output messages, function calls,
+  hosted tool calls and any item type autoctx does not know) is ONE assistant message: function
+  calls become its tool_use blocks (consecutive calls are parallel calls of one tool group), the
+  assistant's text its text blocks, and everything else opaque blocks. A reasoning item that
+  precedes function calls is therefore compressed, offloaded or kept with them.
+
+Summaries and previews written by the compressions come back as plain items: an assistant
+message with one `output_text` part for a summary, a `function_call_output` holding the preview
+for a previewed tool result, and the calls of a summarised tool_use message as `function_call`
+items, so that the SDK always gets a history the model API accepts.
+
+The SDK calls are async; autoctx's memory is sync, so each call runs it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import sqlalchemy as sa
+from agents.items import TResponseInputItem
+from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.tool import FunctionTool
+from agents.tool_context import ToolContext
+from sqlalchemy.engine import URL, Connection
+
+from ..config import AutoContextConfig
+from ..errors import SessionNotFound
+from ..intake import count_tokens
+from ..memory import AutoContextMemory
+from ..messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock, block_from_json
+from ..store.tables import compression_events, lineage, messages, sessions, working_set
+from ..structure import is_final_answer
+from ..summarizers import Summarizer
+from ..tokens import TokenCounter
+from ..tools import TOOL_NAME, reload_tool_definition
+
+__all__ = ["META_KEY", "AutoctxSession", "items_to_messages", "message_items", "reload_tool"]
+
+#: Metadata key under which a message keeps what it needs to give its items back exactly.
+META_KEY = "agents"
+
+Item = dict[str, Any]
+
+_INPUT_ROLES = {"user": "user", "system": "system", "developer": "system"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Items -> messages
+# ---------------------------------------------------------------------------------------------
+
+
+def _storable(text: str) -> bool:
+    """PostgreSQL text cannot hold NUL, and lone surrogates are not UTF-8."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _quote(text: str) -> tuple[str, bool]:
+    """`text` as it can be stored, and whether it had to be escaped.
+
+    Tools do return binary output: a text PostgreSQL cannot store is kept as its JSON string
+    literal (ASCII, NUL as \\u0000), which `_unquote` turns back into the exact text.
+    """
+    if _storable(text):
+        return text, False
+    return json.dumps(text), True
+
+
+def _unquote(text: str, quoted: bool) -> str:
+    return cast(str, json.loads(text)) if quoted else text
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _without(item: Mapping[str, Any], *keys: str) -> Item:
+    return {k: v for k, v in item.items() if k not in keys}
+
+
+def _encode_message(item: Mapping[str, Any], blocks: list[Block]) -> Item:
+    """A message item's text as text blocks, the rest in its skeleton."""
+    start = len(blocks)
+    rest = _without(item, "content")
+    skeleton: Item = {"kind": "message", "rest": rest}
+    content = item.get("content")
+    if isinstance(content, str):
+        text, quoted = _quote(content)
+        blocks.append(TextBlock(text))
+        skeleton["content"] = {"text": True, "q": quoted}
+    elif isinstance(content, list):
+        parts: list[Item] = []
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                text, quoted = _quote(part["text"])
+                blocks.append(TextBlock(text))
+                parts.append({"rest": _without(part, "text"), "q": quoted})
+            elif isinstance(part, Mapping):
+                blocks.append(OpaqueBlock(dict(part)))
+                parts.append({"opaque": True})
+            else:
+                blocks.append(OpaqueBlock({"value": part}))
+                parts.append({"opaque": True, "wrapped": True})
+        skeleton["content"] = parts
+    elif "content" in item:
+        rest["content"] = content
+    skeleton["n"] = len(blocks) - start
+    return skeleton
+
+
+def _encode_call(item: Mapping[str, Any], blocks: list[Block]) -> Item:
+    rest = _without(item, "call_id", "name", "arguments")
+    skeleton: Item = {"kind": "call", "rest": rest, "n": 1}
+    raw = item.get("arguments")
+    if isinstance(raw, str):
+        if _storable(raw) and _is_json(raw):
+            arguments = raw
+        else:
+            # A model's broken JSON is still the call it made: stored as a JSON string
+            # literal (valid JSON, so the call stays valid) and given back as written.
+            arguments = json.dumps(raw)
+            skeleton["args"] = "quoted"
+    else:
+        if "arguments" in item:
+            rest["arguments"] = raw
+        arguments = "{}"
+        skeleton["args"] = "rest"
+    blocks.append(ToolUseBlock(item["call_id"], item["name"], arguments))
+    return skeleton
+
+
+def _encode_output(item: Mapping[str, Any]) -> tuple[ToolResultBlock, Item]:
+    rest = _without(item, "call_id", "output")
+    skeleton: Item = {"kind": "output", "rest": rest, "n": 1}
+    raw = item.get("output")
+    output: str | tuple[TextBlock, ...]
+    if isinstance(raw, str):
+        output, quoted = _quote(raw)
+        skeleton["output"] = {"text": True, "q": quoted}
+    elif isinstance(raw, list):
+        texts: list[TextBlock] = []
+        parts: list[Item] = []
+        for part in raw:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                text, quoted = _quote(part["text"])
+                texts.append(TextBlock(text))
+                parts.append({"rest": _without(part, "text"), "q": quoted})
+            else:
+                # Images and files of a tool's output have no place in a tool_result block
+                # (text only); they are kept whole in the skeleton.
+                parts.append({"keep": part})
+        output = tuple(texts)
+        skeleton["output"] = parts
+    else:
+        if "output" in item:
+            rest["output"] = raw
+        output = json.dumps(raw, ensure_ascii=False) if "output" in item else ""
+        skeleton["output"] = "rest"
+    return ToolResultBlock(item["call_id"], output), skeleton
+
+
+def _classify(item: Mapping[str, Any]) -> str:
+    kind = item.get("type")
+    if kind in (None, "message") and "role" in item:
+        role = item.get("role")
+        if role in _INPUT_ROLES:
+            return "input"
+        if role == "assistant":
+            return "assistant"
+        return "other"
+    call_id = item.get("call_id")
+    has_id = isinstance(call_id, str) and bool(call_id)
+    if kind == "function_call" and has_id and isinstance(item.get("name"), str) and item["name"]:
+        return "call"
+    if kind == "function_call_output" and has_id:
+        return "output"
+    return "other"
+
+
+def _as_dict(item: Any, index: int) -> Mapping[str, Any]:
+    if isinstance(item, Mapping):
+        return item
+    dump = getattr(item, "model_dump", None)
+    if callable(dump):
+        # The SDK's own item models, as the SDK itself turns them into input items.
+        return cast(Mapping[str, Any], dump(exclude_unset=True, mode="json"))
+    raise TypeError(f"item {index}: expected a Responses input item (a dict), got {type(item).__name__}")
+
+
+def _meta(skeletons: list[Item]) -> dict[str, Any]:
+    return {META_KEY: {"items": skeletons}}
+
+
+def items_to_messages(items: Sequence[Any]) -> list[Msg]:
+    """Responses-API input items as autoctx messages (see the module docstring)."""
+    out: list[Msg] = []
+    group_blocks: list[Block] = []
+    group_skeletons: list[Item] = []
+
+    def flush() -> None:
+        if group_skeletons:
+            out.append(Msg("assistant", tuple(group_blocks), metadata=_meta(list(group_skeletons))))
+            group_blocks.clear()
+            group_skeletons.clear()
+
+    for index, raw in enumerate(items):
+        item = _as_dict(raw, index)
+        kind = _classify(item)
+        if kind == "input":
+            flush()
+            blocks: list[Block] = []
+            skeleton = _encode_message(item, blocks)
+            role = _INPUT_ROLES[item["role"]]
+            out.append(Msg(cast(Any, role), tuple(blocks), metadata=_meta([skeleton])))
+        elif kind == "output":
+            flush()
+            block, skeleton = _encode_output(item)
+            out.append(Msg("tool", (block,), metadata=_meta([skeleton])))
+        elif kind == "assistant":
+            group_skeletons.append(_encode_message(item, group_blocks))
+        elif kind == "call":
+            group_skeletons.append(_encode_call(item, group_blocks))
+        else:
+            group_blocks.append(OpaqueBlock(dict(item)))
+            group_skeletons.append({"kind": "opaque", "n": 1})
+    flush()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages -> items
+# ---------------------------------------------------------------------------------------------
+#
+# Both directions of reading work on the stored JSON form of the blocks (`block_to_json`), so
+# that `get_items` turns rows into items without building `Msg` objects first.
+
+
+def _decode_skeleton(skeleton: Mapping[str, Any], blocks: Sequence[Mapping[str, Any]], at: int) -> Item:
+    kind = skeleton["kind"]
+    if kind == "opaque":
+        return dict(blocks[at]["data"])
+    item: Item = dict(skeleton.get("rest") or {})
+    if kind == "message":
+        spec = skeleton.get("content")
+        if isinstance(spec, Mapping):
+            item["content"] = _unquote(blocks[at]["text"], spec["q"])
+        elif isinstance(spec, list):
+            parts: list[Any] = []
+            for k, part in enumerate(spec):
+                block = blocks[at + k]
+                if part.get("opaque"):
+                    data = block["data"]
+                    parts.append(data["value"] if part.get("wrapped") else dict(data))
+                else:
+                    parts.append({**part["rest"], "text": _unquote(block["text"], part["q"])})
+            item["content"] = parts
+        return item
+    block = blocks[at]
+    if kind == "call":
+        item["call_id"] = block["id"]
+        item["name"] = block["name"]
+        mode = skeleton.get("args")
+        if mode is None:
+            item["arguments"] = block["arguments"]
+        elif mode == "quoted":
+            item["arguments"] = json.loads(block["arguments"])
+        return item
+    # kind == "output"
+    item["call_id"] = block["tool_use_id"]
+    spec = skeleton.get("output")
+    output = block["output"]
+    if isinstance(spec, Mapping):
+        item["output"] = _unquote(output, spec["q"])
+    elif isinstance(spec, list):
+        texts = iter(output if isinstance(output, list) else [])
+        parts = []
+        for part in spec:
+            if "keep" in part:
+                parts.append(part["keep"])
+            else:
+                parts.append({**part["rest"], "text": _unquote(next(texts)["text"], part["q"])})
+        item["output"] = parts
+    return item
+
+
+def _output_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    return "".join(p.get("text", "") for p in output if isinstance(p, Mapping))
+
+
+def _generic_items(role: str, blocks: Sequence[Mapping[str, Any]]) -> list[tuple[Item, list[int]]]:
+    """Items of a message that carries no skeleton: a summary or preview autoctx wrote, or a
+    message added through autoctx's own API. Each item with the blocks it came from."""
+    if role == "tool":
+        return [
+            (
+                {"type": "function_call_output", "call_id": b["tool_use_id"], "output": _output_text(b["output"])},
+                [k],
+            )
+            for k, b in enumerate(blocks)
+            if b.get("type") == "tool_result"
+        ]
+    texts = [k for k, b in enumerate(blocks) if b.get("type") == "text"]
+    others = [k for k, b in enumerate(blocks) if b.get("type") == "opaque"]
+    calls = [k for k, b in enumerate(blocks) if b.get("type") == "tool_use"]
+    out: list[tuple[Item, list[int]]] = []
+    if role == "assistant":
+        if texts or others or not calls:
+            parts: list[Any] = [
+                {"type": "output_text", "text": blocks[k]["text"], "annotations": []}
+                if k in texts
+                else dict(blocks[k]["data"])
+                for k in sorted(texts + others)
+            ]
+            if len(parts) > 1 and not others:
+                # One summary is one text, whatever blocks it was stored in.
+                parts = [{"type": "output_text", "text": "".join(p["text"] for p in parts), "annotations": []}]
+            out.append(({"type": "message", "role": "assistant", "content": parts}, sorted(texts + others)))
+        out.extend(
+            (
+                {
+                    "type": "function_call",
+                    "call_id": blocks[k]["id"],
+                    "name": blocks[k]["name"],
+                    "arguments": blocks[k]["arguments"],
+                },
+                [k],
+            )
+            for k in calls
+        )
+        return out
+    content: Any
+    if others:
+        content = [
+            {"type": "input_text", "text": blocks[k]["text"]} if k in texts else dict(blocks[k]["data"])
+            for k in sorted(texts + others)
+        ]
+    else:
+        content = "".join(blocks[k]["text"] for k in texts)
+    return [({"role": role, "content": content}, list(range(len(blocks))))]
+
+
+def _items_with_blocks(
+    role: str, kind: str, blocks: Sequence[Mapping[str, Any]], metadata: Mapping[str, Any] | None
+) -> list[tuple[Item, list[int]]]:
+    agents_meta = (metadata or {}).get(META_KEY) if kind == "original" else None
+    if not isinstance(agents_meta, Mapping):
+        return _generic_items(role, blocks)
+    out: list[tuple[Item, list[int]]] = []
+    at = 0
+    for skeleton in agents_meta["items"]:
+        n = int(skeleton["n"])
+        out.append((_decode_skeleton(skeleton, blocks, at), list(range(at, at + n))))
+        at += n
+    return out
+
+
+def message_items(msg: Msg) -> list[Item]:
+    """The Responses-API input items a stored message stands for."""
+    return [item for item, _ in _items_with_blocks(msg.role, msg.kind, msg.content_json(), msg.metadata)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The session
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _OpenArgs:
+    database_url: str | URL | None
+    config: AutoContextConfig | None
+    summarizer: Summarizer | None
+    tenant: str | None
+
+
+class AutoctxSession:
+    """An OpenAI Agents SDK `Session` kept by autoctx in PostgreSQL.
+
+    `AutoctxSession(session_id, database_url=None, config=None, *, summarizer=None,
+    compress=True, tenant=None)` opens (or creates) the autoctx session on first use;
+    `AutoctxSession.from_memory(mem)` wraps a memory already open. With `compress=True`,
+    `add_items` runs autoctx's compression loop whenever the trigger holds after the append.
+    """
+
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        database_url: str | URL | None = None,
+        config: AutoContextConfig | None = None,
+        *,
+        summarizer: Summarizer | None = None,
+        compress: bool = True,
+        tenant: str | None = None,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.compress = compress
+        self.session_settings = session_settings
+        self._args = _OpenArgs(database_url, config, summarizer, tenant)
+        self._mem: AutoContextMemory | None = None
+        self._counter: TokenCounter | None = None
+        # Opening touches the database; it happens once, in whichever worker thread asks first.
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_memory(
+        cls,
+        mem: AutoContextMemory,
+        *,
+        compress: bool = True,
+        session_settings: SessionSettings | None = None,
+    ) -> AutoctxSession:
+        """A session over an open memory (its database, config, tenant and summariser)."""
+        # The summariser is kept so that the session can reopen the memory after
+        # clear_session() (deleting a session closes its memory).
+        summarizer = cast(Summarizer | None, getattr(mem, "_summarizer", None))
+        session = cls(
+            mem.session_id,
+            mem.engine.url,
+            mem.config,
+            summarizer=summarizer,
+            compress=compress,
+            tenant=mem.tenant,
+            session_settings=session_settings,
+        )
+        session._mem = mem
+        return session
+
+    # -- the memory ---------------------------------------------------------------------------
+
+    @property
+    def config(self) -> AutoContextConfig:
+        """The thresholds in force (the memory's once open)."""
+        if self._mem is not None:
+            return self._mem.config
+        return self._args.config or AutoContextConfig()
+
+    def memory(self) -> AutoContextMemory:
+        """The autoctx memory behind the session, opened (or created) on first use (sync)."""
+        with self._lock:
+            if self._mem is None:
+                args = self._args
+                self._mem = AutoContextMemory.open(
+                    self.session_id,
+                    args.database_url,
+                    args.config,
+                    tenant=args.tenant,
+                    summarizer=args.summarizer,
+                )
+            return self._mem
+
+    def _token_counter(self, mem: AutoContextMemory) -> TokenCounter:
+        if self._counter is None or self._counter.model != mem.config.model:
+            self._counter = TokenCounter(mem.config.model)
+        return self._counter
+
+    # -- Session protocol ---------------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The working context as input items, oldest first; with `limit`, the latest `limit`."""
+        resolved = resolve_session_limit(limit, self.session_settings)
+        return await asyncio.to_thread(self.get_items_sync, resolved)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append items (one transaction), then compress if the trigger holds."""
+        if not items:
+            return
+        msgs = items_to_messages(items)
+        await asyncio.to_thread(self.add_messages_sync, msgs)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove the latest item from the working context and return it (see `pop_item_sync`)."""
+        return await asyncio.to_thread(self.pop_item_sync)
+
+    async def clear_session(self) -> None:
+        """Delete the session and everything of it; the next call starts it afresh."""
+        await asyncio.to_thread(self.clear_session_sync)
+
+    # -- sync twins (what the async methods run in a worker thread) ------------------------------
+
+    def get_items_sync(self, limit: int | None = None) -> list[TResponseInputItem]:
+        if limit is not None and limit <= 0:
+            return []
+        mem = self.memory()
+        columns = (working_set.c.position, messages.c.role, messages.c.kind, messages.c.content, messages.c.metadata)
+        stmt = (
+            sa.select(*columns)
+            .select_from(
+                working_set.join(
+                    messages,
+                    sa.and_(
+                        messages.c.session_id == working_set.c.session_id,
+                        messages.c.id == working_set.c.message_id,
+                    ),
+                )
+            )
+            .where(working_set.c.session_id == self.session_id)
+        )
+        if limit is None:
+            stmt = stmt.order_by(working_set.c.position)
+        else:
+            # Every message gives at least one item, so the latest `limit` messages hold the
+            # latest `limit` items: the read stays O(limit) on a session of any length.
+            stmt = stmt.order_by(working_set.c.position.desc()).limit(limit)
+        with mem.engine.connect() as conn:
+            rows = list(conn.execute(stmt))
+        if limit is not None:
+            rows.reverse()
+        items: list[Item] = []
+        for row in rows:
+            items.extend(item for item, _ in _items_with_blocks(row.role, row.kind, row.content, row.metadata))
+        if limit is not None:
+            items = items[-limit:]
+        return cast(list[TResponseInputItem], items)
+
+    def add_messages_sync(self, msgs: Sequence[Msg]) -> None:
+        mem = self.memory()
+        mem.add(list(msgs))
+        if self.compress and mem.needs_compression():
+            mem.compress_if_needed()
+
+    def add_items_sync(self, items: Sequence[Any]) -> None:
+        if items:
+            self.add_messages_sync(items_to_messages(items))
+
+    def pop_item_sync(self) -> TResponseInputItem | None:
+        """Remove the latest item from the working context and return it.
+
+        The SDK pops one item at a time (to undo a turn, or before a retry) and compares what it
+        gets, so this pops exactly one item, never a whole message: when the latest message
+        holds several items (a reasoning item and parallel calls are one assistant message),
+        the message leaves the working context and a message holding its other items takes its
+        place. The popped original stays in the database (originals are never deleted) and the
+        pop is recorded as an event (strategy 0, reason 'manual'). One transaction, under the
+        session row's lock, like every autoctx write.
+        """
+        mem = self.memory()
+        counter = self._token_counter(mem)
+        config = mem.config.to_json()
+        with mem.engine.begin() as conn:
+            return cast(
+                TResponseInputItem | None,
+                pop_last_item(conn, self.session_id, counter=counter, config=config),
+            )
+
+    def clear_session_sync(self) -> None:
+        with self._lock:
+            mem = self._mem
+            self._mem = None
+        if mem is None:
+            mem = self.memory()
+            with self._lock:
+                self._mem = None
+        try:
+            mem.delete()
+        except SessionNotFound:
+            pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Pop: the store operation the SDK needs (one transaction)
+# ---------------------------------------------------------------------------------------------
+
+
+def _open_calls_at_tail(conn: Connection, session_id: str) -> dict[str, str]:
+    """The calls of the newest tool group still without results, from the working tail."""
+    window = 32
+    while True:
+        rows = list(
+            conn.execute(
+                sa.select(messages.c.role, messages.c.call_ids, messages.c.result_ids, messages.c.tool_names)
+                .select_from(
+                    working_set.join(
+                        messages,
+                        sa.and_(
+                            messages.c.session_id == working_set.c.session_id,
+                            messages.c.id == working_set.c.message_id,
+                        ),
+                    )
+                )
+                .where(working_set.c.session_id == session_id)
+                .order_by(working_set.c.position.desc())
+                .limit(window)
+            )
+        )
+        answered: set[str] = set()
+        for row in rows:
+            if row.role == "tool":
+                answered.update(row.result_ids)
+                continue
+            names = list(row.tool_names)
+            return {
+                call: names[k] if k < len(names) else ""
+                for k, call in enumerate(row.call_ids)
+                if call not in answered
+            }
+        if len(rows) < window:
+            return {}
+        window *= 4
+
+
+def pop_last_item(
+    conn: Connection, session_id: str, *, counter: TokenCounter, config: Mapping[str, Any]
+) -> Item | None:
+    """Pop the latest item of a session's working context inside the caller's transaction.
+
+    Locks the session row; takes the last working message; if it stands for one item, removes
+    it from the working set; if for several, replaces it (same position) by a new message with
+    all its items but the last. Updates the totals, the open calls, the version, and records an
+    applied event with strategy 0 and reason 'manual'. Returns the popped item, or None when
+    the working context is empty.
+    """
+    srow = conn.execute(
+        sa.select(sessions).where(sessions.c.session_id == session_id).with_for_update()
+    ).one_or_none()
+    if srow is None:
+        return None
+    last = conn.execute(
+        sa.select(
+            working_set.c.position,
+            messages.c.id,
+            messages.c.role,
+            messages.c.name,
+            messages.c.kind,
+            messages.c.content,
+            messages.c.metadata,
+            messages.c.pinned,
+            messages.c.final,
+            messages.c.tokens,
+        )
+        .select_from(
+            working_set.join(
+                messages,
+                sa.and_(
+                    messages.c.session_id == working_set.c.session_id,
+                    messages.c.id == working_set.c.message_id,
+                ),
+            )
+        )
+        .where(working_set.c.session_id == session_id)
+        .order_by(working_set.c.position.desc())
+        .limit(1)
+    ).one_or_none()
+    if last is None:
+        return None
+    items = _items_with_blocks(last.role, last.kind, last.content, last.metadata)
+    if not items:
+        # A message that stands for no item (a tool message without results cannot be
+        # stored; kept for safety): pop it whole and report nothing.
+        popped_item: Item | None = None
+        keep: list[int] = []
+    else:
+        popped_item, popped_blocks = items[-1]
+        keep = [k for k in range(len(last.content)) if k not in set(popped_blocks)]
+    event_id = srow.next_event_id
+    version = srow.version + 1
+    remainder_id: int | None = None
+    remainder_tokens = 0
+    conn.execute(
+        sa.delete(working_set).where(
+            working_set.c.session_id == session_id, working_set.c.position == last.position
+        )
+    )
+    if len(items) > 1:
+        remainder = _remainder(last, keep)
+        remainder_id = srow.next_message_id
+        remainder_tokens = count_tokens(remainder, counter)
+        calls = remainder.tool_uses
+        results = remainder.tool_results
+        conn.execute(
+            sa.insert(messages).values(
+                session_id=session_id,
+                id=remainder_id,
+                role=remainder.role,
+                name=remainder.name,
+                content=remainder.content_json(),
+                metadata=dict(remainder.metadata),
+                kind=remainder.kind,
+                pinned=remainder.pinned,
+                final=is_final_answer(remainder, replaced_final=last.final),
+                tokens=remainder_tokens,
+                chars=remainder.payload_chars,
+                call_ids=[c.id for c in calls],
+                result_ids=[r.tool_use_id for r in results],
+                tool_names=[c.name for c in calls] + [r.name for r in results],
+                event_id=event_id,
+            )
+        )
+        conn.execute(
+            sa.insert(working_set).values(
+                session_id=session_id, position=last.position, message_id=remainder_id
+            )
+        )
+    count_after = srow.message_count - (0 if remainder_id is not None else 1)
+    tokens_after = srow.token_count - last.tokens + remainder_tokens
+    conn.execute(
+        sa.insert(compression_events).values(
+            session_id=session_id,
+            id=event_id,
+            strategy=0,
+            status="applied",
+            reason="manual",
+            messages_before=srow.message_count,
+            messages_after=count_after,
+            tokens_before=srow.token_count,
+            tokens_after=tokens_after,
+            replaced_ids=[last.id],
+            replaced_tokens=last.tokens,
+            summary_message_id=remainder_id,
+            error=None,
+            session_version=version,
+            config=dict(config),
+        )
+    )
+    if remainder_id is not None:
+        # The remainder stands for the popped message's other items: lineage keeps "which
+        # working message covers this original" answerable for them.
+        conn.execute(
+            sa.insert(lineage).values(
+                session_id=session_id,
+                summary_id=remainder_id,
+                ordinal=0,
+                replaced_id=last.id,
+                event_id=event_id,
+            )
+        )
+    open_calls = _open_calls_at_tail(conn, session_id)
+    conn.execute(
+        sa.update(sessions)
+        .where(sessions.c.session_id == session_id)
+        .values(
+            next_message_id=srow.next_message_id + (1 if remainder_id is not None else 0),
+            next_event_id=event_id + 1,
+            message_count=count_after,
+            token_count=tokens_after,
+            version=version,
+            open_calls=open_calls,
+            updated_at=sa.func.now(),
+        )
+    )
+    return popped_item
+
+
+def _remainder(row: Any, keep: Sequence[int]) -> Msg:
+    """The popped message without its last item's blocks (and without its last skeleton)."""
+    blocks = tuple(block_from_json(row.content[k]) for k in keep)
+    metadata = dict(row.metadata or {})
+    agents_meta = metadata.get(META_KEY)
+    if row.kind == "original" and isinstance(agents_meta, Mapping):
+        metadata[META_KEY] = {**agents_meta, "items": list(agents_meta["items"])[:-1]}
+    return Msg(row.role, blocks, name=row.name, metadata=metadata, kind=row.kind, pinned=row.pinned)
+
+
+# ---------------------------------------------------------------------------------------------
+# context_reload as an Agents SDK tool
+# ---------------------------------------------------------------------------------------------
+
+
+def reload_tool(session: AutoctxSession | AutoContextMemory) -> FunctionTool:
+    """`context_reload` as an Agents SDK function tool answering from `session`'s offloads.
+
+    Add it to the agent's tools (and `AutoContextMemory.system_prompt_snippet()` to its
+    instructions) so that the model can read back what a compression offloaded. The answer is
+    the memory's `handle_tool_call` answer: the originals as text, paged, and plain answers for
+    an unknown, malformed or foreign id.
+    """
+    definition = reload_tool_definition(session.config.reload_page_chars)["function"]
+
+    def memory() -> AutoContextMemory:
+        return session if isinstance(session, AutoContextMemory) else session.memory()
+
+    def answer(arguments: str) -> str:
+        call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
+        return memory().handle_tool_call(call)
+
+    async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
+        return await asyncio.to_thread(answer, arguments)
+
+    return FunctionTool(
+        name=TOOL_NAME,
+        description=definition["description"],
+        params_json_schema=definition["parameters"],
+        on_invoke_tool=on_invoke_tool,
+        # `offset` is optional, which strict mode (every property required) does not allow.
+        strict_json_schema=False,
+    )

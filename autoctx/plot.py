@@ -1,0 +1,208 @@
+"""Working-context size over a session's life, rebuilt from what the database recorded.
+
+Nothing stores a time series: it is reconstructed from the messages (each original adds its
+tokens to the working context when appended) and the compression events (each applied event
+moves the working totals from its `*_before` to its `*_after` figures). Message ids are
+allocated per session in commit order, and the message a compression writes carries its event,
+so walking the messages in id order replays the session exactly.
+
+`render()` needs matplotlib (the ``plot`` extra), imported only when a plot is drawn.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from .errors import AutoctxError
+from .events import Event
+from .store.inspect import MessageStamp
+
+__all__ = [
+    "STRATEGY_COLORS",
+    "STRATEGY_NAMES",
+    "Mark",
+    "Point",
+    "Series",
+    "reconstruct",
+    "render",
+]
+
+#: Short names of the six strategies (SPEC.md section 3), for legends and tables.
+STRATEGY_NAMES: Final[Mapping[int, str]] = {
+    1: "tool runs -> summary",
+    2: "large -> preview",
+    3: "large (tail) -> preview",
+    4: "rounds -> summary",
+    5: "large in round -> summary",
+    6: "current round -> summary",
+}
+#: One colour per strategy (colour-blind-safe Okabe-Ito palette).
+STRATEGY_COLORS: Final[Mapping[int, str]] = {
+    1: "#0072B2",
+    2: "#E69F00",
+    3: "#F0E442",
+    4: "#009E73",
+    5: "#CC79A7",
+    6: "#D55E00",
+}
+
+XAxis = Literal["step", "time"]
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    #: Originals appended so far (the agent's progress).
+    step: int
+    time: datetime | None
+    tokens: int
+    messages: int
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """One compression attempt, placed where it happened."""
+
+    step: int
+    time: datetime | None
+    strategy: int
+    status: str
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+
+
+@dataclass
+class Series:
+    points: list[Point] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+
+
+def reconstruct(stamps: Sequence[MessageStamp], events: Sequence[Event]) -> Series:
+    """The working totals after every append and every compression, in order.
+
+    Attempts that changed nothing (failed, skipped, conflict) wrote no message; they are placed
+    after the last original appended before them (by time).
+    """
+    by_id = {e.id: e for e in events}
+    series = Series([Point(0, stamps[0].created_at if stamps else None, 0, 0)])
+    tokens = messages = step = 0
+    original_times: list[datetime] = []
+    for s in stamps:
+        event = by_id.get(s.event_id) if s.event_id is not None else None
+        if event is None:
+            tokens += s.tokens
+            messages += 1
+            step += 1
+            original_times.append(s.created_at)
+        else:
+            tokens, messages = event.tokens_after, event.messages_after
+            series.marks.append(_mark(event, step, s.created_at))
+        series.points.append(Point(step, s.created_at, tokens, messages))
+    for e in events:
+        if e.status != "applied" and e.created_at is not None:
+            at = bisect.bisect_right(original_times, e.created_at)
+            series.marks.append(_mark(e, at, e.created_at))
+    series.marks.sort(key=lambda m: (m.step, m.status != "applied"))
+    return series
+
+
+def _mark(e: Event, step: int, at: datetime | None) -> Mark:
+    return Mark(
+        step,
+        at,
+        e.strategy,
+        e.status,
+        e.tokens_before,
+        e.tokens_after,
+        e.messages_before,
+        e.messages_after,
+    )
+
+
+def _pyplot_free_figure() -> Any:
+    # The Figure class needs no GUI backend, so plotting never touches the caller's
+    # matplotlib state (pyplot would pick or switch a global backend).
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise AutoctxError(
+            "plotting needs matplotlib, which is not installed; install the extra with "
+            "`pip install 'autoctx[plot]'`"
+        ) from None
+    return Figure(figsize=(11, 7.5), layout="constrained")
+
+
+def render(
+    series: Series,
+    config: Mapping[str, Any],
+    out: str | Path,
+    *,
+    title: str,
+    x: XAxis = "step",
+) -> Path:
+    """Draw tokens (top) and messages (bottom) of the working context; save a PNG to `out`.
+
+    `config` is the session's recorded thresholds (`max_tokens`, `token_ratio`, `target_ratio`,
+    `msg_threshold`). Compressions are marked by strategy; failed attempts with a cross.
+    """
+    fig = _pyplot_free_figure()
+    ax_tok, ax_msg = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1.4))
+    xs: list[Any] = [p.step if x == "step" else p.time for p in series.points]
+    max_tokens = int(config["max_tokens"])
+    trigger = max_tokens * float(config["token_ratio"])
+    target = max_tokens * float(config["target_ratio"])
+    msg_threshold = int(config["msg_threshold"])
+
+    ax_tok.plot(xs, [p.tokens for p in series.points], drawstyle="steps-post", color="#333333",
+                linewidth=1.1, label="working tokens")
+    ax_tok.axhline(max_tokens, color="#777777", linewidth=1, label=f"window {max_tokens:,}")
+    ax_tok.axhline(trigger, color="#C0392B", linestyle="--", linewidth=1.2,
+                   label=f"trigger {trigger:,.0f} ({config['token_ratio']} x window)")
+    ax_tok.axhline(target, color="#27AE60", linestyle=":", linewidth=1.4,
+                   label=f"target {target:,.0f} ({config['target_ratio']} x window)")
+
+    ax_msg.plot(xs, [p.messages for p in series.points], drawstyle="steps-post", color="#333333",
+                linewidth=1.1)
+    ax_msg.axhline(msg_threshold, color="#C0392B", linestyle="--", linewidth=1.2,
+                   label=f"trigger {msg_threshold} messages")
+    ax_msg.axhline(msg_threshold * float(config["target_ratio"]), color="#27AE60", linestyle=":",
+                   linewidth=1.4, label="target")
+
+    for strategy in sorted({m.strategy for m in series.marks}):
+        applied = [m for m in series.marks if m.strategy == strategy and m.status == "applied"]
+        if applied:
+            mx = [m.step if x == "step" else m.time for m in applied]
+            color = STRATEGY_COLORS.get(strategy, "black")
+            ax_tok.scatter(mx, [m.tokens_before for m in applied], marker="v", s=34, zorder=3,
+                           color=color, edgecolors="#222222", linewidths=0.5,
+                           label=f"S{strategy} {STRATEGY_NAMES.get(strategy, '')} ({len(applied)})")
+            ax_msg.scatter(mx, [m.messages_before for m in applied], marker="v", s=22, zorder=3,
+                           color=color, edgecolors="#222222", linewidths=0.5)
+    failed = [m for m in series.marks if m.status != "applied"]
+    if failed:
+        ax_tok.scatter([m.step if x == "step" else m.time for m in failed],
+                       [m.tokens_before for m in failed], marker="x", s=30, color="#555555",
+                       zorder=3, label=f"failed / conflict ({len(failed)})")
+
+    ax_tok.set_title(title)
+    ax_tok.set_ylabel("tokens in the working context")
+    ax_tok.set_ylim(0, max_tokens * 1.12 if series.points else 1)
+    top = max([p.tokens for p in series.points] + [max_tokens])
+    ax_tok.set_ylim(0, top * 1.08)
+    ax_tok.grid(True, alpha=0.25)
+    ax_tok.legend(loc="upper left", fontsize=8, ncol=2, framealpha=0.9)
+    ax_msg.set_ylabel("messages")
+    ax_msg.set_ylim(0, max([p.messages for p in series.points] + [msg_threshold]) * 1.15)
+    ax_msg.grid(True, alpha=0.25)
+    ax_msg.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    ax_msg.set_xlabel("original messages appended" if x == "step" else "time (UTC)")
+
+    path = Path(out)
+    fig.savefig(path, dpi=110)
+    return path
