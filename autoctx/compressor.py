@@ -92,7 +92,10 @@ class Compressor:
             snap = self.store.snapshot(self.session_id)
             if under_target(snap.message_count, snap.token_count, cfg):
                 return state.events
-            if not self._pass(snap, state):
+            outcome = self._pass(snap, state)
+            if outcome == "conflict":
+                continue  # another writer changed the session: plan again from a new snapshot
+            if outcome == "stalled":
                 break
         final = self.store.totals(self.session_id)
         if not under_target(final.message_count, final.token_count, cfg):
@@ -101,15 +104,35 @@ class Compressor:
 
     # -- one pass -----------------------------------------------------------------------------
 
-    def _pass(self, snap: Snapshot, state: _CallState) -> bool:
-        """Try S1..S6 in order; apply the first that finds work. True when tokens fell."""
+    def _allowed(self, strategy: int, snap: Snapshot) -> bool:
+        """Which rungs may act at this pressure (SPEC.md section 2).
+
+        S1 and S4 shrink the message count and may always act; previews (S2, S3) only save
+        tokens, so they act while tokens are over the target; S5 and S6 only while the token
+        trigger itself holds.
+        """
+        if strategy in (2, 3):
+            return snap.token_count >= self.config.token_target
+        if strategy in (5, 6):
+            return snap.token_count >= self.config.token_trigger
+        return True
+
+    def _pass(self, snap: Snapshot, state: _CallState) -> str:
+        """Try S1..S6 in order and apply the first that finds work.
+
+        Returns "progress" when working tokens fell, "conflict" when the apply lost a race,
+        "stalled" otherwise.
+        """
         cfg = self.config
         trig = trigger_of(snap.message_count, snap.token_count, cfg)
-        reason = "tokens" if snap.token_count >= cfg.token_target else "count"
-        if trig.fired:
-            reason = trig.reason
+        reason = trig.reason if trig.fired else (
+            "tokens" if snap.token_count >= cfg.token_target else "count"
+        )
+        # Without the token trigger, S1/S4 act without their token floor (count pressure).
         ctx = PlanContext(token_pressure=trig.by_tokens, failed=frozenset(state.failed))
         for strategy in STRATEGIES:
+            if not self._allowed(strategy, snap):
+                continue
             edits = plan_strategy(strategy, snap, cfg, ctx)
             if not edits:
                 continue
@@ -121,10 +144,11 @@ class Compressor:
             )
             state.events.extend(outcome.events)
             if outcome.conflict:
-                return False
+                return "conflict"
             applied = outcome.events
-            return bool(applied) and applied[-1].tokens_after < applied[0].tokens_before
-        return False
+            fell = bool(applied) and applied[-1].tokens_after < applied[0].tokens_before
+            return "progress" if fell else "stalled"
+        return "stalled"
 
     def _build(
         self, snap: Snapshot, edits: Sequence[Edit], state: _CallState, reason: str

@@ -27,6 +27,7 @@ from typing import Any, Final, Protocol
 
 from .config import AutoContextConfig
 from .events import Event
+from .messages import Msg
 from .prompts import RELOAD_SNIPPET
 
 __all__ = [
@@ -124,7 +125,7 @@ _VERBS: Final = (
 _ERRORS: Final = (
     ("AssertionError", "assert 500 == 200"),
     ("KeyError", "'warehouse_id'"),
-    ("sqlalchemy.exc.IntegrityError", "duplicate key value violates unique constraint \"sku_key\""),
+    ("sqlalchemy.exc.IntegrityError", 'duplicate key value violates unique constraint "sku_key"'),
     ("TypeError", "compute_price() got an unexpected keyword argument 'currency'"),
     ("AttributeError", "'NoneType' object has no attribute 'quantity'"),
     ("decimal.InvalidOperation", "[<class 'decimal.ConversionSyntax'>]"),
@@ -162,11 +163,7 @@ class _Writer:
         return f"{self.rng.choice(_VERBS)}_{self.rng.choice(_NOUNS)}"
 
     def module(self, tests: bool | None = None) -> str:
-        pool = [
-            m
-            for m in _MODULES
-            if tests is None or m.startswith("tests/") == tests
-        ]
+        pool = [m for m in _MODULES if tests is None or m.startswith("tests/") == tests]
         return self.rng.choice(pool)
 
     # -- outputs ------------------------------------------------------------------------------
@@ -237,19 +234,28 @@ class _Writer:
                 marks[k] = "F"
                 err, msg = rng.choice(_ERRORS)
                 failed.append((path, f"test_{self.ident()}", err, msg))
-            out.append(f"{path} {''.join(marks)}{' ' * max(1, 72 - dots - len(path))}[{rng.randint(10, 99)}%]")
+            out.append(
+                f"{path} {''.join(marks)}{' ' * max(1, 72 - dots - len(path))}"
+                f"[{rng.randint(10, 99)}%]"
+            )
         if failed:
-            out += ["", "=================================== FAILURES ==================================="]
+            out += [
+                "",
+                "=================================== FAILURES ===================================",
+            ]
         for path, test, err, msg in failed:
             src = self.module(tests=False)
             out += [
                 f"_{'_' * 20} {test} {'_' * 20}",
                 "",
-                f"client = <FlaskClient <Flask 'inventory'>>, db = <Session at 0x7f{rng.getrandbits(40):010x}>",
+                "client = <FlaskClient <Flask 'inventory'>>, "
+                f"db = <Session at 0x7f{rng.getrandbits(40):010x}>",
                 "",
                 f"    def {test}(client, db):",
-                f"        {rng.choice(_NOUNS)} = factories.make_{rng.choice(_NOUNS)}(db, quantity={rng.randint(0, 9)})",
-                f'        resp = client.post("/api/{rng.choice(_NOUNS)}s", json={{"sku": "SKU-{rng.randint(1000, 9999)}"}})',
+                f"        {rng.choice(_NOUNS)} = factories.make_{rng.choice(_NOUNS)}"
+                f"(db, quantity={rng.randint(0, 9)})",
+                f'        resp = client.post("/api/{rng.choice(_NOUNS)}s", '
+                f'json={{"sku": "SKU-{rng.randint(1000, 9999)}"}})',
                 ">       assert resp.status_code == 200",
                 f"E       {err}: {msg}",
                 "",
@@ -262,17 +268,23 @@ class _Writer:
                 out += [
                     "Traceback (most recent call last):",
                     *[
-                        f'  File "{_REPO}/{self.module(tests=False)}", line {rng.randint(10, 500)}, '
+                        f'  File "{_REPO}/{self.module(tests=False)}", '
+                        f"line {rng.randint(10, 500)}, "
                         f"in {self.ident()}\n    return {self.ident()}(row, db=db)"
                         for _ in range(rng.randint(4, 9))
                     ],
                     f"{err}: {msg}",
                 ]
-        out += ["", "=========================== short test summary info ============================"]
+        out += [
+            "",
+            "=========================== short test summary info ============================",
+        ]
         out += [f"FAILED {p}::{t} - {e}: {m}" for p, t, e, m in failed]
         passed = collected - len(failed)
         state = f"{len(failed)} failed, {passed} passed" if failed else f"{passed} passed"
-        out.append(f"======================= {state} in {rng.uniform(4, 40):.2f}s =======================")
+        out.append(
+            f"======================= {state} in {rng.uniform(4, 40):.2f}s ======================="
+        )
         return "\n".join(out)
 
     def grep(self, pattern: str) -> str:
@@ -293,7 +305,8 @@ class _Writer:
             kind = "d" if "." not in name else "-"
             lines.append(
                 f"{kind}rw-r--r-- 1 dev dev {rng.randint(96, 48000):6d} "
-                f"Nov {rng.randint(1, 30):2d} {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d} {name}"
+                f"Nov {rng.randint(1, 30):2d} "
+                f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d} {name}"
             )
         return f"{folder}:\n" + "\n".join(lines)
 
@@ -305,10 +318,12 @@ class _Writer:
         for k in range(lines):
             level = rng.choice(levels)
             out.append(
-                f"2026-11-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:"
+                f"2026-11-{rng.randint(1, 28):02d}T"
+                f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:"
                 f"{rng.randint(0, 59):02d}.{rng.randint(0, 999):03d}Z {level:<7} "
                 f"inventory.{rng.choice(['api', 'db', 'worker', 'pricing'])} "
-                f"req={rng.getrandbits(32):08x} {self.ident()} {rng.choice(_NOUNS)}_id={rng.randint(1, 99999)} "
+                f"req={rng.getrandbits(32):08x} {self.ident()} "
+                f"{rng.choice(_NOUNS)}_id={rng.randint(1, 99999)} "
                 f"took={rng.randint(1, 2500)}ms"
                 + (f" error={rng.choice(_ERRORS)[0]}" if level == "ERROR" else "")
             )
@@ -345,9 +360,7 @@ def _result(call: dict[str, Any], output: str) -> OpenAIMessage:
     return {"role": "tool", "tool_call_id": call["id"], "content": output}
 
 
-def _tool_output(
-    w: _Writer, name: str, args: dict[str, Any], failures: int, *, task: bool
-) -> str:
+def _tool_output(w: _Writer, name: str, args: dict[str, Any], failures: int, *, task: bool) -> str:
     if name == "read_file":
         # The long task reads many smaller slices; the chat rounds dump whole files.
         return w.source(str(args["path"]), 1_200, 5_000 if task else 9_000)
@@ -359,7 +372,8 @@ def _tool_output(
         return w.listing(str(args["path"]))
     if name == "write_file":
         content = str(args["content"])
-        return f"wrote {len(content.encode())} bytes to {args['path']} (sha1 {w.rng.getrandbits(64):016x})"
+        digest = f"{w.rng.getrandbits(64):016x}"
+        return f"wrote {len(content.encode())} bytes to {args['path']} (sha1 {digest})"
     if name == "tail_log":
         return w.app_log(int(args["lines"]))
     return f"$ {args.get('cmd', name)}\nexit status 0"
@@ -390,11 +404,19 @@ def _step(w: _Writer, failures: int, *, task: bool, burst: bool = False) -> list
             pattern = rng.choice(["db.query", w.ident(), "filter_by", "lookup_sku"])
             calls = [_call(w, "grep", {"pattern": pattern, "path": "src/"})]
             if rng.random() < 0.5:
-                calls.append(_call(w, "list_dir", {"path": rng.choice(["src/inventory/api", "tests"])}))
+                calls.append(
+                    _call(w, "list_dir", {"path": rng.choice(["src/inventory/api", "tests"])})
+                )
             thought = f"Searching for {pattern!r}."
         elif roll < 0.8 or not task:
             target = rng.choice(["tests/", w.module(tests=True)])
-            calls = [_call(w, "run_tests", {"target": target, "args": ["-x", "-q"] if rng.random() < 0.3 else ["-q"]})]
+            calls = [
+                _call(
+                    w,
+                    "run_tests",
+                    {"target": target, "args": ["-x", "-q"] if rng.random() < 0.3 else ["-q"]},
+                )
+            ]
             thought = f"Running the tests in {target}."
         else:
             path = w.module(tests=False)
@@ -403,7 +425,11 @@ def _step(w: _Writer, failures: int, *, task: bool, burst: bool = False) -> list
     msgs: list[OpenAIMessage] = [_assistant(thought, calls)]
     for call in calls:
         fn = call["function"]
-        msgs.append(_result(call, _tool_output(w, fn["name"], json.loads(fn["arguments"]), failures, task=task)))
+        msgs.append(
+            _result(
+                call, _tool_output(w, fn["name"], json.loads(fn["arguments"]), failures, task=task)
+            )
+        )
     return msgs
 
 
@@ -501,7 +527,7 @@ def generate(
 class DemoMemory(Protocol):
     """What `run` needs of a memory (an `AutoContextMemory` fits)."""
 
-    def add(self, messages: Any) -> Any: ...
+    def add(self, messages: list[OpenAIMessage]) -> Sequence[Msg]: ...
 
     def compress_if_needed(self) -> list[Event]: ...
 
@@ -509,7 +535,10 @@ class DemoMemory(Protocol):
 @dataclass
 class DemoResult:
     steps: int = 0
-    messages_added: int = 0
+    #: Every message added, as given (OpenAI format), by the id the memory gave it: what a
+    #: reload must give back.
+    originals: dict[int, OpenAIMessage] = field(default_factory=dict)
+    tokens_added: int = 0
     events: list[Event] = field(default_factory=list)
 
 
@@ -523,8 +552,11 @@ def run(
     """Feed `stream` into `memory`, compressing after every add; report as it goes."""
     result = DemoResult()
     for step in stream:
-        memory.add(step.messages)
-        result.messages_added += len(step.messages)
+        stored = memory.add(step.messages)
+        for given, msg in zip(step.messages, stored, strict=True):
+            if msg.id is not None:
+                result.originals[msg.id] = given
+            result.tokens_added += msg.tokens or 0
         for event in memory.compress_if_needed():
             result.events.append(event)
             if on_event is not None:

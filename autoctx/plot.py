@@ -34,12 +34,12 @@ __all__ = [
 
 #: Short names of the six strategies (SPEC.md section 3), for legends and tables.
 STRATEGY_NAMES: Final[Mapping[int, str]] = {
-    1: "tool runs -> summary",
-    2: "large -> preview",
-    3: "large (tail) -> preview",
-    4: "rounds -> summary",
-    5: "large in round -> summary",
-    6: "current round -> summary",
+    1: "tool-run summary",
+    2: "preview",
+    3: "tail preview",
+    4: "round summary",
+    5: "large-msg summary",
+    6: "current-round summary",
 }
 #: One colour per strategy (colour-blind-safe Okabe-Ito palette).
 STRATEGY_COLORS: Final[Mapping[int, str]] = {
@@ -159,36 +159,89 @@ def render(
     target = max_tokens * float(config["target_ratio"])
     msg_threshold = int(config["msg_threshold"])
 
-    ax_tok.plot(xs, [p.tokens for p in series.points], drawstyle="steps-post", color="#333333",
-                linewidth=1.1, label="working tokens")
+    ax_tok.plot(
+        xs,
+        [p.tokens for p in series.points],
+        drawstyle="steps-post",
+        color="#333333",
+        linewidth=1.1,
+        label="working tokens",
+    )
     ax_tok.axhline(max_tokens, color="#777777", linewidth=1, label=f"window {max_tokens:,}")
-    ax_tok.axhline(trigger, color="#C0392B", linestyle="--", linewidth=1.2,
-                   label=f"trigger {trigger:,.0f} ({config['token_ratio']} x window)")
-    ax_tok.axhline(target, color="#27AE60", linestyle=":", linewidth=1.4,
-                   label=f"target {target:,.0f} ({config['target_ratio']} x window)")
+    ax_tok.axhline(
+        trigger,
+        color="#C0392B",
+        linestyle="--",
+        linewidth=1.2,
+        label=f"trigger {trigger:,.0f} ({config['token_ratio']} x window)",
+    )
+    ax_tok.axhline(
+        target,
+        color="#27AE60",
+        linestyle=":",
+        linewidth=1.4,
+        label=f"target {target:,.0f} ({config['target_ratio']} x window)",
+    )
 
-    ax_msg.plot(xs, [p.messages for p in series.points], drawstyle="steps-post", color="#333333",
-                linewidth=1.1)
-    ax_msg.axhline(msg_threshold, color="#C0392B", linestyle="--", linewidth=1.2,
-                   label=f"trigger {msg_threshold} messages")
-    ax_msg.axhline(msg_threshold * float(config["target_ratio"]), color="#27AE60", linestyle=":",
-                   linewidth=1.4, label="target")
+    ax_msg.plot(
+        xs,
+        [p.messages for p in series.points],
+        drawstyle="steps-post",
+        color="#333333",
+        linewidth=1.1,
+    )
+    ax_msg.axhline(
+        msg_threshold,
+        color="#C0392B",
+        linestyle="--",
+        linewidth=1.2,
+        label=f"trigger {msg_threshold} messages",
+    )
+    ax_msg.axhline(
+        msg_threshold * float(config["target_ratio"]),
+        color="#27AE60",
+        linestyle=":",
+        linewidth=1.4,
+        label="target",
+    )
 
     for strategy in sorted({m.strategy for m in series.marks}):
         applied = [m for m in series.marks if m.strategy == strategy and m.status == "applied"]
         if applied:
             mx = [m.step if x == "step" else m.time for m in applied]
             color = STRATEGY_COLORS.get(strategy, "black")
-            ax_tok.scatter(mx, [m.tokens_before for m in applied], marker="v", s=34, zorder=3,
-                           color=color, edgecolors="#222222", linewidths=0.5,
-                           label=f"S{strategy} {STRATEGY_NAMES.get(strategy, '')} ({len(applied)})")
-            ax_msg.scatter(mx, [m.messages_before for m in applied], marker="v", s=22, zorder=3,
-                           color=color, edgecolors="#222222", linewidths=0.5)
+            ax_tok.scatter(
+                mx,
+                [m.tokens_before for m in applied],
+                marker="v",
+                s=34,
+                zorder=3,
+                color=color,
+                edgecolors="#222222",
+                linewidths=0.5,
+                label=f"S{strategy} {STRATEGY_NAMES.get(strategy, '')} ({len(applied)})",
+            )
+            ax_msg.scatter(
+                mx,
+                [m.messages_before for m in applied],
+                marker="v",
+                s=22,
+                zorder=3,
+                color=color,
+                edgecolors="#222222",
+                linewidths=0.5,
+            )
     failed = [m for m in series.marks if m.status != "applied"]
     if failed:
-        ax_tok.scatter([m.step if x == "step" else m.time for m in failed],
-                       [m.tokens_before for m in failed], marker="x", s=30, color="#555555",
-                       zorder=3, label=f"failed / conflict ({len(failed)})")
+        ax_tok.scatter(
+            [m.step if x == "step" else m.time for m in failed],
+            [m.tokens_before for m in failed],
+            marker="x",
+            s=30,
+            color="#555555",
+            zorder=3,
+            label=f"failed / conflict ({len(failed)})",
+        )
 
     ax_tok.set_title(title)
     ax_tok.set_ylabel("tokens in the working context")

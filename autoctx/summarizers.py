@@ -2,9 +2,14 @@
 
 A summariser turns one request (strategy, a plain-text transcript, a prompt, a character budget)
 into text. It never sees raw tool_call/tool messages, holds no database lock and knows nothing of
-sessions. Failures raise `SummarizerError` with a short machine reason (`timeout`, `http_error`,
-`connection`, `empty`, `refusal`, `tag_in_answer`, ...), which the compressor records on a
-`failed` event.
+sessions. Failures raise `SummarizerError` with a short machine reason (one of
+`SUMMARIZER_REASONS`: ``timeout``, ``rate_limited``, ``http_error``, ``connection``,
+``bad_response``, ``api_error``, ``empty``, ``refusal``, ``tag_in_answer``), which the compressor
+records on a `failed` event.
+
+Two implementations: `OpenAISummarizer` (any OpenAI-compatible Chat Completions endpoint,
+through the official client, plain or streaming) and `OfflineSummarizer` (extractive, no
+network). `default_summarizer()` picks the first when the environment names an endpoint.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 
 __all__ = [
+    "DEFAULT_SUMMARY_MODEL",
+    "OFFLINE_MAX_CHARS",
+    "OFFLINE_MIN_CHARS",
+    "OFFLINE_MODEL",
     "SUMMARIZER_REASONS",
     "OfflineSummarizer",
     "OpenAISummarizer",
@@ -138,6 +147,8 @@ _ERROR_LINE_CHARS: Final = 300
 _ARGS_CHARS: Final = 400
 _FACTS_PER_ENTRY: Final = 12
 _ERROR_CONTEXT_LINES: Final = 6
+_SCAN_CHARS: Final = 4000
+_FACT_SCAN_CHARS: Final = 200_000
 
 # Priorities of the candidate lines, most important first. Tool calls come first, but only
 # up to half the budget (`_CALL_SHARE`): the calls beyond it wait behind the errors and the
@@ -205,24 +216,26 @@ def _dedupe(lines: Iterable[str]) -> list[str]:
     return out
 
 
-def _call_candidate(index: int, entry: _Entry) -> _Candidate:
+def _call_candidate(index: int, entry: _Entry, args_chars: int) -> _Candidate:
     # The call itself (tool name, id, exact arguments) on one line: the arguments are JSON,
     # whose line breaks carry nothing.
     args = " ".join(line.strip() for line in entry.lines if line.strip())
     entry.lines = []
-    text = f"[{entry.header}] {_clip(args, _ARGS_CHARS)}" if args else f"[{entry.header}]"
+    text = f"[{entry.header}] {_clip(args, args_chars)}" if args else f"[{entry.header}]"
     return _Candidate(_P_CALL, index, -1, text)
 
 
 def _body_candidates(index: int, entry: _Entry) -> list[_Candidate]:
     lines = entry.lines = _dedupe(entry.lines)
+    # No candidate for the header alone: it comes with the first of its lines that is kept.
     found: list[_Candidate] = []
-    if entry.header:
-        found.append(_Candidate(_P_EDGE, index, -1, f"[{entry.header}]"))
     kept_text: list[str] = []
     error_context = 0
     for j, line in enumerate(lines):
-        if _ERROR_RE.search(line):
+        # Classify on the head of a line: a kept line is clipped anyway, and scanning a
+        # megabyte of minified JSON for markers costs more than it finds.
+        head = line[:_SCAN_CHARS]
+        if _ERROR_RE.search(head):
             priority, limit = _P_ERROR, _ERROR_LINE_CHARS
             error_context = _ERROR_CONTEXT_LINES
         elif error_context and line[:1].isspace():
@@ -234,9 +247,9 @@ def _body_candidates(index: int, entry: _Entry) -> list[_Candidate]:
             error_context = 0
             if j in (0, len(lines) - 1):
                 priority, limit = _P_EDGE, _LINE_CHARS
-            elif _FACT_RE.search(line):
+            elif _FACT_RE.search(head):
                 priority, limit = _P_FACT_LINE, _LINE_CHARS
-            elif _NUMBER_RE.search(line):
+            elif _NUMBER_RE.search(head):
                 priority, limit = _P_NUMBER, _LINE_CHARS
             else:
                 continue
@@ -247,7 +260,7 @@ def _body_candidates(index: int, entry: _Entry) -> list[_Candidate]:
     # Facts hidden in what the important lines leave out (long JSON, dropped middle lines).
     kept = "\n".join(kept_text)
     facts: list[str] = []
-    for match in _FACT_RE.finditer("\n".join(lines)):
+    for match in _FACT_RE.finditer("\n".join(lines)[:_FACT_SCAN_CHARS]):
         fact = _clip(match.group(0).rstrip(".,:"), 120)
         if len(fact) > 2 and fact not in kept and fact not in facts:
             facts.append(fact)
@@ -262,13 +275,16 @@ def _body_candidates(index: int, entry: _Entry) -> list[_Candidate]:
     return found
 
 
-def _rank_calls(calls: list[_Candidate], budget: int) -> None:
-    """Order the calls from both ends inward (the first and the latest matter most) and
-    demote those beyond the calls' share of the budget."""
-    for k, c in enumerate(calls):
-        c.order = min(k, len(calls) - 1 - k)
+def _sort_key(c: _Candidate, entries: int) -> tuple[int, int, int, int, int]:
+    # Within a priority and rank, entries are taken from both ends of the transcript inward:
+    # what the work started with and what it came to matter most.
+    return (c.priority, c.order, min(c.entry, entries - 1 - c.entry), c.entry, c.line)
+
+
+def _demote_calls(calls: list[_Candidate], budget: int, entries: int) -> None:
+    """Demote the calls beyond the calls' share of the budget (taken from both ends)."""
     used = 0
-    for c in sorted(calls, key=lambda c: (c.order, c.entry)):
+    for c in sorted(calls, key=lambda c: _sort_key(c, entries)):
         used += len(c.text) + 1
         if used > budget * _CALL_SHARE:
             c.priority = _P_MORE_CALLS
@@ -343,15 +359,19 @@ class OfflineSummarizer:
 def _extract(transcript: str, budget: int) -> str:
     entries = _split_entries(transcript)
     total_lines = sum(len(e.lines) + (1 if e.header else 0) for e in entries)
+    is_call = ["-> tool call " in entry.header for entry in entries]
+    # Long arguments (a file being written) are clipped harder when many calls share a small
+    # budget, so that more calls keep their names and the start of their arguments.
+    args_chars = max(80, min(_ARGS_CHARS, budget // (2 * max(1, sum(is_call)))))
     calls: list[_Candidate] = []
     candidates: list[_Candidate] = []
     for i, entry in enumerate(entries):
-        if "-> tool call " in entry.header:
-            calls.append(_call_candidate(i, entry))
+        if is_call[i]:
+            calls.append(_call_candidate(i, entry, args_chars))
         else:
             candidates.extend(_body_candidates(i, entry))
-    _rank_calls(calls, budget)
-    ranked = sorted(calls + candidates, key=lambda c: (c.priority, c.order, c.entry, c.line))
+    _demote_calls(calls, budget, len(entries))
+    ranked = sorted(calls + candidates, key=lambda c: _sort_key(c, len(entries)))
     # Greedy on an estimate (a line, its indent, the header it drags in, a gap marker); the
     # rendering below settles the truth and drops the least important lines while it
     # overshoots.

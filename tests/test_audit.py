@@ -49,11 +49,11 @@ VIEWS = (
     "autoctx_coverage",
     "autoctx_problem_sessions",
 )
-LLM_STRATEGIES = {1, 4, 5, 6}
 WORDS = (
-    "read write config port 8080 status 200 error timeout path /srv/app/settings.yaml key "
-    "user_id=42 retry service started stopped ok failed build test passed"
-).split()
+    *("read", "write", "config", "port", "8080", "status", "200", "error", "timeout", "path"),
+    *("/srv/app/settings.yaml", "key", "user_id=42", "retry", "service", "started", "stopped"),
+    *("ok", "failed", "build", "test", "passed"),
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,15 +84,19 @@ class CountingSummarizer:
         )
 
 
-class TimingOutSummarizer:
-    """An endpoint that never answers in time."""
+class FailingSummarizer:
+    """An endpoint that never gives an answer: it times out, then rate-limits, then fails over
+    HTTP, round and round (each error names its call, so events can be told apart)."""
+
+    REASONS = ("timeout", "rate_limited", "http_error")
 
     def __init__(self) -> None:
         self.calls = 0
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         self.calls += 1
-        raise SummarizerError("timeout", "the endpoint did not answer within 30 s")
+        reason = self.REASONS[(self.calls - 1) % len(self.REASONS)]
+        raise SummarizerError(reason, f"call {self.calls}: no answer from the endpoint")
 
 
 class InterleavingSummarizer(CountingSummarizer):
@@ -169,7 +173,7 @@ class Session:
     tenant: str | None
     #: Every original added, by id, with its tokens.
     original_tokens: dict[int, int] = field(default_factory=dict)
-    summarizer: CountingSummarizer | TimingOutSummarizer | None = None
+    summarizer: CountingSummarizer | FailingSummarizer | None = None
 
     def add(self, mem: AutoContextMemory, msgs: list[Msg]) -> None:
         for m in mem.add(msgs):
@@ -228,7 +232,7 @@ def population(db_url: str) -> Population:
         db_url,
         chat=Session(f"audit-chat-{tag:x}", "acme", summarizer=CountingSummarizer()),
         task=Session(f"audit-task-{tag:x}", "acme", summarizer=CountingSummarizer("offline-task")),
-        failing=Session(f"audit-failing-{tag:x}", "beta", summarizer=TimingOutSummarizer()),
+        failing=Session(f"audit-failing-{tag:x}", "beta", summarizer=FailingSummarizer()),
         conflict=Session(f"audit-conflict-{tag:x}", None),
         quiet=Session(f"audit-quiet-{tag:x}", None),
     )
@@ -249,7 +253,7 @@ def population(db_url: str) -> Population:
     pop.task.add(task, [Msg.system("You are a build agent."), Msg.user("Build the release.")])
     run(task, pop.task, (gen.task_step(k) for k in range(1, 121)))
 
-    # Every summary times out: failed events, while the previews (no LLM) still apply.
+    # No summary ever comes back: failed events, while the previews (no LLM) still apply.
     gen = History(3)
     failing = AutoContextMemory.open(
         pop.failing.session_id,
@@ -341,41 +345,46 @@ def test_savings_equal_what_left_the_working_context(population: Population) -> 
     pop = population
     for s in pop.sessions:
         mem = pop.memory(s)
-        saved, removed = pop.sql(
-            "SELECT coalesce(sum(tokens_saved), 0), coalesce(sum(messages_removed), 0) "
+        row = pop.sql(
+            "SELECT coalesce(sum(tokens_saved), 0) AS saved, "
+            "coalesce(sum(messages_removed), 0) AS removed "
             "FROM autoctx_savings_by_strategy WHERE session_id = :s",
             s=s.session_id,
         )[0]
-        assert saved == sum(s.original_tokens.values()) - mem.token_count
-        assert removed == len(s.original_tokens) - mem.message_count
+        assert row.saved == sum(s.original_tokens.values()) - mem.token_count
+        assert row.removed == len(s.original_tokens) - mem.message_count
 
 
 def test_savings_usage_matches_what_the_summariser_reported(population: Population) -> None:
     pop = population
     for s in (pop.chat, pop.task):
         assert isinstance(s.summarizer, CountingSummarizer)
-        prompt, completion = pop.sql(
-            "SELECT sum(prompt_tokens), sum(completion_tokens) FROM autoctx_savings_by_strategy "
-            "WHERE session_id = :s",
+        row = pop.sql(
+            "SELECT sum(prompt_tokens) AS prompt, sum(completion_tokens) AS completion "
+            "FROM autoctx_savings_by_strategy WHERE session_id = :s",
             s=s.session_id,
         )[0]
         assert s.summarizer.calls > 0
-        assert (prompt, completion) == (s.summarizer.prompt_tokens, s.summarizer.completion_tokens)
+        assert (row.prompt, row.completion) == (
+            s.summarizer.prompt_tokens,
+            s.summarizer.completion_tokens,
+        )
 
 
 def test_savings_global_form_is_a_group_by(population: Population) -> None:
     pop = population
     per_session = pop.sql("SELECT strategy, tokens_saved FROM autoctx_savings_by_strategy")
     expected: dict[int, int] = {}
-    for strategy, saved in per_session:
-        expected[strategy] = expected.get(strategy, 0) + saved
+    for r in per_session:
+        expected[r.strategy] = expected.get(r.strategy, 0) + r.tokens_saved
     rows = pop.sql(
         "SELECT strategy, sum(tokens_saved) AS saved FROM autoctx_savings_by_strategy "
         "GROUP BY strategy"
     )
     assert {r.strategy: r.saved for r in rows} == expected
     ours = sum(e.tokens_saved for s in pop.sessions for e in applied(events_of(pop, s)))
-    assert sum(expected.values()) >= ours > 0
+    # The module has a database of its own: the global figure is exactly our sessions'.
+    assert sum(expected.values()) == ours > 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,17 +415,17 @@ def test_session_cost_counts_calls_tokens_and_time(population: Population) -> No
         assert row.completion_tokens == s.summarizer.completion_tokens
         assert row.total_latency_ms == pytest.approx(sum(e.latency_ms or 0 for e in events))
         assert row.tokens_saved == sum(e.tokens_saved for e in applied(events))
-        stamps = [e.created_at for e in applied(events)]
+        stamps = [e.created_at for e in applied(events) if e.created_at is not None]
         assert row.first_compression_at == min(stamps)
         assert row.last_compression_at == max(stamps)
 
 
-def test_session_cost_of_timeouts_and_quiet_sessions(population: Population) -> None:
+def test_session_cost_of_failures_and_quiet_sessions(population: Population) -> None:
     pop = population
     failing = cost_of(pop, pop.failing)
     assert failing.tenant == "beta"
-    assert isinstance(pop.failing.summarizer, TimingOutSummarizer)
-    # A timeout returned no answer: a failed event, not an LLM call, no usage.
+    assert isinstance(pop.failing.summarizer, FailingSummarizer)
+    # A call that returned no answer: a failed event, not an LLM call, no usage.
     assert failing.failed_count == pop.failing.summarizer.calls > 0
     assert failing.llm_calls == 0
     assert (failing.prompt_tokens, failing.completion_tokens) == (0, 0)
@@ -433,7 +442,9 @@ def test_session_cost_of_timeouts_and_quiet_sessions(population: Population) -> 
 # ---------------------------------------------------------------------------------------------
 
 
-def expand(mem: AutoContextMemory, offload_of: dict[int, Any], summary_id: int) -> set[tuple[int, int, bool]]:
+def expand(
+    mem: AutoContextMemory, offload_of: dict[int, Any], summary_id: int
+) -> set[tuple[int, int, bool]]:
     """(message id, depth, is original) of everything `summary_id` stands for, found through
     the public reload, one level at a time."""
     out: set[tuple[int, int, bool]] = set()
@@ -453,7 +464,9 @@ def offloads(events: list[Event]) -> dict[int, Any]:
 
 
 @pytest.mark.parametrize("which", ["chat", "task", "failing", "conflict"])
-def test_lineage_of_every_summary_equals_recursive_reload(population: Population, which: str) -> None:
+def test_lineage_of_every_summary_equals_recursive_reload(
+    population: Population, which: str
+) -> None:
     pop = population
     s: Session = getattr(pop, which)
     mem = pop.memory(s)
@@ -512,6 +525,7 @@ def test_coverage_points_every_replaced_original_at_its_working_message(
     # Expected from reload: every working summary, expanded, covers its originals.
     expected: dict[int, tuple[int, int]] = {}
     for wid, kind in working.items():
+        assert wid is not None
         if kind != "original":
             for mid, depth, original in expand(mem, offload_of, wid):
                 if original:
@@ -538,7 +552,7 @@ def test_coverage_and_lineage_answer_each_other(population: Population) -> None:
         s=sid,
     )
     assert deep
-    original, cover, depth = deep[0]
+    original, cover, depth = deep[0].original_id, deep[0].covering_message_id, deep[0].depth
     behind = pop.sql(
         "SELECT message_id, depth FROM autoctx_lineage "
         "WHERE session_id = :s AND summary_id = :x AND is_original",
@@ -566,13 +580,17 @@ def test_lineage_and_coverage_filters_reach_the_indexes(population: Population) 
         "lineage": "SELECT * FROM autoctx_lineage WHERE session_id = :s AND summary_id = :x",
         "coverage": "SELECT * FROM autoctx_coverage WHERE session_id = :s AND original_id = :x",
     }
-    pushed_down = re.compile(re.escape(f"Index Cond: ((session_id = '{sid}'::text) AND (id = "))
+    x = 7
+    # The literal id, not `id = walk.message_id`: the filter itself reached the index.
+    pushed_down = re.compile(
+        re.escape(f"Index Cond: ((session_id = '{sid}'::text) AND (id = ") + rf"'?{x}'?(::\w+)?\)\)"
+    )
     engine = pop.memory(pop.chat).engine
     with engine.connect() as conn:
         conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
         for name, query in queries.items():
             plan = "\n".join(
-                r[0] for r in conn.execute(sa.text("EXPLAIN " + query), {"s": sid, "x": 1})
+                r[0] for r in conn.execute(sa.text("EXPLAIN " + query), {"s": sid, "x": x})
             )
             assert pushed_down.search(plan), (name, plan)
             assert "Seq Scan" not in plan, (name, plan)
@@ -612,7 +630,10 @@ def test_problem_sessions_lists_failures_and_conflicts_only(population: Populati
 
     failing = rows[pop.failing.session_id]
     assert failing.conflict_count == 0
-    assert failing.last_error.startswith("timeout: ")
+    assert isinstance(pop.failing.summarizer, FailingSummarizer)
+    assert failing.last_error.endswith(
+        f"call {pop.failing.summarizer.calls}: no answer from the endpoint"
+    )
     assert rows[pop.conflict.session_id].conflict_count > 0
 
 
@@ -642,7 +663,8 @@ def doc_params(pop: Population) -> dict[str, Any]:
     sid = pop.chat.session_id
     row = pop.sql(
         "SELECT summary_id, message_id FROM autoctx_lineage "
-        "WHERE session_id = :s AND is_original AND depth >= 2 ORDER BY summary_id, message_id LIMIT 1",
+        "WHERE session_id = :s AND is_original AND depth >= 2 "
+        "ORDER BY summary_id, message_id LIMIT 1",
         s=sid,
     )[0]
     return {"session_id": sid, "summary_id": row.summary_id, "message_id": row.message_id}
@@ -668,7 +690,9 @@ def test_documented_coverage_and_lineage_queries_answer_about_the_message(
     lineage_q = next(q for q in sql_blocks() if "FROM autoctx_lineage l" in q)
     cover = pop.sql(coverage_q, session_id=params["session_id"], message_id=params["message_id"])
     assert len(cover) == 1 and cover[0].depth >= 2
-    originals = pop.sql(lineage_q, session_id=params["session_id"], summary_id=cover[0].covering_message_id)
+    originals = pop.sql(
+        lineage_q, session_id=params["session_id"], summary_id=cover[0].covering_message_id
+    )
     assert params["message_id"] in {r.message_id for r in originals}
 
 

@@ -104,10 +104,10 @@ def test_offline_keeps_the_facts_and_shrinks() -> None:
     assert len(text) <= min(OFFLINE_MAX_CHARS, request.input_chars // 4)
     # Every call: tool name, id and exact arguments.
     for expected in (
-        '[assistant -> tool call read_file id=call_1]\n  {"path": "deploy/app.yaml"}',
-        '[assistant -> tool call run_shell id=call_2]\n  {"cmd": "pytest tests/ -x"}',
-        "[assistant -> tool call write_file id=call_3]",
-        '[assistant -> tool call list_jobs id=call_4]\n  {"limit": 400}',
+        '[assistant -> tool call read_file id=call_1] {"path": "deploy/app.yaml"}',
+        '[assistant -> tool call run_shell id=call_2] {"cmd": "pytest tests/ -x"}',
+        '[assistant -> tool call write_file id=call_3] {"path": "deploy/app.yaml", "content": ',
+        '[assistant -> tool call list_jobs id=call_4] {"limit": 400}',
     ):
         assert expected in text
     # Error lines, with where they happened.

@@ -55,7 +55,15 @@ from ..config import AutoContextConfig
 from ..errors import SessionNotFound
 from ..intake import count_tokens
 from ..memory import AutoContextMemory
-from ..messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock, block_from_json
+from ..messages import (
+    Block,
+    Msg,
+    OpaqueBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    block_from_json,
+)
 from ..store.tables import compression_events, lineage, messages, sessions, working_set
 from ..structure import is_final_answer
 from ..summarizers import Summarizer
@@ -221,7 +229,9 @@ def _as_dict(item: Any, index: int) -> Mapping[str, Any]:
     if callable(dump):
         # The SDK's own item models, as the SDK itself turns them into input items.
         return cast(Mapping[str, Any], dump(exclude_unset=True, mode="json"))
-    raise TypeError(f"item {index}: expected a Responses input item (a dict), got {type(item).__name__}")
+    raise TypeError(
+        f"item {index}: expected a Responses input item (a dict), got {type(item).__name__}"
+    )
 
 
 def _meta(skeletons: list[Item]) -> dict[str, Any]:
@@ -272,7 +282,9 @@ def items_to_messages(items: Sequence[Any]) -> list[Msg]:
 # that `get_items` turns rows into items without building `Msg` objects first.
 
 
-def _decode_skeleton(skeleton: Mapping[str, Any], blocks: Sequence[Mapping[str, Any]], at: int) -> Item:
+def _decode_skeleton(
+    skeleton: Mapping[str, Any], blocks: Sequence[Mapping[str, Any]], at: int
+) -> Item:
     kind = skeleton["kind"]
     if kind == "opaque":
         return dict(blocks[at]["data"])
@@ -332,7 +344,11 @@ def _generic_items(role: str, blocks: Sequence[Mapping[str, Any]]) -> list[tuple
     if role == "tool":
         return [
             (
-                {"type": "function_call_output", "call_id": b["tool_use_id"], "output": _output_text(b["output"])},
+                {
+                    "type": "function_call_output",
+                    "call_id": b["tool_use_id"],
+                    "output": _output_text(b["output"]),
+                },
                 [k],
             )
             for k, b in enumerate(blocks)
@@ -352,8 +368,16 @@ def _generic_items(role: str, blocks: Sequence[Mapping[str, Any]]) -> list[tuple
             ]
             if len(parts) > 1 and not others:
                 # One summary is one text, whatever blocks it was stored in.
-                parts = [{"type": "output_text", "text": "".join(p["text"] for p in parts), "annotations": []}]
-            out.append(({"type": "message", "role": "assistant", "content": parts}, sorted(texts + others)))
+                parts = [
+                    {
+                        "type": "output_text",
+                        "text": "".join(p["text"] for p in parts),
+                        "annotations": [],
+                    }
+                ]
+            out.append(
+                ({"type": "message", "role": "assistant", "content": parts}, sorted(texts + others))
+            )
         out.extend(
             (
                 {
@@ -370,7 +394,9 @@ def _generic_items(role: str, blocks: Sequence[Mapping[str, Any]]) -> list[tuple
     content: Any
     if others:
         content = [
-            {"type": "input_text", "text": blocks[k]["text"]} if k in texts else dict(blocks[k]["data"])
+            {"type": "input_text", "text": blocks[k]["text"]}
+            if k in texts
+            else dict(blocks[k]["data"])
             for k in sorted(texts + others)
         ]
     else:
@@ -395,7 +421,9 @@ def _items_with_blocks(
 
 def message_items(msg: Msg) -> list[Item]:
     """The Responses-API input items a stored message stands for."""
-    return [item for item, _ in _items_with_blocks(msg.role, msg.kind, msg.content_json(), msg.metadata)]
+    return [
+        item for item, _ in _items_with_blocks(msg.role, msg.kind, msg.content_json(), msg.metadata)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,7 +550,13 @@ class AutoctxSession:
         if limit is not None and limit <= 0:
             return []
         mem = self.memory()
-        columns = (working_set.c.position, messages.c.role, messages.c.kind, messages.c.content, messages.c.metadata)
+        columns = (
+            working_set.c.position,
+            messages.c.role,
+            messages.c.kind,
+            messages.c.content,
+            messages.c.metadata,
+        )
         stmt = (
             sa.select(*columns)
             .select_from(
@@ -548,7 +582,10 @@ class AutoctxSession:
             rows.reverse()
         items: list[Item] = []
         for row in rows:
-            items.extend(item for item, _ in _items_with_blocks(row.role, row.kind, row.content, row.metadata))
+            items.extend(
+                item
+                for item, _ in _items_with_blocks(row.role, row.kind, row.content, row.metadata)
+            )
         if limit is not None:
             items = items[-limit:]
         return cast(list[TResponseInputItem], items)
@@ -586,15 +623,21 @@ class AutoctxSession:
     def clear_session_sync(self) -> None:
         with self._lock:
             mem = self._mem
+            # Deleting closes the memory; the next call opens (and so creates) it again.
             self._mem = None
         if mem is None:
-            mem = self.memory()
-            with self._lock:
-                self._mem = None
-        try:
-            mem.delete()
-        except SessionNotFound:
-            pass
+            args = self._args
+            try:
+                mem = AutoContextMemory.open(
+                    self.session_id,
+                    args.database_url,
+                    args.config,
+                    tenant=args.tenant,
+                    create=False,
+                )
+            except SessionNotFound:
+                return
+        mem.delete()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,7 +651,12 @@ def _open_calls_at_tail(conn: Connection, session_id: str) -> dict[str, str]:
     while True:
         rows = list(
             conn.execute(
-                sa.select(messages.c.role, messages.c.call_ids, messages.c.result_ids, messages.c.tool_names)
+                sa.select(
+                    messages.c.role,
+                    messages.c.call_ids,
+                    messages.c.result_ids,
+                    messages.c.tool_names,
+                )
                 .select_from(
                     working_set.join(
                         messages,

@@ -141,9 +141,7 @@ def working_positions(engine: Engine, session_id: str, ids: Sequence[int]) -> di
         .where(working_set.c.session_id == session_id)
         .subquery()
     )
-    stmt = sa.select(ranked.c.message_id, ranked.c.idx).where(
-        ranked.c.message_id.in_(list(ids))
-    )
+    stmt = sa.select(ranked.c.message_id, ranked.c.idx).where(ranked.c.message_id.in_(list(ids)))
     with engine.connect() as conn:
         return {r.message_id: r.idx for r in conn.execute(stmt)}
 
@@ -167,9 +165,7 @@ def _offload_select() -> sa.Select[tuple[uuid_mod.UUID, int, list[int], datetime
 def offload_rows(engine: Engine, session_id: str) -> list[OffloadRow]:
     """Every offload of the session, oldest first."""
     stmt = (
-        _offload_select()
-        .where(offloads.c.session_id == session_id)
-        .order_by(offloads.c.event_id)
+        _offload_select().where(offloads.c.session_id == session_id).order_by(offloads.c.event_id)
     )
     with engine.connect() as conn:
         return [
@@ -192,4 +188,3 @@ def offloads_matching(engine: Engine, session_id: str, prefix: str) -> list[uuid
     )
     with engine.connect() as conn:
         return list(conn.execute(stmt).scalars())
-

@@ -45,8 +45,9 @@ SELECT
         AS tokens_saved,
     coalesce(sum(e.replaced_tokens) FILTER (WHERE e.status = 'applied'), 0)::bigint
         AS replaced_tokens,
-    coalesce(sum(e.messages_before - e.messages_after) FILTER (WHERE e.status = 'applied'), 0)::bigint
-        AS messages_removed,
+    coalesce(
+        sum(e.messages_before - e.messages_after) FILTER (WHERE e.status = 'applied'), 0
+    )::bigint AS messages_removed,
     -- Usage of every attempt, failed ones included: a summary discarded as no_gain was paid for.
     coalesce(sum(e.prompt_tokens), 0)::bigint AS prompt_tokens,
     coalesce(sum(e.completion_tokens), 0)::bigint AS completion_tokens,
@@ -69,7 +70,7 @@ SELECT
     count(e.id) FILTER (WHERE e.status = 'applied') AS applied_count,
     count(e.id) FILTER (WHERE e.status = 'failed') AS failed_count,
     count(e.id) FILTER (WHERE e.status = 'conflict') AS conflict_count,
-    count(e.id) FILTER (WHERE e.model IS NOT NULL AND e.strategy IN {_LLM_STRATEGIES}) AS llm_calls,
+    count(e.id) FILTER (WHERE e.model IS NOT NULL ) AS llm_calls,
     coalesce(sum(e.prompt_tokens), 0)::bigint AS prompt_tokens,
     coalesce(sum(e.completion_tokens), 0)::bigint AS completion_tokens,
     coalesce(sum(e.latency_ms), 0)::double precision AS total_latency_ms,

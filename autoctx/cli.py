@@ -1,0 +1,1108 @@
+"""The `autoctx` command: run the demo, manage the schema, and inspect sessions.
+
+    autoctx demo                          # watch a long agent session get compressed
+    autoctx sessions                      # what is in the database
+    autoctx show SESSION                  # the working context the model sees
+    autoctx history SESSION               # every compression: what, why, how much
+    autoctx lineage SESSION MESSAGE_ID    # a summary, down to the originals behind it
+    autoctx reload SESSION UUID           # what an offload removed
+    autoctx plot SESSION -o tokens.png    # working tokens over time, compressions marked
+    autoctx export SESSION -o s.json      # everything, as JSON
+    autoctx db upgrade | db current       # the schema
+
+Every command takes ``--database-url`` (default: ``AUTOCTX_DATABASE_URL``, else the embedded
+PostgreSQL). Errors print as one line that says what to do, with a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Final, ParamSpec, TypeVar
+
+import sqlalchemy as sa
+import typer
+from rich import box
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+from sqlalchemy.engine import Engine
+
+from . import demo as demo_mod
+from .errors import AutoctxError, InvalidOffloadId, OffloadNotFound, SessionNotFound
+from .events import Event
+from .memory import AutoContextMemory, dispose_engines, get_engine, validate_session_id
+from .messages import Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock, to_openai_messages
+from .plot import STRATEGY_COLORS, STRATEGY_NAMES
+from .store import inspect as inspect_db
+from .store.database import (
+    ENV_URL,
+    check_connection,
+    current_revision,
+    describe,
+    engine_for,
+    head_revision,
+    upgrade,
+)
+from .store.store import SessionInfo, Store
+from .summarizers import OfflineSummarizer, Summarizer, default_summarizer
+from .tools import parse_offload_id
+from .transcript import OFFLOAD_TAG_RE, render_transcript
+
+__all__ = ["app", "main"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Characters of content `show` prints per message.
+PREVIEW_CHARS: Final = 100
+#: Events `demo` repeats in its closing history table (the rest: `autoctx history`).
+DEMO_HISTORY_ROWS: Final = 12
+
+app = typer.Typer(
+    name="autoctx",
+    help=(
+        "Working memory for long-running tool-using agents, kept in PostgreSQL: run the demo, "
+        "manage the schema, inspect sessions.\n\n"
+        "Start with:  autoctx demo\n\n"
+        f"The database is --database-url, else ${ENV_URL}, else an embedded PostgreSQL "
+        "started on first use."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(
+    help="Create or upgrade autoctx's schema (Alembic migrations), or show its revision.",
+    no_args_is_help=True,
+)
+app.add_typer(db_app, name="db")
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        "-d",
+        envvar=ENV_URL,
+        show_envvar=True,
+        metavar="URL",
+        help="PostgreSQL URL, e.g. postgresql://user:pw@host:5432/db. Unset: embedded PostgreSQL.",
+    ),
+]
+SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="The session id.")]
+
+
+class CliError(AutoctxError):
+    """A problem with the command line itself (for example an ambiguous uuid prefix)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Output and errors
+# ---------------------------------------------------------------------------------------------
+
+
+def _console() -> Console:
+    # Built per command, not at import: the test runner swaps sys.stdout for each invocation.
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"autoctx: error: {_one_line(message)}", err=True)
+    return typer.Exit(code)
+
+
+def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn the errors a user can fix into one line on stderr and exit code 1 (no traceback)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except AutoctxError as exc:
+            raise _fail(str(exc)) from None
+        except sa.exc.DBAPIError as exc:
+            # A connection lost mid-command, a statement timeout, a permission missing: the
+            # driver's first line says which.
+            orig = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            raise _fail(
+                f"database error: {orig}. Check the server and --database-url "
+                "(run `autoctx db current` to test the connection)"
+            ) from None
+        except OSError as exc:
+            raise _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")) from None
+        except KeyboardInterrupt:
+            raise _fail("interrupted", 130) from None
+
+    return wrapper
+
+
+def _engine(database_url: str | None) -> Engine:
+    """The engine for an inspection command: the schema must already be at head (a reader
+    never migrates; the error says to run `autoctx db upgrade`)."""
+    return get_engine(database_url, auto_upgrade=False)
+
+
+def _session(store: Store, session_id: str) -> SessionInfo:
+    validate_session_id(session_id)
+    info = store.get_session(session_id)
+    if info is None:
+        raise SessionNotFound(
+            f"session {session_id!r} does not exist in this database; list the sessions with "
+            "`autoctx sessions` (and check --database-url)"
+        )
+    return info
+
+
+def _fmt_time(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+
+
+def _short(value: uuid.UUID | str | None) -> str:
+    return str(value)[:8] if value is not None else ""
+
+
+def _strategy_label(strategy: int) -> Text:
+    return Text(
+        f"S{strategy} {STRATEGY_NAMES.get(strategy, '?')}",
+        style=STRATEGY_COLORS.get(strategy, ""),
+    )
+
+
+_STATUS_STYLE: Final = {
+    "applied": "green",
+    "failed": "red",
+    "conflict": "yellow",
+    "skipped": "dim",
+}
+
+
+def _content_line(msg: Msg) -> str:
+    """The message on one line: text, then calls and results."""
+    parts: list[str] = []
+    for block in msg.content:
+        if isinstance(block, TextBlock):
+            parts.append(block.text)
+        elif isinstance(block, ToolUseBlock):
+            parts.append(f"-> {block.name}({block.arguments})")
+        elif isinstance(block, ToolResultBlock):
+            parts.append(f"<- {block.name or 'tool'}: {block.output_text}")
+        elif isinstance(block, OpaqueBlock):
+            parts.append(f"[{block.data.get('type', 'opaque')}]")
+    return _one_line(OFFLOAD_TAG_RE.sub("", " ".join(parts)))
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _offload_of(msg: Msg) -> str:
+    """The offload uuid in a message's tag (summaries and previews carry one)."""
+    texts = [b.text for b in msg.content if isinstance(b, TextBlock)]
+    texts += [b.output_text for b in msg.content if isinstance(b, ToolResultBlock)]
+    for text in reversed(texts):
+        found = OFFLOAD_TAG_RE.findall(text)
+        if found:
+            return str(found[-1])
+    return ""
+
+
+def _event_line(event: Event, where: str) -> Text:
+    line = Text(f"  {where:<18} ", style="dim")
+    line.append_text(_strategy_label(event.strategy))
+    line.append(" " * max(1, 23 - len(STRATEGY_NAMES.get(event.strategy, "?"))))
+    line.append(f"{event.status:<8}", style=_STATUS_STYLE.get(event.status, ""))
+    line.append(
+        f" tokens {event.tokens_before:>6,} -> {event.tokens_after:>6,}"
+        f"  msgs {event.messages_before:>3} -> {event.messages_after:>3}"
+    )
+    if event.offload_uuid is not None:
+        line.append(f"  offload {_short(event.offload_uuid)}", style="cyan")
+    if event.error:
+        line.append(f"  {_clip(_one_line(event.error), 60)}", style="red")
+    return line
+
+
+def _table(title: str | None = None) -> Table:
+    # No vertical rules and collapsed padding: the event rows are wide, and a terminal of
+    # 120 columns should show them on one line each.
+    return Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+
+
+def _events_table(events: Sequence[Event], title: str | None = None) -> Table:
+    table = _table(title)
+    for name, justify in (
+        ("#", "right"),
+        ("time", "left"),
+        ("strategy", "left"),
+        ("status", "left"),
+        ("why", "left"),
+        ("tokens", "right"),
+        ("msgs", "right"),
+        ("repl", "right"),
+        ("offload", "left"),
+        ("model ms error", "left"),
+    ):
+        wrap = name.startswith("model")
+        table.add_column(  # type: ignore[arg-type]
+            name, justify=justify, no_wrap=not wrap, min_width=12 if wrap else None
+        )
+    for e in events:
+        cost = e.model or ""
+        if e.latency_ms is not None:
+            cost += f" {e.latency_ms:.0f}ms"
+        if e.error:
+            cost += f" {_clip(_one_line(e.error), 80)}"
+        table.add_row(
+            str(e.id),
+            e.created_at.astimezone().strftime("%H:%M:%S") if e.created_at else "",
+            _strategy_label(e.strategy),
+            Text(e.status, style=_STATUS_STYLE.get(e.status, "")),
+            e.reason,
+            f"{e.tokens_before:,}→{e.tokens_after:,}",
+            f"{e.messages_before}→{e.messages_after}",
+            str(len(e.replaced_ids)),
+            _short(e.offload_uuid),
+            Text(cost.strip()),
+        )
+    return table
+
+
+def _per_strategy_table(events: Sequence[Event]) -> Table:
+    table = _table("events per strategy")
+    for name, justify in (
+        ("strategy", "left"),
+        ("applied", "right"),
+        ("failed", "right"),
+        ("conflict", "right"),
+        ("tokens saved", "right"),
+        ("msgs removed", "right"),
+        ("LLM calls", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for s in sorted({e.strategy for e in events}):
+        mine = [e for e in events if e.strategy == s]
+        applied = [e for e in mine if e.status == "applied"]
+        table.add_row(
+            _strategy_label(s),
+            str(len(applied)),
+            str(sum(e.status == "failed" for e in mine)),
+            str(sum(e.status == "conflict" for e in mine)),
+            f"{sum(e.tokens_saved for e in applied):,}",
+            f"{sum(e.messages_before - e.messages_after for e in applied):,}",
+            str(sum(e.model is not None for e in mine)),
+        )
+    return table
+
+
+def _print_message(console: Console, index: int | None, msg: Msg) -> None:
+    where = f"[{index}] " if index is not None else ""
+    header = f"{where}#{msg.id} {msg.role} {msg.kind} {msg.tokens or 0:,} tokens"
+    if msg.pinned:
+        header += " pinned"
+    console.rule(Text(header, style="bold"), align="left")
+    console.print(Text(render_transcript([msg], keep_tags=True)))
+
+
+# ---------------------------------------------------------------------------------------------
+# demo
+# ---------------------------------------------------------------------------------------------
+
+
+def _describe_summarizer(summarizer: Summarizer, forced: bool) -> str:
+    if isinstance(summarizer, OfflineSummarizer):
+        why = "--offline" if forced else "no OPENAI_BASE_URL or OPENAI_API_KEY set"
+        return f"offline extractive summariser ({why}; set one of them to use an LLM endpoint)"
+    return f"LLM endpoint {summarizer!r}"
+
+
+@dataclass
+class _Position:
+    """Where the demo is, for the lines it prints."""
+
+    phase: str = "setup"
+    step: int = 0
+
+
+@contextmanager
+def _quiet_library() -> Iterator[None]:
+    # The demo prints every event itself; the library's warnings for failed attempts would say
+    # the same thing twice.
+    log = logging.getLogger("autoctx")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+@app.command()
+@friendly_errors
+def demo(
+    rounds: Annotated[
+        int, typer.Option(min=0, max=200, help="User rounds (ReAct loops) before the long task.")
+    ] = demo_mod.DEFAULT_ROUNDS,
+    steps: Annotated[
+        int, typer.Option(min=0, max=5000, help="Tool steps of the long single-task round.")
+    ] = demo_mod.DEFAULT_STEPS,
+    session: Annotated[
+        str | None,
+        typer.Option(help="Session id (demo- is prepended if missing). Default: demo-<time>."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Random seed: the same seed, the same session.")] = (
+        demo_mod.DEFAULT_SEED
+    ),
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Use the offline summariser even if an endpoint is set."),
+    ] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Watch autoctx keep a long agent session inside a small context window.
+
+    Generates a realistic coding-agent session (seeded, so reproducible): a system prompt,
+    user rounds of tool calls (parallel ones included) with file dumps, test logs, grep
+    results and final answers, then one long task of hundreds of tool steps. After every step
+    it calls compress_if_needed() and prints each compression as it happens. The window is
+    small (32k tokens, 120 messages) so that every strategy gets its turn.
+
+    It ends with the history, the final size against the window, a reload of an offload
+    (the original is back, byte for byte) and a restart (the session reopened by id is
+    identical).
+
+    Summaries come from the LLM endpoint in OPENAI_BASE_URL / OPENAI_API_KEY when set, else
+    from the offline extractive summariser.
+
+    Examples:
+
+      autoctx demo
+      autoctx demo --rounds 2 --steps 40
+      autoctx demo --seed 7 --session demo-mine --database-url postgresql://localhost/agents
+    """
+    console = _console()
+    started = time.perf_counter()
+    session_id = session or demo_mod.new_session_id()
+    if not session_id.startswith(demo_mod.SESSION_PREFIX):
+        session_id = demo_mod.SESSION_PREFIX + session_id
+    validate_session_id(session_id)
+    summarizer: Summarizer = OfflineSummarizer() if offline else default_summarizer()
+    config = demo_mod.demo_config()
+    engine = get_engine(database_url, auto_upgrade=True)
+    if Store(engine).get_session(session_id) is not None:
+        raise CliError(
+            f"session {session_id!r} already exists; pass another --session, or leave it out "
+            "for a fresh demo-<time> id"
+        )
+    stream = list(demo_mod.generate(rounds, steps, seed))
+    total = sum(s.is_step for s in stream)
+
+    console.print(Text(f"autoctx demo: session {session_id}", style="bold"))
+    console.print(f"  database    {describe(engine.url)}")
+    console.print(Text(f"  summariser  {_describe_summarizer(summarizer, offline)}"))
+    console.print(
+        f"  window      {config.max_tokens:,} tokens; compress at {config.token_trigger:,} tokens "
+        f"or {config.msg_threshold} messages, down to {config.token_target:,} / "
+        f"{config.msg_target}; last_keep {config.last_keep}, large > "
+        f"{config.large_payload_chars:,} chars"
+    )
+    console.print(
+        f"  session     {rounds} rounds + a task of {steps} steps = {total} agent steps, "
+        f"{sum(len(s.messages) for s in stream)} messages (seed {seed})\n"
+    )
+
+    mem = AutoContextMemory.open(session_id, database_url, config, summarizer=summarizer)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[size]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    task = progress.add_task("setup", total=total, size="")
+    position = _Position()
+
+    def on_step(step: demo_mod.DemoStep) -> None:
+        position.phase = step.phase
+        position.step += int(step.is_step)
+        info = mem.refresh()
+        progress.update(
+            task,
+            advance=1 if step.is_step else 0,
+            description=f"{step.phase:<8}",
+            size=f"{info.token_count:>6,} tok {info.message_count:>3} msgs",
+        )
+
+    def on_event(event: Event) -> None:
+        progress.console.print(_event_line(event, f"step {position.step} {position.phase}"))
+
+    with _quiet_library(), progress:
+        result = demo_mod.run(mem, iter(stream), on_step=on_step, on_event=on_event)
+    run_seconds = time.perf_counter() - started
+
+    events = mem.events()
+    info = mem.refresh()
+    console.print()
+    shown = events[-DEMO_HISTORY_ROWS:]
+    title = f"history of {session_id}: {len(events)} events"
+    if len(events) > len(shown):
+        title += f" (last {len(shown)} shown; all: autoctx history {session_id})"
+    console.print(_events_table(shown, title))
+    console.print(_per_strategy_table(events))
+    fired = sorted({e.strategy for e in events if e.status == "applied"})
+    console.print(
+        Text(
+            f"strategies that fired: {', '.join(f'S{s}' for s in fired) or 'none'}"
+            + (
+                f"; not fired: {', '.join(f'S{s}' for s in range(1, 7) if s not in fired)}"
+                if len(fired) < 6
+                else ""
+            )
+        )
+    )
+    stored = len(result.originals)
+    console.print(
+        Text(
+            f"\nworking context: {info.token_count:,} / {config.max_tokens:,} tokens "
+            f"({info.token_count / config.max_tokens:.0%} of the window), {info.message_count} "
+            f"messages; {stored} messages were added ({result.tokens_added:,} tokens), none lost",
+            style="bold",
+        )
+    )
+    _demo_reload(console, mem, events, result)
+    _demo_restart(console, mem, session_id, database_url, config, summarizer)
+    console.print(f"\ndone in {run_seconds:.1f} s. Look further:")
+    first_offload = next((e.offload_uuid for e in events if e.offload_uuid is not None), None)
+    deepest = _deepest_summary(events)
+    for command in (
+        f"autoctx history {session_id}",
+        f"autoctx show {session_id}",
+        f"autoctx reload {session_id} {first_offload or '<uuid>'}",
+        f"autoctx lineage {session_id} {deepest or '<message id from show>'}",
+        f"autoctx plot {session_id} -o tokens.png",
+        f"autoctx export {session_id} -o {session_id}.json",
+    ):
+        console.print(Text(f"  {command}", style="cyan"))
+
+
+def _deepest_summary(events: Sequence[Event]) -> int | None:
+    """A summary worth a lineage tree: the latest of the strategy highest up the ladder that
+    wrote a summary (S6 folds earlier summaries in, so its tree goes deepest)."""
+    applied = [e for e in events if e.status == "applied" and e.summary_message_id is not None]
+    for strategy in (6, 4, 1, 5):
+        mine = [e for e in applied if e.strategy == strategy]
+        if mine:
+            return mine[-1].summary_message_id
+    return applied[-1].summary_message_id if applied else None
+
+
+def _demo_reload(
+    console: Console, mem: AutoContextMemory, events: Sequence[Event], result: demo_mod.DemoResult
+) -> None:
+    """Reload one offload and compare it with what the demo added."""
+    applied = [e for e in events if e.status == "applied" and e.offload_uuid is not None]
+    if not applied:
+        console.print("reload: no compression happened, nothing to reload (try more --steps)")
+        return
+    # A preview of one large original shows best that the original comes back whole.
+    pick = next((e for e in applied if e.strategy in (2, 3)), applied[0])
+    assert pick.offload_uuid is not None
+    reloaded = mem.reload(pick.offload_uuid)
+    originals = [m for m in reloaded if m.id in result.originals]
+    same = sum(m.to_openai() == result.originals[m.id or 0] for m in originals)
+    chars = sum(m.payload_chars for m in reloaded)
+    summaries = len(reloaded) - len(originals)
+    nested = f" (and {summaries} earlier summaries, each reloadable in turn)" if summaries else ""
+    console.print(
+        Text(
+            f"\nreload {pick.offload_uuid} (S{pick.strategy} "
+            f"{STRATEGY_NAMES[pick.strategy]}, event {pick.id}): {len(reloaded)} message(s), "
+            f"{chars:,} characters; {same} of {len(originals)} original(s) identical to what was "
+            f"added{nested}",
+            style="bold green" if same == len(originals) else "bold red",
+        )
+    )
+    excerpt = render_transcript(reloaded[:1], keep_tags=True).splitlines()[:6]
+    for line in excerpt:
+        console.print(Text(f"  | {_clip(line, 110)}", style="dim"))
+    answer = mem.handle_tool_call(
+        {
+            "type": "function",
+            "function": {
+                "name": "context_reload",
+                "arguments": json.dumps({"uuid": str(pick.offload_uuid)}),
+            },
+        }
+    )
+    console.print(
+        f"  the agent's context_reload tool answers with {len(answer):,} characters "
+        f"(pages of {mem.config.reload_page_chars:,})"
+    )
+
+
+def _demo_restart(
+    console: Console,
+    mem: AutoContextMemory,
+    session_id: str,
+    database_url: str | None,
+    config: Any,
+    summarizer: Summarizer,
+) -> None:
+    """Close the memory and every pooled connection, reopen the session by id, compare."""
+    before = (mem.message_count, mem.token_count, mem.to_openai())
+    mem.close()
+    dispose_engines()
+    again = AutoContextMemory.open(
+        session_id, database_url, config, summarizer=summarizer, create=False
+    )
+    after = (again.message_count, again.token_count, again.to_openai())
+    recount = sum(m.tokens or 0 for m in again.messages())
+    ok = before == after and recount == after[1]
+    console.print(
+        Text(
+            f"restart: closed, reopened {session_id} by id: {after[0]} messages, {after[1]:,} "
+            f"tokens, working context {'identical' if before[2] == after[2] else 'DIFFERENT'}; "
+            f"recount of stored tokens {recount:,} "
+            f"{'= session total' if recount == after[1] else '!= session total'}",
+            style="bold green" if ok else "bold red",
+        )
+    )
+    again.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# db
+# ---------------------------------------------------------------------------------------------
+
+
+@db_app.command("upgrade")
+@friendly_errors
+def db_upgrade(database_url: DatabaseUrl = None) -> None:
+    """Create autoctx's tables, or bring them to this version's schema (idempotent).
+
+    Runs the Alembic migrations shipped in the package, under an advisory lock, so several
+    processes may run it at once.
+
+    Examples:
+
+      autoctx db upgrade
+      autoctx db upgrade --database-url postgresql://agent@db.internal/agents
+    """
+    with engine_for(database_url) as engine:
+        check_connection(engine)
+        before = current_revision(engine)
+        after = upgrade(engine)
+        where = describe(engine.url)
+    if before == after:
+        typer.echo(f"{where}: schema already at revision {after} (head)")
+    else:
+        typer.echo(f"{where}: schema upgraded from {before or 'nothing'} to {after} (head)")
+
+
+@db_app.command("current")
+@friendly_errors
+def db_current(
+    database_url: DatabaseUrl = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit with code 1 unless the schema is at head.")
+    ] = False,
+) -> None:
+    """Show the database's schema revision and whether it is up to date.
+
+    Examples:
+
+      autoctx db current
+      autoctx db current --check && echo ready
+    """
+    with engine_for(database_url) as engine:
+        check_connection(engine)
+        current = current_revision(engine)
+        where = describe(engine.url)
+    head = head_revision()
+    if current == head:
+        typer.echo(f"{where}: revision {current} (head): up to date")
+        return
+    state = "no autoctx schema yet" if current is None else f"revision {current}, head is {head}"
+    typer.echo(f"{where}: {state}: run `autoctx db upgrade`")
+    if check:
+        raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# sessions, show, history
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@friendly_errors
+def sessions(
+    prefix: Annotated[
+        str | None, typer.Option("--prefix", "-p", help="Only ids starting with this.")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's sessions.")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """List sessions, most recently updated first.
+
+    Examples:
+
+      autoctx sessions
+      autoctx sessions --prefix demo-
+    """
+    rows = Store(_engine(database_url)).list_sessions(tenant=tenant, prefix=prefix)
+    console = _console()
+    if not rows:
+        console.print("no sessions" + (f" starting with {prefix!r}" if prefix else ""))
+        return
+    table = _table(f"{len(rows)} session(s)")
+    for name, justify in (
+        ("id", "left"),
+        ("tenant", "left"),
+        ("messages", "right"),
+        ("tokens", "right"),
+        ("version", "right"),
+        ("updated", "left"),
+    ):
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for s in rows:
+        table.add_row(
+            Text(s.session_id),
+            Text(s.tenant or ""),
+            str(s.message_count),
+            f"{s.token_count:,}",
+            str(s.version),
+            _fmt_time(s.updated_at),
+        )
+    console.print(table)
+
+
+@app.command()
+@friendly_errors
+def show(
+    session: SessionArg,
+    full: Annotated[bool, typer.Option("--full", help="Print every message in full.")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Show a session's working context: what the model would be sent now.
+
+    One line per message: index, message id, role, kind (original or which compression wrote
+    it), tokens, the offload behind it, and the start of its content. With --full, every
+    message in full, offload tags included.
+
+    Examples:
+
+      autoctx show demo-20261130-101500-1a2b
+      autoctx show demo-20261130-101500-1a2b --full | less -R
+    """
+    store = Store(_engine(database_url))
+    info = _session(store, session)
+    msgs = store.load_working(session)
+    console = _console()
+    max_tokens = int(info.config.get("max_tokens", 0)) or None
+    share = f" ({info.token_count / max_tokens:.0%} of {max_tokens:,})" if max_tokens else ""
+    console.print(
+        Text(
+            f"{session}: {info.message_count} messages, {info.token_count:,} tokens{share}, "
+            f"version {info.version}",
+            style="bold",
+        )
+    )
+    if full:
+        for index, msg in enumerate(msgs):
+            _print_message(console, index, msg)
+        return
+    table = Table(pad_edge=False, show_edge=False, box=None)
+    for name, justify in (
+        ("#", "right"),
+        ("id", "right"),
+        ("role", "left"),
+        ("kind", "left"),
+        ("tokens", "right"),
+        ("offload", "left"),
+        ("content", "left"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for index, msg in enumerate(msgs):
+        table.add_row(
+            str(index),
+            str(msg.id),
+            msg.role + ("*" if msg.pinned else ""),
+            Text(msg.kind, style="" if msg.kind == "original" else "magenta"),
+            f"{msg.tokens or 0:,}",
+            _short(_offload_of(msg)),
+            Text(_clip(_content_line(msg), PREVIEW_CHARS)),
+        )
+    console.print(table)
+
+
+@app.command()
+@friendly_errors
+def history(session: SessionArg, database_url: DatabaseUrl = None) -> None:
+    """Show a session's compression events, oldest first, and totals per strategy.
+
+    Each row is one attempt: the strategy, whether it applied (or failed, and why), which
+    trigger held, the working tokens and messages before and after, how many messages it
+    replaced, the offload uuid (its first 8 characters are enough for `autoctx reload`), the
+    summariser's model and latency.
+
+    Examples:
+
+      autoctx history demo-20261130-101500-1a2b
+    """
+    store = Store(_engine(database_url))
+    _session(store, session)
+    events = store.events(session)
+    console = _console()
+    if not events:
+        console.print(f"{session}: no compression events yet")
+        return
+    console.print(_events_table(events, f"{session}: {len(events)} events"))
+    console.print(_per_strategy_table(events))
+
+
+# ---------------------------------------------------------------------------------------------
+# lineage, reload
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@friendly_errors
+def lineage(
+    session: SessionArg,
+    message_id: Annotated[int, typer.Argument(metavar="MESSAGE_ID", help="A message id.")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Show what stands behind a message: the tree of what it replaced, down to the originals.
+
+    Summaries of summaries are followed all the way down (one recursive query over the lineage
+    table). For a message no longer in the working context, also shows which working message
+    covers it now. Message ids are in the id column of `autoctx show`.
+
+    Examples:
+
+      autoctx lineage demo-20261130-101500-1a2b 812
+    """
+    engine = _engine(database_url)
+    store = Store(engine)
+    _session(store, session)
+    edges = inspect_db.lineage_edges(engine, session, message_id)
+    chain = inspect_db.covering_chain(engine, session, message_id)
+    ids = {message_id, *chain, *(e.replaced_id for e in edges)}
+    msgs = store.load_messages(session, ids)
+    if message_id not in msgs:
+        raise CliError(
+            f"message {message_id} does not exist in session {session!r}; the id column of "
+            f"`autoctx show {session}` lists the working messages"
+        )
+    events = {e.id: e for e in store.events(session)}
+    in_working = inspect_db.working_positions(engine, session, sorted(ids))
+    children: dict[int, list[int]] = {}
+    made_by: dict[int, int] = {}
+    for e in edges:
+        children.setdefault(e.summary_id, []).append(e.replaced_id)
+        made_by[e.summary_id] = e.event_id
+
+    def label(mid: int) -> Text:
+        m = msgs[mid]
+        text = Text(f"#{mid} ", style="bold")
+        text.append(f"{m.role} ")
+        text.append(m.kind, style="" if m.kind == "original" else "magenta")
+        text.append(f" {m.tokens or 0:,} tok")
+        event = events.get(made_by[mid]) if mid in made_by else None
+        if event is not None:
+            text.append("  ")
+            text.append_text(_strategy_label(event.strategy))
+            text.append(f" event {event.id}, offload {_short(event.offload_uuid)}", style="cyan")
+        if mid in in_working:
+            text.append(f"  [working #{in_working[mid]}]", style="green")
+        text.append(f"  {_clip(_content_line(m), 70)}", style="dim")
+        return text
+
+    tree = Tree(label(message_id))
+
+    def grow(node: Tree, mid: int) -> None:
+        for child in children.get(mid, []):
+            grow(node.add(label(child)), child)
+
+    grow(tree, message_id)
+    console = _console()
+    console.print(tree)
+    leaves = [e.replaced_id for e in edges if e.replaced_id not in children]
+    if edges:
+        console.print(
+            f"{len(leaves)} original message(s) behind #{message_id}, "
+            f"{len(children)} summary level(s) of compression"
+        )
+    else:
+        console.print(f"#{message_id} is {msgs[message_id].kind}: nothing stands behind it")
+    if chain:
+        top = chain[-1]
+        where = f"working #{in_working[top]}" if top in in_working else "not in the working context"
+        console.print(
+            f"covered now by #{top} ({msgs[top].kind}, {where})"
+            + (f" via {' -> '.join('#' + str(c) for c in chain[:-1])}" if len(chain) > 1 else "")
+        )
+    elif message_id not in in_working:
+        console.print(f"#{message_id} is not in the working context")
+
+
+def _resolve_offload(engine: Engine, session_id: str, text: str) -> uuid.UUID:
+    """A full uuid, or a unique prefix of one of the session's offloads (as history shows)."""
+    try:
+        return parse_offload_id(text)
+    except InvalidOffloadId:
+        prefix = text.strip().lower()
+        if len(prefix) < 4 or not re.fullmatch(r"[0-9a-f-]+", prefix):
+            raise
+    found = inspect_db.offloads_matching(engine, session_id, prefix)
+    if not found:
+        raise OffloadNotFound(
+            f"no offloaded context starting with {prefix!r} in session {session_id!r}; "
+            f"see the offload column of `autoctx history {session_id}`"
+        )
+    if len(found) > 1:
+        raise CliError(
+            f"{prefix!r} matches several offloads of {session_id!r}; give more characters"
+        )
+    return found[0]
+
+
+@app.command()
+@friendly_errors
+def reload(
+    session: SessionArg,
+    offload: Annotated[
+        str, typer.Argument(metavar="UUID", help="Offload uuid, or a unique prefix (8 chars).")
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the messages as OpenAI-format JSON.")
+    ] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Print the messages an offload removed from the working context, as they were stored.
+
+    The uuid is in the offload tag of a summary or preview (<!-- CONTEXT_OFFLOAD: uuid=... -->),
+    in `autoctx history` and in `autoctx show`. One level deep: a summary among them keeps its
+    own tag, which you can reload in turn. Reloading changes nothing in the session.
+
+    Examples:
+
+      autoctx reload demo-20261130-101500-1a2b 3f2a9c1e
+      autoctx reload demo-20261130-101500-1a2b 3f2a9c1e-0b1d-4c55-9a5e-2b7c0f1d2e3a --json
+    """
+    engine = _engine(database_url)
+    store = Store(engine)
+    _session(store, session)
+    offload_id = _resolve_offload(engine, session, offload)
+    msgs = store.reload(session, offload_id)
+    if as_json:
+        typer.echo(json.dumps(to_openai_messages(msgs), ensure_ascii=False, indent=2))
+        return
+    row = next(r for r in inspect_db.offload_rows(engine, session) if r.uuid == offload_id)
+    console = _console()
+    console.print(
+        Text(
+            f"offload {offload_id}: {len(msgs)} message(s), "
+            f"{sum(m.tokens or 0 for m in msgs):,} tokens, removed by S{row.strategy} "
+            f"{STRATEGY_NAMES.get(row.strategy, '?')} (event {row.event_id}, "
+            f"{_fmt_time(row.created_at)})",
+            style="bold",
+        )
+    )
+    for msg in msgs:
+        _print_message(console, None, msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# plot, export
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@friendly_errors
+def plot(
+    session: SessionArg,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="PNG file to write.", dir_okay=False)
+    ] = Path("tokens.png"),
+    x: Annotated[
+        str, typer.Option("--x", help="Horizontal axis: 'step' (originals appended) or 'time'.")
+    ] = "step",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Plot the working context's tokens (and messages) over the session's life.
+
+    Rebuilt from the database: every appended original adds its tokens, every compression
+    moves the totals from its before to its after figures. Compressions are marked by
+    strategy; the dashed line is the trigger (max_tokens x token_ratio), the dotted one the
+    target (max_tokens x target_ratio), from the session's own config. Needs matplotlib
+    (pip install 'autoctx\\[plot]').
+
+    Examples:
+
+      autoctx plot demo-20261130-101500-1a2b -o tokens.png
+      autoctx plot demo-20261130-101500-1a2b -o tokens-time.png --x time
+    """
+    from .plot import reconstruct, render
+
+    if x not in ("step", "time"):
+        raise CliError(f"--x must be 'step' or 'time', not {x!r}")
+    engine = _engine(database_url)
+    store = Store(engine)
+    info = _session(store, session)
+    events = store.events(session)
+    series = reconstruct(inspect_db.message_stamps(engine, session), events)
+    path = render(
+        series,
+        info.config,
+        output,
+        title=f"autoctx session {session}: working context",
+        x="step" if x == "step" else "time",
+    )
+    by_strategy = Counter(m.strategy for m in series.marks if m.status == "applied")
+    peak = max(p.tokens for p in series.points)
+    typer.echo(
+        f"wrote {path}: {series.points[-1].step} originals appended, "
+        f"{sum(by_strategy.values())} compressions "
+        f"({', '.join(f'S{s} x{n}' for s, n in sorted(by_strategy.items())) or 'none'}), "
+        f"peak {peak:,} tokens, now {series.points[-1].tokens:,}"
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"cannot export {type(value).__name__}")
+
+
+@app.command()
+@friendly_errors
+def export(
+    session: SessionArg,
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="JSON file to write; '-' for stdout.")
+    ] = "-",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Export a session as JSON: its row, its working context (OpenAI format), its events,
+    and every offload with the messages it holds.
+
+    Examples:
+
+      autoctx export demo-20261130-101500-1a2b -o session.json
+      autoctx export demo-20261130-101500-1a2b | jq '.events | length'
+    """
+    engine = _engine(database_url)
+    store = Store(engine)
+    info = _session(store, session)
+    working = store.load_working(session)
+    offloads = inspect_db.offload_rows(engine, session)
+    held = store.load_messages(session, {i for o in offloads for i in o.message_ids})
+    document = {
+        "format": "autoctx-export/1",
+        "session": {
+            "session_id": info.session_id,
+            "tenant": info.tenant,
+            "version": info.version,
+            "message_count": info.message_count,
+            "token_count": info.token_count,
+            "model": info.model,
+            "encoding": info.encoding,
+            "config": info.config,
+            "plan": info.plan,
+            "created_at": info.created_at,
+            "updated_at": info.updated_at,
+        },
+        "working_context": to_openai_messages(working),
+        "working_messages": [
+            {"index": k, "id": m.id, "role": m.role, "kind": m.kind, "tokens": m.tokens}
+            for k, m in enumerate(working)
+        ],
+        "events": [
+            {
+                "id": e.id,
+                "strategy": e.strategy,
+                "status": e.status,
+                "reason": e.reason,
+                "messages_before": e.messages_before,
+                "messages_after": e.messages_after,
+                "tokens_before": e.tokens_before,
+                "tokens_after": e.tokens_after,
+                "replaced_ids": list(e.replaced_ids),
+                "summary_message_id": e.summary_message_id,
+                "offload_uuid": e.offload_uuid,
+                "model": e.model,
+                "prompt_tokens": e.prompt_tokens,
+                "completion_tokens": e.completion_tokens,
+                "latency_ms": e.latency_ms,
+                "error": e.error,
+                "session_version": e.session_version,
+                "created_at": e.created_at,
+            }
+            for e in store.events(session)
+        ],
+        "offloads": [
+            {
+                "uuid": o.uuid,
+                "event_id": o.event_id,
+                "strategy": o.strategy,
+                "created_at": o.created_at,
+                "message_ids": list(o.message_ids),
+                "messages": [
+                    {"id": i, "kind": held[i].kind, "message": held[i].to_openai()}
+                    for i in o.message_ids
+                ],
+            }
+            for o in offloads
+        ],
+    }
+    text = json.dumps(document, default=_jsonable, ensure_ascii=False, indent=2)
+    if output == "-":
+        sys.stdout.write(text + "\n")
+        return
+    Path(output).write_text(text + "\n", encoding="utf-8")
+    typer.echo(
+        f"wrote {output}: {len(working)} working messages, {len(document['events'])} events, "
+        f"{len(offloads)} offloads"
+    )
+
+
+def main() -> None:
+    """Console-script entry point (`autoctx`)."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

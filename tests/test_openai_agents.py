@@ -1,0 +1,458 @@
+"""AutoctxSession: autoctx behind the OpenAI Agents SDK's `Session` protocol, with the real SDK.
+
+The unit tests drive the protocol methods directly; the Runner test runs a real `agents.Runner`
+whose model is the SDK's Chat Completions model pointed at the local OpenAI-compatible server
+(tests/openai_server.py), so that every request the SDK builds from the session is inspected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import uuid
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
+
+import pytest
+from agents import (
+    Agent,
+    OpenAIChatCompletionsModel,
+    Runner,
+    Session,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.tool_context import ToolContext
+from openai import AsyncOpenAI
+
+from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer
+from autoctx.integrations.openai_agents import AutoctxSession, reload_tool
+from autoctx.tools import NOT_FOUND_ANSWER
+
+from .openai_server import OpenAIServer, Reply
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def make_session(db_url: str, session_id: str) -> Callable[..., AutoctxSession]:
+    def _make(sid: str | None = None, **kw: Any) -> AutoctxSession:
+        kw.setdefault("summarizer", OfflineSummarizer())
+        return AutoctxSession(sid or session_id, db_url, **kw)
+
+    return _make
+
+
+def varied_items() -> list[dict[str, Any]]:
+    """Items of every shape the SDK stores, including ones the conversion must keep opaque."""
+    return [
+        {"role": "system", "content": "You are careful."},
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "Prefer small diffs."}],
+        },
+        {"content": "Read a.py and b.py, then fix the bug.", "role": "user"},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "Here is a screenshot:"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"},
+            ],
+        },
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "Two files to read."}],
+            "encrypted_content": "gAAAAB-opaque",
+        },
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "read_file",
+            "arguments": '{"path": "a.py"}',
+            "status": "completed",
+        },
+        {
+            "type": "function_call",
+            "id": "fc_2",
+            "call_id": "call_2",
+            "name": "read_file",
+            "arguments": '{"path": "b.py"}',
+            "status": "completed",
+            "provider_data": {"model": "test-model", "response_id": "chatcmpl-1"},
+        },
+        {"type": "function_call_output", "call_id": "call_1", "output": "def a():\n    return 1\n"},
+        {
+            "type": "function_call_output",
+            "call_id": "call_2",
+            "output": [
+                {"type": "input_text", "text": "def b():\n"},
+                {"type": "input_image", "image_url": "https://example.test/b.png"},
+                {"type": "input_text", "text": "    return 2\n"},
+            ],
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_1",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "I will patch b.", "annotations": []}],
+        },
+        {
+            "type": "function_call",
+            "id": "__fake_id__",
+            "call_id": "call_3",
+            "name": "write_file",
+            # A model's broken JSON is stored and given back as written.
+            "arguments": '{"path": "b.py", "content": ',
+        },
+        # Tools return binary output: NUL survives the round trip.
+        {"type": "function_call_output", "call_id": "call_3", "output": "wrote\x00 3 bytes"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "x"}},
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_2",
+            "status": "completed",
+            "content": [
+                {"type": "output_text", "text": "Fixed: b() returns 2 — ✓", "annotations": [], "logprobs": []},
+                {"type": "refusal", "refusal": "Not deleting tests."},
+            ],
+        },
+        {"role": "assistant", "content": "Anything else?"},
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The protocol, item by item
+# ---------------------------------------------------------------------------------------------
+
+
+def test_implements_the_sdk_session_protocol(make_session: Callable[..., AutoctxSession]) -> None:
+    session = make_session()
+    assert isinstance(session, Session)
+    assert session.session_settings is None
+
+
+def test_items_come_back_exactly_as_added(
+    make_session: Callable[..., AutoctxSession], session_id: str
+) -> None:
+    items = varied_items()
+    session = make_session(compress=False)
+    run(session.add_items(copy.deepcopy(items)))
+    assert run(session.get_items()) == items
+    for limit in (1, 2, 3, 5, 9, len(items), len(items) + 10):
+        assert run(session.get_items(limit=limit)) == items[-limit:]
+    assert run(session.get_items(limit=0)) == []
+    # Another process opening the session by id sees the same items.
+    assert run(make_session(session_id).get_items()) == items
+
+
+def test_items_added_in_small_batches_come_back_exactly(
+    make_session: Callable[..., AutoctxSession],
+) -> None:
+    items = varied_items()
+    session = make_session(compress=False)
+    # Batches as the SDK saves them: never a model response's parallel calls split in two
+    # (autoctx refuses a second assistant message while calls are unanswered).
+    bounds = [0, 3, 4, 7, 8, 9, 11, 12, len(items)]
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        run(session.add_items(copy.deepcopy(items[start:end])))
+    assert run(session.get_items()) == items
+
+
+def test_a_reasoning_item_and_parallel_calls_are_one_tool_group(
+    make_session: Callable[..., AutoctxSession],
+) -> None:
+    session = make_session(compress=False)
+    run(session.add_items(varied_items()))
+    msgs = session.memory().messages()
+    assert [m.role for m in msgs] == [
+        "system", "system", "user", "user", "assistant", "tool", "tool",
+        "assistant", "tool", "assistant",
+    ]  # fmt: skip
+    group = msgs[4]
+    assert [b.type for b in group.content] == ["opaque", "tool_use", "tool_use"]
+    assert [c.id for c in group.tool_uses] == ["call_1", "call_2"]
+    assert group.content[0].data["type"] == "reasoning"  # type: ignore[union-attr]
+    # The assistant's text and its next call are one message; the result names its tool.
+    assert msgs[7].text == "I will patch b."
+    assert [c.name for c in msgs[7].tool_uses] == ["write_file"]
+    assert msgs[8].tool_results[0].name == "write_file"
+    # The final answer, the web search and the easy-form assistant message are one message.
+    assert msgs[9].text == "Fixed: b() returns 2 — ✓Anything else?"
+    assert not msgs[9].tool_uses
+
+
+def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
+    make_session: Callable[..., AutoctxSession],
+) -> None:
+    items = varied_items()
+    session = make_session(compress=False)
+    run(session.add_items(copy.deepcopy(items)))
+    mem = session.memory()
+    stored_before = mem.sql("select count(*) from messages where session_id = :s", s=mem.session_id)[0][0]
+
+    popped = [run(session.pop_item()) for _ in range(4)]
+    assert popped == list(reversed(items[-4:]))
+    assert run(session.get_items()) == items[:-4]
+    _assert_totals_match_a_recount(mem)
+
+    # Popping the result of call_3 leaves it the newest, still pending call: another result
+    # for it is accepted, and the history is a valid shape again.
+    retry = {"type": "function_call_output", "call_id": "call_3", "output": "retried"}
+    run(session.add_items([retry]))
+    assert run(session.get_items())[-2:] == [items[-5], retry]
+
+    while run(session.pop_item()) is not None:
+        pass
+    assert run(session.get_items()) == []
+    assert run(session.pop_item()) is None
+    _assert_totals_match_a_recount(mem)
+
+    # Nothing of what was added is gone from the database; every pop is an audited event.
+    stored_after = mem.sql(
+        "select count(*) from messages where session_id = :s and kind = 'original' and event_id is null",
+        s=mem.session_id,
+    )[0][0]
+    assert stored_after == stored_before + 1  # + the retried result
+    events = mem.events()
+    assert len(events) == len(items) + 1
+    assert {(e.strategy, e.status, e.reason) for e in events} == {(0, "applied", "manual")}
+    assert events[-1].messages_after == 0 and events[-1].tokens_after == 0
+
+
+def test_popping_a_call_out_of_a_parallel_group_keeps_the_others(
+    make_session: Callable[..., AutoctxSession],
+) -> None:
+    items = varied_items()[:7]  # up to and including the two parallel calls, no results yet
+    session = make_session(compress=False)
+    run(session.add_items(copy.deepcopy(items)))
+    assert run(session.pop_item()) == items[-1]
+    assert run(session.get_items()) == items[:-1]
+    mem = session.memory()
+    group = mem.messages()[-1]
+    assert [c.id for c in group.tool_uses] == ["call_1"]
+    _assert_totals_match_a_recount(mem)
+    # Only call_1 is open now: its result is accepted, call_2's is refused.
+    result_2 = {"type": "function_call_output", "call_id": "call_2", "output": "b"}
+    with pytest.raises(ValueError, match="answers no open call"):
+        run(session.add_items([result_2]))
+    result_1 = {"type": "function_call_output", "call_id": "call_1", "output": "a"}
+    run(session.add_items([result_1]))
+    assert run(session.get_items()) == [*items[:-1], result_1]
+
+
+def test_clear_session_deletes_everything_and_starts_afresh(
+    make_session: Callable[..., AutoctxSession],
+) -> None:
+    session = make_session(compress=False)
+    run(session.add_items(varied_items()))
+    mem = session.memory()
+    run(session.clear_session())
+    for table in ("sessions", "messages", "working_set", "compression_events"):
+        count = mem.sql(f"select count(*) from {table} where session_id = :s", s=session.session_id)
+        assert count[0][0] == 0, table
+    assert run(session.get_items()) == []
+    again = [{"role": "user", "content": "hello again"}]
+    run(session.add_items(again))
+    assert run(session.get_items()) == again
+    # A session never used clears without error.
+    run(AutoctxSession(f"never-{uuid.uuid4().hex}", mem.engine.url).clear_session())
+
+
+def test_from_memory_shares_the_memory(
+    open_memory: Callable[..., AutoContextMemory],
+) -> None:
+    mem = open_memory()
+    session = AutoctxSession.from_memory(mem, compress=False)
+    run(session.add_items([{"role": "user", "content": "hi"}]))
+    assert mem.to_openai() == [{"role": "user", "content": "hi"}]
+    run(session.clear_session())
+    run(session.add_items([{"role": "user", "content": "back"}]))
+    assert run(session.get_items()) == [{"role": "user", "content": "back"}]
+
+
+def test_session_settings_limit_applies(make_session: Callable[..., AutoctxSession]) -> None:
+    from agents.memory.session_settings import SessionSettings
+
+    items = varied_items()
+    session = make_session(compress=False, session_settings=SessionSettings(limit=2))
+    run(session.add_items(copy.deepcopy(items)))
+    assert run(session.get_items()) == items[-2:]
+    assert run(session.get_items(limit=4)) == items[-4:]
+
+
+def test_reload_tool_answers_plainly(make_session: Callable[..., AutoctxSession]) -> None:
+    session = make_session()
+    tool = reload_tool(session)
+    assert tool.name == "context_reload"
+    assert tool.params_json_schema["required"] == ["uuid"]
+
+    def invoke(arguments: str) -> str:
+        ctx = ToolContext(
+            context=None, tool_name=tool.name, tool_call_id="call_x", tool_arguments=arguments
+        )
+        return str(run(tool.on_invoke_tool(ctx, arguments)))
+
+    assert invoke(json.dumps({"uuid": str(uuid.uuid4())})) == NOT_FOUND_ANSWER
+    assert invoke(json.dumps({"uuid": "not-a-uuid"})).startswith("Invalid uuid")
+    assert invoke("{}").startswith("Missing uuid")
+
+
+# ---------------------------------------------------------------------------------------------
+# A real Runner, compressing and reloading
+# ---------------------------------------------------------------------------------------------
+
+
+def file_contents(path: str) -> str:
+    """A tool output larger than the test config's large_payload_chars (600), whose secret sits
+    past the preview (100 characters), so only a reload shows it."""
+    head = f"FILE {path} ".ljust(120, ".")
+    body = "".join(f"\n{n:04d}: line of {path}" for n in range(80))
+    return f"{head} SECRET-{path}-{len(path) * 7}{body}"
+
+
+@function_tool
+def read_file(path: str) -> str:
+    """Read a file of the workspace."""
+    return file_contents(path)
+
+
+def call(call_id: str, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def reads(*pairs: tuple[str, str]) -> Reply:
+    """One assistant message calling read_file once per (call id, path), in parallel."""
+    calls = [call(cid, "read_file", {"path": p}) for cid, p in pairs]
+    return Reply.message({"role": "assistant", "content": None, "tool_calls": calls})
+
+
+def assert_valid_chat_history(messages: Sequence[Mapping[str, Any]]) -> None:
+    """The shape the Chat Completions API enforces: results follow their calls, all answered."""
+    open_calls: set[str] = set()
+    for k, m in enumerate(messages):
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in open_calls, (k, m)
+            open_calls.discard(m["tool_call_id"])
+            continue
+        assert not open_calls, (k, m, open_calls)
+        if m["role"] == "assistant":
+            open_calls = {c["id"] for c in m.get("tool_calls") or []}
+    assert not open_calls
+
+
+def test_runner_compresses_along_the_way_and_reloads_an_offload(
+    make_session: Callable[..., AutoctxSession],
+) -> None:
+    config = AutoContextConfig(
+        msg_threshold=12,
+        max_tokens=4000,
+        last_keep=4,
+        min_compress_tokens=50,
+        large_payload_chars=600,
+        preview_chars=100,
+        reload_page_chars=500,
+    )
+    session = make_session(config=config)
+    set_tracing_disabled(True)
+    turns: list[tuple[str, list[Reply]]] = [
+        ("Read a.txt", [reads(("call_a", "a.txt")), Reply.text("a.txt is read.")]),
+        (
+            "Read b.txt and c.txt",
+            [reads(("call_b", "b.txt"), ("call_c", "c.txt")), Reply.text("Both read.")],
+        ),
+        ("Read d.txt", [reads(("call_d", "d.txt")), Reply.text("d.txt is read.")]),
+        ("Read e.txt", [reads(("call_e", "e.txt")), Reply.text("e.txt is read.")]),
+        ("Thanks", [Reply.text("You're welcome.")]),
+    ]
+
+    async def scenario() -> None:
+        with OpenAIServer() as srv:
+            client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+            model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+            agent = Agent(
+                name="worker",
+                instructions="Work. " + AutoContextMemory.system_prompt_snippet(),
+                model=model,
+                tools=[read_file, reload_tool(session)],
+            )
+            for prompt, replies in turns:
+                srv.script(*replies)
+                result = await Runner.run(agent, prompt, session=session)
+                assert result.final_output == replies[-1].content
+                assert srv.pending == 0
+
+            # The session compressed along the way, and what the model was sent shows it.
+            mem = session.memory()
+            events = [e for e in mem.events() if e.status == "applied"]
+            assert events, "the session never compressed"
+            assert mem.message_count < 20
+            for body in srv.requests:
+                assert_valid_chat_history(body["messages"])
+            assert any("CONTEXT_OFFLOAD" in json.dumps(b["messages"]) for b in srv.requests)
+            items = await session.get_items()
+            previews = [
+                i for i in items if i.get("type") == "function_call_output" and "CONTEXT_OFFLOAD" in str(i.get("output"))
+            ]
+            summaries = [
+                i for i in items if i.get("role") == "assistant" and "CONTEXT_OFFLOAD" in json.dumps(i)
+            ]
+            assert previews or summaries
+
+            # Pick an offload that holds one tool output, and have the model reload it.
+            offload, original = _single_tool_offload(mem)
+            secret = next(w for w in original.split() if w.startswith("SECRET-"))
+            assert secret not in json.dumps(srv.requests[-1]["messages"])
+            srv.reset()
+            srv.script(
+                Reply.tool_call("context_reload", {"uuid": str(offload)}, call_id="call_reload"),
+                Reply.text("Reloaded."),
+            )
+            result = await Runner.run(agent, "What was the secret?", session=session)
+            assert result.final_output == "Reloaded."
+            sent_back = [
+                m
+                for m in srv.requests[-1]["messages"]
+                if m["role"] == "tool" and m["tool_call_id"] == "call_reload"
+            ]
+            assert len(sent_back) == 1
+            assert secret in sent_back[0]["content"]
+            assert original[:300] in sent_back[0]["content"]
+            await client.close()
+
+    run(scenario())
+
+
+def _single_tool_offload(mem: AutoContextMemory) -> tuple[uuid.UUID, str]:
+    for event in mem.events():
+        if event.status != "applied" or event.offload_uuid is None:
+            continue
+        msgs = mem.reload(event.offload_uuid)
+        if len(msgs) == 1 and msgs[0].role == "tool" and msgs[0].kind == "original":
+            return event.offload_uuid, msgs[0].tool_results[0].output_text
+    raise AssertionError(f"no offload of a single tool output among {mem.events()}")
+
+
+def _assert_totals_match_a_recount(mem: AutoContextMemory) -> None:
+    row = mem.sql(
+        """
+        select s.message_count, s.token_count, count(m.id), coalesce(sum(m.tokens), 0)
+        from sessions s
+        left join working_set w on w.session_id = s.session_id
+        left join messages m on m.session_id = w.session_id and m.id = w.message_id
+        where s.session_id = :s
+        group by s.message_count, s.token_count
+        """,
+        s=mem.session_id,
+    )[0]
+    assert (row[0], row[1]) == (row[2], row[3])
