@@ -215,6 +215,11 @@ def _content_line(msg: Msg) -> str:
     return _one_line(OFFLOAD_TAG_RE.sub("", " ".join(parts)))
 
 
+def _cell(text: str, style: str = "") -> Text:
+    """One line of text that ends in an ellipsis where the column or terminal ends."""
+    return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+
+
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -751,7 +756,8 @@ def show(
         ("offload", "left"),
         ("content", "left"),
     ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        # Only the content column gives way when the terminal is narrow.
+        table.add_column(name, justify=justify, no_wrap=name != "content")  # type: ignore[arg-type]
     for index, msg in enumerate(msgs):
         table.add_row(
             str(index),
@@ -760,7 +766,7 @@ def show(
             Text(msg.kind, style="" if msg.kind == "original" else "magenta"),
             f"{msg.tokens or 0:,}",
             _short(_offload_of(msg)),
-            Text(_clip(_content_line(msg), PREVIEW_CHARS)),
+            _cell(_clip(_content_line(msg), PREVIEW_CHARS)),
         )
     console.print(table)
 
@@ -800,6 +806,10 @@ def history(session: SessionArg, database_url: DatabaseUrl = None) -> None:
 def lineage(
     session: SessionArg,
     message_id: Annotated[int, typer.Argument(metavar="MESSAGE_ID", help="A message id.")],
+    depth: Annotated[
+        int | None,
+        typer.Option(min=1, help="Show only this many levels below the message (default: all)."),
+    ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Show what stands behind a message: the tree of what it replaced, down to the originals.
@@ -811,6 +821,7 @@ def lineage(
     Examples:
 
       autoctx lineage demo-20261130-101500-1a2b 812
+      autoctx lineage demo-20261130-101500-1a2b 812 --depth 1
     """
     engine = _engine(database_url)
     store = Store(engine)
@@ -846,15 +857,22 @@ def lineage(
         if mid in in_working:
             text.append(f"  [working #{in_working[mid]}]", style="green")
         text.append(f"  {_clip(_content_line(m), 70)}", style="dim")
+        text.no_wrap = True
+        text.overflow = "ellipsis"
         return text
 
     tree = Tree(label(message_id))
 
-    def grow(node: Tree, mid: int) -> None:
-        for child in children.get(mid, []):
-            grow(node.add(label(child)), child)
+    def grow(node: Tree, mid: int, level: int) -> None:
+        kids = children.get(mid, [])
+        if depth is not None and level > depth:
+            if kids:
+                node.add(Text(f"... {len(kids)} more below (raise --depth)", style="dim"))
+            return
+        for child in kids:
+            grow(node.add(label(child)), child, level + 1)
 
-    grow(tree, message_id)
+    grow(tree, message_id, 1)
     console = _console()
     console.print(tree)
     leaves = [e.replaced_id for e in edges if e.replaced_id not in children]

@@ -120,10 +120,13 @@ class AutoContextMemory:
         """Open the session `session_id`, creating it unless `create=False`.
 
         The model (and so the token encoding) is fixed when the session is created: for an
-        existing session the stored model wins over `config.model` (with a warning). `database_url` defaults to
+        existing session the stored model wins over `config.model` (with a warning). Reopening
+        without a config uses the thresholds stored with the session; with a config, the
+        session's record of the thresholds in force is updated. `database_url` defaults to
         `AUTOCTX_DATABASE_URL`, else the embedded PostgreSQL.
         """
         validate_session_id(session_id)
+        given = config
         config = config or AutoContextConfig()
         engine = get_engine(database_url, auto_upgrade=config.auto_upgrade)
         store = Store(engine, tenant)
@@ -137,8 +140,14 @@ class AutoContextMemory:
             info = store.create_session(
                 session_id, tenant=tenant, config=config, encoding=counter.encoding_name
             )
+        elif given is None:
+            # Reopening without a config keeps the thresholds the session was run with.
+            config = AutoContextConfig.from_json(info.config)
         if info.model != config.model:
             config = _with_model(config, info)
+        if config.to_json() != info.config:
+            # The thresholds in force are recorded on the session (and on each event).
+            store.set_config(session_id, config.to_json())
         return cls(store, info, config, summarizer or default_summarizer())
 
     # -- writing ----------------------------------------------------------------------------

@@ -172,3 +172,16 @@ def test_the_async_twin_runs_the_same_code(db_url: str, session_id: str) -> None
     count, messages = asyncio.run(scenario())
     assert count == 2
     assert messages == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+
+
+def test_reopening_without_a_config_keeps_the_sessions_thresholds(open_memory: Open) -> None:
+    custom = AutoContextConfig(msg_threshold=7, max_tokens=9000, model="gpt-4")
+    open_memory(config=custom).close()
+    again = open_memory()
+    assert again.config == custom
+    assert again._counter.encoding_name == "cl100k_base"
+    # A later config is recorded as the thresholds in force, but the model stays fixed.
+    later = open_memory(config=AutoContextConfig(msg_threshold=11))
+    assert later.config.msg_threshold == 11 and later.config.model == "gpt-4"
+    stored = later.sql("select config from sessions where session_id = :s", s=later.session_id)[0][0]
+    assert stored["msg_threshold"] == 11 and stored["model"] == "gpt-4"

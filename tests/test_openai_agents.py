@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import json
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -63,7 +64,11 @@ def varied_items() -> list[dict[str, Any]]:
             "role": "user",
             "content": [
                 {"type": "input_text", "text": "Here is a screenshot:"},
-                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"},
+                {
+                    "type": "input_image",
+                    "image_url": "data:image/png;base64,iVBORw0KGgo=",
+                    "detail": "auto",
+                },
             ],
         },
         {
@@ -116,14 +121,24 @@ def varied_items() -> list[dict[str, Any]]:
         },
         # Tools return binary output: NUL survives the round trip.
         {"type": "function_call_output", "call_id": "call_3", "output": "wrote\x00 3 bytes"},
-        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "x"}},
+        {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {"type": "search", "query": "x"},
+        },
         {
             "type": "message",
             "role": "assistant",
             "id": "msg_2",
             "status": "completed",
             "content": [
-                {"type": "output_text", "text": "Fixed: b() returns 2 — ✓", "annotations": [], "logprobs": []},
+                {
+                    "type": "output_text",
+                    "text": "Fixed: b() returns 2 — ✓",
+                    "annotations": [],
+                    "logprobs": [],
+                },
                 {"type": "refusal", "refusal": "Not deleting tests."},
             ],
         },
@@ -164,7 +179,7 @@ def test_items_added_in_small_batches_come_back_exactly(
     # Batches as the SDK saves them: never a model response's parallel calls split in two
     # (autoctx refuses a second assistant message while calls are unanswered).
     bounds = [0, 3, 4, 7, 8, 9, 11, 12, len(items)]
-    for start, end in zip(bounds, bounds[1:], strict=False):
+    for start, end in itertools.pairwise(bounds):
         run(session.add_items(copy.deepcopy(items[start:end])))
     assert run(session.get_items()) == items
 
@@ -199,7 +214,9 @@ def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
     session = make_session(compress=False)
     run(session.add_items(copy.deepcopy(items)))
     mem = session.memory()
-    stored_before = mem.sql("select count(*) from messages where session_id = :s", s=mem.session_id)[0][0]
+    stored_before = mem.sql(
+        "select count(*) from messages where session_id = :s", s=mem.session_id
+    )[0][0]
 
     popped = [run(session.pop_item()) for _ in range(4)]
     assert popped == list(reversed(items[-4:]))
@@ -220,7 +237,8 @@ def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
 
     # Nothing of what was added is gone from the database; every pop is an audited event.
     stored_after = mem.sql(
-        "select count(*) from messages where session_id = :s and kind = 'original' and event_id is null",
+        "select count(*) from messages"
+        " where session_id = :s and kind = 'original' and event_id is null",
         s=mem.session_id,
     )[0][0]
     assert stored_after == stored_before + 1  # + the retried result
@@ -328,7 +346,11 @@ def read_file(path: str) -> str:
 
 
 def call(call_id: str, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
 
 
 def reads(*pairs: tuple[str, str]) -> Reply:
@@ -402,10 +424,15 @@ def test_runner_compresses_along_the_way_and_reloads_an_offload(
             assert any("CONTEXT_OFFLOAD" in json.dumps(b["messages"]) for b in srv.requests)
             items = await session.get_items()
             previews = [
-                i for i in items if i.get("type") == "function_call_output" and "CONTEXT_OFFLOAD" in str(i.get("output"))
+                i
+                for i in items
+                if i.get("type") == "function_call_output"
+                and "CONTEXT_OFFLOAD" in str(i.get("output"))
             ]
             summaries = [
-                i for i in items if i.get("role") == "assistant" and "CONTEXT_OFFLOAD" in json.dumps(i)
+                i
+                for i in items
+                if i.get("role") == "assistant" and "CONTEXT_OFFLOAD" in json.dumps(i)
             ]
             assert previews or summaries
 

@@ -359,25 +359,24 @@ def _generic_items(role: str, blocks: Sequence[Mapping[str, Any]]) -> list[tuple
     calls = [k for k, b in enumerate(blocks) if b.get("type") == "tool_use"]
     out: list[tuple[Item, list[int]]] = []
     if role == "assistant":
-        if texts or others or not calls:
+        if others:
+            # Only a message added through autoctx's own API carries opaque content parts
+            # here; they stay parts, next to the text.
             parts: list[Any] = [
                 {"type": "output_text", "text": blocks[k]["text"], "annotations": []}
                 if k in texts
                 else dict(blocks[k]["data"])
                 for k in sorted(texts + others)
             ]
-            if len(parts) > 1 and not others:
-                # One summary is one text, whatever blocks it was stored in.
-                parts = [
-                    {
-                        "type": "output_text",
-                        "text": "".join(p["text"] for p in parts),
-                        "annotations": [],
-                    }
-                ]
             out.append(
                 ({"type": "message", "role": "assistant", "content": parts}, sorted(texts + others))
             )
+        elif texts or not calls:
+            # The easy form: every model API and the SDK's Chat Completions converter take an
+            # assistant message with string content and no id (an output message with
+            # output_text parts needs an id that a summary does not have).
+            text = "".join(blocks[k]["text"] for k in texts)
+            out.append(({"type": "message", "role": "assistant", "content": text}, texts))
         out.extend(
             (
                 {

@@ -264,6 +264,15 @@ class Store:
                 .values(plan=dict(plan) if plan is not None else sa.null(), updated_at=sa.func.now())
             )
 
+    def set_config(self, session_id: str, config: Mapping[str, Any]) -> None:
+        """Record the thresholds now in force for the session."""
+        with self._begin() as conn:
+            conn.execute(
+                sa.update(sessions)
+                .where(sessions.c.session_id == session_id)
+                .values(config=dict(config), updated_at=sa.func.now())
+            )
+
     def settle(self, session_id: str, version: int) -> None:
         """Remember that compression at `version` could not reach its target (SPEC.md 2)."""
         with self._begin() as conn:

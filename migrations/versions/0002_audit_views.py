@@ -70,7 +70,7 @@ SELECT
     count(e.id) FILTER (WHERE e.status = 'applied') AS applied_count,
     count(e.id) FILTER (WHERE e.status = 'failed') AS failed_count,
     count(e.id) FILTER (WHERE e.status = 'conflict') AS conflict_count,
-    count(e.id) FILTER (WHERE e.model IS NOT NULL ) AS llm_calls,
+    count(e.id) FILTER (WHERE e.model IS NOT NULL AND e.strategy IN {_LLM_STRATEGIES}) AS llm_calls,
     coalesce(sum(e.prompt_tokens), 0)::bigint AS prompt_tokens,
     coalesce(sum(e.completion_tokens), 0)::bigint AS completion_tokens,
     coalesce(sum(e.latency_ms), 0)::double precision AS total_latency_ms,
@@ -112,7 +112,7 @@ CROSS JOIN LATERAL (
     SELECT message_id, depth, event_id, path FROM walk
 ) w
 JOIN messages m ON m.session_id = s.session_id AND m.id = w.message_id
-WHERE s.kind <> 'original'
+WHERE s.kind <> 'preview'
 """
 
 # Up from each replaced original to the working message that covers it now. A message leaves
