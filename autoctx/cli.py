@@ -23,6 +23,7 @@ import re
 import sys
 import time
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -48,6 +49,7 @@ from rich.tree import Tree
 from sqlalchemy.engine import Engine
 
 from . import demo as demo_mod
+from .config import AutoContextConfig
 from .errors import AutoctxError, InvalidOffloadId, OffloadNotFound, SessionNotFound
 from .events import Event
 from .memory import AutoContextMemory, dispose_engines, get_engine, validate_session_id
@@ -97,6 +99,21 @@ db_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(db_app, name="db")
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log autoctx's progress (INFO) to stderr.")
+    ] = False,
+) -> None:
+    if verbose:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+        logging.getLogger("autoctx").setLevel(logging.INFO)
+    # Without XDG_RUNTIME_DIR (root shells, containers) platformdirs warns from inside the
+    # embedded server's startup, on every command; it changes nothing for autoctx.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR is not set.*")
+
 
 DatabaseUrl = Annotated[
     str | None,
@@ -235,17 +252,18 @@ def _offload_of(msg: Msg) -> str:
     return ""
 
 
-def _event_line(event: Event, where: str) -> Text:
-    line = Text(f"  {where:<18} ", style="dim")
+def _event_line(event: Event, where: str, width: int) -> Text:
+    """One compression as the demo prints it; the location prefix only where it fits."""
+    line = Text(f"  {where:<18} " if width >= 120 else "  ", style="dim")
     line.append_text(_strategy_label(event.strategy))
     line.append(" " * max(1, 23 - len(STRATEGY_NAMES.get(event.strategy, "?"))))
     line.append(f"{event.status:<8}", style=_STATUS_STYLE.get(event.status, ""))
     line.append(
-        f" tokens {event.tokens_before:>6,} -> {event.tokens_after:>6,}"
-        f"  msgs {event.messages_before:>3} -> {event.messages_after:>3}"
+        f"{event.tokens_before:>6,}→{event.tokens_after:>6,} tok"
+        f"  {event.messages_before:>3}→{event.messages_after:>3} msgs"
     )
     if event.offload_uuid is not None:
-        line.append(f"  offload {_short(event.offload_uuid)}", style="cyan")
+        line.append(f"  {_short(event.offload_uuid)}", style="cyan")
     if event.error:
         line.append(f"  {_clip(_one_line(event.error), 60)}", style="red")
     return line
@@ -263,23 +281,41 @@ def _table(title: str | None = None) -> Table:
     )
 
 
-def _events_table(events: Sequence[Event], title: str | None = None) -> Table:
+def _add_columns(table: Table, *names: str, wrap: str | None = None) -> None:
+    """Columns by name; a leading '>' right-aligns one (numbers). Only the `wrap` column may
+    wrap or shrink when the terminal is narrow; the others keep their width."""
+    for name in names:
+        label = name.removeprefix(">")
+        table.add_column(
+            label,
+            justify="right" if name.startswith(">") else "left",
+            no_wrap=label != wrap,
+            min_width=12 if label == wrap else None,
+        )
+
+
+def _events_table(events: Sequence[Event], title: str | None, width: int) -> Table:
+    """The events; below 120 columns only what identifies them and what they did."""
     table = _table(title)
-    for name, justify in (
-        ("#", "right"),
-        ("time", "left"),
-        ("strategy", "left"),
-        ("status", "left"),
-        ("why", "left"),
-        ("tokens", "right"),
-        ("msgs", "right"),
-        ("repl", "right"),
-        ("offload", "left"),
-        ("model ms error", "left"),
-    ):
-        wrap = name.startswith("model")
-        table.add_column(  # type: ignore[arg-type]
-            name, justify=justify, no_wrap=not wrap, min_width=12 if wrap else None
+    wide = width >= 120
+    if wide:
+        _add_columns(
+            table,
+            ">#",
+            "time",
+            "strategy",
+            "status",
+            "why",
+            ">tokens",
+            ">msgs",
+            ">repl",
+            "offload",
+            "model ms error",
+            wrap="model ms error",
+        )
+    else:
+        _add_columns(
+            table, ">#", "strategy", "status", ">tokens", ">msgs", "offload", wrap="strategy"
         )
     for e in events:
         cost = e.model or ""
@@ -287,33 +323,41 @@ def _events_table(events: Sequence[Event], title: str | None = None) -> Table:
             cost += f" {e.latency_ms:.0f}ms"
         if e.error:
             cost += f" {_clip(_one_line(e.error), 80)}"
-        table.add_row(
-            str(e.id),
-            e.created_at.astimezone().strftime("%H:%M:%S") if e.created_at else "",
+        cells: list[str | Text] = [str(e.id)]
+        if wide:
+            cells.append(e.created_at.astimezone().strftime("%H:%M:%S") if e.created_at else "")
+        cells += [
             _strategy_label(e.strategy),
             Text(e.status, style=_STATUS_STYLE.get(e.status, "")),
-            e.reason,
+        ]
+        if wide:
+            cells.append(e.reason)
+        cells += [
             f"{e.tokens_before:,}→{e.tokens_after:,}",
             f"{e.messages_before}→{e.messages_after}",
-            str(len(e.replaced_ids)),
-            _short(e.offload_uuid),
-            Text(cost.strip()),
-        )
+        ]
+        if wide:
+            cells.append(str(len(e.replaced_ids)))
+        cells.append(_short(e.offload_uuid))
+        if wide:
+            cells.append(Text(cost.strip()))
+        table.add_row(*cells)
     return table
 
 
 def _per_strategy_table(events: Sequence[Event]) -> Table:
     table = _table("events per strategy")
-    for name, justify in (
-        ("strategy", "left"),
-        ("applied", "right"),
-        ("failed", "right"),
-        ("conflict", "right"),
-        ("tokens saved", "right"),
-        ("msgs removed", "right"),
-        ("LLM calls", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    _add_columns(
+        table,
+        "strategy",
+        ">applied",
+        ">failed",
+        ">conflict",
+        ">tok saved",
+        ">msgs cut",
+        ">LLM calls",
+        wrap="strategy",
+    )
     for s in sorted({e.strategy for e in events}):
         mine = [e for e in events if e.strategy == s]
         applied = [e for e in mine if e.status == "applied"]
@@ -432,7 +476,10 @@ def demo(
     total = sum(s.is_step for s in stream)
 
     console.print(Text(f"autoctx demo: session {session_id}", style="bold"))
-    console.print(f"  database    {describe(engine.url)}")
+    where = describe(engine.url)
+    if database_url is None:
+        where = f"embedded PostgreSQL ({where}); set {ENV_URL} or --database-url for a server"
+    console.print(Text(f"  database    {where}"))
     console.print(Text(f"  summariser  {_describe_summarizer(summarizer, offline)}"))
     console.print(
         f"  window      {config.max_tokens:,} tokens; compress at {config.token_trigger:,} tokens "
@@ -469,11 +516,12 @@ def demo(
         )
 
     def on_event(event: Event) -> None:
-        progress.console.print(_event_line(event, f"step {position.step} {position.phase}"))
+        progress.console.print(
+            _event_line(event, f"step {position.step} {position.phase}", console.width)
+        )
 
     with _quiet_library(), progress:
         result = demo_mod.run(mem, iter(stream), on_step=on_step, on_event=on_event)
-    run_seconds = time.perf_counter() - started
 
     events = mem.events()
     info = mem.refresh()
@@ -482,7 +530,7 @@ def demo(
     title = f"history of {session_id}: {len(events)} events"
     if len(events) > len(shown):
         title += f" (last {len(shown)} shown; all: autoctx history {session_id})"
-    console.print(_events_table(shown, title))
+    console.print(_events_table(shown, title, console.width))
     console.print(_per_strategy_table(events))
     fired = sorted({e.strategy for e in events if e.status == "applied"})
     console.print(
@@ -495,18 +543,23 @@ def demo(
             )
         )
     )
-    stored = len(result.originals)
+    # "Nothing lost" is checked, not claimed: every message added is stored as an original.
+    kept = mem.sql(
+        "SELECT count(*) FROM messages WHERE session_id = :s AND kind = 'original'", s=session_id
+    )[0][0]
+    added = len(result.originals)
     console.print(
         Text(
             f"\nworking context: {info.token_count:,} / {config.max_tokens:,} tokens "
             f"({info.token_count / config.max_tokens:.0%} of the window), {info.message_count} "
-            f"messages; {stored} messages were added ({result.tokens_added:,} tokens), none lost",
-            style="bold",
+            f"messages; {added} messages added ({result.tokens_added:,} tokens), {kept} stored "
+            f"as originals{', none lost' if kept == added else ' (MISSING SOME)'}",
+            style="bold" if kept == added else "bold red",
         )
     )
     _demo_reload(console, mem, events, result)
     _demo_restart(console, mem, session_id, database_url, config, summarizer)
-    console.print(f"\ndone in {run_seconds:.1f} s. Look further:")
+    console.print(f"\ndone in {time.perf_counter() - started:.1f} s. Look further:")
     first_offload = next((e.offload_uuid for e in events if e.offload_uuid is not None), None)
     deepest = _deepest_summary(events)
     for command in (
@@ -580,7 +633,7 @@ def _demo_restart(
     mem: AutoContextMemory,
     session_id: str,
     database_url: str | None,
-    config: Any,
+    config: AutoContextConfig,
     summarizer: Summarizer,
 ) -> None:
     """Close the memory and every pooled connection, reopen the session by id, compare."""
@@ -690,15 +743,7 @@ def sessions(
         console.print("no sessions" + (f" starting with {prefix!r}" if prefix else ""))
         return
     table = _table(f"{len(rows)} session(s)")
-    for name, justify in (
-        ("id", "left"),
-        ("tenant", "left"),
-        ("messages", "right"),
-        ("tokens", "right"),
-        ("version", "right"),
-        ("updated", "left"),
-    ):
-        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    _add_columns(table, "id", "tenant", ">messages", ">tokens", ">version", "updated", wrap="id")
     for s in rows:
         table.add_row(
             Text(s.session_id),
@@ -747,17 +792,9 @@ def show(
             _print_message(console, index, msg)
         return
     table = Table(pad_edge=False, show_edge=False, box=None)
-    for name, justify in (
-        ("#", "right"),
-        ("id", "right"),
-        ("role", "left"),
-        ("kind", "left"),
-        ("tokens", "right"),
-        ("offload", "left"),
-        ("content", "left"),
-    ):
-        # Only the content column gives way when the terminal is narrow.
-        table.add_column(name, justify=justify, no_wrap=name != "content")  # type: ignore[arg-type]
+    _add_columns(
+        table, ">#", ">id", "role", "kind", ">tokens", "offload", "content", wrap="content"
+    )
     for index, msg in enumerate(msgs):
         table.add_row(
             str(index),
@@ -792,7 +829,7 @@ def history(session: SessionArg, database_url: DatabaseUrl = None) -> None:
     if not events:
         console.print(f"{session}: no compression events yet")
         return
-    console.print(_events_table(events, f"{session}: {len(events)} events"))
+    console.print(_events_table(events, f"{session}: {len(events)} events", console.width))
     console.print(_per_strategy_table(events))
 
 
@@ -878,8 +915,9 @@ def lineage(
     leaves = [e.replaced_id for e in edges if e.replaced_id not in children]
     if edges:
         console.print(
-            f"{len(leaves)} original message(s) behind #{message_id}, "
-            f"{len(children)} summary level(s) of compression"
+            f"{len(leaves)} original message(s) behind #{message_id}, through "
+            f"{len(children) - 1} intermediate summaries, {max(e.depth for e in edges)} "
+            "level(s) deep"
         )
     else:
         console.print(f"#{message_id} is {msgs[message_id].kind}: nothing stands behind it")
@@ -1034,8 +1072,11 @@ def export(
     ] = "-",
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Export a session as JSON: its row, its working context (OpenAI format), its events,
-    and every offload with the messages it holds.
+    """Export a session as JSON, everything needed to audit it elsewhere.
+
+    The document holds the session row (totals, config, plan), the working context in OpenAI
+    format (and each working message's id, kind and tokens), every compression event, and every
+    offload with the messages it holds.
 
     Examples:
 

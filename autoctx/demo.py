@@ -386,7 +386,7 @@ def _step(w: _Writer, failures: int, *, task: bool, burst: bool = False) -> list
     if burst:
         # Production logs pulled in parallel: the current round floods at once.
         calls = [
-            _call(w, "tail_log", {"service": svc, "lines": rng.randint(220, 320)})
+            _call(w, "tail_log", {"service": svc, "lines": rng.randint(90, 120)})
             for svc in rng.sample(["api", "worker", "scheduler"], k=2)
         ]
         thought = "The failures look load-dependent; pulling the service logs from both hosts."

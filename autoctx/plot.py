@@ -135,7 +135,7 @@ def _pyplot_free_figure() -> Any:
             "plotting needs matplotlib, which is not installed; install the extra with "
             "`pip install 'autoctx[plot]'`"
         ) from None
-    return Figure(figsize=(11, 7.5), layout="constrained")
+    return Figure(figsize=(13, 7.5), layout="constrained")
 
 
 def render(
@@ -202,7 +202,7 @@ def render(
         color="#27AE60",
         linestyle=":",
         linewidth=1.4,
-        label="target",
+        label=f"target {msg_threshold * float(config['target_ratio']):.0f} messages",
     )
 
     for strategy in sorted({m.strategy for m in series.marks}):
@@ -243,17 +243,20 @@ def render(
             label=f"failed / conflict ({len(failed)})",
         )
 
+    from matplotlib.ticker import StrMethodFormatter
+
+    ax_tok.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax_tok.set_title(title)
     ax_tok.set_ylabel("tokens in the working context")
-    ax_tok.set_ylim(0, max_tokens * 1.12 if series.points else 1)
     top = max([p.tokens for p in series.points] + [max_tokens])
     ax_tok.set_ylim(0, top * 1.08)
     ax_tok.grid(True, alpha=0.25)
-    ax_tok.legend(loc="upper left", fontsize=8, ncol=2, framealpha=0.9)
+    # Outside the axes: the curve fills the whole plot area sooner or later.
+    ax_tok.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)
     ax_msg.set_ylabel("messages")
     ax_msg.set_ylim(0, max([p.messages for p in series.points] + [msg_threshold]) * 1.15)
     ax_msg.grid(True, alpha=0.25)
-    ax_msg.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    ax_msg.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)
     ax_msg.set_xlabel("original messages appended" if x == "step" else "time (UTC)")
 
     path = Path(out)

@@ -112,7 +112,7 @@ CROSS JOIN LATERAL (
     SELECT message_id, depth, event_id, path FROM walk
 ) w
 JOIN messages m ON m.session_id = s.session_id AND m.id = w.message_id
-WHERE s.kind <> 'preview'
+WHERE s.kind <> 'original'
 """
 
 # Up from each replaced original to the working message that covers it now. A message leaves

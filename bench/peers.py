@@ -1,0 +1,461 @@
+"""autoctx's Agents SDK session against the SDK's own SQLAlchemySession (issue 6, item 4).
+
+The same workload, on the same PostgreSQL, through four writers:
+
+- raw psycopg: each item's JSON inserted into a plain table (`executemany`, one transaction
+  per batch), read back with one select: the floor of the database work;
+- the OpenAI Agents SDK's `SQLAlchemySession` (async engine, `postgresql+psycopg`), the
+  Session backend the SDK ships for PostgreSQL;
+- `AutoctxSession` with compression off (the same work as the SDK's session: store and give
+  back items; autoctx also validates, counts tokens and keeps the working set);
+- `AutoctxSession` with compression on (default thresholds, the offline summariser).
+
+The workload is N items of agent turns: a user message, 1 to 3 parallel function calls, their
+outputs (realistic text; sizes log-normal, median 800 characters, up to 20 KB) and an assistant
+message, added `--batch` items per `add_items` call (a cut never splits a model response's
+parallel calls: the SDK saves a response in one call). Each batch goes through the four
+writers in a rotating order, so that the noise of a shared machine falls on all alike.
+
+    python bench/peers.py                                    # 20,000 items, embedded PostgreSQL
+    python bench/peers.py --items 5000 --database-url postgresql://postgres@127.0.0.1:5432/postgres
+    python bench/peers.py --items 5000 --profile add         # cProfile of autoctx's add path
+
+Goals: autoctx (compression off) adds at least 2x faster than SQLAlchemySession, and reads
+(`get_items()` of the whole history, and `get_items(limit=100)`) no slower.
+
+Needs the `openai-agents` package and SQLAlchemy's asyncio support (`greenlet`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import datetime as dt
+import json
+import pstats
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    BenchDatabase,
+    TranscriptGenerator,
+    add_database_argument,
+    fresh_database,
+    machine_description,
+    median,
+    percentile,
+    raw_connection,
+    secs,
+)
+from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+from psycopg.types.json import Jsonb
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from autoctx import AutoContextConfig, OfflineSummarizer
+from autoctx.integrations.openai_agents import AutoctxSession
+
+Item = dict[str, Any]
+
+console = Console(width=130)
+
+SIDES = ("raw", "sdk", "autoctx", "autoctx_c")
+LABELS = {
+    "raw": "raw psycopg",
+    "sdk": "SDK SQLAlchemySession",
+    "autoctx": "AutoctxSession (compress off)",
+    "autoctx_c": "AutoctxSession (compress on)",
+}
+LIMIT = 100
+
+# What each tool returns, from the pools of bench/_common.py.
+_TOOLS = {
+    "read_file": "code",
+    "run_shell": "log",
+    "grep": "code",
+    "http_get": "json",
+    "list_dir": "listing",
+    "python": "log",
+}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_database_argument(parser)
+    parser.add_argument("--items", type=int, default=20_000, help="items in the workload")
+    parser.add_argument("--batch", type=int, default=10, help="items per add_items() call")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--get-repeats", type=int, default=3, help="full-history reads per side")
+    parser.add_argument(
+        "--profile",
+        choices=("add", "get"),
+        help="after the timed run, cProfile autoctx's sync twin of that call on a fresh session",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------------------------
+# The workload
+# ---------------------------------------------------------------------------------------------
+
+
+class ItemGenerator:
+    """Deterministic agent turns as Responses-API input items, as the SDK stores them."""
+
+    def __init__(self, seed: int) -> None:
+        self.gen = TranscriptGenerator(seed)
+        self.r = self.gen.r
+        self.n = 0
+
+    def _arguments(self, tool: str) -> str:
+        r = self.r
+        if tool in ("read_file", "list_dir"):
+            return json.dumps({"path": f"src/mod_{r.randrange(40)}/file_{r.randrange(200)}.py"})
+        if tool == "run_shell":
+            return json.dumps({"cmd": f"pytest -q tests/test_{r.randrange(60)}.py"})
+        if tool == "grep":
+            return json.dumps({"pattern": f"def f_{r.randrange(500)}", "path": "src/"})
+        if tool == "http_get":
+            return json.dumps({"url": f"https://api.example.com/v1/items?page={r.randrange(50)}"})
+        return json.dumps({"code": self.gen.text("code", r.randrange(60, 400))})
+
+    def turn(self) -> list[Item]:
+        gen, r = self.gen, self.r
+        self.n += 1
+        items: list[Item] = [{"role": "user", "content": gen.user().text}]
+        calls = []
+        for k in range(r.choice((1, 1, 2, 3))):
+            tool = r.choice(tuple(_TOOLS))
+            calls.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{self.n}_{k}",
+                    "call_id": f"call_{self.n}_{k}",
+                    "name": tool,
+                    "arguments": self._arguments(tool),
+                    "status": "completed",
+                }
+            )
+        items.extend(calls)
+        items.extend(
+            {
+                "type": "function_call_output",
+                "call_id": c["call_id"],
+                "output": gen.text(_TOOLS[c["name"]], gen.tool_output_size()),
+            }
+            for c in calls
+        )
+        items.append(
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": f"msg_{self.n}",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": gen.answer().text, "annotations": []}],
+            }
+        )
+        return items
+
+    def items(self, n: int) -> list[Item]:
+        """Whole turns, `n` items or a few more (a turn is never cut)."""
+        out: list[Item] = []
+        while len(out) < n:
+            out.extend(self.turn())
+        return out
+
+
+def batches(items: Sequence[Item], size: int) -> list[list[Item]]:
+    """`size` items per batch, except that a run of function calls is never cut."""
+    out: list[list[Item]] = []
+    current: list[Item] = []
+    for k, item in enumerate(items):
+        splits_calls = (
+            k > 0
+            and item.get("type") == "function_call"
+            and items[k - 1].get("type") == "function_call"
+        )
+        if len(current) >= size and not splits_calls:
+            out.append(current)
+            current = []
+        current.append(item)
+    if current:
+        out.append(current)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The sides
+# ---------------------------------------------------------------------------------------------
+
+
+class RawSide:
+    """psycopg 3 straight into a table shaped like the SDK's (session, serial id, JSON)."""
+
+    def __init__(self, db: BenchDatabase, session_id: str) -> None:
+        self.conn = raw_connection(db)
+        self.session_id = session_id
+        self.conn.execute(
+            "CREATE TABLE bench_peers_raw (id bigserial PRIMARY KEY, session_id text NOT NULL, "
+            "message_data jsonb NOT NULL)"
+        )
+        self.conn.execute("CREATE INDEX ON bench_peers_raw (session_id, id)")
+        self.conn.commit()
+
+    async def add_items(self, items: list[Item]) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO bench_peers_raw (session_id, message_data) VALUES (%s, %s)",
+                [(self.session_id, Jsonb(item)) for item in items],
+            )
+        self.conn.commit()
+
+    async def get_items(self, limit: int | None = None) -> list[Item]:
+        with self.conn.cursor() as cur:
+            if limit is None:
+                cur.execute(
+                    "SELECT message_data FROM bench_peers_raw WHERE session_id = %s ORDER BY id",
+                    (self.session_id,),
+                )
+                rows = [r[0] for r in cur.fetchall()]
+            else:
+                cur.execute(
+                    "SELECT message_data FROM bench_peers_raw WHERE session_id = %s "
+                    "ORDER BY id DESC LIMIT %s",
+                    (self.session_id, limit),
+                )
+                rows = [r[0] for r in cur.fetchall()][::-1]
+        self.conn.commit()
+        return rows
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+Side = Any  # an object with async add_items(items) and get_items(limit=None)
+
+
+async def _timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = await fn()
+    return time.perf_counter() - started, result
+
+
+async def run_sides(
+    args: argparse.Namespace, db: BenchDatabase, items: list[Item], parts: list[list[Item]]
+) -> dict[str, Any]:
+    sdk_engine = create_async_engine(db.url.set(drivername="postgresql+psycopg"))
+    sides: dict[str, Side] = {
+        "raw": RawSide(db, "bench-raw"),
+        "sdk": SQLAlchemySession("bench-sdk", engine=sdk_engine, create_tables=True),
+        "autoctx": AutoctxSession(
+            "bench-autoctx", db.url, summarizer=OfflineSummarizer(), compress=False
+        ),
+        "autoctx_c": AutoctxSession(
+            "bench-autoctx-c",
+            db.url,
+            AutoContextConfig(),
+            summarizer=OfflineSummarizer(),
+            compress=True,
+        ),
+    }
+    try:
+        # Warm up outside the clock: tables, pools, the schema check, the token encoding.
+        for side in sides.values():
+            await side.get_items()
+        adds: dict[str, list[float]] = {name: [] for name in SIDES}
+        for k, batch in enumerate(parts):
+            order = SIDES[k % 4 :] + SIDES[: k % 4]
+            for name in order:
+                # Each side gets its own copy: no writer may see another's mutations.
+                copy = json.loads(json.dumps(batch))
+                seconds, _ = await _timed(lambda s=sides[name], c=copy: s.add_items(c))
+                adds[name].append(seconds)
+            if (k + 1) % max(1, len(parts) // 10) == 0:
+                console.print(f"  {k + 1:,} / {len(parts):,} batches", highlight=False)
+
+        gets: dict[str, list[float]] = {name: [] for name in SIDES}
+        got: dict[str, int] = {}
+        for k in range(args.get_repeats):
+            for name in SIDES[k % 4 :] + SIDES[: k % 4]:
+                seconds, result = await _timed(lambda s=sides[name]: s.get_items())
+                gets[name].append(seconds)
+                got[name] = len(result)
+                if name in ("raw", "sdk", "autoctx") and result != items:
+                    raise SystemExit(f"{LABELS[name]}: get_items() differs from what was added")
+        limited: dict[str, list[float]] = {name: [] for name in SIDES}
+        for k in range(10):
+            for name in SIDES[k % 4 :] + SIDES[: k % 4]:
+                seconds, result = await _timed(lambda s=sides[name]: s.get_items(limit=LIMIT))
+                limited[name].append(seconds)
+                if name != "autoctx_c" and result != items[-LIMIT:]:
+                    raise SystemExit(f"{LABELS[name]}: get_items(limit) differs from the input")
+        mem = sides["autoctx_c"].memory()
+        compressed = {
+            "working_messages": mem.message_count,
+            "working_tokens": mem.token_count,
+            "events_applied": sum(1 for e in mem.events() if e.status == "applied"),
+        }
+    finally:
+        sides["raw"].close()
+        await sdk_engine.dispose()
+    return {"adds": adds, "gets": gets, "limited": limited, "got": got, "compressed": compressed}
+
+
+# ---------------------------------------------------------------------------------------------
+# Profiling (sync twins, in this thread, where cProfile sees them)
+# ---------------------------------------------------------------------------------------------
+
+
+def profile(args: argparse.Namespace, db: BenchDatabase, parts: list[list[Item]]) -> None:
+    session = AutoctxSession(
+        "bench-profile", db.url, summarizer=OfflineSummarizer(), compress=False
+    )
+    profiler = cProfile.Profile()
+    session.get_items_sync()
+    if args.profile == "add":
+        profiler.enable()
+    for batch in parts:
+        session.add_items_sync(batch)
+    if args.profile == "add":
+        profiler.disable()
+    else:
+        profiler.enable()
+        for _ in range(args.get_repeats):
+            session.get_items_sync()
+        profiler.disable()
+    console.rule(f"cProfile of AutoctxSession {args.profile} (sync twin; times inflated)")
+    stats = pstats.Stats(profiler, stream=sys.stdout)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(35)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    items = ItemGenerator(args.seed).items(args.items)
+    parts = batches(items, args.batch)
+    chars = sum(len(json.dumps(i)) for i in items)
+    console.print(
+        f"generated {len(items):,} items ({chars / 1e6:,.1f} M chars of JSON) in {len(parts):,} "
+        f"batches in {secs(time.perf_counter() - started)}"
+    )
+    with fresh_database(args.database_url, "autoctx_bench_peers") as db:
+        console.print(f"database {db.name} on PostgreSQL {db.server_version}")
+        raw = asyncio.run(run_sides(args, db, items, parts))
+        machine = machine_description(db)
+        figures = _figures(args, raw, len(items), len(parts), machine)
+        _print(figures)
+        if args.profile:
+            profile(args, db, parts)
+    return figures
+
+
+def _figures(
+    args: argparse.Namespace, r: dict[str, Any], n_items: int, n_batches: int, machine: str
+) -> dict[str, Any]:
+    sides: dict[str, Any] = {}
+    for name in SIDES:
+        adds = r["adds"][name]
+        sides[name] = {
+            "add_total": sum(adds),
+            "add_median": median(adds),
+            "add_p95": percentile(adds, 95),
+            "get_all": median(r["gets"][name]),
+            "get_all_items": r["got"][name],
+            "get_limit": median(r["limited"][name]),
+        }
+    sdk = sides["sdk"]
+    return {
+        "date": dt.date.today().isoformat(),
+        "machine": machine,
+        "items": n_items,
+        "batches": n_batches,
+        "batch": args.batch,
+        "sides": sides,
+        "compressed": r["compressed"],
+        "ratios": {
+            name: {
+                "add": sdk["add_total"] / sides[name]["add_total"],
+                "get_all": sdk["get_all"] / sides[name]["get_all"],
+                "get_limit": sdk["get_limit"] / sides[name]["get_limit"],
+            }
+            for name in ("raw", "autoctx", "autoctx_c")
+        },
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.2f} ms"
+
+
+def _print(f: dict[str, Any]) -> None:
+    s = f["sides"]
+    table = Table(
+        title=f"{f['items']:,} items in {f['batches']:,} add_items() calls of ~{f['batch']} ({f['machine']})"
+    )
+    table.add_column("")
+    for name in SIDES:
+        table.add_column(LABELS[name], justify="right")
+    rows: list[tuple[str, str, Callable[[float], str]]] = [
+        ("add, total", "add_total", secs),
+        ("add, median call", "add_median", _ms),
+        ("add, p95 call", "add_p95", _ms),
+        ("get_items(), whole history", "get_all", secs),
+        (f"get_items(limit={LIMIT})", "get_limit", _ms),
+    ]
+    for label, key, fmt in rows:
+        table.add_row(label, *(fmt(s[name][key]) for name in SIDES))
+    table.add_row("items given back", *(f"{s[name]['get_all_items']:,}" for name in SIDES))
+    console.print(table)
+
+    ratios = Table(title="SDK SQLAlchemySession time / this side's time (> 1: this side is faster)")
+    ratios.add_column("")
+    for name in ("raw", "autoctx", "autoctx_c"):
+        ratios.add_column(LABELS[name], justify="right")
+    for label, key in (
+        ("add", "add"),
+        ("get_items()", "get_all"),
+        (f"get_items(limit={LIMIT})", "get_limit"),
+    ):
+        ratios.add_row(
+            label, *(f"{f['ratios'][n][key]:.2f}x" for n in ("raw", "autoctx", "autoctx_c"))
+        )
+    console.print(ratios)
+
+    c = f["compressed"]
+    console.print(
+        f"compress on: {c['events_applied']:,} compressions applied; the working context holds "
+        f"{c['working_messages']:,} messages, {c['working_tokens']:,} tokens "
+        f"({s['autoctx_c']['get_all_items']:,} items) instead of {f['items']:,} items"
+    )
+    mine = f["ratios"]["autoctx"]
+    add_met = mine["add"] >= 2
+    get_met = mine["get_all"] >= 1 and mine["get_limit"] >= 1
+    console.print(
+        f"goal add >= 2x faster than the SDK: {'met' if add_met else 'MISSED'} ({mine['add']:.2f}x); "
+        f"goal get no slower: {'met' if get_met else 'MISSED'} "
+        f"({mine['get_all']:.2f}x whole, {mine['get_limit']:.2f}x limit={LIMIT})"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    figures = run(args)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

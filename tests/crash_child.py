@@ -1,0 +1,499 @@
+"""The crash harness shared by tests/test_crash.py and bench/soak.py.
+
+A forked child runs a realistic agent loop on one session: it appends tool rounds with large
+outputs, one `add()` per unit (a user message, a tool group, or a final answer), writes an
+acknowledgement line (fsynced) after each `add()` returns, and calls `compress_if_needed()` with
+an `OpenAISummarizer` pointed at a local server that answers slowly. The parent kills it with
+SIGKILL, either at a random instant or when it reports a pause point (`AUTOCTX_PAUSE_AT`), then
+opens the session with a fresh engine and checks that nothing was lost or half written
+(`check_after_kill`). The next child continues the same session.
+
+The child is forked from a warm parent (autoctx, SQLAlchemy, openai and tiktoken already
+imported), so a kill costs a fraction of a second instead of a Python start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import random
+import select
+import signal
+import sys
+import time
+import traceback
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import openai  # noqa: F401  (imported here so that forked children start warm)
+import sqlalchemy as sa
+
+from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
+from autoctx._faults import ENV as PAUSE_ENV
+from autoctx._faults import PHASES as PAUSE_PHASES
+from autoctx.memory import dispose_engines
+from autoctx.store.store import msg_from_row
+from tests.invariants import (
+    assert_every_original_reachable,
+    assert_totals_match,
+    assert_valid_openai_chat,
+)
+
+RANDOM = "random"
+#: Where a child can be killed: each pause point, and anywhere at all.
+KILL_PHASES: tuple[str, ...] = (*PAUSE_PHASES, RANDOM)
+
+#: Small thresholds, so that a few units of work push the session over its trigger and every
+#: strategy of the ladder gets its turn within a handful of steps.
+CONFIG = AutoContextConfig(
+    max_tokens=8_000,
+    msg_threshold=40,
+    last_keep=8,
+    min_tool_run=3,
+    min_compress_tokens=300,
+    large_payload_chars=1500,
+    preview_chars=80,
+    reload_page_chars=1000,
+    max_passes=2,
+    max_llm_calls=3,
+)
+#: Units per round: a user message, tool groups, a final answer.
+ROUND_UNITS = 7
+_TOOLS = ("read_file", "run_shell", "grep", "http_get")
+_WORDS = "request config service cache worker retry index module handler queue build deploy".split()
+
+
+# ---------------------------------------------------------------------------------------------
+# The workload: deterministic per (seed, step), so a new child picks up where the last stopped
+# ---------------------------------------------------------------------------------------------
+
+
+def _meta(step: int, k: int) -> dict[str, Any]:
+    return {"crash": {"step": step, "k": k}}
+
+
+def _output(rng: random.Random, chars: int) -> str:
+    lines: list[str] = []
+    total = 0
+    while total < chars:
+        line = (
+            f"{rng.randrange(10_000):5d} {rng.choice(_WORDS)}.{rng.choice(_WORDS)}"
+            f"(id={rng.randrange(16**8):08x}) -> {rng.randrange(1000)} ms"
+        )
+        lines.append(line)
+        total += len(line) + 1
+    return "\n".join(lines)[:chars]
+
+
+def unit(seed: int, step: int) -> list[Msg]:
+    """The messages of step `step`: one `add()` call, always a complete shape (no open calls
+    left behind, so that a kill between two steps never leaves the session mid-group)."""
+    rng = random.Random(f"{seed}:{step}")
+    position = step % ROUND_UNITS
+    task = step // ROUND_UNITS
+    if position == 0:
+        return [Msg.user(f"Task {task}: fix module {rng.choice(_WORDS)}", metadata=_meta(step, 0))]
+    if position == ROUND_UNITS - 1:
+        return [
+            Msg.assistant(
+                f"Task {task} done: patched src/{rng.choice(_WORDS)}.py, tests pass.",
+                metadata=_meta(step, 0),
+            )
+        ]
+    width = 2 if rng.random() < 0.25 else 1
+    calls = [
+        ToolUseBlock(
+            f"call_{step}_{j}",
+            rng.choice(_TOOLS),
+            json.dumps({"path": f"src/{rng.choice(_WORDS)}/{rng.randrange(99)}.py"}),
+        )
+        for j in range(width)
+    ]
+    out = [Msg.assistant(None, calls, metadata=_meta(step, 0))]
+    for j, call in enumerate(calls, start=1):
+        size = rng.choice((150, 400, 900, 2000, 4000))
+        out.append(Msg.tool(call.id, _output(rng, size), metadata=_meta(step, j)))
+    return out
+
+
+def digest(msg: Msg) -> str:
+    """A fingerprint of what was stored (content and role), to compare acks with the rows."""
+    data = json.dumps([msg.role, msg.content_json()], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(data.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    db_url: str
+    session_id: str
+    ack_path: Path
+    base_url: str
+    seed: int
+
+
+def _summarizer(work: Workload, generation: int) -> OpenAISummarizer:
+    # Half the children stream, so that kills also land inside a streamed answer.
+    return OpenAISummarizer(
+        base_url=work.base_url,
+        api_key="test",
+        model="crash-model",
+        timeout=10,
+        max_retries=0,
+        stream=generation % 2 == 1,
+    )
+
+
+def next_step(mem: AutoContextMemory) -> int:
+    """The first step not yet stored (each step is one atomic `add()`)."""
+    rows = mem.sql(
+        "select metadata from messages where session_id = :s and kind = 'original' "
+        "order by id desc limit 1",
+        s=mem.session_id,
+    )
+    return 0 if not rows else int(rows[0].metadata["crash"]["step"]) + 1
+
+
+def prefill(work: Workload, steps: int) -> None:
+    """Append the first `steps` steps in this process (acknowledged like the child's), so that
+    the first child already works on a session near its trigger instead of building one up."""
+    dispose_engines()
+    mem = AutoContextMemory.open(work.session_id, work.db_url, CONFIG)
+    with work.ack_path.open("a") as acks:
+        for step in range(next_step(mem), steps):
+            stored = mem.add(unit(work.seed, step))
+            acks.write(_ack_line(step, stored))
+    mem.close()
+    dispose_engines()
+
+
+def _ack_line(step: int, stored: Sequence[Msg]) -> str:
+    row = {"step": step, "ids": [m.id for m in stored], "digests": [digest(m) for m in stored]}
+    return json.dumps(row) + "\n"
+
+
+def child_main(work: Workload, generation: int, pause_at: str | None, pause_after: int) -> None:
+    """The child's loop; runs until killed. `pause_at` is armed after `pause_after` steps, so
+    pauses land at different places in the session's life."""
+    dispose_engines()  # the parent's pooled connections are not ours to use
+    os.environ.pop(PAUSE_ENV, None)
+    mem = AutoContextMemory.open(
+        work.session_id, work.db_url, CONFIG, summarizer=_summarizer(work, generation)
+    )
+    step = next_step(mem)
+    fd = os.open(work.ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for done in range(100_000):
+        if pause_at is not None and done == pause_after:
+            os.environ[PAUSE_ENV] = pause_at
+        stored = mem.add(unit(work.seed, step))
+        os.write(fd, _ack_line(step, stored).encode())
+        os.fsync(fd)
+        mem.compress_if_needed()
+        step += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks after a kill
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    step: int
+    ids: tuple[int, ...]
+    digests: tuple[str, ...]
+
+
+def read_acks(path: Path) -> list[Ack]:
+    """Complete acknowledgement lines; a line cut by the kill is dropped from the file too, so
+    that the next child appends after a clean line end."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    cut = data.rfind(b"\n") + 1
+    if cut != len(data):
+        with path.open("r+b") as f:
+            f.truncate(cut)
+    acks = []
+    for line in data[:cut].decode().splitlines():
+        row = json.loads(line)
+        acks.append(Ack(row["step"], tuple(row["ids"]), tuple(row["digests"])))
+    return acks
+
+
+def assert_consistent(mem: AutoContextMemory) -> None:
+    """Structural invariants of a session, read with plain SQL.
+
+    - every offload and lineage row belongs to an applied (committed) event and agrees with it;
+    - every applied event is whole: its summary message, its offload, one lineage row per
+      replaced message in order;
+    - every message is in exactly one place: in the working set, or replaced by exactly one
+      applied event (never both, never twice: two compressions never applied over one message);
+    - expanding the working set through lineage gives back every original, once, in id order;
+    - the working context is valid OpenAI chat and its totals equal a recount.
+    """
+    sid = mem.session_id
+    events = mem.sql(
+        "select id, status, replaced_ids, summary_message_id, offload_uuid from compression_events "
+        "where session_id = :s order by id",
+        s=sid,
+    )
+    applied = {e.id: e for e in events if e.status == "applied"}
+    for e in events:
+        if e.status != "applied":
+            assert e.summary_message_id is None and e.offload_uuid is None, e
+    offloads = mem.sql("select uuid, event_id, message_ids from offloads where session_id = :s", s=sid)
+    assert len(offloads) == len(applied), "one offload per applied event"
+    for o in offloads:
+        e = applied.get(o.event_id)
+        assert e is not None, f"offload {o.uuid} belongs to no applied event"
+        assert e.offload_uuid == o.uuid and list(o.message_ids) == list(e.replaced_ids), (o, e)
+    lineage: dict[int, list[tuple[int, int, int]]] = {}
+    for r in mem.sql(
+        "select summary_id, ordinal, replaced_id, event_id from lineage where session_id = :s",
+        s=sid,
+    ):
+        lineage.setdefault(r.summary_id, []).append((r.ordinal, r.replaced_id, r.event_id))
+    summaries = {
+        r.id: r
+        for r in mem.sql(
+            "select id, kind, event_id from messages where session_id = :s and kind <> 'original'",
+            s=sid,
+        )
+    }
+    assert set(summaries) == {e.summary_message_id for e in applied.values()}, (
+        "every made message belongs to an applied event and every applied event made one"
+    )
+    for e in applied.values():
+        summary = summaries[e.summary_message_id]
+        assert summary.event_id == e.id, (summary, e)
+        rows = sorted(lineage.get(e.summary_message_id, []))
+        assert [r[0] for r in rows] == list(range(len(e.replaced_ids))), e
+        assert [r[1] for r in rows] == list(e.replaced_ids), e
+        assert {r[2] for r in rows} == {e.id}, e
+    assert set(lineage) <= set(summaries), "lineage rows without a summary of an applied event"
+    replaced = Counter(i for e in applied.values() for i in e.replaced_ids)
+    twice = [i for i, n in replaced.items() if n > 1]
+    assert not twice, f"messages replaced by more than one applied event: {twice}"
+    working = [
+        r.message_id
+        for r in mem.sql(
+            "select message_id from working_set where session_id = :s order by position", s=sid
+        )
+    ]
+    both = set(working) & set(replaced)
+    assert not both, f"messages both working and replaced: {sorted(both)}"
+    all_ids = [r.id for r in mem.sql("select id from messages where session_id = :s order by id", s=sid)]
+    homeless = set(all_ids) - set(working) - set(replaced)
+    assert not homeless, f"messages neither working nor replaced: {sorted(homeless)}"
+
+    children = {s: [r[1] for r in sorted(rows)] for s, rows in lineage.items()}
+
+    def expand(i: int) -> Iterator[int]:
+        if i in children:
+            for c in children[i]:
+                yield from expand(c)
+        else:
+            yield i
+
+    flat = [o for w in working for o in expand(w)]
+    original_ids = [i for i in all_ids if i not in summaries]
+    assert flat == original_ids, "the working set does not stand for every original once, in order"
+    assert_valid_openai_chat(mem.to_openai())
+    assert_totals_match(mem)
+
+
+def check_after_kill(work: Workload, kills: int) -> tuple[int, int]:
+    """Open the session in this process with a fresh engine and check it; returns (steps
+    stored, acknowledged steps). Every acknowledged message is present exactly once, in order,
+    with the content acknowledged; at most one step per kill was committed without its ack."""
+    dispose_engines()
+    acks = read_acks(work.ack_path)
+    mem = AutoContextMemory.open(work.session_id, work.db_url, CONFIG, create=not acks)
+    rows = mem.sql(
+        "select id, role, name, content, metadata, kind, pinned, tokens from messages "
+        "where session_id = :s and kind = 'original' order by id",
+        s=work.session_id,
+    )
+    by_step: dict[int, list[Msg]] = {}
+    order: list[tuple[int, int]] = []
+    for r in rows:
+        m = msg_from_row(r)
+        key = (int(m.metadata["crash"]["step"]), int(m.metadata["crash"]["k"]))
+        order.append(key)
+        by_step.setdefault(key[0], []).append(m)
+    assert order == sorted(order) and len(set(order)) == len(order), "originals out of order or doubled"
+    steps = sorted(by_step)
+    assert steps == list(range(len(steps))), f"steps missing: {sorted(set(range(len(steps))) - set(steps))}"
+    for s, msgs in by_step.items():
+        expected = unit(work.seed, s)
+        assert [m.metadata["crash"]["k"] for m in msgs] == list(range(len(expected))), f"step {s} half stored"
+    acked_steps = [a.step for a in acks]
+    assert len(set(acked_steps)) == len(acked_steps), "a step was acknowledged twice"
+    for a in acks:
+        stored = by_step.get(a.step)
+        assert stored is not None, f"acknowledged step {a.step} is lost"
+        assert tuple(m.id for m in stored) == a.ids, f"step {a.step}: ids differ from the ack"
+        assert tuple(digest(m) for m in stored) == a.digests, f"step {a.step}: content differs"
+    unacked = set(steps) - set(acked_steps)
+    assert len(unacked) <= kills, f"{len(unacked)} steps stored without an ack after {kills} kills"
+    assert_consistent(mem)
+    assert_every_original_reachable(mem)
+    mem.close()
+    dispose_engines()
+    return len(steps), len(acks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fork, wait, kill
+# ---------------------------------------------------------------------------------------------
+
+
+def _state(work: Workload) -> tuple[Any, ...]:
+    """What a reader outside the child's transaction sees of the session (for pause kills)."""
+    engine = sa.create_engine(work.db_url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                sa.text(
+                    "select version, message_count, token_count, "
+                    "(select count(*) from messages m where m.session_id = s.session_id), "
+                    "(select count(*) from compression_events e where e.session_id = s.session_id), "
+                    "(select array_agg(message_id order by position) from working_set w "
+                    " where w.session_id = s.session_id) "
+                    "from sessions s where s.session_id = :s"
+                ),
+                {"s": work.session_id},
+            ).one_or_none()
+    finally:
+        engine.dispose()
+    return tuple(row) if row is not None else ()
+
+
+@dataclass
+class KillStats:
+    """Counts per phase: kills, and steps committed so far."""
+
+    kills: Counter[str] = field(default_factory=Counter)
+    #: Wall time from fork to kill, per phase.
+    kill_seconds: Counter[str] = field(default_factory=Counter)
+    steps: int = 0
+    acked: int = 0
+    total_kills: int = 0
+    steps_of: dict[str, int] = field(default_factory=dict)
+    acked_of: dict[str, int] = field(default_factory=dict)
+
+    def line(self) -> str:
+        per = ", ".join(
+            f"{p}: {self.kills[p]} ({self.kill_seconds[p]:.1f} s)" for p in KILL_PHASES if self.kills[p]
+        )
+        return f"{self.total_kills} kills ({per}); {self.steps} steps stored, {self.acked} acked"
+
+
+class ChildFailed(AssertionError):
+    pass
+
+
+def _read_until(fd: int, pid: int, needle: bytes | None, seconds: float, buf: bytearray) -> bool:
+    """Read the child's stderr until `needle` appears, the time is up, or the child exits.
+    True when the needle was seen (with needle None: when the time ran out with the child
+    alive)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return needle is None
+        ready, _, _ = select.select([fd], [], [], min(left, 0.05))
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:  # the child closed stderr: it exited
+                return False
+            buf.extend(chunk)
+            if needle is not None and needle in buf:
+                return True
+        exited, _ = os.waitpid(pid, os.WNOHANG)
+        if exited:
+            return False
+
+
+def fork_child(work: Workload, generation: int, pause_at: str | None, pause_after: int) -> tuple[int, int]:
+    """Fork the loop; returns (pid, read end of its stderr)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the parent's code (pytest, the soak)
+        code = 0
+        try:
+            os.close(read_end)
+            os.dup2(write_end, 2)
+            sys.stderr = os.fdopen(2, "w", buffering=1)
+            child_main(work, generation, pause_at, pause_after)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            with contextlib.suppress(BaseException):
+                sys.stderr.flush()
+            os._exit(code)
+    os.close(write_end)
+    return pid, read_end
+
+
+def kill_once(
+    work: Workload,
+    phase: str,
+    rng: random.Random,
+    generation: int,
+    *,
+    pause_timeout: float = 30.0,
+) -> None:
+    """Run one child and kill it in `phase`; raises `ChildFailed` if it died on its own or
+    never reached the phase. For a pause point, also checks that nothing of the paused
+    transaction is visible: the state seen while it is paused is the state after the kill."""
+    dispose_engines()  # nothing pooled may be shared with the child
+    pause_at = None if phase == RANDOM else phase
+    pid, fd = fork_child(work, generation, pause_at, rng.randrange(0, 2))
+    stderr = bytearray()
+    try:
+        if pause_at is None:
+            alive = _read_until(fd, pid, None, rng.uniform(0.05, 1.2), stderr)
+            if not alive:
+                raise ChildFailed(f"the child exited before the kill:\n{stderr.decode(errors='replace')}")
+            before = None
+        else:
+            seen = _read_until(fd, pid, f"PAUSED {pause_at}".encode(), pause_timeout, stderr)
+            if not seen:
+                raise ChildFailed(
+                    f"the child never reached {pause_at}:\n{stderr.decode(errors='replace')}"
+                )
+            before = _state(work)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(fd)
+    if before is not None and before:
+        assert _state(work) == before, "a killed transaction left something behind"
+
+
+def run_kills(
+    work: Workload, phases: Sequence[str], seed: int, stats: KillStats | None = None
+) -> KillStats:
+    """Kill a child once per entry of `phases` (in that order) on the session of `work`,
+    checking the session after each kill."""
+    rng = random.Random(seed)
+    stats = stats or KillStats()
+    for generation, phase in enumerate(phases):
+        started = time.monotonic()
+        kill_once(work, phase, rng, generation)
+        stats.kill_seconds[phase] += time.monotonic() - started
+        stats.kills[phase] += 1
+        stats.total_kills += 1
+        steps, acked = check_after_kill(work, kills=generation + 1)
+        stats.steps += steps - stats.steps_of.get(work.session_id, 0)
+        stats.acked += acked - stats.acked_of.get(work.session_id, 0)
+        stats.steps_of[work.session_id], stats.acked_of[work.session_id] = steps, acked
+    return stats
