@@ -85,13 +85,13 @@ app = typer.Typer(
     help=(
         "Working memory for long-running tool-using agents, kept in PostgreSQL: run the demo, "
         "manage the schema, inspect sessions.\n\n"
-        "Start with:  autoctx demo\n\n"
+        "Start with `autoctx demo`.\n\n"
         f"The database is --database-url, else ${ENV_URL}, else an embedded PostgreSQL "
         "started on first use."
     ),
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="rich",
+    rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
 )
 db_app = typer.Typer(
@@ -454,9 +454,9 @@ def demo(
 
     Examples:
 
-      autoctx demo
-      autoctx demo --rounds 2 --steps 40
-      autoctx demo --seed 7 --session demo-mine --database-url postgresql://localhost/agents
+        autoctx demo
+        autoctx demo --rounds 2 --steps 40
+        autoctx demo --seed 7 --session demo-mine --database-url postgresql://localhost/agents
     """
     console = _console()
     started = time.perf_counter()
@@ -673,8 +673,8 @@ def db_upgrade(database_url: DatabaseUrl = None) -> None:
 
     Examples:
 
-      autoctx db upgrade
-      autoctx db upgrade --database-url postgresql://agent@db.internal/agents
+        autoctx db upgrade
+        autoctx db upgrade --database-url postgresql://agent@db.internal/agents
     """
     with engine_for(database_url) as engine:
         check_connection(engine)
@@ -699,8 +699,8 @@ def db_current(
 
     Examples:
 
-      autoctx db current
-      autoctx db current --check && echo ready
+        autoctx db current
+        autoctx db current --check && echo ready
     """
     with engine_for(database_url) as engine:
         check_connection(engine)
@@ -734,8 +734,8 @@ def sessions(
 
     Examples:
 
-      autoctx sessions
-      autoctx sessions --prefix demo-
+        autoctx sessions
+        autoctx sessions --prefix demo-
     """
     rows = Store(_engine(database_url)).list_sessions(tenant=tenant, prefix=prefix)
     console = _console()
@@ -771,8 +771,8 @@ def show(
 
     Examples:
 
-      autoctx show demo-20261130-101500-1a2b
-      autoctx show demo-20261130-101500-1a2b --full | less -R
+        autoctx show demo-20261130-101500-1a2b
+        autoctx show demo-20261130-101500-1a2b --full | less -R
     """
     store = Store(_engine(database_url))
     info = _session(store, session)
@@ -820,7 +820,7 @@ def history(session: SessionArg, database_url: DatabaseUrl = None) -> None:
 
     Examples:
 
-      autoctx history demo-20261130-101500-1a2b
+        autoctx history demo-20261130-101500-1a2b
     """
     store = Store(_engine(database_url))
     _session(store, session)
@@ -857,8 +857,8 @@ def lineage(
 
     Examples:
 
-      autoctx lineage demo-20261130-101500-1a2b 812
-      autoctx lineage demo-20261130-101500-1a2b 812 --depth 1
+        autoctx lineage demo-20261130-101500-1a2b 812
+        autoctx lineage demo-20261130-101500-1a2b 812 --depth 1
     """
     engine = _engine(database_url)
     store = Store(engine)
@@ -967,14 +967,14 @@ def reload(
 ) -> None:
     """Print the messages an offload removed from the working context, as they were stored.
 
-    The uuid is in the offload tag of a summary or preview (<!-- CONTEXT_OFFLOAD: uuid=... -->),
+    The uuid is in the offload tag of a summary or preview (`<!-- CONTEXT_OFFLOAD: uuid=... -->`),
     in `autoctx history` and in `autoctx show`. One level deep: a summary among them keeps its
     own tag, which you can reload in turn. Reloading changes nothing in the session.
 
     Examples:
 
-      autoctx reload demo-20261130-101500-1a2b 3f2a9c1e
-      autoctx reload demo-20261130-101500-1a2b 3f2a9c1e-0b1d-4c55-9a5e-2b7c0f1d2e3a --json
+        autoctx reload demo-20261130-101500-1a2b 3f2a9c1e
+        autoctx reload demo-20261130-101500-1a2b 3f2a9c1e-0b1d-4c55-9a5e-2b7c0f1d2e3a --json
     """
     engine = _engine(database_url)
     store = Store(engine)
@@ -1022,12 +1022,12 @@ def plot(
     moves the totals from its before to its after figures. Compressions are marked by
     strategy; the dashed line is the trigger (max_tokens x token_ratio), the dotted one the
     target (max_tokens x target_ratio), from the session's own config. Needs matplotlib
-    (pip install 'autoctx\\[plot]').
+    (`pip install 'autoctx[plot]'`).
 
     Examples:
 
-      autoctx plot demo-20261130-101500-1a2b -o tokens.png
-      autoctx plot demo-20261130-101500-1a2b -o tokens-time.png --x time
+        autoctx plot demo-20261130-101500-1a2b -o tokens.png
+        autoctx plot demo-20261130-101500-1a2b -o tokens-time.png --x time
     """
     from .plot import reconstruct, render
 
@@ -1080,8 +1080,8 @@ def export(
 
     Examples:
 
-      autoctx export demo-20261130-101500-1a2b -o session.json
-      autoctx export demo-20261130-101500-1a2b | jq '.events | length'
+        autoctx export demo-20261130-101500-1a2b -o session.json
+        autoctx export demo-20261130-101500-1a2b | jq '.events | length'
     """
     engine = _engine(database_url)
     store = Store(engine)

@@ -99,7 +99,8 @@ def answer_reload_call(
         msgs = reload(offload)
     except OffloadNotFound:
         return NOT_FOUND_ANSWER
-    text = render_transcript(msgs)
+    # Tags stay visible: a reloaded summary points at its own offload, one level further down.
+    text = render_transcript(msgs, keep_tags=True)
     if offset >= len(text) and offset > 0:
         return f"Offset {offset} is past the end: the offloaded context has {len(text)} characters."
     page = text[offset : offset + page_chars]
