@@ -23,12 +23,12 @@ import re
 import sys
 import time
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, ParamSpec, TypeVar
 
@@ -110,9 +110,6 @@ def _root(
     if verbose:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
         logging.getLogger("autoctx").setLevel(logging.INFO)
-    # Without XDG_RUNTIME_DIR (root shells, containers) platformdirs warns from inside the
-    # embedded server's startup, on every command; it changes nothing for autoctx.
-    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR is not set.*")
 
 
 DatabaseUrl = Annotated[
@@ -170,7 +167,11 @@ def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
                 "(run `autoctx db current` to test the connection)"
             ) from None
         except OSError as exc:
-            raise _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")) from None
+            target = f" {exc.filename}" if exc.filename else ""
+            raise _fail(
+                f"cannot access{target}: {exc.strerror or exc}; check the path and that its "
+                "folder exists and is writable"
+            ) from None
         except KeyboardInterrupt:
             raise _fail("interrupted", 130) from None
 
@@ -612,7 +613,7 @@ def _demo_reload(
     )
     excerpt = render_transcript(reloaded[:1], keep_tags=True).splitlines()[:6]
     for line in excerpt:
-        console.print(Text(f"  | {_clip(line, 110)}", style="dim"))
+        console.print(Text(f"  | {_clip(line, max(20, min(110, console.width - 5)))}", style="dim"))
     answer = mem.handle_tool_call(
         {
             "type": "function",
@@ -1004,6 +1005,11 @@ def reload(
 # ---------------------------------------------------------------------------------------------
 
 
+class Axis(StrEnum):
+    step = "step"
+    time = "time"
+
+
 @app.command()
 @friendly_errors
 def plot(
@@ -1012,8 +1018,8 @@ def plot(
         Path, typer.Option("--output", "-o", help="PNG file to write.", dir_okay=False)
     ] = Path("tokens.png"),
     x: Annotated[
-        str, typer.Option("--x", help="Horizontal axis: 'step' (originals appended) or 'time'.")
-    ] = "step",
+        Axis, typer.Option("--x", help="Horizontal axis: originals appended, or wall-clock time.")
+    ] = Axis.step,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Plot the working context's tokens (and messages) over the session's life.
@@ -1031,8 +1037,6 @@ def plot(
     """
     from .plot import reconstruct, render
 
-    if x not in ("step", "time"):
-        raise CliError(f"--x must be 'step' or 'time', not {x!r}")
     engine = _engine(database_url)
     store = Store(engine)
     info = _session(store, session)
@@ -1043,7 +1047,7 @@ def plot(
         info.config,
         output,
         title=f"autoctx session {session}: working context",
-        x="step" if x == "step" else "time",
+        x="step" if x is Axis.step else "time",
     )
     by_strategy = Counter(m.strategy for m in series.marks if m.status == "applied")
     peak = max(p.tokens for p in series.points)

@@ -42,7 +42,6 @@ __all__ = [
     "generate",
     "new_session_id",
     "run",
-    "total_steps",
 ]
 
 SESSION_PREFIX: Final = "demo-"
@@ -455,11 +454,6 @@ def _pasted_log(w: _Writer) -> str:
         + "\n\n"
         + w.app_log(60)
     )
-
-
-def total_steps(rounds: int, steps: int, seed: int = DEFAULT_SEED) -> int:
-    """How many agent steps `generate(rounds, steps, seed)` yields (the progress bar's total)."""
-    return sum(1 for s in generate(rounds, steps, seed) if s.is_step)
 
 
 def generate(

