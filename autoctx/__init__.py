@@ -1,11 +1,11 @@
 """autoctx: a working memory for long-running, tool-using LLM agents, kept in PostgreSQL.
 
-    from autoctx import AutoContextMemory, AutoContextConfig, Msg
+from autoctx import AutoContextMemory, AutoContextConfig, Msg
 
-    mem = AutoContextMemory.open("agent-42", config=AutoContextConfig(max_tokens=128_000))
-    mem.add({"role": "user", "content": "Fix the failing test"})
-    events = mem.compress_if_needed()
-    messages = mem.to_openai()
+mem = AutoContextMemory.open("agent-42", config=AutoContextConfig(max_tokens=128_000))
+mem.add({"role": "user", "content": "Fix the failing test"})
+events = mem.compress_if_needed()
+messages = mem.to_openai()
 """
 
 from .config import AutoContextConfig
@@ -32,6 +32,7 @@ from .messages import (
     from_openai_messages,
     to_openai_messages,
 )
+from .store.database import upgrade as _upgrade
 from .summarizers import (
     OfflineSummarizer,
     OpenAISummarizer,
@@ -39,7 +40,6 @@ from .summarizers import (
     SummaryRequest,
     SummaryResult,
 )
-from .store.database import upgrade as _upgrade
 
 
 def upgrade_database(database_url: str | None = None) -> str:
@@ -63,8 +63,8 @@ __all__ = [
     "InvalidOffloadId",
     "InvalidSessionId",
     "Msg",
-    "OffloadNotFound",
     "OfflineSummarizer",
+    "OffloadNotFound",
     "OpaqueBlock",
     "OpenAISummarizer",
     "SchemaError",

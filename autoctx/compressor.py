@@ -125,8 +125,10 @@ class Compressor:
         """
         cfg = self.config
         trig = trigger_of(snap.message_count, snap.token_count, cfg)
-        reason = trig.reason if trig.fired else (
-            "tokens" if snap.token_count >= cfg.token_target else "count"
+        reason = (
+            trig.reason
+            if trig.fired
+            else ("tokens" if snap.token_count >= cfg.token_target else "count")
         )
         # Without the token trigger, S1/S4 act without their token floor (count pressure).
         ctx = PlanContext(token_pressure=trig.by_tokens, failed=frozenset(state.failed))
@@ -161,7 +163,11 @@ class Compressor:
             offload = uuid.uuid4()
             if not edit.llm:
                 final = snap.messages[edit.start].final
-                out.append(Replacement(edit, self._prepare(preview(msgs[0], self.config, offload), final), offload))
+                out.append(
+                    Replacement(
+                        edit, self._prepare(preview(msgs[0], self.config, offload), final), offload
+                    )
+                )
                 continue
             if state.llm_calls >= self.config.max_llm_calls:
                 break
@@ -258,7 +264,11 @@ class Compressor:
         if self.config.strict:
             raise SummarizerError(why, detail)
         logger.warning(
-            "autoctx: session %r strategy %d failed (%s): %s", self.session_id, edit.strategy, why, detail
+            "autoctx: session %r strategy %d failed (%s): %s",
+            self.session_id,
+            edit.strategy,
+            why,
+            detail,
         )
         event = self.store.record_event(
             self.session_id,
@@ -302,7 +312,9 @@ def preview(msg: Msg, config: AutoContextConfig, offload: uuid.UUID) -> Msg:
             blocks.append(ToolResultBlock(r.tool_use_id, head, r.name))
         return Msg("tool", tuple(blocks), name=msg.name, kind="preview")
     text = msg.text or _opaque_text(msg)
-    return Msg(msg.role, (TextBlock(_with_tag(text[:n] + "...", offload)),), name=msg.name, kind="preview")
+    return Msg(
+        msg.role, (TextBlock(_with_tag(text[:n] + "...", offload)),), name=msg.name, kind="preview"
+    )
 
 
 def summarised_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:

@@ -63,7 +63,9 @@ class AutoContextConfig:
         for name in positive_ints:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"AutoContextConfig.{name} must be a positive integer, got {value!r}")
+                raise ConfigError(
+                    f"AutoContextConfig.{name} must be a positive integer, got {value!r}"
+                )
         non_negative = ("last_keep", "min_tool_run", "min_compress_tokens", "max_llm_calls")
         for name in non_negative:
             value = getattr(self, name)

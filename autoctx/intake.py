@@ -108,22 +108,21 @@ def _check_arguments(call: ToolUseBlock, where: str) -> None:
         return
     if _json_depth(call.arguments) > MAX_JSON_DEPTH:
         raise InvalidMessage(
-            f"{where}: {what} arguments are nested deeper than {MAX_JSON_DEPTH} levels; flatten them"
+            f"{where}: {what} arguments are nested deeper than {MAX_JSON_DEPTH} levels; "
+            "flatten them"
         )
     try:
         json.loads(call.arguments)
     except ValueError as exc:
         raise InvalidMessage(
             f"{where}: {what} arguments are not valid JSON ({exc.args[0]}); the model's call "
-            "must carry a JSON object string such as '{\"path\": \"a.py\"}'"
+            'must carry a JSON object string such as \'{"path": "a.py"}\''
         ) from None
 
 
 def _check_blocks(msg: Msg, where: str) -> None:
     if msg.role not in ROLES:
-        raise InvalidMessage(
-            f"{where}: unknown role {msg.role!r}; use one of {', '.join(ROLES)}"
-        )
+        raise InvalidMessage(f"{where}: unknown role {msg.role!r}; use one of {', '.join(ROLES)}")
     if msg.kind != "original":
         raise InvalidMessage(
             f"{where}: kind {msg.kind!r} is made by autoctx's compressions; messages added "
@@ -132,11 +131,12 @@ def _check_blocks(msg: Msg, where: str) -> None:
     if msg.name is not None:
         _check_text(msg.name, where, "the name")
     _check_json_value(dict(msg.metadata), where, "the metadata")
-    if msg.role == "tool":
-        if not msg.content or not all(isinstance(b, ToolResultBlock) for b in msg.content):
-            raise InvalidMessage(
-                f"{where}: a tool message must hold tool results only (one per call it answers)"
-            )
+    if msg.role == "tool" and (
+        not msg.content or not all(isinstance(b, ToolResultBlock) for b in msg.content)
+    ):
+        raise InvalidMessage(
+            f"{where}: a tool message must hold tool results only (one per call it answers)"
+        )
     for block in msg.content:
         if isinstance(block, TextBlock):
             _check_text(block.text, where, "the text")
@@ -241,7 +241,9 @@ def _bind(msg: Msg, open_calls: OpenCalls, where: str) -> Msg:
                 )
             name = calls.pop(block.tool_use_id)
             bound.append(
-                block if block.name == name else ToolResultBlock(block.tool_use_id, block.output, name)
+                block
+                if block.name == name
+                else ToolResultBlock(block.tool_use_id, block.output, name)
             )
         return msg.with_(content=tuple(bound))
     if calls:

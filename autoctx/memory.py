@@ -27,7 +27,13 @@ from .store.database import check_connection, create_engine, ensure_schema, reso
 from .store.store import SessionInfo, Store
 from .summarizers import Summarizer, default_summarizer
 from .tokens import TokenCounter
-from .tools import TOOL_NAME, answer_reload_call, call_arguments, parse_offload_id, reload_tool_definition
+from .tools import (
+    TOOL_NAME,
+    answer_reload_call,
+    call_arguments,
+    parse_offload_id,
+    reload_tool_definition,
+)
 from .transcript import validate_plan
 
 logger = logging.getLogger("autoctx")
@@ -223,7 +229,9 @@ class AutoContextMemory:
 
     # -- reload -----------------------------------------------------------------------------
 
-    def reload(self, offload_id: str | uuid.UUID, offset: int = 0, limit: int | None = None) -> list[Msg]:
+    def reload(
+        self, offload_id: str | uuid.UUID, offset: int = 0, limit: int | None = None
+    ) -> list[Msg]:
         """The messages an offload removed (one level deep), optionally a page of them.
 
         Raises `InvalidOffloadId` for an empty or malformed id and `OffloadNotFound` for an id
@@ -233,7 +241,9 @@ class AutoContextMemory:
         parsed = offload_id if isinstance(offload_id, uuid.UUID) else parse_offload_id(offload_id)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
             raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
         msgs = self._store.reload(self.session_id, parsed)
         return msgs[offset : None if limit is None else offset + limit]
@@ -248,7 +258,9 @@ class AutoContextMemory:
         if name != TOOL_NAME:
             return f"Unknown tool {name!r}: this handler answers {TOOL_NAME} only."
         return answer_reload_call(
-            arguments, lambda u: self._store.reload(self.session_id, u), self.config.reload_page_chars
+            arguments,
+            lambda u: self._store.reload(self.session_id, u),
+            self.config.reload_page_chars,
         )
 
     @staticmethod
@@ -275,7 +287,9 @@ class AutoContextMemory:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise SessionNotFound(f"the memory of session {self.session_id!r} is closed; open it again")
+            raise SessionNotFound(
+                f"the memory of session {self.session_id!r} is closed; open it again"
+            )
 
     @property
     def engine(self) -> Engine:

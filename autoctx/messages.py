@@ -81,7 +81,7 @@ class ToolResultBlock:
 
 @dataclass(frozen=True, slots=True)
 class OpaqueBlock:
-    """Anything else a model produces (images, audio, thinking): stored and counted, never dropped."""
+    """Anything else a model produces (images, audio, thinking): stored, counted, never dropped."""
 
     data: Mapping[str, Any]
     type: Literal["opaque"] = "opaque"
@@ -448,7 +448,9 @@ def to_openai_messages(messages: Iterable[Msg]) -> list[dict[str, Any]]:
     return out
 
 
-def coerce_messages(value: Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]]) -> list[Msg]:
+def coerce_messages(
+    value: Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]],
+) -> list[Msg]:
     """What `add()` accepts: one `Msg`, one OpenAI dict, or a list mixing both."""
     if isinstance(value, Msg):
         return [value]

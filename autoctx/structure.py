@@ -150,7 +150,7 @@ def finished_rounds(metas: Sequence[MsgMeta]) -> list[tuple[int, int]]:
 
 
 def pending_call_ids(metas: Sequence[MsgMeta]) -> tuple[str, ...]:
-    """Ids of the calls of the newest tool group still without a result (a trailing pending call)."""
+    """Ids of the newest tool group's calls still without a result (a trailing pending call)."""
     if not metas:
         return ()
     start, end = tool_group_spans(metas)[-1]

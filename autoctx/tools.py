@@ -80,12 +80,12 @@ def answer_reload_call(
     try:
         args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
     except ValueError:
-        return "Invalid arguments: expected JSON like {\"uuid\": \"...\"}."
+        return 'Invalid arguments: expected JSON like {"uuid": "..."}.'
     if not isinstance(args, dict):
-        return "Invalid arguments: expected a JSON object like {\"uuid\": \"...\"}."
+        return 'Invalid arguments: expected a JSON object like {"uuid": "..."}.'
     raw = args.get("uuid")
     if raw is None:
-        return "Missing uuid: pass the uuid from a CONTEXT_OFFLOAD tag as {\"uuid\": \"...\"}."
+        return 'Missing uuid: pass the uuid from a CONTEXT_OFFLOAD tag as {"uuid": "..."}.'
     if isinstance(raw, str) and not raw.strip():
         return "Empty uuid: copy the uuid from a <!-- CONTEXT_OFFLOAD: uuid=... --> tag."
     try:

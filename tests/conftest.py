@@ -109,7 +109,9 @@ def session_id(request: pytest.FixtureRequest) -> str:
 def open_memory(db_url: str, session_id: str) -> Callable[..., AutoContextMemory]:
     """Open (or create) a memory on this module's database with the offline summariser."""
 
-    def _open(sid: str | None = None, config: AutoContextConfig | None = None, **kw: Any) -> AutoContextMemory:
+    def _open(
+        sid: str | None = None, config: AutoContextConfig | None = None, **kw: Any
+    ) -> AutoContextMemory:
         kw.setdefault("summarizer", OfflineSummarizer())
         return AutoContextMemory.open(sid or session_id, db_url, config, **kw)
 

@@ -18,7 +18,11 @@ def file_dump(rng: random.Random, lines: int) -> str:
 def tool_group(rng: random.Random, call_ids: list[str], big: bool) -> list[Msg]:
     """One assistant message with one or more (parallel) calls and their results."""
     calls = [
-        ToolUseBlock(cid, rng.choice(["read_file", "grep", "run_tests"]), json.dumps({"path": f"src/m{rng.randrange(99)}.py"}))
+        ToolUseBlock(
+            cid,
+            rng.choice(["read_file", "grep", "run_tests"]),
+            json.dumps({"path": f"src/m{rng.randrange(99)}.py"}),
+        )
         for cid in call_ids
     ]
     out = [Msg.assistant(None, calls)]
@@ -28,7 +32,9 @@ def tool_group(rng: random.Random, call_ids: list[str], big: bool) -> list[Msg]:
     return out
 
 
-def multi_round(seed: int, rounds: int, steps: int, big_every: int = 3, parallel_every: int = 4) -> list[Msg]:
+def multi_round(
+    seed: int, rounds: int, steps: int, big_every: int = 3, parallel_every: int = 4
+) -> list[Msg]:
     """A system prompt, then `rounds` user rounds of `steps` tool groups and a final answer."""
     rng = random.Random(seed)
     msgs = [Msg.system("You are a coding agent.")]
@@ -40,7 +46,9 @@ def multi_round(seed: int, rounds: int, steps: int, big_every: int = 3, parallel
             ids = [f"call_{n + k}" for k in range(width)]
             n += width
             msgs.extend(tool_group(rng, ids, big=s % big_every == 0))
-        msgs.append(Msg.assistant(f"Round {r} done: patched src/m{rng.randrange(99)}.py, tests pass."))
+        msgs.append(
+            Msg.assistant(f"Round {r} done: patched src/m{rng.randrange(99)}.py, tests pass.")
+        )
     return msgs
 
 

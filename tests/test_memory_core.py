@@ -57,7 +57,10 @@ def test_round_trip_survives_a_new_process(open_memory: Open, db_url: str, sessi
         " 'count': mem.message_count}))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", script, session_id, db_url], capture_output=True, text=True, check=True
+        [sys.executable, "-c", script, session_id, db_url],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     data = json.loads(out.stdout)
     assert drop_none(data["messages"]) == drop_none(varied_conversation())
@@ -171,7 +174,10 @@ def test_the_async_twin_runs_the_same_code(db_url: str, session_id: str) -> None
 
     count, messages = asyncio.run(scenario())
     assert count == 2
-    assert messages == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    assert messages == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
 
 
 def test_reopening_without_a_config_keeps_the_sessions_thresholds(open_memory: Open) -> None:
@@ -183,5 +189,7 @@ def test_reopening_without_a_config_keeps_the_sessions_thresholds(open_memory: O
     # A later config is recorded as the thresholds in force, but the model stays fixed.
     later = open_memory(config=AutoContextConfig(msg_threshold=11))
     assert later.config.msg_threshold == 11 and later.config.model == "gpt-4"
-    stored = later.sql("select config from sessions where session_id = :s", s=later.session_id)[0][0]
+    stored = later.sql("select config from sessions where session_id = :s", s=later.session_id)[0][
+        0
+    ]
     assert stored["msg_threshold"] == 11 and stored["model"] == "gpt-4"

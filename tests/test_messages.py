@@ -9,7 +9,7 @@ import pytest
 
 from autoctx import AutoContextConfig, InvalidMessage, Msg, from_openai_messages, to_openai_messages
 from autoctx.intake import OpenCalls, bind, count_tokens, prepare
-from autoctx.messages import OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from autoctx.messages import OpaqueBlock, TextBlock, ToolUseBlock
 from autoctx.structure import (
     current_round_start,
     finished_rounds,
@@ -39,29 +39,53 @@ def varied_conversation() -> list[dict[str, Any]]:
             "role": "user",
             "content": [
                 {"type": "text", "text": "Here is a screenshot"},
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"},
+                },
             ],
         },
         {
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}},
-                {"id": "call_2", "type": "function", "function": {"name": "run_tests", "arguments": '{ "k" :"x",  "n": 2}'}},
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "run_tests", "arguments": '{ "k" :"x",  "n": 2}'},
+                },
             ],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "def f():\n    return 1\n"},
-        {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "1 failed"}]},
+        {
+            "role": "tool",
+            "tool_call_id": "call_2",
+            "content": [{"type": "text", "text": "1 failed"}],
+        },
         {
             "role": "assistant",
             "content": "I will patch it.",
             "tool_calls": [
-                {"id": "call_0", "type": "function", "function": {"name": "write_file", "arguments": "{}"}}
+                {
+                    "id": "call_0",
+                    "type": "function",
+                    "function": {"name": "write_file", "arguments": "{}"},
+                }
             ],
             "refusal": None,
         },
         {"role": "tool", "tool_call_id": "call_0", "content": ""},
-        {"role": "assistant", "content": "Done: the test passes.", "name": "coder", "x_custom": {"a": 1}},
+        {
+            "role": "assistant",
+            "content": "Done: the test passes.",
+            "name": "coder",
+            "x_custom": {"a": 1},
+        },
     ]
 
 
@@ -73,7 +97,9 @@ def test_openai_round_trip_in_memory_is_equal() -> None:
 
 def test_string_content_stays_string_and_parts_stay_parts() -> None:
     as_string = Msg.from_openai({"role": "user", "content": "hi"}).to_openai()
-    as_parts = Msg.from_openai({"role": "user", "content": [{"type": "text", "text": "hi"}]}).to_openai()
+    as_parts = Msg.from_openai(
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    ).to_openai()
     assert as_string["content"] == "hi"
     assert as_parts["content"] == [{"type": "text", "text": "hi"}]
 
@@ -104,11 +130,24 @@ def test_blocks_model_parallel_calls_and_opaque_parts() -> None:
         ({"role": "user"}, "needs 'content'"),
         ({"role": "user", "content": 42}, "'content' must be"),
         (
-            {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]},
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"a": 1}}}],
+            },
             "must be a JSON string",
         ),
-        ({"role": "assistant", "tool_calls": [{"id": "", "function": {"name": "f"}}]}, "non-empty string 'id'"),
-        ({"role": "tool", "tool_call_id": "c", "content": [{"type": "image_url", "image_url": {}}]}, "text parts"),
+        (
+            {"role": "assistant", "tool_calls": [{"id": "", "function": {"name": "f"}}]},
+            "non-empty string 'id'",
+        ),
+        (
+            {
+                "role": "tool",
+                "tool_call_id": "c",
+                "content": [{"type": "image_url", "image_url": {}}],
+            },
+            "text parts",
+        ),
         ("not a dict", "expected an OpenAI chat message"),
     ],
 )
@@ -123,7 +162,9 @@ def test_from_openai_rejects_malformed_messages(message: Any, fragment: str) -> 
 COUNTER = TokenCounter("gpt-4o")
 
 
-def _prepare(msgs: list[Msg], open_calls: OpenCalls | None = None, max_chars: int = 10_000) -> list[Msg]:
+def _prepare(
+    msgs: list[Msg], open_calls: OpenCalls | None = None, max_chars: int = 10_000
+) -> list[Msg]:
     prepared = prepare(msgs, COUNTER, max_chars=max_chars, session_id="s")
     return [p.msg for p in bind(prepared, open_calls or OpenCalls(), session_id="s")]
 
@@ -213,8 +254,16 @@ def test_caller_cannot_add_summary_kinds() -> None:
 
 def test_token_counts_are_tiktoken_counts_plus_documented_overhead() -> None:
     enc = get_encoding("o200k_base")
-    msg = _prepare([Msg.assistant("hello there", [call("a", "read_file", '{"path": "a.py"}')], name="bot")])[0]
-    expected = 3 + 1 + len(enc.encode("hello there")) + len(enc.encode("read_file")) + len(enc.encode('{"path": "a.py"}'))
+    msg = _prepare(
+        [Msg.assistant("hello there", [call("a", "read_file", '{"path": "a.py"}')], name="bot")]
+    )[0]
+    expected = (
+        3
+        + 1
+        + len(enc.encode("hello there"))
+        + len(enc.encode("read_file"))
+        + len(enc.encode('{"path": "a.py"}'))
+    )
     assert count_tokens(msg, COUNTER) == expected
 
 
@@ -241,7 +290,10 @@ def test_structure_helpers_find_groups_rounds_and_the_current_round() -> None:
             Msg.assistant(None, [call("c")]),
         ]
     )
-    metas = [meta_of(m, id=i, final=m.role == "assistant" and not m.tool_uses, tokens=1) for i, m in enumerate(msgs)]
+    metas = [
+        meta_of(m, id=i, final=m.role == "assistant" and not m.tool_uses, tokens=1)
+        for i, m in enumerate(msgs)
+    ]
     assert tool_group_spans(metas)[2] == (2, 5)
     assert latest_final_index(metas) == 5
     assert finished_rounds(metas) == [(1, 5)]

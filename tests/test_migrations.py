@@ -103,7 +103,9 @@ def test_the_built_wheel_carries_the_migrations(tmp_path: Path, empty_db_url: st
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(wheel)], check=True, capture_output=True
+        [str(python), "-m", "pip", "install", "--quiet", str(wheel)],
+        check=True,
+        capture_output=True,
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(

@@ -49,6 +49,7 @@ from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from agents.tool import FunctionTool
 from agents.tool_context import ToolContext
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import URL, Connection
 
 from ..config import AutoContextConfig
@@ -240,15 +241,23 @@ def _meta(skeletons: list[Item]) -> dict[str, Any]:
 
 def items_to_messages(items: Sequence[Any]) -> list[Msg]:
     """Responses-API input items as autoctx messages (see the module docstring)."""
-    out: list[Msg] = []
+    return [msg for msg, _ in _convert(items)]
+
+
+def _convert(items: Sequence[Any]) -> list[tuple[Msg, list[Mapping[str, Any]]]]:
+    """Each message with the items it stands for."""
+    out: list[tuple[Msg, list[Mapping[str, Any]]]] = []
     group_blocks: list[Block] = []
     group_skeletons: list[Item] = []
+    group_items: list[Mapping[str, Any]] = []
 
     def flush() -> None:
         if group_skeletons:
-            out.append(Msg("assistant", tuple(group_blocks), metadata=_meta(list(group_skeletons))))
+            msg = Msg("assistant", tuple(group_blocks), metadata=_meta(list(group_skeletons)))
+            out.append((msg, list(group_items)))
             group_blocks.clear()
             group_skeletons.clear()
+            group_items.clear()
 
     for index, raw in enumerate(items):
         item = _as_dict(raw, index)
@@ -258,20 +267,32 @@ def items_to_messages(items: Sequence[Any]) -> list[Msg]:
             blocks: list[Block] = []
             skeleton = _encode_message(item, blocks)
             role = _INPUT_ROLES[item["role"]]
-            out.append(Msg(cast(Any, role), tuple(blocks), metadata=_meta([skeleton])))
-        elif kind == "output":
+            out.append((Msg(cast(Any, role), tuple(blocks), metadata=_meta([skeleton])), [item]))
+            continue
+        if kind == "output":
             flush()
             block, skeleton = _encode_output(item)
-            out.append(Msg("tool", (block,), metadata=_meta([skeleton])))
-        elif kind == "assistant":
+            out.append((Msg("tool", (block,), metadata=_meta([skeleton])), [item]))
+            continue
+        if kind == "assistant":
             group_skeletons.append(_encode_message(item, group_blocks))
         elif kind == "call":
             group_skeletons.append(_encode_call(item, group_blocks))
         else:
             group_blocks.append(OpaqueBlock(dict(item)))
             group_skeletons.append({"kind": "opaque", "n": 1})
+        group_items.append(item)
     flush()
     return out
+
+
+def _copy(value: Any) -> Any:
+    """A copy of a JSON value, sharing its strings: O(nodes), not O(bytes) like a decode."""
+    if type(value) is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy(v) for v in value]
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,6 +489,11 @@ class AutoctxSession:
         self._counter: TokenCounter | None = None
         # Opening touches the database; it happens once, in whichever worker thread asks first.
         self._lock = threading.Lock()
+        # Items of working messages by message id (see `get_items_sync`), and the creation
+        # time of the session they belong to.
+        self._cache: dict[int, list[Item]] = {}
+        self._cache_epoch: Any = None
+        self._cache_lock = threading.Lock()
 
     @classmethod
     def from_memory(
@@ -532,8 +558,7 @@ class AutoctxSession:
         """Append items (one transaction), then compress if the trigger holds."""
         if not items:
             return
-        msgs = items_to_messages(items)
-        await asyncio.to_thread(self.add_messages_sync, msgs)
+        await asyncio.to_thread(self.add_items_sync, items)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the latest item from the working context and return it (see `pop_item_sync`)."""
@@ -546,46 +571,65 @@ class AutoctxSession:
     # -- sync twins (what the async methods run in a worker thread) ------------------------------
 
     def get_items_sync(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The working context as items (sync).
+
+        Messages are immutable, so the items of each working message are kept in memory by
+        message id: a read asks the database only for the working set's message ids (one
+        short query) and for the content of the messages it has not seen yet, whoever wrote
+        them. The session's creation time guards against a session deleted and created again
+        under the same id (its message ids start over).
+        """
         if limit is not None and limit <= 0:
             return []
         mem = self.memory()
-        columns = (
-            messages.c.role,
-            messages.c.kind,
-            messages.c.content,
-            messages.c.metadata,
-        )
-        stmt = (
-            sa.select(*columns)
-            .select_from(
-                working_set.join(
-                    messages,
-                    sa.and_(
-                        messages.c.session_id == working_set.c.session_id,
-                        messages.c.id == working_set.c.message_id,
-                    ),
-                )
-            )
-            .where(working_set.c.session_id == self.session_id)
-        )
-        if limit is None:
-            stmt = stmt.order_by(working_set.c.position)
-        else:
-            # Every message gives at least one item, so the latest `limit` messages hold the
-            # latest `limit` items: the read stays O(limit) on a session of any length.
-            stmt = stmt.order_by(working_set.c.position.desc()).limit(limit)
         with mem.engine.connect() as conn:
-            # Plain tuples: a Row's attribute access costs more than the conversion itself.
-            rows = list(conn.execute(stmt).tuples())
-        if limit is not None:
-            rows.reverse()
-        items: list[Item] = []
-        for role, kind, content, metadata in rows:
-            for item, _ in _items_with_blocks(role, kind, content, metadata):
-                items.append(item)
+            _scope(conn, mem.tenant)
+            params: dict[str, Any] = {"sid": self.session_id}
+            if limit is None:
+                row = conn.execute(_WORKING_IDS, params).one_or_none()
+            else:
+                # Every message gives at least one item, so the latest `limit` messages hold
+                # the latest `limit` items: the read stays O(limit) on a session of any length.
+                row = conn.execute(_LATEST_IDS, {**params, "n": limit}).one_or_none()
+            if row is None:
+                return []
+            epoch, ids = row[0], list(row[1])
+            with self._cache_lock:
+                if epoch != self._cache_epoch:
+                    self._cache_epoch, self._cache = epoch, {}
+                known = dict(self._cache)
+            missing = [i for i in ids if i not in known]
+            if missing:
+                fetched = conn.execute(
+                    sa.select(
+                        messages.c.id,
+                        messages.c.role,
+                        messages.c.kind,
+                        messages.c.content,
+                        messages.c.metadata,
+                    ).where(
+                        messages.c.session_id == self.session_id,
+                        messages.c.id
+                        == sa.any_(sa.cast(sa.literal(missing), ARRAY(sa.BigInteger))),
+                    )
+                )
+                # Plain tuples: a Row's attribute access costs more than the conversion.
+                for msg_id, role, kind, content, metadata in fetched.tuples():
+                    known[msg_id] = [
+                        item for item, _ in _items_with_blocks(role, kind, content, metadata)
+                    ]
+        with self._cache_lock:
+            if epoch == self._cache_epoch:
+                if limit is None:
+                    # Only the working set stays cached: compressed-away messages are dropped.
+                    self._cache = {i: known[i] for i in ids}
+                else:
+                    self._cache.update((i, known[i]) for i in missing)
+        items = [item for i in ids for item in known[i]]
         if limit is not None:
             items = items[-limit:]
-        return cast(list[TResponseInputItem], items)
+        # Copies: a caller that edits what it got must not edit the cache.
+        return cast(list[TResponseInputItem], [_copy(item) for item in items])
 
     def add_messages_sync(self, msgs: Sequence[Msg]) -> None:
         mem = self.memory()
@@ -594,8 +638,20 @@ class AutoctxSession:
             mem.compress_if_needed()
 
     def add_items_sync(self, items: Sequence[Any]) -> None:
-        if items:
-            self.add_messages_sync(items_to_messages(items))
+        if not items:
+            return
+        converted = _convert(items)
+        mem = self.memory()
+        stored = mem.add([msg for msg, _ in converted])
+        # What was just written is known: the next read need not fetch it back. (The epoch
+        # is not known here; a read with a new epoch starts the cache over anyway.)
+        with self._cache_lock:
+            if self._cache_epoch is not None:
+                for msg, (_, group) in zip(stored, converted, strict=True):
+                    if msg.id is not None:
+                        self._cache[msg.id] = [_copy(dict(item)) for item in group]
+        if self.compress and mem.needs_compression():
+            mem.compress_if_needed()
 
     def pop_item_sync(self) -> TResponseInputItem | None:
         """Remove the latest item from the working context and return it.
@@ -612,6 +668,7 @@ class AutoctxSession:
         counter = self._token_counter(mem)
         config = mem.config.to_json()
         with mem.engine.begin() as conn:
+            _scope(conn, mem.tenant)
             return cast(
                 TResponseInputItem | None,
                 pop_last_item(conn, self.session_id, counter=counter, config=config),
@@ -622,6 +679,8 @@ class AutoctxSession:
             mem = self._mem
             # Deleting closes the memory; the next call opens (and so creates) it again.
             self._mem = None
+        with self._cache_lock:
+            self._cache_epoch, self._cache = None, {}
         if mem is None:
             args = self._args
             try:
@@ -635,6 +694,32 @@ class AutoctxSession:
             except SessionNotFound:
                 return
         mem.delete()
+
+
+_WORKING_IDS = sa.text(
+    """
+    SELECT s.created_at,
+           coalesce((SELECT array_agg(w.message_id ORDER BY w.position)
+                     FROM working_set w WHERE w.session_id = s.session_id), '{}')
+    FROM sessions s WHERE s.session_id = :sid
+    """
+)
+_LATEST_IDS = sa.text(
+    """
+    SELECT s.created_at,
+           coalesce((SELECT array_agg(x.message_id ORDER BY x.position)
+                     FROM (SELECT w.message_id, w.position FROM working_set w
+                           WHERE w.session_id = s.session_id
+                           ORDER BY w.position DESC LIMIT :n) x), '{}')
+    FROM sessions s WHERE s.session_id = :sid
+    """
+)
+
+
+def _scope(conn: Connection, tenant: str | None) -> None:
+    # As the store does: a tenant's transactions carry it, for row-level security policies.
+    if tenant is not None:
+        conn.execute(sa.text("select set_config('autoctx.tenant', :t, true)"), {"t": tenant})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,7 +35,9 @@ ENV_URL = "AUTOCTX_DATABASE_URL"
 ENV_EMBEDDED_DIR = "AUTOCTX_EMBEDDED_DIR"
 EMBEDDED_DATABASE = "autoctx"
 #: Serialises concurrent upgrades (several processes opening a fresh database at once).
-_MIGRATION_LOCK_KEY = int.from_bytes(hashlib.sha256(b"autoctx:migrations").digest()[:8], "big", signed=True)
+_MIGRATION_LOCK_KEY = int.from_bytes(
+    hashlib.sha256(b"autoctx:migrations").digest()[:8], "big", signed=True
+)
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -197,7 +199,9 @@ def alembic_config(url: URL | None = None) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(script_dir))
     if url is not None:
-        cfg.set_main_option("sqlalchemy.url", url.render_as_string(hide_password=False).replace("%", "%%"))
+        cfg.set_main_option(
+            "sqlalchemy.url", url.render_as_string(hide_password=False).replace("%", "%%")
+        )
     return cfg
 
 

@@ -241,7 +241,9 @@ class Store:
             )
         return info
 
-    def list_sessions(self, tenant: str | None = None, prefix: str | None = None) -> list[SessionInfo]:
+    def list_sessions(
+        self, tenant: str | None = None, prefix: str | None = None
+    ) -> list[SessionInfo]:
         stmt = sa.select(sessions).order_by(sessions.c.updated_at.desc())
         if tenant is not None:
             stmt = stmt.where(sessions.c.tenant == tenant)
@@ -253,7 +255,9 @@ class Store:
     def delete_session(self, session_id: str, tenant: str | None = None) -> bool:
         """Delete a session and everything of it (the foreign keys cascade)."""
         with self._begin() as conn:
-            result = conn.execute(sa.delete(sessions).where(self._session_where(session_id, tenant)))
+            result = conn.execute(
+                sa.delete(sessions).where(self._session_where(session_id, tenant))
+            )
         return bool(result.rowcount)
 
     def set_plan(self, session_id: str, plan: Mapping[str, Any] | None) -> None:
@@ -261,7 +265,9 @@ class Store:
             conn.execute(
                 sa.update(sessions)
                 .where(sessions.c.session_id == session_id)
-                .values(plan=dict(plan) if plan is not None else sa.null(), updated_at=sa.func.now())
+                .values(
+                    plan=dict(plan) if plan is not None else sa.null(), updated_at=sa.func.now()
+                )
             )
 
     def set_config(self, session_id: str, config: Mapping[str, Any]) -> None:
@@ -309,7 +315,11 @@ class Store:
             conn.execute(
                 sa.insert(working_set),
                 [
-                    {"session_id": session_id, "position": first_pos + i, "message_id": first_id + i}
+                    {
+                        "session_id": session_id,
+                        "position": first_pos + i,
+                        "message_id": first_id + i,
+                    }
                     for i in range(n)
                 ],
             )
@@ -370,9 +380,9 @@ class Store:
         with repeatable.begin() as conn:
             self._scope(conn)
             info = conn.execute(
-                sa.select(sessions.c.version, sessions.c.message_count, sessions.c.token_count).where(
-                    sessions.c.session_id == session_id
-                )
+                sa.select(
+                    sessions.c.version, sessions.c.message_count, sessions.c.token_count
+                ).where(sessions.c.session_id == session_id)
             ).one_or_none()
             if info is None:
                 raise SessionNotFound(f"session {session_id!r} does not exist (was it deleted?)")
@@ -545,7 +555,9 @@ class Store:
                 for k, rid in enumerate(replaced)
             )
             removed_ids.extend(replaced)
-            working_rows.append({"session_id": session_id, "position": position, "message_id": msg_id})
+            working_rows.append(
+                {"session_id": session_id, "position": position, "message_id": msg_id}
+            )
         conn.execute(sa.insert(compression_events), event_rows)
         conn.execute(sa.insert(messages), msg_rows)
         conn.execute(sa.insert(offloads), offload_rows)
@@ -553,7 +565,8 @@ class Store:
         conn.execute(
             sa.delete(working_set).where(
                 working_set.c.session_id == session_id,
-                working_set.c.message_id == sa.any_(sa.cast(sa.literal(removed_ids), sa.ARRAY(sa.BigInteger))),
+                working_set.c.message_id
+                == sa.any_(sa.cast(sa.literal(removed_ids), sa.ARRAY(sa.BigInteger))),
             )
         )
         conn.execute(sa.insert(working_set), working_rows)

@@ -133,9 +133,7 @@ def upgrade() -> None:
         sa.CheckConstraint(f"status in {STATUSES}", name="events_status"),
         sa.CheckConstraint("reason in ('count', 'tokens', 'manual')", name="events_reason"),
     )
-    op.create_index(
-        "compression_events_status_idx", "compression_events", ["session_id", "status"]
-    )
+    op.create_index("compression_events_status_idx", "compression_events", ["session_id", "status"])
 
     op.create_table(
         "offloads",
@@ -165,7 +163,9 @@ def upgrade() -> None:
             ["session_id", "summary_id"], ["messages.session_id", "messages.id"], ondelete="CASCADE"
         ),
         sa.ForeignKeyConstraint(
-            ["session_id", "replaced_id"], ["messages.session_id", "messages.id"], ondelete="CASCADE"
+            ["session_id", "replaced_id"],
+            ["messages.session_id", "messages.id"],
+            ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
             ["session_id", "event_id"],
@@ -177,5 +177,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("lineage", "offloads", "compression_events", "working_set", "messages", "sessions"):
+    for table in (
+        "lineage",
+        "offloads",
+        "compression_events",
+        "working_set",
+        "messages",
+        "sessions",
+    ):
         op.drop_table(table)
