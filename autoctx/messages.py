@@ -461,6 +461,11 @@ def coerce_messages(
             "add() takes a Msg, an OpenAI message dict or a list of them, not a string; "
             "wrap text as Msg.user(text)"
         )
+    if not isinstance(value, Iterable):
+        raise InvalidMessage(
+            f"add() takes a Msg, an OpenAI message dict or a list of them, got "
+            f"{type(value).__name__}"
+        )
     out: list[Msg] = []
     for i, item in enumerate(value):
         if isinstance(item, Msg):
