@@ -132,6 +132,12 @@ class AutoContextMemory:
         `AUTOCTX_DATABASE_URL`, else the embedded PostgreSQL.
         """
         validate_session_id(session_id)
+        if tenant is not None and (not isinstance(tenant, str) or not tenant.strip()):
+            # Under row-level security an empty tenant means "no tenant": refuse the ambiguity.
+            raise InvalidSessionId(
+                f"tenant {tenant!r} is not a tenant name; pass a non-empty string, or None for "
+                "a session without a tenant"
+            )
         given = config
         config = config or AutoContextConfig()
         engine = get_engine(database_url, auto_upgrade=config.auto_upgrade)

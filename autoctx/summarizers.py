@@ -624,6 +624,21 @@ def _check_finish(finish_reason: str | None, where: str) -> None:
         _log.warning("autoctx: the summary from %s hit the output token limit", where)
 
 
+#: A refusal written as plain text (no `refusal` field, finish_reason "stop"), as many
+#: OpenAI-compatible servers send one: short, and opening with an apology or an "I can't".
+#: A summary of a transcript does not open that way; a long answer that does is kept.
+_REFUSAL_MAX_CHARS: Final = 400
+_APOSTROPHE: Final = "['\u2019]"  # typed or typographic
+_REFUSAL_RE: Final = re.compile(
+    rf"^\W*(?:(?:i{_APOSTROPHE}?m|i\s+am)\s+(?:so\s+|very\s+|really\s+)?sorry|sorry\b"
+    r"|(?:my\s+)?apologies|i\s+apologi[sz]e|as\s+an\s+ai\b"
+    rf"|(?:i\s+(?:can(?:no|{_APOSTROPHE})t|won{_APOSTROPHE}?t|will\s+not)"
+    rf"|(?:i{_APOSTROPHE}?m|i\s+am)\s+(?:not\s+able|unable)\s+to)"
+    r"\s+(?:help|assist|comply|provide|do\s+that|summari[sz]e|fulfil))",
+    re.IGNORECASE,
+)
+
+
 def _check_answer(text: str) -> str:
     """The answer, stripped, or `SummarizerError` when it cannot become a summary."""
     answer = text.strip()
@@ -637,6 +652,8 @@ def _check_answer(text: str) -> str:
             "the answer contains an offload tag or the CONTEXT_OFFLOAD marker; a summary must "
             f"not carry one: {_clip(answer, 200)}",
         )
+    if len(answer) <= _REFUSAL_MAX_CHARS and _REFUSAL_RE.match(answer):
+        raise SummarizerError("refusal", f"the answer reads as a refusal: {_clip(answer, 200)}")
     return answer
 
 

@@ -204,13 +204,18 @@ def raw_connection(db: BenchDatabase) -> psycopg.Connection[Any]:
 # Realistic agent transcripts
 # ---------------------------------------------------------------------------------------------
 
-_WORDS = (
-    "the request config service cache worker retry timeout index module handler queue token "
-    "user session build deploy test failing passing value path branch commit schema table "
-    "column migration endpoint response latency error warning missing expected found update "
-    "install package version release header payload client server socket port status check "
-    "result output input file directory function class method argument default option flag"
-).split()
+_WORDS = tuple(
+    " ".join(
+        (
+            "the request config service cache worker retry timeout index module handler queue",
+            "token user session build deploy test failing passing value path branch commit",
+            "schema table column migration endpoint response latency error warning missing",
+            "expected found update install package version release header payload client server",
+            "socket port status check result output input file directory function class method",
+            "argument default option flag",
+        )
+    ).split(" ")
+)
 _MODULES = ("core", "api", "db", "auth", "utils", "models", "views", "tasks", "cli", "io")
 _FUNCS = ("load", "save", "parse", "render", "fetch", "apply", "merge", "close", "open", "run")
 _LEVELS = ("INFO", "INFO", "INFO", "DEBUG", "WARNING", "ERROR")
@@ -242,7 +247,7 @@ def _line_pools(r: random.Random, size: int) -> dict[str, list[str]]:
                     f"from {m}.{r.choice(_MODULES)} import {f}_{r.randrange(40)}",
                     f"    # {_sentence(r, r.randrange(4, 12))}",
                     f"class {f.capitalize()}{m.capitalize()}{i}(Base):",
-                    f"        if {r.choice(_WORDS)} is None: raise ValueError('{r.choice(_WORDS)}')",
+                    f"        if {r.choice(_WORDS)} is None: raise KeyError({r.randrange(99)})",
                 )
             )
         )

@@ -18,23 +18,19 @@ so that the noise of a shared machine falls on both sides alike.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import datetime as dt
+import functools
 import json
 import pstats
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from psycopg.types.json import Jsonb
-from rich.console import Console
-from rich.table import Table
-
-import autoctx.intake
-import autoctx.memory
 from _common import (
     BenchDatabase,
     Stopwatch,
@@ -49,6 +45,12 @@ from _common import (
     raw_connection,
     secs,
 )
+from psycopg.types.json import Jsonb
+from rich.console import Console
+from rich.table import Table
+
+import autoctx.intake
+import autoctx.memory
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
 from autoctx.intake import count_tokens
 from autoctx.store.store import Store
@@ -63,7 +65,9 @@ console = Console(width=120)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_database_argument(parser)
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=100, help="messages per add() call")
@@ -73,6 +77,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--profile",
         choices=("append", "load"),
         help="run cProfile around autoctx's side of that phase (its times are then inflated)",
+    )
+    parser.add_argument(
+        "--prototype",
+        action="store_true",
+        help=(
+            "also run a second session through bench/prototype_store.py's append and load "
+            "(COPY, plain cursor), batch by batch beside the library's"
+        ),
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     return parser.parse_args(argv)
@@ -84,33 +96,79 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 class AutoctxSide:
-    """`AutoContextMemory.add` and `.messages()`, with their internals timed by patching."""
+    """`AutoContextMemory.add` and `.messages()` of one session, its internals timed into its own
+    stopwatch; with `prototype`, through bench/prototype_store.py's append and load."""
 
-    def __init__(self, mem: AutoContextMemory, watch: Stopwatch) -> None:
+    def __init__(self, mem: AutoContextMemory, watch: Stopwatch, *, prototype: bool) -> None:
         self.mem = mem
         self.watch = watch
-        engine = mem.engine
-
-        @sa.event.listens_for(engine, "before_cursor_execute")
-        def _before(conn: Any, cursor: Any, stmt: Any, params: Any, context: Any, many: bool) -> None:
-            conn.info["bench_started"] = time.perf_counter()
-
-        @sa.event.listens_for(engine, "after_cursor_execute")
-        def _after(conn: Any, cursor: Any, stmt: Any, params: Any, context: Any, many: bool) -> None:
-            self.watch.add(self.phase + " sql", time.perf_counter() - conn.info.pop("bench_started"))
-
-        # The commit's round trip (and WAL flush) is database time too.
-        engine.dialect.do_commit = watch.wrap("commit", engine.dialect.do_commit)  # type: ignore[method-assign]
+        self.prototype = prototype
         self.phase = "append"
 
     def append(self, batch: Sequence[Msg]) -> None:
+        _current[0] = self
         with self.watch.part("append total"):
             self.mem.add(batch)
 
     def load(self) -> list[Msg]:
+        _current[0] = self
         self.phase = "load"
         with self.watch.part("load total"):
             return self.mem.messages()
+
+
+#: The side whose call is in progress: the patched internals time into its stopwatch.
+_current: list[AutoctxSide] = [None]  # type: ignore[list-item]
+
+
+@contextlib.contextmanager
+def instrumented(engine: sa.Engine) -> Iterator[None]:
+    """Time autoctx's internals into the current side's stopwatch, and route the store's append
+    and load to the prototype when that side asks for it."""
+    import prototype_store
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _current[0].watch.add(name, time.perf_counter() - started)
+
+        return call
+
+    library_append, library_load = Store.append, Store.load_working
+
+    def append(store: Store, *args: Any) -> Any:
+        impl = prototype_store.append if _current[0].prototype else library_append
+        return impl(store, *args)
+
+    def load_working(store: Store, *args: Any) -> Any:
+        impl = prototype_store.load_working if _current[0].prototype else library_load
+        return impl(store, *args)
+
+    def before(conn: Any, *args: Any) -> None:
+        conn.info["bench_started"] = time.perf_counter()
+
+    def after(conn: Any, *args: Any) -> None:
+        side = _current[0]
+        side.watch.add(side.phase + " sql", time.perf_counter() - conn.info.pop("bench_started"))
+
+    sa.event.listen(engine, "before_cursor_execute", before)
+    sa.event.listen(engine, "after_cursor_execute", after)
+    try:
+        with (
+            patched(autoctx.memory, "prepare", timed("prepare", autoctx.memory.prepare)),
+            patched(autoctx.intake, "count_tokens", timed("count", autoctx.intake.count_tokens)),
+            patched(Store, "append", timed("store", append)),
+            patched(Store, "load_working", load_working),
+            # The commit's round trip (and WAL flush) is database time too.
+            patched(engine.dialect, "do_commit", timed("commit", engine.dialect.do_commit)),
+        ):
+            yield
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", before)
+        sa.event.remove(engine, "after_cursor_execute", after)
 
 
 class RawSide:
@@ -142,16 +200,23 @@ class RawSide:
                 for i, (m, t) in enumerate(zip(batch, tokens, strict=True))
             ]
             with self.conn.cursor() as cur:
-                cur.executemany(f"INSERT INTO bench_raw ({COLUMNS}) VALUES (%s, %s, %s, %s, %s)", rows)
+                cur.executemany(
+                    f"INSERT INTO bench_raw ({COLUMNS}) VALUES (%s, %s, %s, %s, %s)", rows
+                )
             self.conn.commit()
         self.next_id += len(batch)
 
     def append_copy(self, batch: Sequence[Msg]) -> None:
         tokens = self._count(batch, "copy count")
         with self.watch.part("copy db"):
-            with self.conn.cursor() as cur, cur.copy(f"COPY bench_copy ({COLUMNS}) FROM STDIN") as copy:
+            with (
+                self.conn.cursor() as cur,
+                cur.copy(f"COPY bench_copy ({COLUMNS}) FROM STDIN") as copy,
+            ):
                 for i, (m, t) in enumerate(zip(batch, tokens, strict=True)):
-                    copy.write_row((SESSION, self.next_copy_id + i, m.role, Jsonb(m.content_json()), t))
+                    copy.write_row(
+                        (SESSION, self.next_copy_id + i, m.role, Jsonb(m.content_json()), t)
+                    )
             self.conn.commit()
         self.next_copy_id += len(batch)
 
@@ -179,49 +244,67 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     msgs = TranscriptGenerator(args.seed).messages(args.messages)
     console.print(f"generated {describe_messages(msgs)} in {secs(time.perf_counter() - started)}")
     batches = list(chunks(msgs, args.batch))
-    watch = Stopwatch()
     profiler = cProfile.Profile() if args.profile else None
+    raw_watch = Stopwatch()
 
     with fresh_database(args.database_url, "autoctx_bench_append") as db:
         console.print(f"database {db.name} on PostgreSQL {db.server_version}")
         config = AutoContextConfig()
-        mem = AutoContextMemory.open(SESSION, db.url, config, summarizer=OfflineSummarizer())
-        side = AutoctxSide(mem, watch)
-        raw = RawSide(db, TokenCounter(config.model), watch)
+        sides = [
+            AutoctxSide(
+                AutoContextMemory.open(name, db.url, config, summarizer=OfflineSummarizer()),
+                Stopwatch(),
+                prototype=prototype,
+            )
+            for name, prototype in [(SESSION, False), (SESSION + "-prototype", True)]
+            if args.prototype or not prototype
+        ]
+        raw = RawSide(db, TokenCounter(config.model), raw_watch)
         try:
-            with (
-                patched(autoctx.memory, "prepare", watch.wrap("prepare", autoctx.memory.prepare)),
-                patched(autoctx.intake, "count_tokens", watch.wrap("count", autoctx.intake.count_tokens)),
-                patched(Store, "append", watch.wrap("store", Store.append)),
-            ):
+            with instrumented(sides[0].mem.engine):
+                mine = [
+                    _profiled(profiler if args.profile == "append" else None, side.append)
+                    for side in sides
+                ]
                 for k, batch in enumerate(batches):
-                    mine = _profiled(profiler if args.profile == "append" else None, side.append)
-                    steps = [lambda b=batch: mine(b), lambda b=batch: raw.append_executemany(b),
-                             lambda b=batch: raw.append_copy(b)]
-                    # Alternate who goes first: a noisy neighbour then hurts both sides alike.
-                    for step in steps if k % 2 == 0 else reversed(steps):
+                    steps: list[Callable[[], None]] = [
+                        *[functools.partial(m, batch) for m in mine],
+                        functools.partial(raw.append_executemany, batch),
+                        functools.partial(raw.append_copy, batch),
+                    ]
+                    # Rotate who goes first: a noisy neighbour then hurts every side alike.
+                    for step in steps[k % len(steps) :] + steps[: k % len(steps)]:
                         step()
-            loads: list[float] = []
-            raws: list[float] = []
-            for k in range(args.load_repeats):
-                before = (watch["load total"], watch["raw select"])
-                mine_load = _profiled(profiler if args.profile == "load" else None, side.load)
-                if k % 2 == 0:
-                    loaded, rows = mine_load(), raw.load()
-                else:
-                    rows, loaded = raw.load(), mine_load()
-                loads.append(watch["load total"] - before[0])
-                raws.append(watch["raw select"] - before[1])
-                if len(loaded) != len(msgs) or len(rows) != len(msgs):
-                    raise SystemExit(f"loaded {len(loaded)} / {len(rows)} messages, expected {len(msgs)}")
-            expected_tokens = sum(r[3] for r in rows)
-            if mem.token_count != expected_tokens:
-                raise SystemExit(f"session tokens {mem.token_count} != baseline {expected_tokens}")
+                loads: dict[str, list[float]] = {"raw": []}
+                for k in range(args.load_repeats):
+                    readers: list[tuple[str, Callable[[], Sized]]] = [
+                        ("raw", raw.load),
+                        *[
+                            (
+                                _label(side),
+                                _profiled(profiler if args.profile == "load" else None, side.load),
+                            )
+                            for side in sides
+                        ],
+                    ]
+                    for label, reader in readers[k % len(readers) :] + readers[: k % len(readers)]:
+                        t0 = time.perf_counter()
+                        loaded = reader()
+                        loads.setdefault(label, []).append(time.perf_counter() - t0)
+                        if len(loaded) != len(msgs):
+                            raise SystemExit(f"{label} loaded {len(loaded)}, not {len(msgs)}")
+            expected_tokens = sum(count for _, _, _, count in raw.load())
+            for side in sides:
+                if side.mem.token_count != expected_tokens:
+                    raise SystemExit(
+                        f"{_label(side)}: session tokens {side.mem.token_count} != "
+                        f"baseline {expected_tokens}"
+                    )
         finally:
             raw.close()
         machine = machine_description(db)
 
-    figures = _figures(args, watch, loads, raws, machine)
+    figures = _figures(args, sides, raw_watch, loads, machine)
     _print(figures)
     if profiler is not None:
         console.rule(f"cProfile of autoctx's {args.profile} (times inflated by profiling)")
@@ -229,6 +312,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stats.sort_stats("tottime").print_stats(25)
         stats.sort_stats("cumulative").print_stats(30)
     return figures
+
+
+def _label(side: AutoctxSide) -> str:
+    return "prototype" if side.prototype else "autoctx"
 
 
 def _profiled(profiler: cProfile.Profile | None, fn: Any) -> Any:
@@ -245,90 +332,132 @@ def _profiled(profiler: cProfile.Profile | None, fn: Any) -> Any:
     return call
 
 
-def _figures(
-    args: argparse.Namespace, w: Stopwatch, loads: list[float], raws: list[float], machine: str
-) -> dict[str, Any]:
-    append_total = w["append total"]
+def _side_figures(w: Stopwatch, raw_em: float, raw_copy: float, raw_em_db: float) -> dict[str, Any]:
+    total = w["append total"]
     counting = w["count"]
-    validation = w["prepare"] - counting
-    append_sql = w["append sql"] + w["commit"]  # all commits of the run happen in append
-    store_python = w["store"] - append_sql
-    other = append_total - w["prepare"] - w["store"]
+    sql = w["append sql"] + w["commit"]  # every commit of the run happens in append
+    return {
+        "total": total,
+        "counting": counting,
+        "validation": w["prepare"] - counting,
+        "sql_and_commit": sql,
+        "store_python": w["store"] - sql,
+        "other": total - w["prepare"] - w["store"],
+        "ratio_executemany": total / raw_em,
+        "ratio_copy": total / raw_copy,
+        "ratio_db_executemany": (total - counting) / raw_em_db,
+    }
+
+
+def _figures(
+    args: argparse.Namespace,
+    sides: list[AutoctxSide],
+    w: Stopwatch,
+    loads: dict[str, list[float]],
+    machine: str,
+) -> dict[str, Any]:
     em = w["executemany count"] + w["executemany db"]
     cp = w["copy count"] + w["copy db"]
-    load = median(loads)
-    raw_load = median(raws)
-    load_sql = w["load sql"] / max(1, len(loads))
+    raw_load = median(loads["raw"])
     return {
         "date": dt.date.today().isoformat(),
         "machine": machine,
         "messages": args.messages,
         "batch": args.batch,
         "append": {
-            "autoctx": {
-                "total": append_total,
-                "counting": counting,
-                "validation": validation,
-                "sql_and_commit": append_sql,
-                "store_python": store_python,
-                "other": other,
+            **{_label(s): _side_figures(s.watch, em, cp, w["executemany db"]) for s in sides},
+            "executemany": {
+                "total": em,
+                "counting": w["executemany count"],
+                "db": w["executemany db"],
             },
-            "executemany": {"total": em, "counting": w["executemany count"], "db": w["executemany db"]},
             "copy": {"total": cp, "counting": w["copy count"], "db": w["copy db"]},
-            "ratio_executemany": append_total / em,
-            "ratio_copy": append_total / cp,
-            "ratio_db_executemany": (append_total - counting) / w["executemany db"],
         },
         "load": {
-            "autoctx": loads,
-            "autoctx_sql_execute": load_sql,
-            "raw_select": raws,
-            "ratio": load / raw_load,
+            "times": loads,
+            "sql_execute": {
+                _label(s): s.watch["load sql"] / max(1, len(loads["raw"])) for s in sides
+            },
+            "ratio": {_label(s): median(loads[_label(s)]) / raw_load for s in sides},
         },
     }
 
 
 def _print(f: dict[str, Any]) -> None:
     a = f["append"]
-    mine, em, cp = a["autoctx"], a["executemany"], a["copy"]
-    table = Table(title=f"append {f['messages']:,} messages, {f['batch']} per call ({f['machine']})")
+    mine = [k for k in ("autoctx", "prototype") if k in a]
+    em, cp = a["executemany"], a["copy"]
+    table = Table(
+        title=f"append {f['messages']:,} messages, {f['batch']} per call ({f['machine']})"
+    )
     table.add_column("part")
-    table.add_column("autoctx add()", justify="right")
+    for k in mine:
+        table.add_column(f"{k} add()", justify="right")
     table.add_column("raw executemany", justify="right")
     table.add_column("raw COPY", justify="right")
-    table.add_row("token counting (tiktoken)", secs(mine["counting"]), secs(em["counting"]), secs(cp["counting"]))
-    table.add_row("validation, binding", secs(mine["validation"]), "-", "-")
-    # The baselines' database time includes building their rows and JSON: they have no
-    # separate store layer to attribute it to.
-    table.add_row("database (SQL, commit)", secs(mine["sql_and_commit"]), secs(em["db"]), secs(cp["db"]))
-    table.add_row("store Python (rows, SQLAlchemy)", secs(mine["store_python"]), "-", "-")
-    table.add_row("facade (coerce)", secs(mine["other"]), "-", "-")
-    table.add_row("total", secs(mine["total"]), secs(em["total"]), secs(cp["total"]), style="bold")
+    rows = [
+        ("token counting (tiktoken)", "counting", em["counting"], cp["counting"]),
+        ("validation, binding", "validation", None, None),
+        # The baselines' database time includes building their rows and JSON: they have no
+        # separate store layer to attribute it to.
+        ("database (SQL, commit)", "sql_and_commit", em["db"], cp["db"]),
+        ("store Python (rows, SQLAlchemy)", "store_python", None, None),
+        ("facade (coerce)", "other", None, None),
+        ("total", "total", em["total"], cp["total"]),
+    ]
+    for label, key, raw_em, raw_cp in rows:
+        table.add_row(
+            label,
+            *[secs(a[k][key]) for k in mine],
+            secs(raw_em) if raw_em is not None else "-",
+            secs(raw_cp) if raw_cp is not None else "-",
+            style="bold" if key == "total" else None,
+        )
     console.print(table)
+    if "prototype" in a:
+        console.print(
+            "(the prototype's COPY and set-based INSERT run on the driver's cursor, unseen by "
+            "SQLAlchemy's events: its 'database' row holds only the lock, the update and the "
+            "commit)"
+        )
     goal = 1.5
-    console.print(
-        f"append / baseline: {a['ratio_executemany']:.2f}x executemany, {a['ratio_copy']:.2f}x COPY "
-        f"(goal <= {goal}x: {'met' if a['ratio_executemany'] <= goal else 'MISSED'} vs executemany, "
-        f"{'met' if a['ratio_copy'] <= goal else 'MISSED'} vs COPY); without counting "
-        f"{a['ratio_db_executemany']:.2f}x executemany's database time"
-    )
+    for k in mine:
+        r = a[k]
+        console.print(
+            f"{k} append / baseline: {r['ratio_executemany']:.2f}x executemany, "
+            f"{r['ratio_copy']:.2f}x COPY (goal <= {goal}x: "
+            f"{_verdict(r['ratio_executemany'] <= goal)} vs executemany, "
+            f"{_verdict(r['ratio_copy'] <= goal)} vs COPY); without counting "
+            f"{r['ratio_db_executemany']:.2f}x executemany's database time"
+        )
     ld = f["load"]
     table = Table(title=f"load {f['messages']:,} messages (each repeat; median for the ratio)")
-    table.add_column("part")
+    table.add_column("reader")
     table.add_column("times", justify="right")
-    table.add_row("autoctx mem.messages()", ", ".join(secs(x) for x in ld["autoctx"]))
-    table.add_row("  of which SQL execute (per load)", secs(ld["autoctx_sql_execute"]))
-    table.add_row("raw select + fetchall", ", ".join(secs(x) for x in ld["raw_select"]))
+    table.add_column("SQL execute", justify="right")
+    table.add_row("raw select + fetchall", ", ".join(secs(x) for x in ld["times"]["raw"]), "")
+    for k in mine:
+        table.add_row(
+            f"{k} mem.messages()",
+            ", ".join(secs(x) for x in ld["times"][k]),
+            secs(ld["sql_execute"][k]),
+        )
     console.print(table)
-    console.print(
-        f"load / raw select: {ld['ratio']:.2f}x (goal <= {goal}x: "
-        f"{'met' if ld['ratio'] <= goal else 'MISSED'})"
-    )
+    for k in mine:
+        console.print(
+            f"{k} load / raw select: {ld['ratio'][k]:.2f}x "
+            f"(goal <= {goal}x: {_verdict(ld['ratio'][k] <= goal)})"
+        )
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     figures = run(args)
+    figures["prototype"] = args.prototype
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 

@@ -281,6 +281,11 @@ async def run_sides(
             if (k + 1) % max(1, len(parts) // 10) == 0:
                 console.print(f"  {k + 1:,} / {len(parts):,} batches", highlight=False)
 
+        # Fresh statistics, as autovacuum would have them on a live server: without them the
+        # planner takes a just-filled table for a small one and picks worse plans for all.
+        sides["raw"].conn.execute("ANALYZE")
+        sides["raw"].conn.commit()
+
         gets: dict[str, list[float]] = {name: [] for name in SIDES}
         got: dict[str, int] = {}
         for k in range(args.get_repeats):
@@ -297,6 +302,16 @@ async def run_sides(
                 limited[name].append(seconds)
                 if name != "autoctx_c" and result != items[-LIMIT:]:
                     raise SystemExit(f"{LABELS[name]}: get_items(limit) differs from the input")
+        # Cold reads: a new session object, as a new process would have (autoctx then has no
+        # items in memory and reads every working message).
+        cold: dict[str, list[float]] = {name: [] for name in SIDES}
+        for _ in range(args.get_repeats):
+            for name in SIDES:
+                fresh = _fresh_side(name, sides[name], db, sdk_engine)
+                seconds, result = await _timed(fresh.get_items)
+                cold[name].append(seconds)
+                if name in ("raw", "sdk", "autoctx") and result != items:
+                    raise SystemExit(f"{LABELS[name]}: cold get_items() differs from the input")
         mem = sides["autoctx_c"].memory()
         compressed = {
             "working_messages": mem.message_count,
@@ -306,7 +321,24 @@ async def run_sides(
     finally:
         sides["raw"].close()
         await sdk_engine.dispose()
-    return {"adds": adds, "gets": gets, "limited": limited, "got": got, "compressed": compressed}
+    return {
+        "adds": adds,
+        "gets": gets,
+        "cold": cold,
+        "limited": limited,
+        "got": got,
+        "compressed": compressed,
+    }
+
+
+def _fresh_side(name: str, side: Side, db: BenchDatabase, sdk_engine: Any) -> Side:
+    if name == "raw":
+        return side
+    if name == "sdk":
+        return SQLAlchemySession(side.session_id, engine=sdk_engine)
+    fresh = AutoctxSession(side.session_id, db.url, side.config, summarizer=OfflineSummarizer())
+    fresh.memory()  # opening (one read of the session row) is not part of the read
+    return fresh
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,6 +406,7 @@ def _figures(
             "add_p95": percentile(adds, 95),
             "get_all": median(r["gets"][name]),
             "get_all_items": r["got"][name],
+            "get_cold": median(r["cold"][name]),
             "get_limit": median(r["limited"][name]),
         }
     sdk = sides["sdk"]
@@ -389,6 +422,7 @@ def _figures(
             name: {
                 "add": sdk["add_total"] / sides[name]["add_total"],
                 "get_all": sdk["get_all"] / sides[name]["get_all"],
+                "get_cold": sdk["get_cold"] / sides[name]["get_cold"],
                 "get_limit": sdk["get_limit"] / sides[name]["get_limit"],
             }
             for name in ("raw", "autoctx", "autoctx_c")
@@ -403,7 +437,10 @@ def _ms(seconds: float) -> str:
 def _print(f: dict[str, Any]) -> None:
     s = f["sides"]
     table = Table(
-        title=f"{f['items']:,} items in {f['batches']:,} add_items() calls of ~{f['batch']} ({f['machine']})"
+        title=(
+            f"{f['items']:,} items in {f['batches']:,} add_items() calls of ~{f['batch']} "
+            f"({f['machine']})"
+        )
     )
     table.add_column("")
     for name in SIDES:
@@ -413,6 +450,7 @@ def _print(f: dict[str, Any]) -> None:
         ("add, median call", "add_median", _ms),
         ("add, p95 call", "add_p95", _ms),
         ("get_items(), whole history", "get_all", secs),
+        ("  the same, new session object", "get_cold", secs),
         (f"get_items(limit={LIMIT})", "get_limit", _ms),
     ]
     for label, key, fmt in rows:
@@ -427,6 +465,7 @@ def _print(f: dict[str, Any]) -> None:
     for label, key in (
         ("add", "add"),
         ("get_items()", "get_all"),
+        ("get_items(), new session object", "get_cold"),
         (f"get_items(limit={LIMIT})", "get_limit"),
     ):
         ratios.add_row(
@@ -442,11 +481,13 @@ def _print(f: dict[str, Any]) -> None:
     )
     mine = f["ratios"]["autoctx"]
     add_met = mine["add"] >= 2
-    get_met = mine["get_all"] >= 1 and mine["get_limit"] >= 1
+    get_met = mine["get_all"] >= 1 and mine["get_limit"] >= 1 and mine["get_cold"] >= 1
     console.print(
-        f"goal add >= 2x faster than the SDK: {'met' if add_met else 'MISSED'} ({mine['add']:.2f}x); "
+        f"goal add >= 2x faster than the SDK: {'met' if add_met else 'MISSED'} "
+        f"({mine['add']:.2f}x); "
         f"goal get no slower: {'met' if get_met else 'MISSED'} "
-        f"({mine['get_all']:.2f}x whole, {mine['get_limit']:.2f}x limit={LIMIT})"
+        f"({mine['get_all']:.2f}x whole, {mine['get_cold']:.2f}x whole from a new object, "
+        f"{mine['get_limit']:.2f}x limit={LIMIT})"
     )
 
 

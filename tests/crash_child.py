@@ -65,7 +65,20 @@ CONFIG = AutoContextConfig(
 #: Units per round: a user message, tool groups, a final answer.
 ROUND_UNITS = 7
 _TOOLS = ("read_file", "run_shell", "grep", "http_get")
-_WORDS = "request config service cache worker retry index module handler queue build deploy".split()
+_WORDS = (
+    "request",
+    "config",
+    "service",
+    "cache",
+    "worker",
+    "retry",
+    "index",
+    "module",
+    "handler",
+    "queue",
+    "build",
+    "deploy",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,12 +259,15 @@ def assert_consistent(mem: AutoContextMemory) -> None:
     for e in events:
         if e.status != "applied":
             assert e.summary_message_id is None and e.offload_uuid is None, e
-    offloads = mem.sql("select uuid, event_id, message_ids from offloads where session_id = :s", s=sid)
+    offloads = mem.sql(
+        "select uuid, event_id, message_ids from offloads where session_id = :s", s=sid
+    )
     assert len(offloads) == len(applied), "one offload per applied event"
     for o in offloads:
-        e = applied.get(o.event_id)
-        assert e is not None, f"offload {o.uuid} belongs to no applied event"
-        assert e.offload_uuid == o.uuid and list(o.message_ids) == list(e.replaced_ids), (o, e)
+        owner = applied.get(o.event_id)
+        assert owner is not None, f"offload {o.uuid} belongs to no applied event"
+        assert owner.offload_uuid == o.uuid, (o, owner)
+        assert list(o.message_ids) == list(owner.replaced_ids), (o, owner)
     lineage: dict[int, list[tuple[int, int, int]]] = {}
     for r in mem.sql(
         "select summary_id, ordinal, replaced_id, event_id from lineage where session_id = :s",
@@ -287,7 +303,9 @@ def assert_consistent(mem: AutoContextMemory) -> None:
     ]
     both = set(working) & set(replaced)
     assert not both, f"messages both working and replaced: {sorted(both)}"
-    all_ids = [r.id for r in mem.sql("select id from messages where session_id = :s order by id", s=sid)]
+    all_ids = [
+        r.id for r in mem.sql("select id from messages where session_id = :s order by id", s=sid)
+    ]
     homeless = set(all_ids) - set(working) - set(replaced)
     assert not homeless, f"messages neither working nor replaced: {sorted(homeless)}"
 
@@ -326,12 +344,18 @@ def check_after_kill(work: Workload, kills: int) -> tuple[int, int]:
         key = (int(m.metadata["crash"]["step"]), int(m.metadata["crash"]["k"]))
         order.append(key)
         by_step.setdefault(key[0], []).append(m)
-    assert order == sorted(order) and len(set(order)) == len(order), "originals out of order or doubled"
+    assert order == sorted(order) and len(set(order)) == len(order), (
+        "originals out of order or doubled"
+    )
     steps = sorted(by_step)
-    assert steps == list(range(len(steps))), f"steps missing: {sorted(set(range(len(steps))) - set(steps))}"
+    assert steps == list(range(len(steps))), (
+        f"steps missing: {sorted(set(range(len(steps))) - set(steps))}"
+    )
     for s, msgs in by_step.items():
         expected = unit(work.seed, s)
-        assert [m.metadata["crash"]["k"] for m in msgs] == list(range(len(expected))), f"step {s} half stored"
+        assert [m.metadata["crash"]["k"] for m in msgs] == list(range(len(expected))), (
+            f"step {s} half stored"
+        )
     acked_steps = [a.step for a in acks]
     assert len(set(acked_steps)) == len(acked_steps), "a step was acknowledged twice"
     for a in acks:
@@ -362,7 +386,8 @@ def _state(work: Workload) -> tuple[Any, ...]:
                 sa.text(
                     "select version, message_count, token_count, "
                     "(select count(*) from messages m where m.session_id = s.session_id), "
-                    "(select count(*) from compression_events e where e.session_id = s.session_id), "
+                    "(select count(*) from compression_events e "
+                    " where e.session_id = s.session_id), "
                     "(select array_agg(message_id order by position) from working_set w "
                     " where w.session_id = s.session_id) "
                     "from sessions s where s.session_id = :s"
@@ -380,7 +405,7 @@ class KillStats:
 
     kills: Counter[str] = field(default_factory=Counter)
     #: Wall time from fork to kill, per phase.
-    kill_seconds: Counter[str] = field(default_factory=Counter)
+    kill_seconds: dict[str, float] = field(default_factory=dict)
     steps: int = 0
     acked: int = 0
     total_kills: int = 0
@@ -389,7 +414,9 @@ class KillStats:
 
     def line(self) -> str:
         per = ", ".join(
-            f"{p}: {self.kills[p]} ({self.kill_seconds[p]:.1f} s)" for p in KILL_PHASES if self.kills[p]
+            f"{p}: {self.kills[p]} ({self.kill_seconds.get(p, 0.0):.1f} s)"
+            for p in KILL_PHASES
+            if self.kills[p]
         )
         return f"{self.total_kills} kills ({per}); {self.steps} steps stored, {self.acked} acked"
 
@@ -420,7 +447,9 @@ def _read_until(fd: int, pid: int, needle: bytes | None, seconds: float, buf: by
             return False
 
 
-def fork_child(work: Workload, generation: int, pause_at: str | None, pause_after: int) -> tuple[int, int]:
+def fork_child(
+    work: Workload, generation: int, pause_at: str | None, pause_after: int
+) -> tuple[int, int]:
     """Fork the loop; returns (pid, read end of its stderr)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -461,7 +490,9 @@ def kill_once(
         if pause_at is None:
             alive = _read_until(fd, pid, None, rng.uniform(0.05, 1.2), stderr)
             if not alive:
-                raise ChildFailed(f"the child exited before the kill:\n{stderr.decode(errors='replace')}")
+                raise ChildFailed(
+                    f"the child exited before the kill:\n{stderr.decode(errors='replace')}"
+                )
             before = None
         else:
             seen = _read_until(fd, pid, f"PAUSED {pause_at}".encode(), pause_timeout, stderr)
@@ -489,7 +520,8 @@ def run_kills(
     for generation, phase in enumerate(phases):
         started = time.monotonic()
         kill_once(work, phase, rng, generation)
-        stats.kill_seconds[phase] += time.monotonic() - started
+        elapsed = time.monotonic() - started
+        stats.kill_seconds[phase] = stats.kill_seconds.get(phase, 0.0) + elapsed
         stats.kills[phase] += 1
         stats.total_kills += 1
         steps, acked = check_after_kill(work, kills=generation + 1)

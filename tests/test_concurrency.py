@@ -8,9 +8,10 @@ event. docs/scaling.md explains the locking decision; these tests are its eviden
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import multiprocessing
 import multiprocessing.synchronize
+import os
 import random
 import threading
 import time
@@ -63,10 +64,10 @@ def llm() -> Iterator[OpenAIServer]:
             waiting = next(first_two, None) is not None
             delay = rng.uniform(0.02, 0.1)
         if waiting:
-            try:
+            # A broken barrier (one compressor never asked) just answers: the test then
+            # reports that no race happened.
+            with contextlib.suppress(threading.BrokenBarrierError):
                 rendezvous.wait()
-            except threading.BrokenBarrierError:
-                pass
         return Reply.slow(delay)
 
     with OpenAIServer(default=answer) as srv:
@@ -86,7 +87,10 @@ def _group(writer: int, seq: int, rng: random.Random) -> list[Msg]:
     """One complete tool group, tagged with its writer and sequence number."""
     meta = {"writer": writer, "seq": seq}
     call = ToolUseBlock(f"w{writer}-{seq}", "read_file", f'{{"path": "src/w{writer}/{seq}.py"}}')
-    body = "\n".join(f"line {k} of w{writer}/{seq}: value={rng.randrange(10**6)}" for k in range(rng.choice((5, 40, 120))))
+    body = "\n".join(
+        f"line {k} of w{writer}/{seq}: value={rng.randrange(10**6)}"
+        for k in range(rng.choice((5, 40, 120)))
+    )
     return [Msg.assistant(None, [call], metadata=meta), Msg.tool(call.id, body, metadata=meta)]
 
 
@@ -100,7 +104,9 @@ def _child(target: Callable[..., Any], results: Any, *args: Any) -> None:
         raise
 
 
-def _writer(db_url: str, sid: str, writer: int, start: multiprocessing.synchronize.Event) -> tuple[int, list[list[int]]]:
+def _writer(
+    db_url: str, sid: str, writer: int, start: multiprocessing.synchronize.Event
+) -> tuple[int, list[list[int]]]:
     mem = AutoContextMemory.open(sid, db_url, CONFIG, create=False)
     rng = random.Random(writer)
     start.wait()
@@ -118,7 +124,9 @@ def _compressor(
     start: multiprocessing.synchronize.Event,
     stop: multiprocessing.synchronize.Event,
 ) -> dict[str, int]:
-    mem = AutoContextMemory.open(sid, db_url, CONFIG, summarizer=_summarizer(base_url), create=False)
+    mem = AutoContextMemory.open(
+        sid, db_url, CONFIG, summarizer=_summarizer(base_url), create=False
+    )
     start.wait()
     seen: dict[str, int] = {}
     while True:
@@ -130,7 +138,7 @@ def _compressor(
 
 
 def _collect(results: Any, n: int, procs: list[Any], seconds: float) -> list[Any]:
-    out = []
+    out: list[Any] = []
     deadline = time.monotonic() + seconds
     while len(out) < n:
         if time.monotonic() > deadline:
@@ -166,7 +174,10 @@ def test_writers_and_compressors_on_one_session_lose_nothing(
         for w in range(WRITERS)
     ]
     compressors = [
-        CTX.Process(target=_child, args=(_compressor, results, db_url, session_id, llm.base_url, start, stop))
+        CTX.Process(
+            target=_child,
+            args=(_compressor, results, db_url, session_id, llm.base_url, start, stop),
+        )
         for _ in range(COMPRESSORS)
     ]
     procs = writers + compressors
@@ -209,7 +220,11 @@ def test_writers_and_compressors_on_one_session_lose_nothing(
     # A loser lost to a real winner: some earlier applied event took part of its range.
     for c in by_status["conflict"]:
         assert c.error and "changed" in c.error
-        winners = [a for a in by_status["applied"] if a.id < c.id and set(a.replaced_ids) & set(c.replaced_ids)]
+        winners = [
+            a
+            for a in by_status["applied"]
+            if a.id < c.id and set(a.replaced_ids) & set(c.replaced_ids)
+        ]
         assert winners, f"conflict {c.id} overlaps no applied compression"
     # assert_consistent also checks that no message was replaced by two applied events.
     assert_consistent(mem)
@@ -232,7 +247,7 @@ def _impatient(db_url: str) -> str:
 
 
 def _fill(db_url: str, sid: str, seed: int) -> None:
-    mem = AutoContextMemory.open(sid, db_url, dataclasses.replace(CONFIG))
+    mem = AutoContextMemory.open(sid, db_url, CONFIG)
     mem.add(multi_round(seed, rounds=4, steps=8))
     assert mem.needs_compression()
 
@@ -240,8 +255,6 @@ def _fill(db_url: str, sid: str, seed: int) -> None:
 def _hold_with_pause_point(db_url: str, sid: str, results: Any) -> None:
     """Child: compress session A and stop inside the apply transaction (row locked, rows
     written, not committed)."""
-    import os
-
     dispose_engines()
     os.environ[PAUSE_ENV] = "apply.before_commit"
     try:
@@ -273,14 +286,14 @@ def test_a_locked_session_never_blocks_another(db_url: str, holder: str) -> None
         mem_a = AutoContextMemory.open(a, _impatient(db_url), CONFIG, create=False)
         with pytest.raises(sa.exc.OperationalError, match="lock timeout"):
             mem_a.add(Msg.user("this must wait for the lock on A"))
-        # ...while B appends and compresses at full speed.
+        # ...while B appends and compresses: on the impatient URL, any wait for a lock longer
+        # than LOCK_TIMEOUT_MS would raise here, so passing means B never queued behind A.
         started = time.monotonic()
         mem_b = AutoContextMemory.open(b, _impatient(db_url), CONFIG, create=False)
         mem_b.add(Msg.user("B is not blocked"))
         events = mem_b.compress_if_needed()
-        elapsed = time.monotonic() - started
+        print(f"session B appended and compressed in {time.monotonic() - started:.2f} s")
         assert any(e.status == "applied" for e in events)
-        assert elapsed < LOCK_TIMEOUT_MS / 1000, f"session B took {elapsed:.2f} s"
         assert results.empty(), results.get()
     finally:
         if proc is not None:

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from autoctx import AutoContextMemory
 from autoctx._faults import PHASES
 from autoctx.memory import dispose_engines
 from tests.crash_child import (
+    CONFIG,
     KILL_PHASES,
     RANDOM,
     KillStats,
@@ -77,9 +79,6 @@ def test_mixed_kills_on_one_session_keep_compressing(
     phases = list(KILL_PHASES)
     stats: KillStats = run_kills(work, phases, seed=5)
     print(f"mixed: {stats.line()}")
-    from autoctx import AutoContextMemory
-    from tests.crash_child import CONFIG
-
     mem = AutoContextMemory.open(work.session_id, db_url, CONFIG, create=False)
     applied = [e for e in mem.events() if e.status == "applied"]
     assert applied, "no compression ever committed between the kills"

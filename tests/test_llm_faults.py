@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -59,11 +60,25 @@ class Fault:
 REFUSAL_TEXT = "I'm sorry, but I can't help with summarising this conversation."
 
 FAULTS = [
-    Fault("429_retry_after", Reply.rate_limited(retry_after=7), "rate_limited", detail="retry-after=7"),
+    Fault(
+        "429_retry_after", Reply.rate_limited(retry_after=7), "rate_limited", detail="retry-after=7"
+    ),
     Fault("500", Reply.server_error(500, "boom"), "http_error", detail="HTTP 500"),
-    Fault("503_streaming", Reply.server_error(503, "overloaded"), "http_error", stream=True, detail="HTTP 503"),
+    Fault(
+        "503_streaming",
+        Reply.server_error(503, "overloaded"),
+        "http_error",
+        stream=True,
+        detail="HTTP 503",
+    ),
     Fault("dropped_mid_stream", Reply.drop(after_chunks=2), "connection", stream=True),
-    Fault("stream_ends_without_finish", Reply.drop(after_chunks=2, clean_close=True), "connection", stream=True, detail="finish_reason"),
+    Fault(
+        "stream_ends_without_finish",
+        Reply.drop(after_chunks=2, clean_close=True),
+        "connection",
+        stream=True,
+        detail="finish_reason",
+    ),
     Fault("dropped_mid_body", Reply.drop(), "connection"),
     Fault("stream_never_finishes", Reply.stall(after_chunks=1), "timeout", stream=True),
     Fault("no_answer_within_timeout", Reply.slow(5), "timeout"),
@@ -91,7 +106,9 @@ def _summarizer(server: OpenAIServer, stream: bool) -> OpenAISummarizer:
     )
 
 
-def _history_memory(open_memory: Open, server: OpenAIServer, fault: Fault, **config: object) -> AutoContextMemory:
+def _history_memory(
+    open_memory: Open, server: OpenAIServer, fault: Fault, **config: Any
+) -> AutoContextMemory:
     mem = open_memory(
         config=dataclasses.replace(CONFIG, **config), summarizer=_summarizer(server, fault.stream)
     )
@@ -136,7 +153,12 @@ def test_a_faulty_answer_never_becomes_a_summary(
 
 
 @pytest.mark.parametrize(
-    "fault", [f for f in FAULTS if f.name in ("500", "dropped_mid_stream", "stream_never_finishes", "empty", "gigantic")],
+    "fault",
+    [
+        f
+        for f in FAULTS
+        if f.name in ("500", "dropped_mid_stream", "stream_never_finishes", "empty", "gigantic")
+    ],
     ids=lambda f: f.name,
 )
 def test_strict_raises_summarizer_error_and_changes_nothing(
@@ -172,16 +194,15 @@ def test_one_failure_then_good_answers_compress_with_the_llm(
     assert llm_applied, [(e.strategy, e.status) for e in events]
     # The failed range was not retried within the call.
     failed_range = events[0].replaced_ids
-    assert all(e.replaced_ids != failed_range for e in events[1:] if e.strategy == events[0].strategy)
+    assert all(
+        e.replaced_ids != failed_range for e in events[1:] if e.strategy == events[0].strategy
+    )
     assert_consistent(mem)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a refusal written as plain text (no refusal field, finish_reason stop) is "
-    "applied as a summary; SPEC.md section 6 says a refusal never becomes one",
-)
-def test_a_plain_text_refusal_never_becomes_a_summary(open_memory: Open, server: OpenAIServer) -> None:
+def test_a_plain_text_refusal_never_becomes_a_summary(
+    open_memory: Open, server: OpenAIServer
+) -> None:
     fault = Fault("plain_text_refusal", Reply.text(REFUSAL_TEXT), "refusal")
     mem = _history_memory(open_memory, server, fault)
     server.set_default(fault.reply)

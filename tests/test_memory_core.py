@@ -193,3 +193,9 @@ def test_reopening_without_a_config_keeps_the_sessions_thresholds(open_memory: O
         0
     ]
     assert stored["msg_threshold"] == 11 and stored["model"] == "gpt-4"
+
+
+@pytest.mark.parametrize("tenant", ["", "  "])
+def test_an_empty_tenant_is_refused(db_url: str, tenant: str) -> None:
+    with pytest.raises(InvalidSessionId, match="not a tenant name"):
+        AutoContextMemory.open("s-empty-tenant", db_url, tenant=tenant)

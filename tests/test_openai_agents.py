@@ -27,7 +27,7 @@ from agents import (
 from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 
-from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer
+from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer, SessionNotFound
 from autoctx.integrations.openai_agents import AutoctxSession, reload_tool
 from autoctx.tools import NOT_FOUND_ANSWER
 
@@ -207,6 +207,33 @@ def test_a_reasoning_item_and_parallel_calls_are_one_tool_group(
     assert not msgs[9].tool_uses
 
 
+def test_reads_follow_other_writers_and_never_hand_out_shared_items(
+    make_session: Callable[..., AutoctxSession], session_id: str
+) -> None:
+    items = varied_items()
+    mine, other = make_session(compress=False), make_session(session_id, compress=False)
+    run(mine.add_items(copy.deepcopy(items[:3])))
+    got = run(mine.get_items())
+    got[0]["content"] = "edited by the caller"
+    got.append({"role": "user", "content": "appended by the caller"})
+    assert run(mine.get_items()) == items[:3]
+
+    # Another writer (another process, as far as this object knows) appends and pops.
+    run(other.add_items(copy.deepcopy(items[3:7])))
+    assert run(mine.get_items()) == items[:7]
+    assert run(other.pop_item()) == items[6]
+    assert run(mine.get_items()) == items[:6]
+    assert run(mine.get_items(limit=2)) == items[4:6]
+
+    # Deleted and created again under the same id: message ids start over, and the reader
+    # must not serve the old session's items for them.
+    run(other.clear_session())
+    fresh = [{"role": "user", "content": "a new session under an old id"}]
+    run(other.add_items(fresh))
+    assert run(mine.get_items()) == fresh
+    assert run(mine.get_items(limit=1)) == fresh
+
+
 def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
     make_session: Callable[..., AutoctxSession],
 ) -> None:
@@ -297,6 +324,21 @@ def test_from_memory_shares_the_memory(
     run(session.clear_session())
     run(session.add_items([{"role": "user", "content": "back"}]))
     assert run(session.get_items()) == [{"role": "user", "content": "back"}]
+
+
+def test_a_tenants_session_works_and_stays_its_own(
+    make_session: Callable[..., AutoctxSession], session_id: str
+) -> None:
+    items = varied_items()[:4]
+    session = make_session(compress=False, tenant="acme")
+    run(session.add_items(copy.deepcopy(items)))
+    assert run(session.get_items()) == items
+    assert run(session.pop_item()) == items[-1]
+    assert run(session.get_items(limit=2)) == items[1:3]
+    assert session.memory().tenant == "acme"
+    # The same id under another tenant is not this session.
+    with pytest.raises(SessionNotFound):
+        run(make_session(session_id, tenant="globex").get_items())
 
 
 def test_session_settings_limit_applies(make_session: Callable[..., AutoctxSession]) -> None:

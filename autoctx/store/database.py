@@ -66,7 +66,16 @@ def describe(url: URL) -> str:
 
 def create_engine(url: URL, **kwargs: Any) -> Engine:
     kwargs.setdefault("pool_pre_ping", True)
-    kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 10)
+    connect_args = kwargs.setdefault("connect_args", {})
+    connect_args.setdefault("connect_timeout", 10)
+    threshold = url.query.get("prepare_threshold")
+    if threshold is not None:
+        # psycopg's own option, not a libpq one: taken off the URL and given to psycopg.
+        # `none` turns server-side prepared statements off, which a transaction-mode pooler
+        # (PgBouncer before 1.21) needs: the next execution may land on another connection.
+        url = url.difference_update_query(["prepare_threshold"])
+        value = str(threshold).strip().lower()
+        connect_args["prepare_threshold"] = None if value in ("", "none", "off") else int(value)
     return sa.create_engine(url, **kwargs)
 
 

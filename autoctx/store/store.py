@@ -230,9 +230,13 @@ class Store:
         )
         with self._begin() as conn:
             conn.execute(stmt)
-            row = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).one()
-        info = _session_info(row)
-        if tenant is not None and info.tenant != tenant:
+            row = conn.execute(
+                sa.select(sessions).where(sessions.c.session_id == session_id)
+            ).one_or_none()
+        # None: the id is taken by a session that row-level security hides from this role
+        # (another tenant's), so the insert did nothing and the row cannot be read back.
+        info = None if row is None else _session_info(row)
+        if info is None or (tenant is not None and info.tenant != tenant):
             # Another tenant's session must look exactly like an unknown one; ids are global,
             # so this id cannot be created either.
             raise SessionNotFound(
