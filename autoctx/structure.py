@@ -92,10 +92,12 @@ def group_bounds(metas: Sequence[MsgMeta]) -> list[tuple[int, int]]:
     return bounds
 
 
-def effective_pinned(metas: Sequence[MsgMeta]) -> list[bool]:
+def effective_pinned(
+    metas: Sequence[MsgMeta], spans: Sequence[tuple[int, int]] | None = None
+) -> list[bool]:
     """Pinned per index, where a pin on any member covers its whole tool group."""
     pinned = [False] * len(metas)
-    for start, end in tool_group_spans(metas):
+    for start, end in spans if spans is not None else tool_group_spans(metas):
         if any(metas[k].pinned for k in range(start, end)):
             for k in range(start, end):
                 pinned[k] = True
@@ -149,11 +151,13 @@ def finished_rounds(metas: Sequence[MsgMeta]) -> list[tuple[int, int]]:
     return rounds
 
 
-def pending_call_ids(metas: Sequence[MsgMeta]) -> tuple[str, ...]:
+def pending_call_ids(
+    metas: Sequence[MsgMeta], spans: Sequence[tuple[int, int]] | None = None
+) -> tuple[str, ...]:
     """Ids of the newest tool group's calls still without a result (a trailing pending call)."""
     if not metas:
         return ()
-    start, end = tool_group_spans(metas)[-1]
+    start, end = (spans if spans is not None else tool_group_spans(metas))[-1]
     head = metas[start]
     if not head.call_ids:
         return ()

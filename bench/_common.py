@@ -54,9 +54,8 @@ def add_database_argument(parser: argparse.ArgumentParser) -> None:
 
 def admin_url(database_url: str | None) -> URL:
     """The flag, else AUTOCTX_DATABASE_URL, else the embedded server (started if needed)."""
-    if database_url:
-        return normalize_url(database_url)
-    return resolve_url(None)
+    url: URL = normalize_url(database_url) if database_url else resolve_url(None)
+    return url
 
 
 def psycopg_conninfo(url: URL) -> str:

@@ -114,7 +114,8 @@ class AutoctxSide:
         _current[0] = self
         self.phase = "load"
         with self.watch.part("load total"):
-            return self.mem.messages()
+            loaded: list[Msg] = self.mem.messages()
+        return loaded
 
 
 #: The side whose call is in progress: the patched internals time into its stopwatch.

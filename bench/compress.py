@@ -208,7 +208,8 @@ def s2_s3_config(
 
     def saving(i: int) -> int:
         msg = prepared[i].msg
-        return prepared[i].tokens - count_tokens(preview(msg, base, dummy), counter)
+        kept: int = count_tokens(preview(msg, base, dummy), counter)
+        return int(prepared[i].tokens) - kept
 
     after_s2 = total - sum(saving(i) for i in s2)
     after_s3 = after_s2 - sum(saving(i) for i in s3)
@@ -375,13 +376,14 @@ class _SqlTimer:
                 if timer._in_apply:
                     timer.apply_seconds += time.perf_counter() - started
 
-        Store.apply = apply  # type: ignore[method-assign]
-        self.engine.dialect.do_commit = do_commit  # type: ignore[method-assign]
+        # setattr: mypy rightly refuses assigning to methods; here it is the point.
+        setattr(Store, "apply", apply)  # noqa: B010
+        setattr(self.engine.dialect, "do_commit", do_commit)  # noqa: B010
         return self
 
     def __exit__(self, *exc: object) -> None:
-        Store.apply = self._apply  # type: ignore[method-assign]
-        self.engine.dialect.do_commit = self._commit  # type: ignore[method-assign]
+        setattr(Store, "apply", self._apply)  # noqa: B010
+        setattr(self.engine.dialect, "do_commit", self._commit)  # noqa: B010
         sa.event.remove(self.engine, "before_cursor_execute", self._before)
         sa.event.remove(self.engine, "after_cursor_execute", self._after)
 
@@ -484,7 +486,7 @@ def part_b(
         for variant, run in runs.items():
             if prototype_mod := (_prototype_module() if variant != "library" else None):
                 prototype_mod.verify(store, run.session_id)
-            figures = {
+            figures: dict[str, Any] = {
                 "messages": n,
                 "variant": variant,
                 "applies": run.applies,
@@ -576,7 +578,8 @@ def _table_b(rows: list[dict[str, Any]], machine: str) -> Table:
             str(len(f["applies"])),
             ms(f["apply_p50"]),
             ms(f["apply_p95"]),
-            ms(f["apply_sql_p50"]),
+            # The prototype's apply wrapper sits outside the SQL timer's reach.
+            ms(f["apply_sql_p50"]) if f["variant"] == "library" else "-",
             ms(f["snapshot_p50"]),
             f"{f['replaced_median']:.0f}",
         )

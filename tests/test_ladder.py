@@ -319,3 +319,27 @@ def test_compression_survives_a_restart(open_memory: Open, session_id: str) -> N
     again = open_memory(config=SMALL)
     assert again.to_openai() == before
     check_all(again)
+
+
+def test_the_kept_snapshot_always_equals_a_fresh_read(open_memory: Open) -> None:
+    """The store keeps its last snapshot and splices its own applies into it; whatever happens
+    (appends, compressions, another writer's compression), it must equal a full read."""
+    from autoctx.store.store import Store
+
+    mem = open_memory(config=SMALL)
+    rival = open_memory(config=SMALL)
+    kept = mem._store
+
+    def fresh() -> object:
+        return Store(mem.engine).snapshot(mem.session_id)
+
+    history = multi_round(13, rounds=6, steps=8)
+    for chunk in (history[:40], history[40:90], history[90:]):
+        mem.add(chunk)
+        assert kept.snapshot(mem.session_id) == fresh()  # appends only: incremental read
+        mem.compress_if_needed()
+        assert kept.snapshot(mem.session_id) == fresh()  # own applies: spliced
+    rival.add(Msg.user("x " * 4000))
+    rival.add(Msg.assistant("y"))
+    rival.compress_if_needed()
+    assert kept.snapshot(mem.session_id) == fresh()  # someone else's events: full read

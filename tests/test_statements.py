@@ -63,6 +63,8 @@ _ANY_SESSION_RE = re.compile(r"session_id\s*(?:=\s*ANY|IN\s*\(|<>|!=|<|>|LIKE)",
 _GLOBAL_OK = (
     re.compile(r"^select set_config\('autoctx\.tenant', %\(t\)s, true\)$"),
     re.compile(r"^select 1$", re.IGNORECASE),
+    # Planner settings local to a transaction touch no data.
+    re.compile(r"^SET LOCAL enable_nestloop = off$"),
     re.compile(r"alembic_version", re.IGNORECASE),
     re.compile(r"\bpg_catalog\b|\bcurrent_schema\(\)|^show \w+$|version\(\)", re.IGNORECASE),
 )
@@ -255,6 +257,11 @@ def _pinned_aliases(c: Captured) -> tuple[set[str], set[str], list[str]]:
     return set(refs), pinned, problems
 
 
+_INSERT_SELECT_RE = re.compile(
+    r"\s*INSERT\s+INTO\s+\w+\s*\(\s*session_id\s*,[^)]*\)\s*SELECT\s+%\((\w+)\)s\s*,", re.I
+)
+
+
 def _insert_rows(c: Captured) -> Sequence[Mapping[str, Any]]:
     return c.parameters if isinstance(c.parameters, Sequence) else [c.parameters]
 
@@ -263,8 +270,13 @@ def _check(c: Captured) -> list[str]:
     """Why this statement is not routable to the shard of its session (empty: it is)."""
     if c.statement.upper().startswith("INSERT"):
         problems = []
+        # INSERT ... SELECT: the session_id column (listed first) takes the first selected value.
+        select_param = _INSERT_SELECT_RE.match(c.statement)
         for row in _insert_rows(c):
-            values = [v for k, v in row.items() if re.fullmatch(r"session_id(__\d+)?", k)]
+            if select_param is not None:
+                values = [row.get(select_param.group(1))]
+            else:
+                values = [v for k, v in row.items() if re.fullmatch(r"session_id(__\d+)?", k)]
             if not values or set(values) != {c.session_id}:
                 problems.append(f"insert row with session_id {values!r}")
         return problems
@@ -319,6 +331,16 @@ def test_every_statement_filters_on_one_session(db_url: str, recorder: Recorder)
             "INSERT INTO lineage (session_id, summary_id) VALUES (%(session_id)s, 1)",
             [{"session_id": "me"}],
             True,
+        ),
+        (
+            "INSERT INTO working_set (session_id, position) SELECT %(sid)s, p FROM x",
+            {"sid": "me"},
+            True,
+        ),
+        (
+            "INSERT INTO working_set (session_id, position) SELECT %(sid)s, p FROM x",
+            {"sid": "other"},
+            False,
         ),
         (
             "INSERT INTO lineage (session_id, summary_id) VALUES (%(session_id)s, 1)",

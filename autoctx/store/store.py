@@ -10,6 +10,7 @@ be sharded by session (docs/scaling.md).
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid as uuid_mod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from ..events import Event
 from ..intake import OpenCalls, Prepared, bind
 from ..messages import Msg, block_from_json
 from ..plans import Edit, Snapshot
-from ..structure import MsgMeta
+from ..structure import MsgMeta, meta_of
 from .tables import compression_events, lineage, messages, offloads, sessions, working_set
 
 _MESSAGE_COLUMNS = (
@@ -37,18 +38,6 @@ _MESSAGE_COLUMNS = (
     messages.c.kind,
     messages.c.pinned,
     messages.c.tokens,
-)
-_META_COLUMNS = (
-    messages.c.id,
-    messages.c.role,
-    messages.c.kind,
-    messages.c.final,
-    messages.c.pinned,
-    messages.c.tokens,
-    messages.c.chars,
-    messages.c.call_ids,
-    messages.c.result_ids,
-    messages.c.tool_names,
 )
 
 
@@ -104,19 +93,97 @@ def msg_from_row(row: Any) -> Msg:
     )
 
 
-def _meta_from_row(row: Any) -> MsgMeta:
-    return MsgMeta(
-        id=row.id,
-        role=row.role,
-        kind=row.kind,
-        final=row.final,
-        pinned=row.pinned,
-        tokens=row.tokens,
-        chars=row.chars,
-        call_ids=tuple(row.call_ids),
-        result_ids=tuple(row.result_ids),
-        tool_names=tuple(row.tool_names),
-    )
+# The hot paths are plain SQL run through `exec_driver_sql`: SQLAlchemy's events still see every
+# statement (the sharding test captures them all) but no per-row parameter or result
+# processing is done in Python.
+
+#: Messages inserted from one array per column: one statement and one round trip per batch.
+_INSERT_MESSAGES = """
+INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
+                      tokens, chars, call_ids, result_ids, tool_names)
+SELECT %(sid)s, %(first_id)s + u.ord - 1, u.role, u.name, u.content::jsonb, u.metadata::jsonb,
+       u.kind, u.pinned, u.final, u.tokens, u.chars,
+       ARRAY(SELECT jsonb_array_elements_text(u.call_ids::jsonb)),
+       ARRAY(SELECT jsonb_array_elements_text(u.result_ids::jsonb)),
+       ARRAY(SELECT jsonb_array_elements_text(u.tool_names::jsonb))
+FROM unnest(%(role)s::text[], %(name)s::text[], %(content)s::text[], %(metadata)s::text[],
+            %(kind)s::text[], %(pinned)s::bool[], %(final)s::bool[], %(tokens)s::int[],
+            %(chars)s::int[], %(call_ids)s::text[], %(result_ids)s::text[], %(tool_names)s::text[])
+     WITH ORDINALITY AS u(role, name, content, metadata, kind, pinned, final, tokens, chars,
+                          call_ids, result_ids, tool_names, ord)
+"""
+
+#: Appended messages take the next positions, in order (message id = position + shift).
+_INSERT_WORKING = """
+INSERT INTO working_set (session_id, position, message_id)
+SELECT %(sid)s, p, p + %(shift)s::bigint FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS p
+"""
+
+_LOAD_WORKING = """
+SELECT m.id, m.role, m.name, m.content, NULLIF(m.metadata, '{}'::jsonb), m.kind, m.pinned, m.tokens
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s ORDER BY w.position
+"""
+
+_SNAPSHOT = """
+SELECT w.position, m.id, m.role, m.kind, m.final, m.pinned, m.tokens, m.chars,
+       m.call_ids, m.result_ids, m.tool_names
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s AND w.position > %(after)s ORDER BY w.position
+"""
+
+
+def _avoid_nested_loops(conn: Connection) -> None:
+    """Keep the planner off nested loops for the whole-session reads of this transaction.
+
+    Before ANALYZE has seen a fast-growing session, PostgreSQL estimates its working set at a
+    few rows and joins it to messages with a nested loop that is quadratic in the session's
+    size (seconds at 5k messages, hours at 100k); a hash or merge join is always right here.
+    """
+    conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _message_columns(session_id: str, first_id: int, bound: Sequence[Prepared]) -> dict[str, Any]:
+    """The parameters of `_INSERT_MESSAGES`: one list per column."""
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "role", "name", "content", "metadata", "kind", "pinned", "final", "tokens", "chars",
+            "call_ids", "result_ids", "tool_names",
+        )
+    }  # fmt: skip
+    for p in bound:
+        m = p.msg
+        calls = m.tool_uses
+        results = m.tool_results
+        cols["role"].append(m.role)
+        cols["name"].append(m.name)
+        cols["content"].append(_dumps(m.content_json()))
+        cols["metadata"].append(_dumps(dict(m.metadata)))
+        cols["kind"].append(m.kind)
+        cols["pinned"].append(m.pinned)
+        cols["final"].append(p.final)
+        cols["tokens"].append(p.tokens)
+        cols["chars"].append(p.chars)
+        cols["call_ids"].append(_dumps([c.id for c in calls]))
+        cols["result_ids"].append(_dumps([r.tool_use_id for r in results]))
+        cols["tool_names"].append(_dumps([c.name for c in calls] + [r.name for r in results]))
+    return {"sid": session_id, "first_id": first_id, **cols}
+
+
+@dataclass(frozen=True, slots=True)
+class _CachedSnapshot:
+    snapshot: Snapshot
+    #: Working-set position of each message of the snapshot.
+    positions: tuple[int, ...]
+    #: The session's event counter when read: an unchanged one means only appends since.
+    next_event_id: int
+    #: Tells a deleted-and-recreated session of the same id from the cached one.
+    created_at: Any
 
 
 def _event_from_row(row: Row[Any]) -> Event:
@@ -172,6 +239,7 @@ class Store:
     def __init__(self, engine: Engine, tenant: str | None = None) -> None:
         self.engine = engine
         self.tenant = tenant
+        self._snapshots: dict[str, _CachedSnapshot] = {}
 
     @contextlib.contextmanager
     def _begin(self) -> Iterator[Connection]:
@@ -303,7 +371,12 @@ class Store:
         return row
 
     def append(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg]:
-        """Append validated messages in one transaction; returns them with ids and tokens."""
+        """Append validated messages in one transaction; returns them with ids and tokens.
+
+        Four statements whatever the batch size: lock the session row, insert the messages
+        from column arrays (one server-side `unnest`), insert their working-set rows (one
+        `generate_series`), update the totals.
+        """
         if not prepared:
             return []
         with self._begin() as conn:
@@ -312,22 +385,16 @@ class Store:
             bound = bind(prepared, open_calls, session_id=session_id)
             first_id, first_pos = row.next_message_id, row.next_position
             n = len(bound)
-            conn.execute(
-                sa.insert(messages),
-                [_message_row(session_id, first_id + i, p, None) for i, p in enumerate(bound)],
+            conn.exec_driver_sql(_INSERT_MESSAGES, _message_columns(session_id, first_id, bound))
+            conn.exec_driver_sql(
+                _INSERT_WORKING,
+                {
+                    "sid": session_id,
+                    "shift": first_id - first_pos,
+                    "lo": first_pos,
+                    "hi": first_pos + n - 1,
+                },
             )
-            conn.execute(
-                sa.insert(working_set),
-                [
-                    {
-                        "session_id": session_id,
-                        "position": first_pos + i,
-                        "message_id": first_id + i,
-                    }
-                    for i in range(n)
-                ],
-            )
-            added_tokens = sum(p.tokens for p in bound)
             conn.execute(
                 sa.update(sessions)
                 .where(sessions.c.session_id == session_id)
@@ -335,7 +402,7 @@ class Store:
                     next_message_id=first_id + n,
                     next_position=first_pos + n,
                     message_count=sessions.c.message_count + n,
-                    token_count=sessions.c.token_count + added_tokens,
+                    token_count=sessions.c.token_count + sum(p.tokens for p in bound),
                     version=sessions.c.version + 1,
                     open_calls=open_calls.to_json(),
                     updated_at=sa.func.now(),
@@ -346,52 +413,74 @@ class Store:
 
     def load_working(self, session_id: str) -> list[Msg]:
         """The working context, in order."""
-        stmt = (
-            sa.select(*_MESSAGE_COLUMNS)
-            .select_from(
-                working_set.join(
-                    messages,
-                    sa.and_(
-                        messages.c.session_id == working_set.c.session_id,
-                        messages.c.id == working_set.c.message_id,
-                    ),
-                )
-            )
-            .where(working_set.c.session_id == session_id)
-            .order_by(working_set.c.position)
-        )
         with self._connect() as conn:
-            return [msg_from_row(r) for r in conn.execute(stmt)]
+            _avoid_nested_loops(conn)
+            rows = conn.exec_driver_sql(_LOAD_WORKING, {"sid": session_id}).all()
+        return [
+            Msg(
+                role=role,
+                content=tuple(block_from_json(b) for b in content),
+                name=name,
+                metadata=metadata or {},
+                kind=kind,
+                pinned=pinned,
+                id=id_,
+                tokens=tokens,
+            )
+            for id_, role, name, content, metadata, kind, pinned, tokens in rows
+        ]
 
     def snapshot(self, session_id: str) -> Snapshot:
-        """The working context, metadata only, at one version (read in one transaction)."""
-        stmt = (
-            sa.select(*_META_COLUMNS)
-            .select_from(
-                working_set.join(
-                    messages,
-                    sa.and_(
-                        messages.c.session_id == working_set.c.session_id,
-                        messages.c.id == working_set.c.message_id,
-                    ),
-                )
-            )
-            .where(working_set.c.session_id == session_id)
-            .order_by(working_set.c.position)
-        )
+        """The working context, metadata only, at one version (read in one transaction).
+
+        Kept per store and reused: a snapshot at the same version is returned as is; when only
+        appends happened since (no event was written: every compression, failed attempt or
+        conflict writes one), only the rows past the last known position are read; after this
+        store's own apply the snapshot is spliced locally (see `apply`). So the compressor's
+        passes over a 100k-message session read it once, not once per pass.
+        """
         # REPEATABLE READ makes the session row and the working set one consistent view.
         repeatable = self.engine.execution_options(isolation_level="REPEATABLE READ")
         with repeatable.begin() as conn:
             self._scope(conn)
             info = conn.execute(
                 sa.select(
-                    sessions.c.version, sessions.c.message_count, sessions.c.token_count
+                    sessions.c.version,
+                    sessions.c.message_count,
+                    sessions.c.token_count,
+                    sessions.c.next_event_id,
+                    sessions.c.created_at,
                 ).where(sessions.c.session_id == session_id)
             ).one_or_none()
             if info is None:
                 raise SessionNotFound(f"session {session_id!r} does not exist (was it deleted?)")
-            metas = tuple(_meta_from_row(r) for r in conn.execute(stmt))
-        return Snapshot(session_id, info.version, metas, info.token_count, info.message_count)
+            cached = self._snapshots.get(session_id)
+            usable = (
+                cached is not None
+                and cached.next_event_id == info.next_event_id
+                and cached.created_at == info.created_at
+                and cached.snapshot.version <= info.version
+            )
+            if usable and cached is not None and cached.snapshot.version == info.version:
+                return cached.snapshot
+            after = (
+                cached.positions[-1] if usable and cached is not None and cached.positions else 0
+            )
+            _avoid_nested_loops(conn)
+            rows = conn.exec_driver_sql(_SNAPSHOT, {"sid": session_id, "after": after}).all()
+        positions = tuple(r[0] for r in rows)
+        metas = tuple(
+            MsgMeta(id_, role, kind, final, pinned, tokens, chars, tuple(c), tuple(r), tuple(t))
+            for _, id_, role, kind, final, pinned, tokens, chars, c, r, t in rows
+        )
+        if usable and cached is not None:
+            positions = cached.positions + positions
+            metas = cached.snapshot.messages + metas
+        snap = Snapshot(session_id, info.version, metas, info.token_count, info.message_count)
+        self._snapshots[session_id] = _CachedSnapshot(
+            snap, positions, info.next_event_id, info.created_at
+        )
+        return snap
 
     def load_messages(self, session_id: str, ids: Iterable[int]) -> dict[int, Msg]:
         """Stored messages by id (any, working or not)."""
@@ -432,10 +521,12 @@ class Store:
             positions = self._check_ranges(conn, session_id, [r.edit for r in replacements])
             conflicts = [r for r, pos in zip(replacements, positions, strict=True) if pos is None]
             if not conflicts:
-                return ApplyOutcome(
-                    self._write(conn, session_id, row, replacements, positions, reason, config),
-                    False,
+                applied = self._write(
+                    conn, session_id, row, replacements, positions, reason, config
                 )
+        if not conflicts:
+            self._splice(session_id, row, replacements, applied)
+            return ApplyOutcome(applied, False)
         events = [
             self.record_event(
                 session_id,
@@ -449,6 +540,49 @@ class Store:
             for r in conflicts
         ]
         return ApplyOutcome(events, True)
+
+    def _splice(
+        self,
+        session_id: str,
+        row: Row[Any],
+        replacements: Sequence[Replacement],
+        applied: Sequence[Event],
+    ) -> None:
+        """Bring the cached snapshot up to the version this apply committed, without a read.
+
+        Only when the cache was at exactly the version the apply started from (nobody else
+        wrote in between); otherwise the next snapshot reads what it needs.
+        """
+        cached = self._snapshots.pop(session_id, None)
+        if (
+            cached is None
+            or cached.snapshot.version != row.version
+            or cached.next_event_id != row.next_event_id
+        ):
+            return
+        metas = list(cached.snapshot.messages)
+        positions = list(cached.positions)
+        # From the last range to the first, so that earlier indices stay valid.
+        for r, event in sorted(
+            zip(replacements, applied, strict=True),
+            key=lambda pair: pair[0].edit.start,
+            reverse=True,
+        ):
+            assert event.summary_message_id is not None
+            start, end = r.edit.start, r.edit.end
+            metas[start:end] = [
+                meta_of(
+                    r.new.msg, id=event.summary_message_id, final=r.new.final, tokens=r.new.tokens
+                )
+            ]
+            positions[start:end] = [positions[start]]
+        last = applied[-1]
+        snapshot = Snapshot(
+            session_id, last.session_version, tuple(metas), last.tokens_after, last.messages_after
+        )
+        self._snapshots[session_id] = _CachedSnapshot(
+            snapshot, tuple(positions), row.next_event_id + len(applied), cached.created_at
+        )
 
     def _check_ranges(
         self, conn: Connection, session_id: str, edits: Sequence[Edit]

@@ -74,7 +74,22 @@ class Layout:
         return start in self.group_starts and end in self.group_ends
 
 
+# The six planners of one pass share a snapshot: one layout per (snapshot, config), by
+# identity, so that a 100k-message pass walks the messages once, not six times.
+_last_layout: tuple[Snapshot, AutoContextConfig, Layout] | None = None
+
+
 def layout_of(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
+    global _last_layout
+    last = _last_layout
+    if last is not None and last[0] is snapshot and last[1] is config:
+        return last[2]
+    layout = _compute_layout(snapshot, config)
+    _last_layout = (snapshot, config, layout)
+    return layout
+
+
+def _compute_layout(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
     metas = snapshot.messages
     n = len(metas)
     latest_user = latest_user_index(metas)
@@ -88,11 +103,11 @@ def layout_of(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
     long_task = after_user > config.last_keep
     history_end = max(final if final is not None else 0, tail_start if long_task else 0)
     spans = tuple(tool_group_spans(metas))
-    pending_start = spans[-1][0] if pending_call_ids(metas) else None
+    pending_start = spans[-1][0] if pending_call_ids(metas, spans) else None
     return Layout(
         metas=metas,
         spans=spans,
-        pinned=tuple(effective_pinned(metas)),
+        pinned=tuple(effective_pinned(metas, spans)),
         latest_user=latest_user,
         round_start=round_start,
         history_end=history_end,
