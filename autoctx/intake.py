@@ -217,10 +217,11 @@ def prepare(
 def bind(prepared: Sequence[Prepared], open_calls: OpenCalls, *, session_id: str) -> list[Prepared]:
     """Apply the shape rules against the session's open calls (which it advances) and fill tool
     results' names from the calls they answer. Raises `InvalidMessage`."""
-    return [
-        replace(p, msg=_bind(p.msg, open_calls, _where(session_id, i, p.msg)))
-        for i, p in enumerate(prepared)
-    ]
+    out: list[Prepared] = []
+    for i, p in enumerate(prepared):
+        msg = _bind(p.msg, open_calls, _where(session_id, i, p.msg))
+        out.append(p if msg is p.msg else replace(p, msg=msg))
+    return out
 
 
 def _where(session_id: str, index: int, msg: Msg) -> str:

@@ -58,7 +58,11 @@ from autoctx.tokens import TokenCounter
 
 SESSION = "bench-append"
 RAW_TABLES = ("bench_raw", "bench_copy")
-COLUMNS = "session_id, id, role, content, tokens"
+# The same rows autoctx writes: every column of a message, and its working-set row.
+COLUMNS = (
+    "session_id, id, role, name, content, metadata, kind, pinned, final, tokens, chars, "
+    "call_ids, result_ids, tool_names"
+)
 
 # Wide enough for the tables when the output is a file or a pipe.
 console = Console(width=120)
@@ -172,6 +176,17 @@ def instrumented(engine: sa.Engine) -> Iterator[None]:
         sa.event.remove(engine, "after_cursor_execute", after)
 
 
+def _raw_row(msg_id: int, m: Msg, tokens: int) -> tuple[Any, ...]:
+    """One message row as a hand-written store would build it."""
+    calls, results = m.tool_uses, m.tool_results
+    final = m.role == "assistant" and not calls
+    return (
+        SESSION, msg_id, m.role, m.name, Jsonb(m.content_json()), Jsonb(dict(m.metadata)),
+        m.kind, m.pinned, final, tokens, m.payload_chars, [c.id for c in calls],
+        [r.tool_use_id for r in results], [c.name for c in calls] + [r.name for r in results],
+    )  # fmt: skip
+
+
 class RawSide:
     """psycopg 3 straight into a plain table: counting, then executemany or COPY."""
 
@@ -182,11 +197,11 @@ class RawSide:
         self.next_id = 1
         self.next_copy_id = 1
         with self.conn.cursor() as cur:
+            # Copies of autoctx's own tables (columns, defaults, checks, keys, indexes), so that
+            # the baseline writes the same rows a hand-written store would.
             for table in RAW_TABLES:
-                cur.execute(
-                    f"CREATE TABLE {table} (session_id text, id bigint, role text, content jsonb, "
-                    "tokens int, PRIMARY KEY (session_id, id))"
-                )
+                cur.execute(f"CREATE TABLE {table} (LIKE messages INCLUDING ALL)")
+                cur.execute(f"CREATE TABLE {table}_working (LIKE working_set INCLUDING ALL)")
         self.conn.commit()
 
     def _count(self, batch: Sequence[Msg], name: str) -> list[int]:
@@ -197,12 +212,17 @@ class RawSide:
         tokens = self._count(batch, "executemany count")
         with self.watch.part("executemany db"):
             rows = [
-                (SESSION, self.next_id + i, m.role, Jsonb(m.content_json()), t)
+                _raw_row(self.next_id + i, m, t)
                 for i, (m, t) in enumerate(zip(batch, tokens, strict=True))
             ]
             with self.conn.cursor() as cur:
                 cur.executemany(
-                    f"INSERT INTO bench_raw ({COLUMNS}) VALUES (%s, %s, %s, %s, %s)", rows
+                    f"INSERT INTO bench_raw ({COLUMNS}) VALUES ({', '.join(['%s'] * 14)})", rows
+                )
+                cur.executemany(
+                    "INSERT INTO bench_raw_working (session_id, position, message_id) "
+                    "VALUES (%s, %s, %s)",
+                    [(SESSION, r[1], r[1]) for r in rows],
                 )
             self.conn.commit()
         self.next_id += len(batch)
@@ -210,21 +230,26 @@ class RawSide:
     def append_copy(self, batch: Sequence[Msg]) -> None:
         tokens = self._count(batch, "copy count")
         with self.watch.part("copy db"):
-            with (
-                self.conn.cursor() as cur,
-                cur.copy(f"COPY bench_copy ({COLUMNS}) FROM STDIN") as copy,
-            ):
-                for i, (m, t) in enumerate(zip(batch, tokens, strict=True)):
-                    copy.write_row(
-                        (SESSION, self.next_copy_id + i, m.role, Jsonb(m.content_json()), t)
-                    )
+            with self.conn.cursor() as cur:
+                with cur.copy(f"COPY bench_copy ({COLUMNS}) FROM STDIN") as copy:
+                    for i, (m, t) in enumerate(zip(batch, tokens, strict=True)):
+                        copy.write_row(_raw_row(self.next_copy_id + i, m, t))
+                with cur.copy(
+                    "COPY bench_copy_working (session_id, position, message_id) FROM STDIN"
+                ) as copy:
+                    for i in range(len(batch)):
+                        copy.write_row((SESSION, self.next_copy_id + i, self.next_copy_id + i))
             self.conn.commit()
         self.next_copy_id += len(batch)
 
     def load(self) -> list[tuple[Any, ...]]:
         with self.watch.part("raw select"), self.conn.cursor() as cur:
+            # The same read autoctx makes: the working set joined to its messages, in order.
             cur.execute(
-                "SELECT id, role, content, tokens FROM bench_raw WHERE session_id = %s ORDER BY id",
+                "SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens "
+                "FROM bench_raw_working w JOIN bench_raw m "
+                "ON m.session_id = w.session_id AND m.id = w.message_id "
+                "WHERE w.session_id = %s ORDER BY w.position",
                 (SESSION,),
             )
             rows = cur.fetchall()
@@ -294,7 +319,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         loads.setdefault(label, []).append(time.perf_counter() - t0)
                         if len(loaded) != len(msgs):
                             raise SystemExit(f"{label} loaded {len(loaded)}, not {len(msgs)}")
-            expected_tokens = sum(count for _, _, _, count in raw.load())
+            expected_tokens = sum(row[-1] for row in raw.load())
             for side in sides:
                 if side.mem.token_count != expected_tokens:
                     raise SystemExit(
