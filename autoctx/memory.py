@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +20,7 @@ from .compressor import Compressor, trigger_of
 from .config import AutoContextConfig
 from .errors import InvalidSessionId, SessionNotFound
 from .events import Event
-from .intake import prepare
+from .intake import Prepared, count_tokens, prepare
 from .messages import Msg, coerce_messages, to_openai_messages
 from .prompts import RELOAD_SNIPPET
 from .store.database import check_connection, create_engine, ensure_schema, resolve_url
@@ -186,6 +186,23 @@ class AutoContextMemory:
         )
         return compressor.run(info)
 
+    def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
+        """Take the last working message out of the working context and return it.
+
+        The original stays stored; the removal is an applied event (strategy 0, reason
+        'manual'). `split(last)` may return a message to stand in its place (for example the
+        rest of a message that held several items). Returns None when the context is empty.
+        """
+        self._check_open()
+
+        def remainder(last: Msg) -> Prepared | None:
+            rest = split(last) if split is not None else None
+            if rest is None:
+                return None
+            return Prepared(rest, count_tokens(rest, self._counter), rest.payload_chars, False)
+
+        return self._store.pop_last(self.session_id, remainder, config=self.config.to_json())
+
     def set_plan(self, plan: Mapping[str, Any] | None) -> None:
         """Attach a plan (goal, steps with states, expected outcome) for the summaries' plan
         hint; None removes it."""
@@ -300,6 +317,15 @@ class AutoContextMemory:
     @property
     def engine(self) -> Engine:
         return self._store.engine
+
+    @property
+    def store(self) -> Store:
+        """The store behind the memory (for integrations that read stored JSON directly)."""
+        return self._store
+
+    @property
+    def summarizer(self) -> Summarizer:
+        return self._summarizer
 
     def sql(self, statement: str, **params: Any) -> list[sa.Row[Any]]:
         """Run a read-only SQL query on the memory's database (audits, tests)."""

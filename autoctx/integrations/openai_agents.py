@@ -44,25 +44,21 @@ The SDK calls are async; autoctx's memory is sync, so each call runs it in a wor
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import sqlalchemy as sa
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from agents.tool import FunctionTool
 from agents.tool_context import ToolContext
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import URL
 
+from .._gc import paused_gc
 from ..config import AutoContextConfig
 from ..errors import SessionNotFound
-from ..intake import count_tokens
 from ..memory import AutoContextMemory
 from ..messages import (
     Block,
@@ -71,12 +67,8 @@ from ..messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
-    block_from_json,
 )
-from ..store.tables import compression_events, lineage, messages, sessions, working_set
-from ..structure import is_final_answer
 from ..summarizers import Summarizer
-from ..tokens import TokenCounter
 from ..tools import TOOL_NAME, reload_tool_definition
 
 __all__ = ["META_KEY", "AutoctxSession", "items_to_messages", "message_items", "reload_tool"]
@@ -504,7 +496,6 @@ class AutoctxSession:
         self.session_settings = session_settings
         self._args = _OpenArgs(database_url, config, summarizer, tenant)
         self._mem: AutoContextMemory | None = None
-        self._counter: TokenCounter | None = None
         # Opening touches the database; it happens once, in whichever worker thread asks first.
         self._lock = threading.Lock()
         # Items of working messages by message id (see `get_items_sync`), and the creation
@@ -524,7 +515,7 @@ class AutoctxSession:
         """A session over an open memory (its database, config, tenant and summariser)."""
         # The summariser is kept so that the session can reopen the memory after
         # clear_session() (deleting a session closes its memory).
-        summarizer = cast(Summarizer | None, getattr(mem, "_summarizer", None))
+        summarizer = mem.summarizer
         session = cls(
             mem.session_id,
             mem.engine.url,
@@ -559,11 +550,6 @@ class AutoctxSession:
                     summarizer=args.summarizer,
                 )
             return self._mem
-
-    def _token_counter(self, mem: AutoContextMemory) -> TokenCounter:
-        if self._counter is None or self._counter.model != mem.config.model:
-            self._counter = TokenCounter(mem.config.model)
-        return self._counter
 
     # -- Session protocol ---------------------------------------------------------------------
 
@@ -600,35 +586,26 @@ class AutoctxSession:
         if limit is not None and limit <= 0:
             return []
         mem = self.memory()
-        with mem.engine.connect() as conn:
-            _scope(conn, mem.tenant)
-            params: dict[str, Any] = {"sid": self.session_id}
-            if limit is None:
-                row = conn.execute(_WORKING_IDS, params).one_or_none()
-            else:
-                # Every message gives at least one item, so the latest `limit` messages hold
-                # the latest `limit` items: the read stays O(limit) on a session of any length.
-                row = conn.execute(_LATEST_IDS, {**params, "n": limit}).one_or_none()
-            if row is None:
-                return []
-            epoch, ids = row[0], list(row[1])
-            with self._cache_lock:
-                if epoch != self._cache_epoch:
-                    self._cache_epoch, self._cache = epoch, {}
-                cache = self._cache
-                known = {i: cache[i] for i in ids if i in cache}
-            missing = [i for i in ids if i not in known]
-            if missing:
-                with _gc_paused():
-                    fetched = conn.execute(
-                        _MESSAGES_BY_ID, {"sid": self.session_id, "ids": missing}
-                    )
-                    # Unpacked like tuples: a Row's attribute access costs more than the
-                    # conversion.
-                    for msg_id, role, kind, content, metadata in fetched:
-                        known[msg_id] = [
-                            item for item, _ in _items_with_blocks(role, kind, content, metadata)
-                        ]
+        # Every message gives at least one item, so the latest `limit` messages hold the latest
+        # `limit` items: the read stays O(limit) on a session of any length.
+        found = mem.store.working_ids(self.session_id, limit)
+        if found is None:
+            return []
+        epoch, ids = found
+        with self._cache_lock:
+            if epoch != self._cache_epoch:
+                self._cache_epoch, self._cache = epoch, {}
+            cache = self._cache
+            known = {i: cache[i] for i in ids if i in cache}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            with paused_gc():
+                for msg_id, role, kind, content, metadata in mem.store.message_documents(
+                    self.session_id, missing
+                ):
+                    known[msg_id] = [
+                        item for item, _ in _items_with_blocks(role, kind, content, metadata)
+                    ]
         with self._cache_lock:
             if epoch == self._cache_epoch:
                 if limit is None:
@@ -640,7 +617,7 @@ class AutoctxSession:
         if limit is not None:
             items = items[-limit:]
         # Copies: a caller that edits what it got must not edit the cache.
-        with _gc_paused():
+        with paused_gc():
             return cast(list[TResponseInputItem], [_copy(item) for item in items])
 
     def add_items_sync(self, items: Sequence[Any]) -> None:
@@ -672,14 +649,22 @@ class AutoctxSession:
         session row's lock, like every autoctx write.
         """
         mem = self.memory()
-        counter = self._token_counter(mem)
-        config = mem.config.to_json()
-        with mem.engine.begin() as conn:
-            _scope(conn, mem.tenant)
-            return cast(
-                TResponseInputItem | None,
-                pop_last_item(conn, self.session_id, counter=counter, config=config),
-            )
+        popped: list[Item] = []
+
+        def split(last: Msg) -> Msg | None:
+            items = _items_with_blocks(last.role, last.kind, last.content_json(), last.metadata)
+            if not items:
+                return None
+            item, blocks = items[-1]
+            popped.append(item)
+            if len(items) == 1:
+                return None
+            keep = [k for k in range(len(last.content)) if k not in set(blocks)]
+            return _remainder(last, keep)
+
+        if mem.pop_last(split) is None:
+            return None
+        return cast(TResponseInputItem | None, popped[0] if popped else None)
 
     def clear_session_sync(self) -> None:
         with self._lock:
@@ -703,264 +688,16 @@ class AutoctxSession:
         mem.delete()
 
 
-_WORKING_IDS = sa.text(
-    """
-    SELECT s.created_at,
-           coalesce((SELECT array_agg(w.message_id ORDER BY w.position)
-                     FROM working_set w WHERE w.session_id = s.session_id), '{}')
-    FROM sessions s WHERE s.session_id = :sid
-    """
-)
-_LATEST_IDS = sa.text(
-    """
-    SELECT s.created_at,
-           coalesce((SELECT array_agg(x.message_id ORDER BY x.position)
-                     FROM (SELECT w.message_id, w.position FROM working_set w
-                           WHERE w.session_id = s.session_id
-                           ORDER BY w.position DESC LIMIT :n) x), '{}')
-    FROM sessions s WHERE s.session_id = :sid
-    """
-)
-
-
-# A join on the unnested ids, not `id = ANY(:ids)`: PostgreSQL applies ANY as a filter that
-# scans the whole array for every row, quadratic on a long session's first read.
-_MESSAGES_BY_ID = sa.text(
-    """
-    SELECT m.id, m.role, m.kind, m.content, m.metadata
-    FROM unnest(CAST(:ids AS bigint[])) AS u(id)
-    JOIN messages m ON m.session_id = :sid AND m.id = u.id
-    """
-).columns(
-    sa.column("id", sa.BigInteger),
-    sa.column("role", sa.Text),
-    sa.column("kind", sa.Text),
-    sa.column("content", JSONB),
-    sa.column("metadata", JSONB),
-)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many small JSON values.
-
-    Decoding or copying thousands of small JSON objects (each message's metadata, each item)
-    sets off collection after collection, each walking every object of the process: measured
-    on 17k messages, their metadata decoded in 0.07 s with the collector paused and 0.3-0.45 s
-    without. JSON values hold no reference cycles, so the pause leaves nothing for it to find.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _scope(conn: Connection, tenant: str | None) -> None:
-    # As the store does: a tenant's transactions carry it, for row-level security policies.
-    if tenant is not None:
-        conn.execute(sa.text("select set_config('autoctx.tenant', :t, true)"), {"t": tenant})
-
-
-# ---------------------------------------------------------------------------------------------
-# Pop: the store operation the SDK needs (one transaction)
-# ---------------------------------------------------------------------------------------------
-
-
-def _open_calls_at_tail(conn: Connection, session_id: str) -> dict[str, str]:
-    """The calls of the newest tool group still without results, from the working tail."""
-    window = 32
-    while True:
-        rows = list(
-            conn.execute(
-                sa.select(
-                    messages.c.role,
-                    messages.c.call_ids,
-                    messages.c.result_ids,
-                    messages.c.tool_names,
-                )
-                .select_from(
-                    working_set.join(
-                        messages,
-                        sa.and_(
-                            messages.c.session_id == working_set.c.session_id,
-                            messages.c.id == working_set.c.message_id,
-                        ),
-                    )
-                )
-                .where(working_set.c.session_id == session_id)
-                .order_by(working_set.c.position.desc())
-                .limit(window)
-            )
-        )
-        answered: set[str] = set()
-        for row in rows:
-            if row.role == "tool":
-                answered.update(row.result_ids)
-                continue
-            names = list(row.tool_names)
-            return {
-                call: names[k] if k < len(names) else ""
-                for k, call in enumerate(row.call_ids)
-                if call not in answered
-            }
-        if len(rows) < window:
-            return {}
-        window *= 4
-
-
-def pop_last_item(
-    conn: Connection, session_id: str, *, counter: TokenCounter, config: Mapping[str, Any]
-) -> Item | None:
-    """Pop the latest item of a session's working context inside the caller's transaction.
-
-    Locks the session row; takes the last working message; if it stands for one item, removes
-    it from the working set; if for several, replaces it (same position) by a new message with
-    all its items but the last. Updates the totals, the open calls, the version, and records an
-    applied event with strategy 0 and reason 'manual'. Returns the popped item, or None when
-    the working context is empty.
-    """
-    srow = conn.execute(
-        sa.select(sessions).where(sessions.c.session_id == session_id).with_for_update()
-    ).one_or_none()
-    if srow is None:
-        return None
-    last = conn.execute(
-        sa.select(
-            working_set.c.position,
-            messages.c.id,
-            messages.c.role,
-            messages.c.name,
-            messages.c.kind,
-            messages.c.content,
-            messages.c.metadata,
-            messages.c.pinned,
-            messages.c.final,
-            messages.c.tokens,
-        )
-        .select_from(
-            working_set.join(
-                messages,
-                sa.and_(
-                    messages.c.session_id == working_set.c.session_id,
-                    messages.c.id == working_set.c.message_id,
-                ),
-            )
-        )
-        .where(working_set.c.session_id == session_id)
-        .order_by(working_set.c.position.desc())
-        .limit(1)
-    ).one_or_none()
-    if last is None:
-        return None
-    items = _items_with_blocks(last.role, last.kind, last.content, last.metadata)
-    if not items:
-        # A message that stands for no item (a tool message without results cannot be
-        # stored; kept for safety): pop it whole and report nothing.
-        popped_item: Item | None = None
-        keep: list[int] = []
-    else:
-        popped_item, popped_blocks = items[-1]
-        keep = [k for k in range(len(last.content)) if k not in set(popped_blocks)]
-    event_id = srow.next_event_id
-    version = srow.version + 1
-    remainder_id: int | None = None
-    remainder_tokens = 0
-    conn.execute(
-        sa.delete(working_set).where(
-            working_set.c.session_id == session_id, working_set.c.position == last.position
-        )
-    )
-    if len(items) > 1:
-        remainder = _remainder(last, keep)
-        remainder_id = srow.next_message_id
-        remainder_tokens = count_tokens(remainder, counter)
-        calls = remainder.tool_uses
-        results = remainder.tool_results
-        conn.execute(
-            sa.insert(messages).values(
-                session_id=session_id,
-                id=remainder_id,
-                role=remainder.role,
-                name=remainder.name,
-                content=remainder.content_json(),
-                metadata=dict(remainder.metadata),
-                kind=remainder.kind,
-                pinned=remainder.pinned,
-                final=is_final_answer(remainder, replaced_final=last.final),
-                tokens=remainder_tokens,
-                chars=remainder.payload_chars,
-                call_ids=[c.id for c in calls],
-                result_ids=[r.tool_use_id for r in results],
-                tool_names=[c.name for c in calls] + [r.name for r in results],
-                event_id=event_id,
-            )
-        )
-        conn.execute(
-            sa.insert(working_set).values(
-                session_id=session_id, position=last.position, message_id=remainder_id
-            )
-        )
-    count_after = srow.message_count - (0 if remainder_id is not None else 1)
-    tokens_after = srow.token_count - last.tokens + remainder_tokens
-    conn.execute(
-        sa.insert(compression_events).values(
-            session_id=session_id,
-            id=event_id,
-            strategy=0,
-            status="applied",
-            reason="manual",
-            messages_before=srow.message_count,
-            messages_after=count_after,
-            tokens_before=srow.token_count,
-            tokens_after=tokens_after,
-            replaced_ids=[last.id],
-            replaced_tokens=last.tokens,
-            summary_message_id=remainder_id,
-            error=None,
-            session_version=version,
-            config=dict(config),
-        )
-    )
-    if remainder_id is not None:
-        # The remainder stands for the popped message's other items: lineage keeps "which
-        # working message covers this original" answerable for them.
-        conn.execute(
-            sa.insert(lineage).values(
-                session_id=session_id,
-                summary_id=remainder_id,
-                ordinal=0,
-                replaced_id=last.id,
-                event_id=event_id,
-            )
-        )
-    open_calls = _open_calls_at_tail(conn, session_id)
-    conn.execute(
-        sa.update(sessions)
-        .where(sessions.c.session_id == session_id)
-        .values(
-            next_message_id=srow.next_message_id + (1 if remainder_id is not None else 0),
-            next_event_id=event_id + 1,
-            message_count=count_after,
-            token_count=tokens_after,
-            version=version,
-            open_calls=open_calls,
-            updated_at=sa.func.now(),
-        )
-    )
-    return popped_item
-
-
-def _remainder(row: Any, keep: Sequence[int]) -> Msg:
+def _remainder(last: Msg, keep: Sequence[int]) -> Msg:
     """The popped message without its last item's blocks (and without its last skeleton)."""
-    blocks = tuple(block_from_json(row.content[k]) for k in keep)
-    metadata = dict(row.metadata or {})
+    blocks = tuple(last.content[k] for k in keep)
+    metadata = dict(last.metadata or {})
     agents_meta = metadata.get(META_KEY)
-    if row.kind == "original" and isinstance(agents_meta, Mapping):
+    if last.kind == "original" and isinstance(agents_meta, Mapping):
         metadata[META_KEY] = {**agents_meta, "items": list(agents_meta["items"])[:-1]}
-    return Msg(row.role, blocks, name=row.name, metadata=metadata, kind=row.kind, pinned=row.pinned)
+    return Msg(
+        last.role, blocks, name=last.name, metadata=metadata, kind=last.kind, pinned=last.pinned
+    )
 
 
 # ---------------------------------------------------------------------------------------------

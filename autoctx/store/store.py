@@ -10,36 +10,25 @@ be sharded by session (docs/scaling.md).
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import uuid as uuid_mod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 
 from .._faults import pause_point
+from .._gc import paused_gc
 from ..config import AutoContextConfig
 from ..errors import OffloadNotFound, SessionNotFound
 from ..events import Event
 from ..intake import OpenCalls, Prepared, bind
 from ..messages import Msg, block_from_json
 from ..plans import Edit, Snapshot
-from ..structure import MsgMeta, meta_of
+from ..structure import MsgMeta, is_final_answer, meta_of
 from .tables import compression_events, lineage, messages, offloads, sessions, working_set
-
-_MESSAGE_COLUMNS = (
-    messages.c.id,
-    messages.c.role,
-    messages.c.name,
-    messages.c.content,
-    messages.c.metadata,
-    messages.c.kind,
-    messages.c.pinned,
-    messages.c.tokens,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +118,63 @@ WHERE w.session_id = %(sid)s AND w.position > %(after)s ORDER BY w.position
 """
 
 
+# Messages by id: a join on the unnested ids, not `id = ANY(:ids)`, which PostgreSQL applies as
+# a filter scanning the whole array for every row (quadratic for a big offload or S6 range).
+_MESSAGES_BY_ID = """
+SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
+FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+"""
+_DOCUMENTS_BY_ID = """
+SELECT m.id, m.role, m.kind, m.content, m.metadata
+FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+"""
+_TOKENS_BY_ID = """
+SELECT m.id, m.tokens
+FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+"""
+_WORKING_IDS = """
+SELECT s.created_at,
+       coalesce((SELECT array_agg(w.message_id ORDER BY w.position)
+                 FROM working_set w WHERE w.session_id = s.session_id), '{}')
+FROM sessions s WHERE s.session_id = %(sid)s
+"""
+_LATEST_WORKING_IDS = """
+SELECT s.created_at,
+       coalesce((SELECT array_agg(x.message_id ORDER BY x.position)
+                 FROM (SELECT w.message_id, w.position FROM working_set w
+                       WHERE w.session_id = s.session_id
+                       ORDER BY w.position DESC LIMIT %(n)s) x), '{}')
+FROM sessions s WHERE s.session_id = %(sid)s
+"""
+_LAST_WORKING = """
+SELECT w.position, m.id, m.final
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT 1
+"""
+_TAIL_CALLS = """
+SELECT m.role, m.call_ids, m.result_ids, m.tool_names
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT %(n)s
+"""
+
+
+def _messages_by_id(conn: Connection, session_id: str, ids: list[int]) -> dict[int, Msg]:
+    rows = conn.exec_driver_sql(_MESSAGES_BY_ID, {"sid": session_id, "ids": ids})
+    return {
+        id_: Msg(
+            role=role,
+            content=tuple(block_from_json(b) for b in content),
+            name=name,
+            metadata=metadata,
+            kind=kind,
+            pinned=pinned,
+            id=id_,
+            tokens=tokens,
+        )
+        for id_, role, name, content, metadata, kind, pinned, tokens in rows
+    }
+
+
 def _avoid_nested_loops(conn: Connection) -> None:
     """Keep the planner off nested loops for the whole-session reads of this transaction.
 
@@ -169,22 +215,6 @@ def _message_params(
         "result_ids": [r.tool_use_id for r in results] or None,
         "tool_names": names or None,
     }
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a burst of objects is built.
-
-    Loading 100k messages allocates millions of small objects, none of them cyclic garbage; the
-    collector's generation-0 passes over them cost a third of the load.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _stored(m: Msg, msg_id: int, tokens: int) -> Msg:
@@ -434,7 +464,7 @@ class Store:
 
     def load_working(self, session_id: str) -> list[Msg]:
         """The working context, in order."""
-        with _no_gc():
+        with paused_gc():
             with self._connect() as conn:
                 _avoid_nested_loops(conn)
                 rows = conn.exec_driver_sql(_LOAD_WORKING, {"sid": session_id}).all()
@@ -509,11 +539,140 @@ class Store:
         id_list = list(ids)
         if not id_list:
             return {}
-        stmt = sa.select(*_MESSAGE_COLUMNS).where(
-            messages.c.session_id == session_id, messages.c.id.in_(id_list)
-        )
         with self._connect() as conn:
-            return {r.id: msg_from_row(r) for r in conn.execute(stmt)}
+            return _messages_by_id(conn, session_id, id_list)
+
+    def message_documents(
+        self, session_id: str, ids: Sequence[int]
+    ) -> list[tuple[int, str, str, Any, Any]]:
+        """(id, role, kind, content JSON, metadata JSON) of stored messages, for integrations
+        that decode the stored JSON themselves."""
+        if not ids:
+            return []
+        with paused_gc(), self._connect() as conn:
+            return [
+                (r[0], r[1], r[2], r[3], r[4])
+                for r in conn.exec_driver_sql(
+                    _DOCUMENTS_BY_ID, {"sid": session_id, "ids": list(ids)}
+                )
+            ]
+
+    def working_ids(
+        self, session_id: str, limit: int | None = None
+    ) -> tuple[Any, list[int]] | None:
+        """The session's creation time and its working message ids in order (the last `limit`
+        of them when given); None for an unknown session. One short query: no content."""
+        sql = _WORKING_IDS if limit is None else _LATEST_WORKING_IDS
+        with self._connect() as conn:
+            row = conn.exec_driver_sql(sql, {"sid": session_id, "n": limit}).one_or_none()
+        return None if row is None else (row[0], list(row[1]))
+
+    def pop_last(
+        self,
+        session_id: str,
+        remainder: Callable[[Msg], Prepared | None],
+        *,
+        config: Mapping[str, Any],
+    ) -> Msg | None:
+        """Take the last working message out of the working context (one transaction).
+
+        `remainder(last)` may return a message to stand in its place (same position: the rest of
+        a message that held several items); the original stays stored either way, linked by
+        lineage to the remainder. Updates the totals and the open calls, bumps the version and
+        records an applied event with strategy 0 and reason 'manual'. Returns the message taken
+        out, or None when the working context is empty.
+        """
+        with self._begin() as conn:
+            srow = self._lock(conn, session_id)
+            last = conn.exec_driver_sql(_LAST_WORKING, {"sid": session_id}).one_or_none()
+            if last is None:
+                return None
+            position, last_id, last_final = last[0], last[1], last[2]
+            popped = _messages_by_id(conn, session_id, [last_id])[last_id]
+            rest = remainder(popped)
+            event_id, version = srow.next_event_id, srow.version + 1
+            rest_id = srow.next_message_id if rest is not None else None
+            conn.execute(
+                sa.delete(working_set).where(
+                    working_set.c.session_id == session_id, working_set.c.position == position
+                )
+            )
+            popped_tokens = popped.tokens or 0
+            count_after = srow.message_count - (0 if rest is not None else 1)
+            tokens_after = srow.token_count - popped_tokens + (rest.tokens if rest else 0)
+            conn.execute(
+                sa.insert(compression_events).values(
+                    session_id=session_id,
+                    id=event_id,
+                    strategy=0,
+                    status="applied",
+                    reason="manual",
+                    messages_before=srow.message_count,
+                    messages_after=count_after,
+                    tokens_before=srow.token_count,
+                    tokens_after=tokens_after,
+                    replaced_ids=[last_id],
+                    replaced_tokens=popped_tokens,
+                    summary_message_id=rest_id,
+                    session_version=version,
+                    config=dict(config),
+                )
+            )
+            if rest is not None and rest_id is not None:
+                rest = replace(rest, final=is_final_answer(rest.msg, replaced_final=last_final))
+                conn.execute(
+                    sa.insert(messages).values(**_message_row(session_id, rest_id, rest, event_id))
+                )
+                conn.execute(
+                    sa.insert(working_set).values(
+                        session_id=session_id, position=position, message_id=rest_id
+                    )
+                )
+                # The remainder stands for the popped message's other items: "which working
+                # message covers this original" stays answerable for them.
+                conn.execute(
+                    sa.insert(lineage).values(
+                        session_id=session_id,
+                        summary_id=rest_id,
+                        ordinal=0,
+                        replaced_id=last_id,
+                        event_id=event_id,
+                    )
+                )
+            conn.execute(
+                sa.update(sessions)
+                .where(sessions.c.session_id == session_id)
+                .values(
+                    next_message_id=srow.next_message_id + (1 if rest is not None else 0),
+                    next_event_id=event_id + 1,
+                    message_count=count_after,
+                    token_count=tokens_after,
+                    version=version,
+                    open_calls=self._open_calls_at_tail(conn, session_id),
+                    updated_at=sa.func.now(),
+                )
+            )
+        return popped
+
+    def _open_calls_at_tail(self, conn: Connection, session_id: str) -> dict[str, str]:
+        """The newest tool group's calls still without results, read from the working tail."""
+        window = 32
+        while True:
+            rows = conn.exec_driver_sql(_TAIL_CALLS, {"sid": session_id, "n": window}).all()
+            answered: set[str] = set()
+            for role, call_ids, result_ids, tool_names in rows:
+                if role == "tool":
+                    answered.update(result_ids)
+                    continue
+                names = list(tool_names)
+                return {
+                    call: names[k] if k < len(names) else ""
+                    for k, call in enumerate(call_ids)
+                    if call not in answered
+                }
+            if len(rows) < window:
+                return {}
+            window *= 4
 
     def totals(self, session_id: str) -> SessionInfo:
         """The session row: one primary-key read, no messages (the O(1) trigger check)."""
@@ -768,12 +927,8 @@ class Store:
         ]
 
     def _tokens_of(self, conn: Connection, session_id: str, ids: Sequence[int]) -> dict[int, int]:
-        rows = conn.execute(
-            sa.select(messages.c.id, messages.c.tokens).where(
-                messages.c.session_id == session_id, messages.c.id.in_(list(ids))
-            )
-        )
-        return {r.id: r.tokens for r in rows}
+        rows = conn.exec_driver_sql(_TOKENS_BY_ID, {"sid": session_id, "ids": list(ids)})
+        return {r[0]: r[1] for r in rows}
 
     def record_event(
         self,
@@ -842,12 +997,7 @@ class Store:
                 raise OffloadNotFound(
                     f"no offloaded context with id {offload_uuid} in session {session_id!r}"
                 )
-            rows = conn.execute(
-                sa.select(*_MESSAGE_COLUMNS).where(
-                    messages.c.session_id == session_id, messages.c.id.in_(list(ids))
-                )
-            )
-            by_id = {r.id: msg_from_row(r) for r in rows}
+            by_id = _messages_by_id(conn, session_id, list(ids))
         return [by_id[i] for i in ids]
 
     def events(self, session_id: str) -> list[Event]:
