@@ -199,3 +199,22 @@ def test_reopening_without_a_config_keeps_the_sessions_thresholds(open_memory: O
 def test_an_empty_tenant_is_refused(db_url: str, tenant: str) -> None:
     with pytest.raises(InvalidSessionId, match="not a tenant name"):
         AutoContextMemory.open("s-empty-tenant", db_url, tenant=tenant)
+
+
+def test_pop_last_takes_the_last_message_out_and_keeps_the_original(open_memory: Open) -> None:
+    mem = open_memory()
+    mem.add([Msg.user("q"), Msg.assistant(None, [ToolUseBlock("c1", "ls")]), Msg.tool("c1", "a b")])
+    before = mem.version
+    popped = mem.pop_last()
+    assert popped is not None and popped.tool_results[0].tool_use_id == "c1"
+    assert [m.role for m in mem.messages()] == ["user", "assistant"]
+    assert mem.version == before + 1 and mem.token_count == recount(mem)
+    # The popped result reopened its call: the shape rules hold again.
+    with pytest.raises(InvalidMessage, match="still unanswered"):
+        mem.add(Msg.user("skip"))
+    mem.add(Msg.tool("c1", "a b c"))
+    (event,) = [e for e in mem.events() if e.strategy == 0]
+    assert (event.status, event.reason, event.replaced_ids) == ("applied", "manual", (popped.id,))
+    stored = mem.sql("select count(*) from messages where session_id = :s", s=mem.session_id)
+    assert stored[0][0] == 4  # the popped original is still stored
+    assert open_memory(sid="empty-session").pop_last() is None
