@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._faults import pause_point
 from .config import AutoContextConfig
@@ -59,6 +60,8 @@ def under_target(message_count: int, token_count: int, config: AutoContextConfig
 class _CallState:
     """Budgets and memory of one `compress_if_needed()` call."""
 
+    #: The plan attached to the session (for the summaries' plan hint), read once per call.
+    plan: Mapping[str, Any] | None = None
     llm_calls: int = 0
     failed: set[tuple[int, ...]] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
@@ -87,7 +90,7 @@ class Compressor:
             # An earlier call at this very version could not reach the target: nothing new
             # to try until the session changes.
             return []
-        state = _CallState()
+        state = _CallState(plan=info.plan)
         for _ in range(cfg.max_passes):
             snap = self.store.snapshot(self.session_id)
             if under_target(snap.message_count, snap.token_count, cfg):
@@ -192,13 +195,12 @@ class Compressor:
             # Kept verbatim, its own tag included, so the older originals stay reachable.
             prefix = msgs[0].text.rstrip()
             to_summarise = msgs[1:]
-        info = self.store.get_session(self.session_id)
         request = build_request(
             edit.strategy,
             to_summarise,
             prompts=self.config.prompts,
             char_budget=edit.char_budget,
-            plan=info.plan if info is not None else None,
+            plan=state.plan,
         )
         try:
             pause_point("summarize.during")
