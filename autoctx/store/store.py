@@ -519,12 +519,14 @@ class Store:
                 cached.positions[-1] if usable and cached is not None and cached.positions else 0
             )
             _avoid_nested_loops(conn)
-            rows = conn.exec_driver_sql(_SNAPSHOT, {"sid": session_id, "after": after}).all()
-        positions = tuple(r[0] for r in rows)
-        metas = tuple(
-            MsgMeta(id_, role, kind, final, pinned, tokens, chars, tuple(c), tuple(r), tuple(t))
-            for _, id_, role, kind, final, pinned, tokens, chars, c, r, t in rows
-        )
+            with paused_gc():
+                rows = conn.exec_driver_sql(_SNAPSHOT, {"sid": session_id, "after": after}).all()
+        with paused_gc():
+            positions = tuple(r[0] for r in rows)
+            metas = tuple(
+                MsgMeta(id_, role, kind, final, pinned, tokens, chars, tuple(c), tuple(r), tuple(t))
+                for _, id_, role, kind, final, pinned, tokens, chars, c, r, t in rows
+            )
         if usable and cached is not None:
             positions = cached.positions + positions
             metas = cached.snapshot.messages + metas
