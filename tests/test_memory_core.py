@@ -218,3 +218,38 @@ def test_pop_last_takes_the_last_message_out_and_keeps_the_original(open_memory:
     stored = mem.sql("select count(*) from messages where session_id = :s", s=mem.session_id)
     assert stored[0][0] == 4  # the popped original is still stored
     assert open_memory(sid="empty-session").pop_last() is None
+
+
+def test_a_memory_appends_in_one_statement_after_its_own_write(open_memory: Open) -> None:
+    mem = open_memory()
+    mem.add(Msg.user("first"))  # the store does not know the session's version yet: locked path
+    statements: list[str] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sa.event.listen(mem.engine, "before_cursor_execute", capture)
+    try:
+        mem.add([Msg.assistant("second"), Msg.user("third")])
+    finally:
+        sa.event.remove(mem.engine, "before_cursor_execute", capture)
+    data = [s for s in statements if s.strip() != "select 1"]
+    assert len(data) == 1 and "FOR UPDATE" not in data[0], data
+    assert [m.text for m in mem.messages()] == ["first", "second", "third"]
+    assert mem.token_count == recount(mem)
+
+
+def test_appends_interleaved_from_two_memories_fall_back_and_keep_order(open_memory: Open) -> None:
+    a, b = open_memory(), open_memory()
+    a.add(Msg.user("1"))
+    a.add(Msg.assistant("2"))  # a's one-statement path
+    b.add(Msg.user("3"))  # b's first write moves the version under a
+    a.add(Msg.assistant("4"))  # a's guard fails: the locked path appends after 3
+    b.add(Msg.user("5"))
+    assert [m.text for m in a.messages()] == ["1", "2", "3", "4", "5"]
+    assert [m.id for m in a.messages()] == [1, 2, 3, 4, 5]
+    assert a.token_count == recount(a) and a.message_count == 5
+    # A batch that is only invalid against a stale view is judged against the truth.
+    a.add(Msg.assistant(None, [ToolUseBlock("c9", "ls")]))
+    b.add(Msg.tool("c9", "done"))  # b learns the open call from the locked path
+    assert a.messages()[-1].tool_results[0].name == "ls"

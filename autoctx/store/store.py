@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from .._faults import pause_point
 from .._gc import paused_gc
 from ..config import AutoContextConfig
-from ..errors import OffloadNotFound, SessionNotFound
+from ..errors import InvalidMessage, OffloadNotFound, SessionNotFound
 from ..events import Event
 from ..intake import OpenCalls, Prepared, bind
 from ..messages import Msg, block_from_json
@@ -96,6 +96,36 @@ VALUES (%(session_id)s, %(id)s, %(role)s, %(name)s, %(content)s::jsonb, %(metada
         %(kind)s, %(pinned)s, %(final)s, %(tokens)s, %(chars)s,
         coalesce(%(call_ids)s::text[], '{}'), coalesce(%(result_ids)s::text[], '{}'),
         coalesce(%(tool_names)s::text[], '{}'))
+"""
+
+#: The whole append in one statement, guarded by the session version the store last wrote.
+#: Every part reads the same snapshot of `s`: if the guard fails, `s` is empty and the inserts,
+#: which select from it, insert nothing.
+_APPEND_AT_VERSION = """
+WITH s AS (
+    UPDATE sessions
+    SET next_message_id = next_message_id + %(n)s, next_position = next_position + %(n)s,
+        message_count = message_count + %(n)s, token_count = token_count + %(added_tokens)s,
+        version = version + 1, open_calls = %(open_calls)s::jsonb, updated_at = now()
+    WHERE session_id = %(sid)s AND version = %(version)s
+    RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos
+), m AS (
+    INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
+                          tokens, chars, call_ids, result_ids, tool_names)
+    SELECT %(sid)s, s.first_id + u.ord - 1, u.role, u.name, u.content::jsonb, u.metadata::jsonb,
+           u.kind, u.pinned, u.final, u.tokens, u.chars, u.call_ids::text[],
+           u.result_ids::text[], u.tool_names::text[]
+    FROM s, unnest(%(role)s::text[], %(name)s::text[], %(content)s::text[],
+                   %(metadata)s::text[], %(kind)s::text[], %(pinned)s::bool[], %(final)s::bool[],
+                   %(tokens)s::int[], %(chars)s::int[], %(call_ids)s::text[],
+                   %(result_ids)s::text[], %(tool_names)s::text[])
+         WITH ORDINALITY AS u(role, name, content, metadata, kind, pinned, final, tokens, chars,
+                              call_ids, result_ids, tool_names, ord)
+), w AS (
+    INSERT INTO working_set (session_id, position, message_id)
+    SELECT %(sid)s, s.first_pos + g, s.first_id + g FROM s, generate_series(0, %(n)s - 1) AS g
+)
+SELECT first_id FROM s
 """
 
 #: Appended messages take the next positions, in order (message id = position + shift).
@@ -217,6 +247,13 @@ def _message_params(
     }
 
 
+def _array_literal(items: Sequence[str]) -> str:
+    """A PostgreSQL text[] literal: per-row arrays travel as one text each through `unnest`
+    (a ragged list of lists is not a PostgreSQL array)."""
+    quoted = (s.replace("\\", "\\\\").replace('"', '\\"') for s in items)
+    return "{" + ",".join(f'"{q}"' for q in quoted) + "}"
+
+
 def _stored(m: Msg, msg_id: int, tokens: int) -> Msg:
     """`m` with its id and tokens (direct construction: `dataclasses.replace` costs more than
     the rest of the row on the append path)."""
@@ -288,6 +325,9 @@ class Store:
         self.engine = engine
         self.tenant = tenant
         self._snapshots: dict[str, _CachedSnapshot] = {}
+        #: Per session, the version this store's last write produced and the open calls then:
+        #: what the one-statement append checks against.
+        self._tails: dict[str, tuple[int, dict[str, str]]] = {}
 
     @contextlib.contextmanager
     def _begin(self) -> Iterator[Connection]:
@@ -378,6 +418,8 @@ class Store:
             result = conn.execute(
                 sa.delete(sessions).where(self._session_where(session_id, tenant))
             )
+        self._tails.pop(session_id, None)
+        self._snapshots.pop(session_id, None)
         return bool(result.rowcount)
 
     def set_plan(self, session_id: str, plan: Mapping[str, Any] | None) -> None:
@@ -419,14 +461,22 @@ class Store:
         return row
 
     def append(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg]:
-        """Append validated messages in one transaction; returns them with ids and tokens.
+        """Append validated messages atomically; returns them with ids and tokens.
 
-        Four statements whatever the batch size: lock the session row, insert the messages
-        from column arrays (one server-side `unnest`), insert their working-set rows (one
-        `generate_series`), update the totals.
+        When this store wrote the session's latest version itself (the usual case: one agent
+        loop, one memory), the append is one statement: it updates the session row only if it
+        is still at that version and inserts the messages and their working-set rows from the
+        same snapshot of it, so it either all happens or, if another writer came in between,
+        nothing does and the locked path below runs instead. (The update's row lock serialises
+        it with every other writer of the session, as the locked path's does.) The locked path
+        (a process's first append, after another writer) locks the session row, validates
+        against its open calls and writes in four statements.
         """
         if not prepared:
             return []
+        fast = self._append_known_tail(session_id, prepared)
+        if fast is not None:
+            return fast
         with self._begin() as conn:
             row = self._lock(conn, session_id)
             open_calls = OpenCalls(row.open_calls)
@@ -460,7 +510,54 @@ class Store:
                 )
             )
             pause_point("append.before_commit")
+        self._tails[session_id] = (row.version + 1, open_calls.to_json())
         return [_stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
+
+    def _append_known_tail(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg] | None:
+        """The one-statement append, or None when the store does not know the session's
+        latest version (or the batch does not validate against what it knows)."""
+        tail = self._tails.pop(session_id, None)
+        if tail is None:
+            return None
+        version, calls = tail
+        open_calls = OpenCalls(calls)
+        try:
+            bound = bind(prepared, open_calls, session_id=session_id)
+        except InvalidMessage:
+            return None  # maybe stale: the locked path validates against the truth
+        params = [_message_params(session_id, 0, p) for p in bound]
+        scalars = (
+            "role",
+            "name",
+            "content",
+            "metadata",
+            "kind",
+            "pinned",
+            "final",
+            "tokens",
+            "chars",
+        )
+        columns = {key: [p[key] for p in params] for key in scalars}
+        for key in ("call_ids", "result_ids", "tool_names"):
+            columns[key] = [_array_literal(p[key] or ()) for p in params]
+        with self._begin() as conn:
+            first = conn.exec_driver_sql(
+                _APPEND_AT_VERSION,
+                {
+                    "sid": session_id,
+                    "version": version,
+                    "n": len(bound),
+                    "added_tokens": sum(p.tokens for p in bound),
+                    "open_calls": _dumps(open_calls.to_json()),
+                    **columns,
+                },
+            ).scalar_one_or_none()
+            if first is not None:
+                pause_point("append.before_commit")
+        if first is None:
+            return None  # another writer moved the session on: take the locked path
+        self._tails[session_id] = (version + 1, open_calls.to_json())
+        return [_stored(p.msg, first + i, p.tokens) for i, p in enumerate(bound)]
 
     def load_working(self, session_id: str) -> list[Msg]:
         """The working context, in order."""
@@ -650,10 +747,11 @@ class Store:
                     message_count=count_after,
                     token_count=tokens_after,
                     version=version,
-                    open_calls=self._open_calls_at_tail(conn, session_id),
+                    open_calls=(tail_calls := self._open_calls_at_tail(conn, session_id)),
                     updated_at=sa.func.now(),
                 )
             )
+        self._tails[session_id] = (version, tail_calls)
         return popped
 
     def _open_calls_at_tail(self, conn: Connection, session_id: str) -> dict[str, str]:
@@ -709,6 +807,8 @@ class Store:
                 )
         if not conflicts:
             self._splice(session_id, row, replacements, applied)
+            # A compression changes no open call: the tail is known at the new version.
+            self._tails[session_id] = (applied[-1].session_version, dict(row.open_calls))
             return ApplyOutcome(applied, False)
         events = [
             self.record_event(
