@@ -65,7 +65,8 @@ from .store.database import (
     head_revision,
     upgrade,
 )
-from .store.store import SessionInfo, Store
+from .store.rows import SessionInfo
+from .store.store import Store
 from .summarizers import OfflineSummarizer, Summarizer, default_summarizer
 from .tools import parse_offload_id
 from .transcript import OFFLOAD_TAG_RE, render_transcript

@@ -21,7 +21,8 @@ from .intake import Prepared, count_tokens
 from .messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from .plans import Edit, PlanContext, Snapshot
 from .prompts import OFFLOAD_TAG_RE, build_request, offload_tag
-from .store.store import Replacement, SessionInfo, Store
+from .store.rows import SessionInfo
+from .store.store import Replacement, Store
 from .strategies import plan as plan_strategy
 from .summarizers import Summarizer
 from .tokens import TokenCounter

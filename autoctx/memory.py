@@ -24,7 +24,8 @@ from .intake import Prepared, count_tokens, prepare
 from .messages import Msg, coerce_messages, to_openai_messages
 from .prompts import RELOAD_SNIPPET
 from .store.database import check_connection, create_engine, ensure_schema, resolve_url
-from .store.store import SessionInfo, Store
+from .store.rows import SessionInfo
+from .store.store import Store
 from .summarizers import Summarizer, default_summarizer
 from .tokens import TokenCounter
 from .tools import (

@@ -37,7 +37,7 @@ from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpenAISummarizer,
 from autoctx._faults import ENV as PAUSE_ENV
 from autoctx._faults import PHASES as PAUSE_PHASES
 from autoctx.memory import dispose_engines
-from autoctx.store.store import msg_from_row
+from autoctx.store.rows import msg_from_row
 from tests.invariants import (
     assert_every_original_reachable,
     assert_totals_match,

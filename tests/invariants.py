@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from autoctx import AutoContextMemory, Msg
 from autoctx.intake import count_tokens
-from autoctx.store.store import msg_from_row
+from autoctx.store.rows import msg_from_row
 from autoctx.store.tables import messages as messages_table
 from autoctx.store.tables import offloads, working_set
 from autoctx.tokens import TokenCounter

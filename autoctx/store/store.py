@@ -10,7 +10,6 @@ be sharded by session (docs/scaling.md).
 from __future__ import annotations
 
 import contextlib
-import json
 import uuid as uuid_mod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,25 +27,30 @@ from ..intake import OpenCalls, Prepared, bind
 from ..messages import Msg, block_from_json
 from ..plans import Edit, Snapshot
 from ..structure import MsgMeta, is_final_answer, meta_of
+from .rows import (
+    APPEND_AT_VERSION,
+    DOCUMENTS_BY_ID,
+    INSERT_MESSAGES,
+    INSERT_WORKING,
+    LAST_WORKING,
+    LATEST_WORKING_IDS,
+    LOAD_WORKING,
+    SNAPSHOT,
+    TAIL_CALLS,
+    TOKENS_BY_ID,
+    WORKING_IDS,
+    SessionInfo,
+    array_literal,
+    avoid_nested_loops,
+    dumps,
+    event_from_row,
+    message_params,
+    message_row,
+    messages_by_id,
+    session_info,
+    stored,
+)
 from .tables import compression_events, lineage, messages, offloads, sessions, working_set
-
-
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    """A session row, without its messages."""
-
-    session_id: str
-    tenant: str | None
-    version: int
-    message_count: int
-    token_count: int
-    model: str
-    encoding: str
-    config: dict[str, Any]
-    plan: dict[str, Any] | None
-    settled_version: int | None
-    created_at: Any = None
-    updated_at: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,197 +73,6 @@ class ApplyOutcome:
     conflict: bool
 
 
-def msg_from_row(row: Any) -> Msg:
-    """A `Msg` from a row holding the message columns."""
-    return Msg(
-        role=row.role,
-        content=tuple(block_from_json(b) for b in row.content),
-        name=row.name,
-        metadata=row.metadata,
-        kind=row.kind,
-        pinned=row.pinned,
-        id=row.id,
-        tokens=row.tokens,
-    )
-
-
-# The hot paths are plain SQL run through `exec_driver_sql`: SQLAlchemy's events still see every
-# statement (the sharding test captures them all) but no per-row parameter or result
-# processing is done in Python.
-
-#: One row per message, sent with `executemany`, which psycopg 3 pipelines: one round trip per
-#: batch, and every value travels as its own parameter (no array literal to escape and parse).
-_INSERT_MESSAGES = """
-INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
-                      tokens, chars, call_ids, result_ids, tool_names)
-VALUES (%(session_id)s, %(id)s, %(role)s, %(name)s, %(content)s::jsonb, %(metadata)s::jsonb,
-        %(kind)s, %(pinned)s, %(final)s, %(tokens)s, %(chars)s,
-        coalesce(%(call_ids)s::text[], '{}'), coalesce(%(result_ids)s::text[], '{}'),
-        coalesce(%(tool_names)s::text[], '{}'))
-"""
-
-#: The whole append in one statement, guarded by the session version the store last wrote.
-#: Every part reads the same snapshot of `s`: if the guard fails, `s` is empty and the inserts,
-#: which select from it, insert nothing.
-_APPEND_AT_VERSION = """
-WITH s AS (
-    UPDATE sessions
-    SET next_message_id = next_message_id + %(n)s, next_position = next_position + %(n)s,
-        message_count = message_count + %(n)s, token_count = token_count + %(added_tokens)s,
-        version = version + 1, open_calls = %(open_calls)s::jsonb, updated_at = now()
-    WHERE session_id = %(sid)s AND version = %(version)s
-    RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos
-), m AS (
-    INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
-                          tokens, chars, call_ids, result_ids, tool_names)
-    SELECT %(sid)s, s.first_id + u.ord - 1, u.role, u.name, u.content::jsonb, u.metadata::jsonb,
-           u.kind, u.pinned, u.final, u.tokens, u.chars, u.call_ids::text[],
-           u.result_ids::text[], u.tool_names::text[]
-    FROM s, unnest(%(role)s::text[], %(name)s::text[], %(content)s::text[],
-                   %(metadata)s::text[], %(kind)s::text[], %(pinned)s::bool[], %(final)s::bool[],
-                   %(tokens)s::int[], %(chars)s::int[], %(call_ids)s::text[],
-                   %(result_ids)s::text[], %(tool_names)s::text[])
-         WITH ORDINALITY AS u(role, name, content, metadata, kind, pinned, final, tokens, chars,
-                              call_ids, result_ids, tool_names, ord)
-), w AS (
-    INSERT INTO working_set (session_id, position, message_id)
-    SELECT %(sid)s, s.first_pos + g, s.first_id + g FROM s, generate_series(0, %(n)s - 1) AS g
-)
-SELECT first_id FROM s
-"""
-
-#: Appended messages take the next positions, in order (message id = position + shift).
-_INSERT_WORKING = """
-INSERT INTO working_set (session_id, position, message_id)
-SELECT %(sid)s, p, p + %(shift)s::bigint FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS p
-"""
-
-_LOAD_WORKING = """
-SELECT m.id, m.role, m.name, m.content, NULLIF(m.metadata, '{}'::jsonb), m.kind, m.pinned, m.tokens
-FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
-WHERE w.session_id = %(sid)s ORDER BY w.position
-"""
-
-_SNAPSHOT = """
-SELECT w.position, m.id, m.role, m.kind, m.final, m.pinned, m.tokens, m.chars,
-       m.call_ids, m.result_ids, m.tool_names
-FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
-WHERE w.session_id = %(sid)s AND w.position > %(after)s ORDER BY w.position
-"""
-
-
-# Messages by id: a join on the unnested ids, not `id = ANY(:ids)`, which PostgreSQL applies as
-# a filter scanning the whole array for every row (quadratic for a big offload or S6 range).
-_MESSAGES_BY_ID = """
-SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
-FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
-"""
-_DOCUMENTS_BY_ID = """
-SELECT m.id, m.role, m.kind, m.content, m.metadata
-FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
-"""
-_TOKENS_BY_ID = """
-SELECT m.id, m.tokens
-FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
-"""
-_WORKING_IDS = """
-SELECT s.created_at,
-       coalesce((SELECT array_agg(w.message_id ORDER BY w.position)
-                 FROM working_set w WHERE w.session_id = s.session_id), '{}')
-FROM sessions s WHERE s.session_id = %(sid)s
-"""
-_LATEST_WORKING_IDS = """
-SELECT s.created_at,
-       coalesce((SELECT array_agg(x.message_id ORDER BY x.position)
-                 FROM (SELECT w.message_id, w.position FROM working_set w
-                       WHERE w.session_id = s.session_id
-                       ORDER BY w.position DESC LIMIT %(n)s) x), '{}')
-FROM sessions s WHERE s.session_id = %(sid)s
-"""
-_LAST_WORKING = """
-SELECT w.position, m.id, m.final
-FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
-WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT 1
-"""
-_TAIL_CALLS = """
-SELECT m.role, m.call_ids, m.result_ids, m.tool_names
-FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
-WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT %(n)s
-"""
-
-
-def _messages_by_id(conn: Connection, session_id: str, ids: list[int]) -> dict[int, Msg]:
-    rows = conn.exec_driver_sql(_MESSAGES_BY_ID, {"sid": session_id, "ids": ids})
-    return {
-        id_: Msg(
-            role=role,
-            content=tuple(block_from_json(b) for b in content),
-            name=name,
-            metadata=metadata,
-            kind=kind,
-            pinned=pinned,
-            id=id_,
-            tokens=tokens,
-        )
-        for id_, role, name, content, metadata, kind, pinned, tokens in rows
-    }
-
-
-def _avoid_nested_loops(conn: Connection) -> None:
-    """Keep the planner off nested loops for the whole-session reads of this transaction.
-
-    Before ANALYZE has seen a fast-growing session, PostgreSQL estimates its working set at a
-    few rows and joins it to messages with a nested loop that is quadratic in the session's
-    size (seconds at 5k messages, hours at 100k); a hash or merge join is always right here.
-    """
-    conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _message_params(
-    session_id: str, msg_id: int, p: Prepared, event_id: int | None = None
-) -> dict[str, Any]:
-    """The parameters of one message row (for `_INSERT_MESSAGES`)."""
-    m = p.msg
-    calls = m.tool_uses
-    results = m.tool_results
-    # Most messages make and answer no call: NULL arrays (coalesced by the SQL) and a literal
-    # empty metadata skip the per-row adaptation work.
-    names = [c.name for c in calls] + [r.name for r in results]
-    return {
-        "session_id": session_id,
-        "id": msg_id,
-        "role": m.role,
-        "name": m.name,
-        "content": _dumps(m.content_json()),
-        "metadata": _dumps(dict(m.metadata)) if m.metadata else "{}",
-        "kind": m.kind,
-        "pinned": m.pinned,
-        "final": p.final,
-        "tokens": p.tokens,
-        "chars": p.chars,
-        "call_ids": [c.id for c in calls] or None,
-        "result_ids": [r.tool_use_id for r in results] or None,
-        "tool_names": names or None,
-    }
-
-
-def _array_literal(items: Sequence[str]) -> str:
-    """A PostgreSQL text[] literal: per-row arrays travel as one text each through `unnest`
-    (a ragged list of lists is not a PostgreSQL array)."""
-    quoted = (s.replace("\\", "\\\\").replace('"', '\\"') for s in items)
-    return "{" + ",".join(f'"{q}"' for q in quoted) + "}"
-
-
-def _stored(m: Msg, msg_id: int, tokens: int) -> Msg:
-    """`m` with its id and tokens (direct construction: `dataclasses.replace` costs more than
-    the rest of the row on the append path)."""
-    return Msg(m.role, m.content, m.name, m.metadata, m.kind, m.pinned, msg_id, tokens)
-
-
 @dataclass(frozen=True, slots=True)
 class _CachedSnapshot:
     snapshot: Snapshot
@@ -269,53 +82,6 @@ class _CachedSnapshot:
     next_event_id: int
     #: Tells a deleted-and-recreated session of the same id from the cached one.
     created_at: Any
-
-
-def _event_from_row(row: Row[Any]) -> Event:
-    return Event(
-        session_id=row.session_id,
-        id=row.id,
-        strategy=row.strategy,
-        status=row.status,
-        reason=row.reason,
-        messages_before=row.messages_before,
-        messages_after=row.messages_after,
-        tokens_before=row.tokens_before,
-        tokens_after=row.tokens_after,
-        replaced_ids=tuple(row.replaced_ids),
-        summary_message_id=row.summary_message_id,
-        offload_uuid=row.offload_uuid,
-        model=row.model,
-        prompt_tokens=row.prompt_tokens,
-        completion_tokens=row.completion_tokens,
-        latency_ms=row.latency_ms,
-        error=row.error,
-        session_version=row.session_version,
-        created_at=row.created_at,
-    )
-
-
-def _message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None) -> dict[str, Any]:
-    m = p.msg
-    calls = m.tool_uses
-    results = m.tool_results
-    return {
-        "session_id": session_id,
-        "id": msg_id,
-        "role": m.role,
-        "name": m.name,
-        "content": m.content_json(),
-        "metadata": dict(m.metadata),
-        "kind": m.kind,
-        "pinned": m.pinned,
-        "final": p.final,
-        "tokens": p.tokens,
-        "chars": p.chars,
-        "call_ids": [c.id for c in calls],
-        "result_ids": [r.tool_use_id for r in results],
-        "tool_names": [c.name for c in calls] + [r.name for r in results],
-        "event_id": event_id,
-    }
 
 
 class Store:
@@ -362,7 +128,7 @@ class Store:
             row = conn.execute(
                 sa.select(sessions).where(self._session_where(session_id, tenant))
             ).one_or_none()
-        return None if row is None else _session_info(row)
+        return None if row is None else session_info(row)
 
     def create_session(
         self,
@@ -391,7 +157,7 @@ class Store:
             ).one_or_none()
         # None: the id is taken by a session that row-level security hides from this role
         # (another tenant's), so the insert did nothing and the row cannot be read back.
-        info = None if row is None else _session_info(row)
+        info = None if row is None else session_info(row)
         if info is None or (tenant is not None and info.tenant != tenant):
             # Another tenant's session must look exactly like an unknown one; ids are global,
             # so this id cannot be created either.
@@ -410,7 +176,7 @@ class Store:
         if prefix:
             stmt = stmt.where(sessions.c.session_id.startswith(prefix, autoescape=True))
         with self._connect() as conn:
-            return [_session_info(r) for r in conn.execute(stmt)]
+            return [session_info(r) for r in conn.execute(stmt)]
 
     def delete_session(self, session_id: str, tenant: str | None = None) -> bool:
         """Delete a session and everything of it (the foreign keys cascade)."""
@@ -484,11 +250,11 @@ class Store:
             first_id, first_pos = row.next_message_id, row.next_position
             n = len(bound)
             conn.exec_driver_sql(
-                _INSERT_MESSAGES,
-                [_message_params(session_id, first_id + i, p) for i, p in enumerate(bound)],
+                INSERT_MESSAGES,
+                [message_params(session_id, first_id + i, p) for i, p in enumerate(bound)],
             )
             conn.exec_driver_sql(
-                _INSERT_WORKING,
+                INSERT_WORKING,
                 {
                     "sid": session_id,
                     "shift": first_id - first_pos,
@@ -511,7 +277,7 @@ class Store:
             )
             pause_point("append.before_commit")
         self._tails[session_id] = (row.version + 1, open_calls.to_json())
-        return [_stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
+        return [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
 
     def _append_known_tail(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg] | None:
         """The one-statement append, or None when the store does not know the session's
@@ -525,7 +291,7 @@ class Store:
             bound = bind(prepared, open_calls, session_id=session_id)
         except InvalidMessage:
             return None  # maybe stale: the locked path validates against the truth
-        params = [_message_params(session_id, 0, p) for p in bound]
+        params = [message_params(session_id, 0, p) for p in bound]
         scalars = (
             "role",
             "name",
@@ -539,16 +305,16 @@ class Store:
         )
         columns = {key: [p[key] for p in params] for key in scalars}
         for key in ("call_ids", "result_ids", "tool_names"):
-            columns[key] = [_array_literal(p[key] or ()) for p in params]
+            columns[key] = [array_literal(p[key] or ()) for p in params]
         with self._begin() as conn:
             first = conn.exec_driver_sql(
-                _APPEND_AT_VERSION,
+                APPEND_AT_VERSION,
                 {
                     "sid": session_id,
                     "version": version,
                     "n": len(bound),
                     "added_tokens": sum(p.tokens for p in bound),
-                    "open_calls": _dumps(open_calls.to_json()),
+                    "open_calls": dumps(open_calls.to_json()),
                     **columns,
                 },
             ).scalar_one_or_none()
@@ -557,14 +323,14 @@ class Store:
         if first is None:
             return None  # another writer moved the session on: take the locked path
         self._tails[session_id] = (version + 1, open_calls.to_json())
-        return [_stored(p.msg, first + i, p.tokens) for i, p in enumerate(bound)]
+        return [stored(p.msg, first + i, p.tokens) for i, p in enumerate(bound)]
 
     def load_working(self, session_id: str) -> list[Msg]:
         """The working context, in order."""
         with paused_gc():
             with self._connect() as conn:
-                _avoid_nested_loops(conn)
-                rows = conn.exec_driver_sql(_LOAD_WORKING, {"sid": session_id}).all()
+                avoid_nested_loops(conn)
+                rows = conn.exec_driver_sql(LOAD_WORKING, {"sid": session_id}).all()
             return [
                 Msg(
                     role=role,
@@ -615,9 +381,9 @@ class Store:
             after = (
                 cached.positions[-1] if usable and cached is not None and cached.positions else 0
             )
-            _avoid_nested_loops(conn)
+            avoid_nested_loops(conn)
             with paused_gc():
-                rows = conn.exec_driver_sql(_SNAPSHOT, {"sid": session_id, "after": after}).all()
+                rows = conn.exec_driver_sql(SNAPSHOT, {"sid": session_id, "after": after}).all()
         with paused_gc():
             positions = tuple(r[0] for r in rows)
             metas = tuple(
@@ -639,7 +405,7 @@ class Store:
         if not id_list:
             return {}
         with self._connect() as conn:
-            return _messages_by_id(conn, session_id, id_list)
+            return messages_by_id(conn, session_id, id_list)
 
     def message_documents(
         self, session_id: str, ids: Sequence[int]
@@ -652,7 +418,7 @@ class Store:
             return [
                 (r[0], r[1], r[2], r[3], r[4])
                 for r in conn.exec_driver_sql(
-                    _DOCUMENTS_BY_ID, {"sid": session_id, "ids": list(ids)}
+                    DOCUMENTS_BY_ID, {"sid": session_id, "ids": list(ids)}
                 )
             ]
 
@@ -661,7 +427,7 @@ class Store:
     ) -> tuple[Any, list[int]] | None:
         """The session's creation time and its working message ids in order (the last `limit`
         of them when given); None for an unknown session. One short query: no content."""
-        sql = _WORKING_IDS if limit is None else _LATEST_WORKING_IDS
+        sql = WORKING_IDS if limit is None else LATEST_WORKING_IDS
         with self._connect() as conn:
             row = conn.exec_driver_sql(sql, {"sid": session_id, "n": limit}).one_or_none()
         return None if row is None else (row[0], list(row[1]))
@@ -683,11 +449,11 @@ class Store:
         """
         with self._begin() as conn:
             srow = self._lock(conn, session_id)
-            last = conn.exec_driver_sql(_LAST_WORKING, {"sid": session_id}).one_or_none()
+            last = conn.exec_driver_sql(LAST_WORKING, {"sid": session_id}).one_or_none()
             if last is None:
                 return None
             position, last_id, last_final = last[0], last[1], last[2]
-            popped = _messages_by_id(conn, session_id, [last_id])[last_id]
+            popped = messages_by_id(conn, session_id, [last_id])[last_id]
             rest = remainder(popped)
             event_id, version = srow.next_event_id, srow.version + 1
             rest_id = srow.next_message_id if rest is not None else None
@@ -720,7 +486,7 @@ class Store:
             if rest is not None and rest_id is not None:
                 rest = replace(rest, final=is_final_answer(rest.msg, replaced_final=last_final))
                 conn.execute(
-                    sa.insert(messages).values(**_message_row(session_id, rest_id, rest, event_id))
+                    sa.insert(messages).values(**message_row(session_id, rest_id, rest, event_id))
                 )
                 conn.execute(
                     sa.insert(working_set).values(
@@ -758,7 +524,7 @@ class Store:
         """The newest tool group's calls still without results, read from the working tail."""
         window = 32
         while True:
-            rows = conn.exec_driver_sql(_TAIL_CALLS, {"sid": session_id, "n": window}).all()
+            rows = conn.exec_driver_sql(TAIL_CALLS, {"sid": session_id, "n": window}).all()
             answered: set[str] = set()
             for role, call_ids, result_ids, tool_names in rows:
                 if role == "tool":
@@ -956,7 +722,7 @@ class Store:
                     "config": dict(config),
                 }
             )
-            msg_rows.append(_message_row(session_id, msg_id, r.new, event_id))
+            msg_rows.append(message_row(session_id, msg_id, r.new, event_id))
             offload_rows.append(
                 {
                     "session_id": session_id,
@@ -1029,7 +795,7 @@ class Store:
         ]
 
     def _tokens_of(self, conn: Connection, session_id: str, ids: Sequence[int]) -> dict[int, int]:
-        rows = conn.exec_driver_sql(_TOKENS_BY_ID, {"sid": session_id, "ids": list(ids)})
+        rows = conn.exec_driver_sql(TOKENS_BY_ID, {"sid": session_id, "ids": list(ids)})
         return {r[0]: r[1] for r in rows}
 
     def record_event(
@@ -1083,7 +849,7 @@ class Store:
                     compression_events.c.id == event_id,
                 )
             ).one()
-        return _event_from_row(created)
+        return event_from_row(created)
 
     # -- reload and audit ----------------------------------------------------------------------
 
@@ -1099,7 +865,7 @@ class Store:
                 raise OffloadNotFound(
                     f"no offloaded context with id {offload_uuid} in session {session_id!r}"
                 )
-            by_id = _messages_by_id(conn, session_id, list(ids))
+            by_id = messages_by_id(conn, session_id, list(ids))
         return [by_id[i] for i in ids]
 
     def events(self, session_id: str) -> list[Event]:
@@ -1109,21 +875,4 @@ class Store:
             .order_by(compression_events.c.id)
         )
         with self._connect() as conn:
-            return [_event_from_row(r) for r in conn.execute(stmt)]
-
-
-def _session_info(row: Row[Any]) -> SessionInfo:
-    return SessionInfo(
-        session_id=row.session_id,
-        tenant=row.tenant,
-        version=row.version,
-        message_count=row.message_count,
-        token_count=row.token_count,
-        model=row.model,
-        encoding=row.encoding,
-        config=row.config,
-        plan=row.plan,
-        settled_version=row.settled_version,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+            return [event_from_row(r) for r in conn.execute(stmt)]

@@ -1,0 +1,290 @@
+"""The SQL texts of the store's hot paths and the conversions between rows and objects.
+
+Kept apart from `store.py`, which holds the units of work, so that each reads on its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection, Row
+
+from ..events import Event
+from ..intake import Prepared
+from ..messages import Msg, block_from_json
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session row, without its messages."""
+
+    session_id: str
+    tenant: str | None
+    version: int
+    message_count: int
+    token_count: int
+    model: str
+    encoding: str
+    config: dict[str, Any]
+    plan: dict[str, Any] | None
+    settled_version: int | None
+    created_at: Any = None
+    updated_at: Any = None
+
+
+def msg_from_row(row: Any) -> Msg:
+    """A `Msg` from a row holding the message columns."""
+    return Msg(
+        role=row.role,
+        content=tuple(block_from_json(b) for b in row.content),
+        name=row.name,
+        metadata=row.metadata,
+        kind=row.kind,
+        pinned=row.pinned,
+        id=row.id,
+        tokens=row.tokens,
+    )
+
+
+# The hot paths are plain SQL run through `exec_driver_sql`: SQLAlchemy's events still see every
+# statement (the sharding test captures them all) but no per-row parameter or result
+# processing is done in Python.
+
+#: One row per message, sent with `executemany`, which psycopg 3 pipelines: one round trip per
+#: batch, and every value travels as its own parameter (no array literal to escape and parse).
+INSERT_MESSAGES = """
+INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
+                      tokens, chars, call_ids, result_ids, tool_names)
+VALUES (%(session_id)s, %(id)s, %(role)s, %(name)s, %(content)s::jsonb, %(metadata)s::jsonb,
+        %(kind)s, %(pinned)s, %(final)s, %(tokens)s, %(chars)s,
+        coalesce(%(call_ids)s::text[], '{}'), coalesce(%(result_ids)s::text[], '{}'),
+        coalesce(%(tool_names)s::text[], '{}'))
+"""
+
+#: The whole append in one statement, guarded by the session version the store last wrote.
+#: Every part reads the same snapshot of `s`: if the guard fails, `s` is empty and the inserts,
+#: which select from it, insert nothing.
+APPEND_AT_VERSION = """
+WITH s AS (
+    UPDATE sessions
+    SET next_message_id = next_message_id + %(n)s, next_position = next_position + %(n)s,
+        message_count = message_count + %(n)s, token_count = token_count + %(added_tokens)s,
+        version = version + 1, open_calls = %(open_calls)s::jsonb, updated_at = now()
+    WHERE session_id = %(sid)s AND version = %(version)s
+    RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos
+), m AS (
+    INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
+                          tokens, chars, call_ids, result_ids, tool_names)
+    SELECT %(sid)s, s.first_id + u.ord - 1, u.role, u.name, u.content::jsonb, u.metadata::jsonb,
+           u.kind, u.pinned, u.final, u.tokens, u.chars, u.call_ids::text[],
+           u.result_ids::text[], u.tool_names::text[]
+    FROM s, unnest(%(role)s::text[], %(name)s::text[], %(content)s::text[],
+                   %(metadata)s::text[], %(kind)s::text[], %(pinned)s::bool[], %(final)s::bool[],
+                   %(tokens)s::int[], %(chars)s::int[], %(call_ids)s::text[],
+                   %(result_ids)s::text[], %(tool_names)s::text[])
+         WITH ORDINALITY AS u(role, name, content, metadata, kind, pinned, final, tokens, chars,
+                              call_ids, result_ids, tool_names, ord)
+), w AS (
+    INSERT INTO working_set (session_id, position, message_id)
+    SELECT %(sid)s, s.first_pos + g, s.first_id + g FROM s, generate_series(0, %(n)s - 1) AS g
+)
+SELECT first_id FROM s
+"""
+
+#: Appended messages take the next positions, in order (message id = position + shift).
+INSERT_WORKING = """
+INSERT INTO working_set (session_id, position, message_id)
+SELECT %(sid)s, p, p + %(shift)s::bigint FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS p
+"""
+
+LOAD_WORKING = """
+SELECT m.id, m.role, m.name, m.content, NULLIF(m.metadata, '{}'::jsonb), m.kind, m.pinned, m.tokens
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s ORDER BY w.position
+"""
+
+SNAPSHOT = """
+SELECT w.position, m.id, m.role, m.kind, m.final, m.pinned, m.tokens, m.chars,
+       m.call_ids, m.result_ids, m.tool_names
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s AND w.position > %(after)s ORDER BY w.position
+"""
+
+
+# Messages by id: a join on the unnested ids, not `id = ANY(:ids)`, which PostgreSQL applies as
+# a filter scanning the whole array for every row (quadratic for a big offload or S6 range).
+MESSAGES_BY_ID = """
+SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
+FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+"""
+DOCUMENTS_BY_ID = """
+SELECT m.id, m.role, m.kind, m.content, m.metadata
+FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+"""
+TOKENS_BY_ID = """
+SELECT m.id, m.tokens
+FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+"""
+WORKING_IDS = """
+SELECT s.created_at,
+       coalesce((SELECT array_agg(w.message_id ORDER BY w.position)
+                 FROM working_set w WHERE w.session_id = s.session_id), '{}')
+FROM sessions s WHERE s.session_id = %(sid)s
+"""
+LATEST_WORKING_IDS = """
+SELECT s.created_at,
+       coalesce((SELECT array_agg(x.message_id ORDER BY x.position)
+                 FROM (SELECT w.message_id, w.position FROM working_set w
+                       WHERE w.session_id = s.session_id
+                       ORDER BY w.position DESC LIMIT %(n)s) x), '{}')
+FROM sessions s WHERE s.session_id = %(sid)s
+"""
+LAST_WORKING = """
+SELECT w.position, m.id, m.final
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT 1
+"""
+TAIL_CALLS = """
+SELECT m.role, m.call_ids, m.result_ids, m.tool_names
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT %(n)s
+"""
+
+
+def messages_by_id(conn: Connection, session_id: str, ids: list[int]) -> dict[int, Msg]:
+    rows = conn.exec_driver_sql(MESSAGES_BY_ID, {"sid": session_id, "ids": ids})
+    return {
+        id_: Msg(
+            role=role,
+            content=tuple(block_from_json(b) for b in content),
+            name=name,
+            metadata=metadata,
+            kind=kind,
+            pinned=pinned,
+            id=id_,
+            tokens=tokens,
+        )
+        for id_, role, name, content, metadata, kind, pinned, tokens in rows
+    }
+
+
+def avoid_nested_loops(conn: Connection) -> None:
+    """Keep the planner off nested loops for the whole-session reads of this transaction.
+
+    Before ANALYZE has seen a fast-growing session, PostgreSQL estimates its working set at a
+    few rows and joins it to messages with a nested loop that is quadratic in the session's
+    size (seconds at 5k messages, hours at 100k); a hash or merge join is always right here.
+    """
+    conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def message_params(
+    session_id: str, msg_id: int, p: Prepared, event_id: int | None = None
+) -> dict[str, Any]:
+    """The parameters of one message row (for `INSERT_MESSAGES`)."""
+    m = p.msg
+    calls = m.tool_uses
+    results = m.tool_results
+    # Most messages make and answer no call: NULL arrays (coalesced by the SQL) and a literal
+    # empty metadata skip the per-row adaptation work.
+    names = [c.name for c in calls] + [r.name for r in results]
+    return {
+        "session_id": session_id,
+        "id": msg_id,
+        "role": m.role,
+        "name": m.name,
+        "content": dumps(m.content_json()),
+        "metadata": dumps(dict(m.metadata)) if m.metadata else "{}",
+        "kind": m.kind,
+        "pinned": m.pinned,
+        "final": p.final,
+        "tokens": p.tokens,
+        "chars": p.chars,
+        "call_ids": [c.id for c in calls] or None,
+        "result_ids": [r.tool_use_id for r in results] or None,
+        "tool_names": names or None,
+    }
+
+
+def array_literal(items: Sequence[str]) -> str:
+    """A PostgreSQL text[] literal: per-row arrays travel as one text each through `unnest`
+    (a ragged list of lists is not a PostgreSQL array)."""
+    quoted = (s.replace("\\", "\\\\").replace('"', '\\"') for s in items)
+    return "{" + ",".join(f'"{q}"' for q in quoted) + "}"
+
+
+def stored(m: Msg, msg_id: int, tokens: int) -> Msg:
+    """`m` with its id and tokens (direct construction: `dataclasses.replace` costs more than
+    the rest of the row on the append path)."""
+    return Msg(m.role, m.content, m.name, m.metadata, m.kind, m.pinned, msg_id, tokens)
+
+
+def event_from_row(row: Row[Any]) -> Event:
+    return Event(
+        session_id=row.session_id,
+        id=row.id,
+        strategy=row.strategy,
+        status=row.status,
+        reason=row.reason,
+        messages_before=row.messages_before,
+        messages_after=row.messages_after,
+        tokens_before=row.tokens_before,
+        tokens_after=row.tokens_after,
+        replaced_ids=tuple(row.replaced_ids),
+        summary_message_id=row.summary_message_id,
+        offload_uuid=row.offload_uuid,
+        model=row.model,
+        prompt_tokens=row.prompt_tokens,
+        completion_tokens=row.completion_tokens,
+        latency_ms=row.latency_ms,
+        error=row.error,
+        session_version=row.session_version,
+        created_at=row.created_at,
+    )
+
+
+def message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None) -> dict[str, Any]:
+    m = p.msg
+    calls = m.tool_uses
+    results = m.tool_results
+    return {
+        "session_id": session_id,
+        "id": msg_id,
+        "role": m.role,
+        "name": m.name,
+        "content": m.content_json(),
+        "metadata": dict(m.metadata),
+        "kind": m.kind,
+        "pinned": m.pinned,
+        "final": p.final,
+        "tokens": p.tokens,
+        "chars": p.chars,
+        "call_ids": [c.id for c in calls],
+        "result_ids": [r.tool_use_id for r in results],
+        "tool_names": [c.name for c in calls] + [r.name for r in results],
+        "event_id": event_id,
+    }
+
+
+def session_info(row: Row[Any]) -> SessionInfo:
+    return SessionInfo(
+        session_id=row.session_id,
+        tenant=row.tenant,
+        version=row.version,
+        message_count=row.message_count,
+        token_count=row.token_count,
+        model=row.model,
+        encoding=row.encoding,
+        config=row.config,
+        plan=row.plan,
+        settled_version=row.settled_version,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
