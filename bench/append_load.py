@@ -5,14 +5,17 @@ against a raw psycopg baseline doing the same work on the same database (issue 2
     python bench/append_load.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
     python bench/append_load.py --messages 10000 --profile append  # cProfile of the add() calls
 
-Goals: append <= 1.5x the baseline append, load <= 1.5x the raw select.
+Goals: append <= 1.5x the same-rows executemany baseline, load <= 1.5x the raw select.
 
-The baseline inserts the same messages, in the same batches (one transaction per batch, as
-`add()` does), into a plain table `bench_raw(session_id, id, role, content jsonb, tokens)`, and
-counts their tokens exactly as autoctx does (`autoctx.intake.count_tokens`), so that the ratio
-measures the store, not tiktoken. Two baselines are run: `executemany` (what a hand-written store
-would issue) and COPY (the fastest way into PostgreSQL). Batches alternate which side goes first,
-so that the noise of a shared machine falls on both sides alike.
+The baseline writes the same rows autoctx writes, in the same batches (one transaction per
+batch, as `add()` does): into tables created `LIKE messages` / `LIKE working_set INCLUDING ALL`
+(same columns, defaults, checks, primary keys and indexes; `LIKE` copies no foreign keys), every
+column of each message plus its working-set row. It counts tokens exactly as autoctx does
+(`autoctx.intake.count_tokens`), so that the ratio measures the store, not tiktoken. Two
+baselines are run: `executemany` (what a hand-written store would issue) and COPY (the fastest
+way into PostgreSQL). The raw load is the same read autoctx makes: the working set joined to its
+messages, in position order, fetched with a plain psycopg cursor. Batches alternate which side
+goes first, so that the noise of a shared machine falls on every side alike.
 """
 
 from __future__ import annotations
@@ -82,14 +85,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=("append", "load"),
         help="run cProfile around autoctx's side of that phase (its times are then inflated)",
     )
-    parser.add_argument(
-        "--prototype",
-        action="store_true",
-        help=(
-            "also run a second session through bench/prototype_store.py's append and load "
-            "(COPY, plain cursor), batch by batch beside the library's"
-        ),
-    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     return parser.parse_args(argv)
 
@@ -101,12 +96,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 class AutoctxSide:
     """`AutoContextMemory.add` and `.messages()` of one session, its internals timed into its own
-    stopwatch; with `prototype`, through bench/prototype_store.py's append and load."""
+    stopwatch."""
 
-    def __init__(self, mem: AutoContextMemory, watch: Stopwatch, *, prototype: bool) -> None:
+    def __init__(self, mem: AutoContextMemory, watch: Stopwatch) -> None:
         self.mem = mem
         self.watch = watch
-        self.prototype = prototype
         self.phase = "append"
 
     def append(self, batch: Sequence[Msg]) -> None:
@@ -128,9 +122,7 @@ _current: list[AutoctxSide] = [None]  # type: ignore[list-item]
 
 @contextlib.contextmanager
 def instrumented(engine: sa.Engine) -> Iterator[None]:
-    """Time autoctx's internals into the current side's stopwatch, and route the store's append
-    and load to the prototype when that side asks for it."""
-    import prototype_store
+    """Time autoctx's internals into the current side's stopwatch."""
 
     def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -141,16 +133,6 @@ def instrumented(engine: sa.Engine) -> Iterator[None]:
                 _current[0].watch.add(name, time.perf_counter() - started)
 
         return call
-
-    library_append, library_load = Store.append, Store.load_working
-
-    def append(store: Store, *args: Any) -> Any:
-        impl = prototype_store.append if _current[0].prototype else library_append
-        return impl(store, *args)
-
-    def load_working(store: Store, *args: Any) -> Any:
-        impl = prototype_store.load_working if _current[0].prototype else library_load
-        return impl(store, *args)
 
     def before(conn: Any, *args: Any) -> None:
         conn.info["bench_started"] = time.perf_counter()
@@ -165,8 +147,7 @@ def instrumented(engine: sa.Engine) -> Iterator[None]:
         with (
             patched(autoctx.memory, "prepare", timed("prepare", autoctx.memory.prepare)),
             patched(autoctx.intake, "count_tokens", timed("count", autoctx.intake.count_tokens)),
-            patched(Store, "append", timed("store", append)),
-            patched(Store, "load_working", load_working),
+            patched(Store, "append", timed("store", Store.append)),
             # The commit's round trip (and WAL flush) is database time too.
             patched(engine.dialect, "do_commit", timed("commit", engine.dialect.do_commit)),
         ):
@@ -278,12 +259,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         config = AutoContextConfig()
         sides = [
             AutoctxSide(
-                AutoContextMemory.open(name, db.url, config, summarizer=OfflineSummarizer()),
+                AutoContextMemory.open(SESSION, db.url, config, summarizer=OfflineSummarizer()),
                 Stopwatch(),
-                prototype=prototype,
             )
-            for name, prototype in [(SESSION, False), (SESSION + "-prototype", True)]
-            if args.prototype or not prototype
         ]
         raw = RawSide(db, TokenCounter(config.model), raw_watch)
         try:
@@ -341,7 +319,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _label(side: AutoctxSide) -> str:
-    return "prototype" if side.prototype else "autoctx"
+    return "autoctx"
 
 
 def _profiled(profiler: cProfile.Profile | None, fn: Any) -> Any:
@@ -411,7 +389,7 @@ def _figures(
 
 def _print(f: dict[str, Any]) -> None:
     a = f["append"]
-    mine = [k for k in ("autoctx", "prototype") if k in a]
+    mine = [k for k in ("autoctx",) if k in a]
     em, cp = a["executemany"], a["copy"]
     table = Table(
         title=f"append {f['messages']:,} messages, {f['batch']} per call ({f['machine']})"
@@ -440,12 +418,6 @@ def _print(f: dict[str, Any]) -> None:
             style="bold" if key == "total" else None,
         )
     console.print(table)
-    if "prototype" in a:
-        console.print(
-            "(the prototype's COPY and set-based INSERT run on the driver's cursor, unseen by "
-            "SQLAlchemy's events: its 'database' row holds only the lock, the update and the "
-            "commit)"
-        )
     goal = 1.5
     for k in mine:
         r = a[k]
@@ -483,7 +455,6 @@ def _verdict(met: bool) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     figures = run(args)
-    figures["prototype"] = args.prototype
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 

@@ -21,7 +21,6 @@ copies of the pristine session.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import datetime as dt
 import json
@@ -89,14 +88,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--applies", type=int, default=30, help="(b) applies per size")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--profile", choices=("a", "b"), help="cProfile the timed calls of a part")
-    parser.add_argument(
-        "--prototype",
-        action="store_true",
-        help=(
-            "also run every measurement through bench/prototype_store.py (snapshot cache, one "
-            "layout per snapshot), side by side with the library"
-        ),
-    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     return parser.parse_args(argv)
 
@@ -253,27 +244,15 @@ def part_a(
                 f"(a) {n:,} messages, {n_large} large ({n_s2} for S2, {n_s3} for S3): loaded in "
                 f"{secs(time.perf_counter() - started)}"
             )
-            variants = ["library", *(["prototype cold", "prototype warm"] * args.prototype)]
             for k in range(args.repeats):
-                # Each variant on its own copy of the pristine session, in rotating order so
-                # that the machine's noise falls on all of them alike.
-                rotated = variants[k % len(variants) :] + variants[: k % len(variants)]
-                for variant in rotated:
-                    run_sid = f"{sid}-{variant.replace(' ', '-')}-{k}"
-                    clone_session(engine, sid, run_sid)
-                    # Without statistics for the new session id the planner expects one row
-                    # and may nest-loop the snapshot's join: O(n^2) (see README).
-                    _analyze(engine)
-                    figures = _compress_once(db, run_sid, config, profiler, variant)
-                    figures.update(
-                        messages=n,
-                        large=n_large,
-                        expected_previews=n_s2 + n_s3,
-                        run=k + 1,
-                        variant=variant,
-                    )
-                    results.append(figures)
-                    _print_a_row(figures)
+                # Each repeat on its own copy of the pristine session.
+                run_sid = f"{sid}-{k}"
+                clone_session(engine, sid, run_sid)
+                _analyze(engine)
+                figures = _compress_once(db, run_sid, config, profiler)
+                figures.update(messages=n, large=n_large, expected_previews=n_s2 + n_s3, run=k + 1)
+                results.append(figures)
+                _print_a_row(figures)
             started = time.perf_counter()
     return results
 
@@ -283,22 +262,11 @@ def _compress_once(
     session_id: str,
     config: AutoContextConfig,
     profiler: cProfile.Profile | None,
-    variant: str = "library",
 ) -> dict[str, Any]:
     mem = AutoContextMemory.open(session_id, db.url, config, summarizer=OfflineSummarizer())
-    prototype = _prototype_module() if variant != "library" else None
-    installed = prototype.installed() if prototype is not None else contextlib.nullcontext()
-    if prototype is not None and variant == "prototype warm":
-        # What a process that compressed this session before holds: a cached snapshot, then
-        # a few appends since (one more tool call of the current round).
-        with prototype.installed():
-            Store(mem.engine).snapshot(session_id)
-        step = TranscriptGenerator(0).step()[:2]
-        mem.add([Msg.assistant(None, step[0].tool_uses[:1]), step[1]])
     watch = Stopwatch()
     sql = _SqlTimer(mem.engine, watch)
     with (
-        installed,
         patched(Store, "snapshot", watch.wrap("snapshot", Store.snapshot)),
         patched(Store, "apply", watch.wrap("apply", Store.apply)),
         patched(Compressor, "_build", watch.wrap("build", Compressor._build)),
@@ -318,9 +286,6 @@ def _compress_once(
             profiler.disable()
     applied = [e for e in events if e.status == "applied"]
     info = mem.refresh()
-    if prototype is not None:
-        # The cache must agree with a full read, or its figures mean nothing.
-        prototype.verify(Store(mem.engine), session_id)
     return {
         "total": total,
         "snapshot": watch["snapshot"],
@@ -388,15 +353,9 @@ class _SqlTimer:
         sa.event.remove(self.engine, "after_cursor_execute", self._after)
 
 
-def _prototype_module() -> Any:
-    import prototype_store
-
-    return prototype_store
-
-
 def _print_a_row(f: dict[str, Any]) -> None:
     console.print(
-        f"    run {f['run']} {f['variant']}: total {secs(f['total'])} = snapshot "
+        f"    run {f['run']}: total {secs(f['total'])} = snapshot "
         f"{secs(f['snapshot'])} ({f['snapshots']}x) + plan {secs(f['plan'])} + build "
         f"{secs(f['build'])} + apply {secs(f['apply'])} (SQL+commit {secs(f['apply_sql'])}) "
         f"+ other {secs(f['other'])}; "
@@ -433,78 +392,53 @@ def part_b(
         sid = f"b-{n}"
         load_session(store, sid, prepare(msgs, counter, max_chars=10**7, session_id=sid), config)
         console.print(f"(b) {n:,} messages loaded in {secs(time.perf_counter() - started)}")
-        variants = ["library", *(["prototype"] * args.prototype)]
-        for variant in variants[1:]:
-            clone_session(engine, sid, f"{sid}-{variant}")
         _analyze(engine)
-        runs = {v: _ApplyRun(sid if v == "library" else f"{sid}-{v}") for v in variants}
+        run = _ApplyRun(sid)
         with _SqlTimer(engine, Stopwatch()) as sql:
             for j in range(args.applies):
-                # Alternate the variants apply by apply, so that noise falls on both alike.
-                for variant in variants[j % len(variants) :] + variants[: j % len(variants)]:
-                    run = runs[variant]
-                    prototype = _prototype_module() if variant != "library" else None
-                    installed = (
-                        prototype.installed(store=False)
-                        if prototype is not None
-                        else contextlib.nullcontext()
-                    )
-                    with installed:
-                        t0 = time.perf_counter()
-                        snap = store.snapshot(run.session_id)
-                        run.snapshots.append(time.perf_counter() - t0)
-                        # Every previous round with something to fold in (no token floor):
-                        # spread the applies over the session, not always the oldest round.
-                        edits = plan_s4(snap, config, PlanContext(token_pressure=False))
-                        if not edits:
-                            raise SystemExit(f"{run.session_id}: no round left after {j} applies")
-                        edit = edits[(j * 7919) % len(edits)]
-                        replacement = _round_summary(
-                            store, run.session_id, edit, summarizer, counter
-                        )
-                        before = sql.apply_seconds
-                        if profiler is not None:
-                            profiler.enable()
-                        t0 = time.perf_counter()
-                        outcome = store.apply(
-                            run.session_id, [replacement], reason="tokens", config=config.to_json()
-                        )
-                        elapsed = time.perf_counter() - t0
-                        if profiler is not None:
-                            profiler.disable()
-                    if prototype is not None:
-                        # The library's apply; the prototype's splice of its cached snapshot
-                        # is planning-side work.
-                        inner = prototype.timings["last_apply"]
-                        run.snapshots[-1] += elapsed - inner
-                        elapsed = inner
-                    run.applies.append(elapsed)
-                    run.apply_sql.append(sql.apply_seconds - before)
-                    if outcome.conflict or outcome.events[0].status != "applied":
-                        raise SystemExit(f"apply {j} on {run.session_id} did not apply: {outcome}")
-                    run.replaced.append(len(edit.replaced_ids))
-        for variant, run in runs.items():
-            if prototype_mod := (_prototype_module() if variant != "library" else None):
-                prototype_mod.verify(store, run.session_id)
-            figures: dict[str, Any] = {
-                "messages": n,
-                "variant": variant,
-                "applies": run.applies,
-                "apply_p50": median(run.applies),
-                "apply_p95": percentile(run.applies, 95),
-                "apply_sql_p50": median(run.apply_sql),
-                "snapshot_p50": median(run.snapshots),
-                "snapshot_p95": percentile(run.snapshots, 95),
-                "replaced_median": median([float(x) for x in run.replaced]),
-                "replaced_max": max(run.replaced),
-            }
-            results.append(figures)
-            console.print(
-                f"    {variant}: apply p50 {ms(figures['apply_p50'])} "
-                f"(SQL+commit {ms(figures['apply_sql_p50'])}), p95 {ms(figures['apply_p95'])}; "
-                f"snapshot p50 {ms(figures['snapshot_p50'])}; replaced messages median "
-                f"{figures['replaced_median']:.0f}, max {figures['replaced_max']}"
-            )
+                t0 = time.perf_counter()
+                snap = store.snapshot(run.session_id)
+                run.snapshots.append(time.perf_counter() - t0)
+                # Every previous round with something to fold in (no token floor): spread the
+                # applies over the session, not always the oldest round.
+                edits = plan_s4(snap, config, PlanContext(token_pressure=False))
+                if not edits:
+                    raise SystemExit(f"{run.session_id}: no round left after {j} applies")
+                edit = edits[(j * 7919) % len(edits)]
+                replacement = _round_summary(store, run.session_id, edit, summarizer, counter)
+                before = sql.apply_seconds
+                if profiler is not None:
+                    profiler.enable()
+                t0 = time.perf_counter()
+                outcome = store.apply(
+                    run.session_id, [replacement], reason="tokens", config=config.to_json()
+                )
+                elapsed = time.perf_counter() - t0
+                if profiler is not None:
+                    profiler.disable()
+                run.applies.append(elapsed)
+                run.apply_sql.append(sql.apply_seconds - before)
+                if outcome.conflict or outcome.events[0].status != "applied":
+                    raise SystemExit(f"apply {j} on {run.session_id} did not apply: {outcome}")
+                run.replaced.append(len(edit.replaced_ids))
+        figures: dict[str, Any] = {
+            "messages": n,
+            "applies": run.applies,
+            "apply_p50": median(run.applies),
+            "apply_p95": percentile(run.applies, 95),
+            "apply_sql_p50": median(run.apply_sql),
+            "snapshot_p50": median(run.snapshots),
+            "snapshot_p95": percentile(run.snapshots, 95),
+            "replaced_median": median([float(x) for x in run.replaced]),
+            "replaced_max": max(run.replaced),
+        }
+        results.append(figures)
+        console.print(
+            f"    apply p50 {ms(figures['apply_p50'])} "
+            f"(SQL+commit {ms(figures['apply_sql_p50'])}), p95 {ms(figures['apply_p95'])}; "
+            f"snapshot p50 {ms(figures['snapshot_p50'])}; replaced messages median "
+            f"{figures['replaced_median']:.0f}, max {figures['replaced_max']}"
+        )
     return results
 
 
@@ -531,7 +465,6 @@ def _table_a(rows: list[dict[str, Any]], machine: str) -> Table:
         "messages",
         "large",
         "run",
-        "variant",
         "total",
         "snapshot",
         "plan",
@@ -546,7 +479,6 @@ def _table_a(rows: list[dict[str, Any]], machine: str) -> Table:
             f"{f['messages']:,}",
             str(f["large"]),
             str(f["run"]),
-            f["variant"],
             secs(f["total"]),
             f"{secs(f['snapshot'])} ({f['snapshots']}x)",
             secs(f["plan"]),
@@ -562,7 +494,6 @@ def _table_b(rows: list[dict[str, Any]], machine: str) -> Table:
     table = Table(title=f"(b) Store.apply of one S4 round summary, summariser excluded ({machine})")
     for col in (
         "messages",
-        "variant",
         "applies",
         "p50",
         "p95",
@@ -574,12 +505,10 @@ def _table_b(rows: list[dict[str, Any]], machine: str) -> Table:
     for f in rows:
         table.add_row(
             f"{f['messages']:,}",
-            f["variant"],
             str(len(f["applies"])),
             ms(f["apply_p50"]),
             ms(f["apply_p95"]),
-            # The prototype's apply wrapper sits outside the SQL timer's reach.
-            ms(f["apply_sql_p50"]) if f["variant"] == "library" else "-",
+            ms(f["apply_sql_p50"]),
             ms(f["snapshot_p50"]),
             f"{f['replaced_median']:.0f}",
         )
@@ -602,14 +531,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             out[name] = step(args, db, profiler if args.profile == name else None)
     if "a" in out:
         console.print(_table_a(out["a"], machine))
-        worst = max(f["total"] for f in out["a"] if f["variant"] == "library")
+        worst = max(f["total"] for f in out["a"])
         console.print(
             f"(a) slowest compress_if_needed(): {secs(worst)} "
             f"(goal < 3 s: {'met' if worst < 3 else 'MISSED'})"
         )
     if "b" in out:
         console.print(_table_b(out["b"], machine))
-        worst = max(f["apply_p50"] for f in out["b"] if f["variant"] == "library")
+        worst = max(f["apply_p50"] for f in out["b"])
         console.print(
             f"(b) highest apply p50: {ms(worst)} "
             f"(goal < 20 ms: {'met' if worst < 0.020 else 'MISSED'})"
@@ -625,10 +554,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     figures = run(args)
-    if args.prototype:
-        figures["prototype_snapshots"] = dict(_prototype_module().stats)
-        console.print(f"prototype snapshots: {figures['prototype_snapshots']}")
-    figures["prototype"] = args.prototype
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2, default=str))
 

@@ -253,3 +253,24 @@ def test_appends_interleaved_from_two_memories_fall_back_and_keep_order(open_mem
     a.add(Msg.assistant(None, [ToolUseBlock("c9", "ls")]))
     b.add(Msg.tool("c9", "done"))  # b learns the open call from the locked path
     assert a.messages()[-1].tool_results[0].name == "ls"
+
+
+def test_a_big_batch_after_its_own_write_claims_then_inserts_rows(open_memory: Open) -> None:
+    mem = open_memory()
+    mem.add(Msg.user("first"))
+    statements: list[str] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    big = [Msg.user("a" * 40_000), Msg.assistant("b" * 40_000)]
+    sa.event.listen(mem.engine, "before_cursor_execute", capture)
+    try:
+        mem.add(big)
+    finally:
+        sa.event.remove(mem.engine, "before_cursor_execute", capture)
+    data = [s.strip() for s in statements if s.strip() != "select 1"]
+    assert not any("FOR UPDATE" in s for s in data), data
+    assert data[0].startswith("UPDATE sessions") and len(data) == 3, data
+    assert [m.text for m in mem.messages()] == ["first", "a" * 40_000, "b" * 40_000]
+    assert mem.token_count == recount(mem)

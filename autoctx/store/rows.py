@@ -67,15 +67,18 @@ VALUES (%(session_id)s, %(id)s, %(role)s, %(name)s, %(content)s::jsonb, %(metada
 #: The whole append in one statement, guarded by the session version the store last wrote.
 #: Every part reads the same snapshot of `s`: if the guard fails, `s` is empty and the inserts,
 #: which select from it, insert nothing.
-APPEND_AT_VERSION = """
-WITH s AS (
-    UPDATE sessions
-    SET next_message_id = next_message_id + %(n)s, next_position = next_position + %(n)s,
-        message_count = message_count + %(n)s, token_count = token_count + %(added_tokens)s,
-        version = version + 1, open_calls = %(open_calls)s::jsonb, updated_at = now()
-    WHERE session_id = %(sid)s AND version = %(version)s
-    RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos
-), m AS (
+#: Claims `n` ids and positions and moves the totals on, if the session is still at `version`.
+CLAIM_AT_VERSION = """
+UPDATE sessions
+SET next_message_id = next_message_id + %(n)s, next_position = next_position + %(n)s,
+    message_count = message_count + %(n)s, token_count = token_count + %(added_tokens)s,
+    version = version + 1, open_calls = %(open_calls)s::jsonb, updated_at = now()
+WHERE session_id = %(sid)s AND version = %(version)s
+RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos
+"""
+
+APPEND_AT_VERSION = f"""
+WITH s AS ({CLAIM_AT_VERSION}), m AS (
     INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
                           tokens, chars, call_ids, result_ids, tool_names)
     SELECT %(sid)s, s.first_id + u.ord - 1, u.role, u.name, u.content::jsonb, u.metadata::jsonb,
@@ -93,6 +96,10 @@ WITH s AS (
 )
 SELECT first_id FROM s
 """
+
+#: Above this many payload characters a batch goes as pipelined rows rather than as arrays in
+#: one statement: escaping big texts into array parameters costs more than the round trips saved.
+ONE_STATEMENT_MAX_CHARS = 64_000
 
 #: Appended messages take the next positions, in order (message id = position + shift).
 INSERT_WORKING = """

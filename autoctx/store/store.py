@@ -29,12 +29,14 @@ from ..plans import Edit, Snapshot
 from ..structure import MsgMeta, is_final_answer, meta_of
 from .rows import (
     APPEND_AT_VERSION,
+    CLAIM_AT_VERSION,
     DOCUMENTS_BY_ID,
     INSERT_MESSAGES,
     INSERT_WORKING,
     LAST_WORKING,
     LATEST_WORKING_IDS,
     LOAD_WORKING,
+    ONE_STATEMENT_MAX_CHARS,
     SNAPSHOT,
     TAIL_CALLS,
     TOKENS_BY_ID,
@@ -82,6 +84,35 @@ class _CachedSnapshot:
     next_event_id: int
     #: Tells a deleted-and-recreated session of the same id from the cached one.
     created_at: Any
+
+
+def _insert_rows(
+    conn: Connection, session_id: str, first_id: int, first_pos: int, bound: Sequence[Prepared]
+) -> None:
+    """The messages (pipelined rows) and their working-set rows, at claimed ids and positions."""
+    conn.exec_driver_sql(
+        INSERT_MESSAGES,
+        [message_params(session_id, first_id + i, p) for i, p in enumerate(bound)],
+    )
+    conn.exec_driver_sql(
+        INSERT_WORKING,
+        {
+            "sid": session_id,
+            "shift": first_id - first_pos,
+            "lo": first_pos,
+            "hi": first_pos + len(bound) - 1,
+        },
+    )
+
+
+def _columns(session_id: str, bound: Sequence[Prepared]) -> dict[str, list[Any]]:
+    """The batch as one list per column (the arrays `APPEND_AT_VERSION` unnests)."""
+    params = [message_params(session_id, 0, p) for p in bound]
+    scalars = ("role", "name", "content", "metadata", "kind", "pinned", "final", "tokens", "chars")
+    columns = {key: [p[key] for p in params] for key in scalars}
+    for key in ("call_ids", "result_ids", "tool_names"):
+        columns[key] = [array_literal(p[key] or ()) for p in params]
+    return columns
 
 
 class Store:
@@ -249,19 +280,7 @@ class Store:
             bound = bind(prepared, open_calls, session_id=session_id)
             first_id, first_pos = row.next_message_id, row.next_position
             n = len(bound)
-            conn.exec_driver_sql(
-                INSERT_MESSAGES,
-                [message_params(session_id, first_id + i, p) for i, p in enumerate(bound)],
-            )
-            conn.exec_driver_sql(
-                INSERT_WORKING,
-                {
-                    "sid": session_id,
-                    "shift": first_id - first_pos,
-                    "lo": first_pos,
-                    "hi": first_pos + n - 1,
-                },
-            )
+            _insert_rows(conn, session_id, first_id, first_pos, bound)
             conn.execute(
                 sa.update(sessions)
                 .where(sessions.c.session_id == session_id)
@@ -291,33 +310,23 @@ class Store:
             bound = bind(prepared, open_calls, session_id=session_id)
         except InvalidMessage:
             return None  # maybe stale: the locked path validates against the truth
-        params = [message_params(session_id, 0, p) for p in bound]
-        scalars = (
-            "role",
-            "name",
-            "content",
-            "metadata",
-            "kind",
-            "pinned",
-            "final",
-            "tokens",
-            "chars",
-        )
-        columns = {key: [p[key] for p in params] for key in scalars}
-        for key in ("call_ids", "result_ids", "tool_names"):
-            columns[key] = [array_literal(p[key] or ()) for p in params]
+        claim = {
+            "sid": session_id,
+            "version": version,
+            "n": len(bound),
+            "added_tokens": sum(p.tokens for p in bound),
+            "open_calls": dumps(open_calls.to_json()),
+        }
         with self._begin() as conn:
-            first = conn.exec_driver_sql(
-                APPEND_AT_VERSION,
-                {
-                    "sid": session_id,
-                    "version": version,
-                    "n": len(bound),
-                    "added_tokens": sum(p.tokens for p in bound),
-                    "open_calls": dumps(open_calls.to_json()),
-                    **columns,
-                },
-            ).scalar_one_or_none()
+            if sum(p.chars for p in bound) <= ONE_STATEMENT_MAX_CHARS:
+                first = conn.exec_driver_sql(
+                    APPEND_AT_VERSION, {**claim, **_columns(session_id, bound)}
+                ).scalar_one_or_none()
+            else:
+                row = conn.exec_driver_sql(CLAIM_AT_VERSION, claim).one_or_none()
+                first = None if row is None else row[0]
+                if row is not None:
+                    _insert_rows(conn, session_id, row[0], row[1], bound)
             if first is not None:
                 pause_point("append.before_commit")
         if first is None:
