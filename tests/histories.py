@@ -5,7 +5,19 @@ from __future__ import annotations
 import json
 import random
 
-from autoctx import Msg, ToolUseBlock
+from autoctx import AutoContextConfig, Msg, ToolUseBlock
+
+#: A small window, so that a few generated rounds make every rung of the ladder work.
+SMALL = AutoContextConfig(
+    max_tokens=20_000,
+    msg_threshold=60,
+    last_keep=10,
+    min_tool_run=3,
+    min_compress_tokens=300,
+    large_payload_chars=2000,
+    preview_chars=100,
+    reload_page_chars=1500,
+)
 
 
 def file_dump(rng: random.Random, lines: int) -> str:

@@ -20,7 +20,7 @@ from autoctx import (
     SummaryResult,
 )
 from autoctx.prompts import OFFLOAD_TAG_RE
-from tests.histories import long_task, multi_round
+from tests.histories import SMALL, long_task, multi_round
 from tests.invariants import (
     assert_every_original_reachable,
     assert_totals_match,
@@ -29,17 +29,6 @@ from tests.invariants import (
 )
 
 Open = Callable[..., AutoContextMemory]
-
-SMALL = AutoContextConfig(
-    max_tokens=20_000,
-    msg_threshold=60,
-    last_keep=10,
-    min_tool_run=3,
-    min_compress_tokens=300,
-    large_payload_chars=2000,
-    preview_chars=100,
-    reload_page_chars=1500,
-)
 
 
 class CountingSummarizer:

@@ -46,7 +46,7 @@ from autoctx import (
 )
 from autoctx.memory import dispose_engines
 from autoctx.store.tables import SESSION_TABLES
-from tests.histories import long_task, multi_round
+from tests.histories import SMALL, long_task, multi_round
 
 TABLES = tuple(t.name for t in SESSION_TABLES)
 _TABLE_RE = re.compile(r"\b(" + "|".join(TABLES) + r"|autoctx_\w+)\b")
@@ -67,17 +67,6 @@ _GLOBAL_OK = (
     re.compile(r"^SET LOCAL enable_nestloop = off$"),
     re.compile(r"alembic_version", re.IGNORECASE),
     re.compile(r"\bpg_catalog\b|\bcurrent_schema\(\)|^show \w+$|version\(\)", re.IGNORECASE),
-)
-
-SMALL = AutoContextConfig(
-    max_tokens=20_000,
-    msg_threshold=60,
-    last_keep=10,
-    min_tool_run=3,
-    min_compress_tokens=300,
-    large_payload_chars=2000,
-    preview_chars=100,
-    reload_page_chars=1500,
 )
 
 
