@@ -23,16 +23,14 @@ NOT_FOUND_ANSWER = "No offloaded context with that id in this session."
 def parse_offload_id(value: object) -> uuid.UUID:
     """A uuid from a string; `InvalidOffloadId` for an empty or malformed one."""
     if not isinstance(value, str) or not value.strip():
-        raise InvalidOffloadId(
-            "the offload id is empty; pass the uuid from a <!-- CONTEXT_OFFLOAD: uuid=... --> tag"
-        )
+        raise InvalidOffloadId("the offload id is empty; pass the uuid from an offload tag")
     text = value.strip()
     try:
         parsed = uuid.UUID(text)
     except ValueError:
         raise InvalidOffloadId(
             f"{text[:80]!r} is not an offload id (expected a uuid such as "
-            "'123e4567-e89b-12d3-a456-426614174000', from a CONTEXT_OFFLOAD tag)"
+            "'123e4567-e89b-12d3-a456-426614174000', from an offload tag)"
         ) from None
     if str(parsed) != text.lower() and parsed.hex != text.lower():
         raise InvalidOffloadId(f"{text[:80]!r} is not a canonical uuid; copy it from the tag")
@@ -85,9 +83,11 @@ def answer_reload_call(
         return 'Invalid arguments: expected a JSON object like {"uuid": "..."}.'
     raw = args.get("uuid")
     if raw is None:
-        return 'Missing uuid: pass the uuid from a CONTEXT_OFFLOAD tag as {"uuid": "..."}.'
+        return 'Missing uuid: pass the uuid of an offload tag as {"uuid": "..."}.'
     if isinstance(raw, str) and not raw.strip():
-        return "Empty uuid: copy the uuid from a <!-- CONTEXT_OFFLOAD: uuid=... --> tag."
+        # Answers never spell out the tag or its marker word: they land in the context, where
+        # either would read as an offload marker to the model and to the summary checks.
+        return "Empty uuid: copy the uuid that follows 'uuid=' in an offload tag."
     try:
         offload = parse_offload_id(raw)
     except InvalidOffloadId as exc:
