@@ -20,11 +20,11 @@ from .events import Event
 from .intake import Prepared, count_tokens
 from .messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from .plans import Edit, PlanContext, Snapshot
-from .prompts import OFFLOAD_TAG_RE, build_request, offload_tag
+from .prompts import build_request, offload_tag
 from .store.rows import SessionInfo
 from .store.store import Replacement, Store
 from .strategies import plan as plan_strategy
-from .summarizers import Summarizer
+from .summarizers import Summarizer, check_answer
 from .tokens import TokenCounter
 
 logger = logging.getLogger("autoctx")
@@ -206,13 +206,7 @@ class Compressor:
         try:
             pause_point("summarize.during")
             result = self.summarizer.summarize(request)
-            text = result.text.strip()
-            if not text:
-                raise SummarizerError("empty", "the summariser answered with no text")
-            if OFFLOAD_TAG_RE.search(text) or "CONTEXT_OFFLOAD" in text:
-                raise SummarizerError(
-                    "tag_in_answer", "the summary contains an offload tag; it would mislead reload"
-                )
+            text = check_answer(result.text)
         except SummarizerError as exc:
             self._fail(edit, state, reason, exc.reason, exc.detail)
             return None
@@ -343,10 +337,15 @@ def summarised_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:
     for b in msg.content:
         if isinstance(b, ToolUseBlock):
             args = b.arguments
-            if len(args) > 256:
+            if len(args) > _LARGE_ARGUMENTS_CHARS:
                 args = json.dumps({"offloaded_arguments": str(offload)})
             out.append(ToolUseBlock(b.id, b.name, args, b.extra))
     return Msg(msg.role, tuple(out), name=msg.name, kind="large_summary")
+
+
+#: Tool-call arguments longer than this are replaced by a pointer to the offload in S5: the
+#: call must stay valid JSON, and short arguments are worth keeping verbatim.
+_LARGE_ARGUMENTS_CHARS = 256
 
 
 def _opaque_text(msg: Msg) -> str:

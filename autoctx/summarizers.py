@@ -522,7 +522,7 @@ class OpenAISummarizer:
             ) from err
         text, model, prompt_tokens, completion_tokens = result
         return SummaryResult(
-            text=_check_answer(text),
+            text=check_answer(text),
             model=model or self.model,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
@@ -639,8 +639,11 @@ _REFUSAL_RE: Final = re.compile(
 )
 
 
-def _check_answer(text: str) -> str:
-    """The answer, stripped, or `SummarizerError` when it cannot become a summary."""
+def check_answer(text: str) -> str:
+    """The answer, stripped, or `SummarizerError` when it cannot become a summary.
+
+    The compressor applies it to every summariser's answer, a caller's own included.
+    """
     answer = text.strip()
     if not answer:
         raise SummarizerError(

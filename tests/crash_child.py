@@ -25,7 +25,7 @@ import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +39,8 @@ from autoctx._faults import PHASES as PAUSE_PHASES
 from autoctx.memory import dispose_engines
 from autoctx.store.rows import msg_from_row
 from tests.invariants import (
+    assert_consistent,
     assert_every_original_reachable,
-    assert_totals_match,
-    assert_valid_openai_chat,
 )
 
 RANDOM = "random"
@@ -236,93 +235,6 @@ def read_acks(path: Path) -> list[Ack]:
         row = json.loads(line)
         acks.append(Ack(row["step"], tuple(row["ids"]), tuple(row["digests"])))
     return acks
-
-
-def assert_consistent(mem: AutoContextMemory) -> None:
-    """Structural invariants of a session, read with plain SQL.
-
-    - every offload and lineage row belongs to an applied (committed) event and agrees with it;
-    - every applied event is whole: its summary message, its offload, one lineage row per
-      replaced message in order;
-    - every message is in exactly one place: in the working set, or replaced by exactly one
-      applied event (never both, never twice: two compressions never applied over one message);
-    - expanding the working set through lineage gives back every original, once, in id order;
-    - the working context is valid OpenAI chat and its totals equal a recount.
-    """
-    sid = mem.session_id
-    events = mem.sql(
-        "select id, status, replaced_ids, summary_message_id, offload_uuid from compression_events "
-        "where session_id = :s order by id",
-        s=sid,
-    )
-    applied = {e.id: e for e in events if e.status == "applied"}
-    for e in events:
-        if e.status != "applied":
-            assert e.summary_message_id is None and e.offload_uuid is None, e
-    offloads = mem.sql(
-        "select uuid, event_id, message_ids from offloads where session_id = :s", s=sid
-    )
-    assert len(offloads) == len(applied), "one offload per applied event"
-    for o in offloads:
-        owner = applied.get(o.event_id)
-        assert owner is not None, f"offload {o.uuid} belongs to no applied event"
-        assert owner.offload_uuid == o.uuid, (o, owner)
-        assert list(o.message_ids) == list(owner.replaced_ids), (o, owner)
-    lineage: dict[int, list[tuple[int, int, int]]] = {}
-    for r in mem.sql(
-        "select summary_id, ordinal, replaced_id, event_id from lineage where session_id = :s",
-        s=sid,
-    ):
-        lineage.setdefault(r.summary_id, []).append((r.ordinal, r.replaced_id, r.event_id))
-    summaries = {
-        r.id: r
-        for r in mem.sql(
-            "select id, kind, event_id from messages where session_id = :s and kind <> 'original'",
-            s=sid,
-        )
-    }
-    assert set(summaries) == {e.summary_message_id for e in applied.values()}, (
-        "every made message belongs to an applied event and every applied event made one"
-    )
-    for e in applied.values():
-        summary = summaries[e.summary_message_id]
-        assert summary.event_id == e.id, (summary, e)
-        rows = sorted(lineage.get(e.summary_message_id, []))
-        assert [r[0] for r in rows] == list(range(len(e.replaced_ids))), e
-        assert [r[1] for r in rows] == list(e.replaced_ids), e
-        assert {r[2] for r in rows} == {e.id}, e
-    assert set(lineage) <= set(summaries), "lineage rows without a summary of an applied event"
-    replaced = Counter(i for e in applied.values() for i in e.replaced_ids)
-    twice = [i for i, n in replaced.items() if n > 1]
-    assert not twice, f"messages replaced by more than one applied event: {twice}"
-    working = [
-        r.message_id
-        for r in mem.sql(
-            "select message_id from working_set where session_id = :s order by position", s=sid
-        )
-    ]
-    both = set(working) & set(replaced)
-    assert not both, f"messages both working and replaced: {sorted(both)}"
-    all_ids = [
-        r.id for r in mem.sql("select id from messages where session_id = :s order by id", s=sid)
-    ]
-    homeless = set(all_ids) - set(working) - set(replaced)
-    assert not homeless, f"messages neither working nor replaced: {sorted(homeless)}"
-
-    children = {s: [r[1] for r in sorted(rows)] for s, rows in lineage.items()}
-
-    def expand(i: int) -> Iterator[int]:
-        if i in children:
-            for c in children[i]:
-                yield from expand(c)
-        else:
-            yield i
-
-    flat = [o for w in working for o in expand(w)]
-    original_ids = [i for i in all_ids if i not in summaries]
-    assert flat == original_ids, "the working set does not stand for every original once, in order"
-    assert_valid_openai_chat(mem.to_openai())
-    assert_totals_match(mem)
 
 
 def check_after_kill(work: Workload, kills: int) -> tuple[int, int]:

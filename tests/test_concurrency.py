@@ -27,9 +27,8 @@ from sqlalchemy.engine import make_url
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
 from autoctx._faults import ENV as PAUSE_ENV
 from autoctx.memory import dispose_engines
-from tests.crash_child import assert_consistent
 from tests.histories import multi_round
-from tests.invariants import assert_every_original_reachable
+from tests.invariants import assert_consistent, assert_every_original_reachable
 from tests.openai_server import OpenAIServer, Reply
 
 CTX = multiprocessing.get_context("fork")

@@ -345,3 +345,27 @@ def test_the_kept_snapshot_always_equals_a_fresh_read(open_memory: Open) -> None
     rival.add(Msg.assistant("y"))
     rival.compress_if_needed()
     assert kept.snapshot(mem.session_id) == fresh()  # someone else's events: full read
+
+
+def test_max_llm_calls_bounds_the_summariser_calls_of_one_call(open_memory: Open) -> None:
+    summarizer = CountingSummarizer()
+    # Only LLM work (no large payloads) and room for many ranges: the budget is what stops it.
+    mem = open_memory(config=dataclasses.replace(SMALL, max_llm_calls=1), summarizer=summarizer)
+    mem.add(multi_round(14, rounds=6, steps=8, big_every=10_000))
+    events = mem.compress_if_needed()
+    assert summarizer.calls == 1
+    assert len([e for e in events if e.strategy in (1, 4, 5, 6)]) == 1
+
+
+def test_max_passes_bounds_the_strategies_applied_by_one_call(open_memory: Open) -> None:
+    # A low target: one pass cannot reach it, so only max_passes ends the call early.
+    deep = dataclasses.replace(SMALL, target_ratio=0.2)
+    mem = open_memory(config=dataclasses.replace(deep, max_passes=1))
+    mem.add(multi_round(15, rounds=6, steps=8))
+    events = [e for e in mem.compress_if_needed() if e.status == "applied"]
+    # One pass applies the first strategy that finds work, with all of its ranges.
+    assert events and len({e.strategy for e in events}) == 1
+    assert len({e.session_version for e in events}) == 1
+    unbounded = open_memory(sid=f"{mem.session_id}-free", config=deep)
+    unbounded.add(multi_round(15, rounds=6, steps=8))
+    assert len({e.session_version for e in unbounded.compress_if_needed()}) > 1

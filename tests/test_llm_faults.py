@@ -17,14 +17,12 @@ from typing import Any
 import pytest
 
 from autoctx import (
-    AutoContextConfig,
     AutoContextMemory,
     OpenAISummarizer,
     SummarizerError,
 )
-from tests.crash_child import assert_consistent
-from tests.histories import multi_round
-from tests.invariants import assert_every_original_reachable
+from tests.histories import SMALL, multi_round
+from tests.invariants import assert_consistent, assert_every_original_reachable
 from tests.openai_server import OpenAIServer, Reply
 
 Open = Callable[..., AutoContextMemory]
@@ -32,18 +30,8 @@ Open = Callable[..., AutoContextMemory]
 TIMEOUT = 0.5
 #: Kinds an LLM writes: none of them may come out of a faulty answer.
 LLM_KINDS = {"tool_run_summary", "round_summary", "large_summary", "current_round_summary"}
-CONFIG = AutoContextConfig(
-    max_tokens=20_000,
-    msg_threshold=60,
-    last_keep=10,
-    min_tool_run=3,
-    min_compress_tokens=300,
-    large_payload_chars=2000,
-    preview_chars=100,
-    reload_page_chars=1500,
-    # Two LLM attempts per call bound the time a stalling endpoint costs the test.
-    max_llm_calls=2,
-)
+# Two LLM attempts per call bound the time a stalling endpoint costs the test.
+CONFIG = dataclasses.replace(SMALL, max_llm_calls=2)
 
 
 @dataclass(frozen=True)

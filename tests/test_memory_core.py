@@ -23,18 +23,12 @@ from autoctx import (
     SessionNotFound,
     ToolUseBlock,
 )
-from autoctx.intake import count_tokens
-from autoctx.tokens import TokenCounter
+from tests.invariants import recount
 from tests.test_messages import drop_none, varied_conversation
 
 pytestmark = pytest.mark.embedded
 
 Open = Callable[..., AutoContextMemory]
-
-
-def recount(mem: AutoContextMemory) -> int:
-    counter = TokenCounter(mem.config.model)
-    return sum(count_tokens(m, counter) for m in mem.messages())
 
 
 def test_add_and_load_round_trip(open_memory: Open) -> None:

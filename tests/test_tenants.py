@@ -18,7 +18,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from autoctx import (
-    AutoContextConfig,
     AutoContextMemory,
     OfflineSummarizer,
     OffloadNotFound,
@@ -26,20 +25,10 @@ from autoctx import (
 )
 from autoctx.memory import dispose_engines
 from autoctx.store.tables import SESSION_TABLES
-from tests.crash_child import assert_consistent
-from tests.histories import multi_round
-from tests.invariants import assert_every_original_reachable
+from tests.histories import SMALL, multi_round
+from tests.invariants import assert_consistent, assert_every_original_reachable
 
-CONFIG = AutoContextConfig(
-    max_tokens=20_000,
-    msg_threshold=60,
-    last_keep=10,
-    min_tool_run=3,
-    min_compress_tokens=300,
-    large_payload_chars=2000,
-    preview_chars=100,
-    reload_page_chars=1500,
-)
+CONFIG = SMALL
 VIEWS = (
     "autoctx_savings_by_strategy",
     "autoctx_session_cost",
