@@ -15,7 +15,11 @@ ENV = "AUTOCTX_PAUSE_AT"
 
 #: The phases that have a pause point.
 PHASES = (
-    "append.before_commit",  # inside the append transaction, rows written, not committed
+    # inside an append transaction, rows written, not committed: only appends of several
+    # statements have this window (a process's first append, which locks the session row, and
+    # big batches); the usual append is one autocommit statement
+    "append.before_commit",
+    "append.after_commit",  # every append: committed, not yet returned to the caller
     "summarize.during",  # while the summariser call is in flight (no lock held)
     "apply.after_lock",  # inside the apply transaction, session row locked, nothing written
     "apply.before_commit",  # inside the apply transaction, everything written, not committed

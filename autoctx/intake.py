@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidMessage
@@ -31,6 +31,8 @@ class Prepared:
     tokens: int
     chars: int
     final: bool
+    #: The metadata as stored (compact JSON), when validation already wrote it out.
+    metadata_json: str | None = None
 
 
 def _strings(value: Any, depth: int = 0) -> Iterator[str]:
@@ -99,6 +101,33 @@ def _check_json_value(value: Any, where: str, what: str) -> None:
         raise InvalidMessage(f"{where}: {what} is not JSON-serialisable ({exc})") from None
 
 
+def json_text(value: Any) -> str:
+    """A JSON value as autoctx stores it (compact, non-ASCII kept)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _checked_json_text(value: Any, where: str, what: str) -> str:
+    """`value` written out as stored, after the checks of `_check_json_value`.
+
+    One C-speed `json.dumps` decides the common case: it writes a NUL as the escape
+    ``\\u0000``, keeps a lone surrogate as is (so the UTF-8 encoding fails), and cannot nest
+    deeper than it has brackets. Only when one of these could be wrong does the exact (slow)
+    walk run, to raise the precise error or to clear a false alarm.
+    """
+    try:
+        text = json_text(value)
+    except (RecursionError, TypeError, ValueError):
+        text = None
+    if text is None or "\\u0000" in text or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+        _check_json_value(value, where, what)
+        return json_text(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        _check_json_value(value, where, what)
+    return text
+
+
 def _check_arguments(call: ToolUseBlock, where: str) -> None:
     what = f"tool call {call.id!r} ({call.name})"
     _check_text(call.id, where, f"{what} id")
@@ -106,7 +135,9 @@ def _check_arguments(call: ToolUseBlock, where: str) -> None:
     _check_text(call.arguments, where, f"{what} arguments")
     if call.extra.get("arguments_absent") and not call.arguments:
         return
-    if _json_depth(call.arguments) > MAX_JSON_DEPTH:
+    # Counting brackets is C-speed; the exact depth only matters when there are that many.
+    brackets = call.arguments.count("[") + call.arguments.count("{")
+    if brackets > MAX_JSON_DEPTH and _json_depth(call.arguments) > MAX_JSON_DEPTH:
         raise InvalidMessage(
             f"{where}: {what} arguments are nested deeper than {MAX_JSON_DEPTH} levels; "
             "flatten them"
@@ -120,7 +151,8 @@ def _check_arguments(call: ToolUseBlock, where: str) -> None:
         ) from None
 
 
-def _check_blocks(msg: Msg, where: str) -> None:
+def _check_blocks(msg: Msg, where: str) -> str:
+    """Raise `InvalidMessage` for a malformed message; return its metadata as stored."""
     if msg.role not in ROLES:
         raise InvalidMessage(f"{where}: unknown role {msg.role!r}; use one of {', '.join(ROLES)}")
     if msg.kind != "original":
@@ -130,7 +162,9 @@ def _check_blocks(msg: Msg, where: str) -> None:
         )
     if msg.name is not None:
         _check_text(msg.name, where, "the name")
-    _check_json_value(dict(msg.metadata), where, "the metadata")
+    metadata_json = (
+        _checked_json_text(dict(msg.metadata), where, "the metadata") if msg.metadata else "{}"
+    )
     if msg.role == "tool" and (
         not msg.content or not all(isinstance(b, ToolResultBlock) for b in msg.content)
     ):
@@ -159,6 +193,7 @@ def _check_blocks(msg: Msg, where: str) -> None:
             _check_json_value(dict(block.data), where, "an opaque content part")
         else:
             raise InvalidMessage(f"{where}: unknown content block {block!r:.80}")
+    return metadata_json
 
 
 def count_tokens(msg: Msg, counter: TokenCounter) -> int:
@@ -202,7 +237,7 @@ def prepare(
                 f"session {session_id!r}, message {index}: expected a Msg, got {type(msg).__name__}"
             )
         where = _where(session_id, index, msg)
-        _check_blocks(msg, where)
+        metadata_json = _check_blocks(msg, where)
         chars = msg.payload_chars
         if chars > max_chars:
             raise InvalidMessage(
@@ -210,7 +245,8 @@ def prepare(
                 "(AutoContextConfig.max_message_chars); raise the cap or store the payload "
                 "elsewhere and add a reference"
             )
-        out.append(Prepared(msg, count_tokens(msg, counter), chars, is_final_answer(msg)))
+        tokens = count_tokens(msg, counter)
+        out.append(Prepared(msg, tokens, chars, is_final_answer(msg), metadata_json))
     return out
 
 
@@ -220,7 +256,9 @@ def bind(prepared: Sequence[Prepared], open_calls: OpenCalls, *, session_id: str
     out: list[Prepared] = []
     for i, p in enumerate(prepared):
         msg = _bind(p.msg, open_calls, _where(session_id, i, p.msg))
-        out.append(p if msg is p.msg else replace(p, msg=msg))
+        out.append(
+            p if msg is p.msg else Prepared(msg, p.tokens, p.chars, p.final, p.metadata_json)
+        )
     return out
 
 

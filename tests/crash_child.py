@@ -396,7 +396,10 @@ def kill_once(
     transaction is visible: the state seen while it is paused is the state after the kill."""
     dispose_engines()  # nothing pooled may be shared with the child
     pause_at = None if phase == RANDOM else phase
-    pid, fd = fork_child(work, generation, pause_at, rng.randrange(0, 2))
+    # A process's first append locks the session row and writes in a transaction; later ones
+    # are one autocommit statement, with no window between writing and committing.
+    pause_after = 0 if phase == "append.before_commit" else rng.randrange(0, 2)
+    pid, fd = fork_child(work, generation, pause_at, pause_after)
     stderr = bytearray()
     try:
         if pause_at is None:

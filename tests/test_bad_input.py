@@ -166,6 +166,25 @@ CASES: list[Case] = [
         "nested deeper",
     ),
     Case(
+        "metadata_nested_just_too_deep",
+        # 201 levels: json.dumps writes it without complaint; autoctx's limit is 200.
+        lambda c: c.mem.add(Msg.user("hi", metadata=_nested(201))),
+        InvalidMessage,
+        "nested deeper",
+    ),
+    Case(
+        "metadata_with_nul",
+        lambda c: c.mem.add(Msg.user("hi", metadata={"tool": {"log": ["ok", "a\x00b"]}})),
+        InvalidMessage,
+        "NUL",
+    ),
+    Case(
+        "metadata_key_with_lone_surrogate",
+        lambda c: c.mem.add(Msg.user("hi", metadata={"k\udc80": 1})),
+        InvalidMessage,
+        "surrogate",
+    ),
+    Case(
         "metadata_not_json",
         lambda c: c.mem.add(Msg.user("hi", metadata={"tags": {1, 2}})),
         InvalidMessage,
@@ -443,6 +462,21 @@ def test_twenty_mb_message_is_accepted_when_the_cap_is_raised(ctx: Ctx) -> None:
     assert back.text == _big_text(TWENTY_MB)
     assert_valid_openai_chat(mem.to_openai())
     assert_totals_match(mem)
+
+
+def test_metadata_that_only_looks_suspicious_is_stored_exactly(ctx: Ctx) -> None:
+    """The metadata check's fast path raises false alarms on text that merely resembles a
+    problem (an escaped NUL written out, brackets inside strings, a 200-level nesting); the
+    exact check then clears them and the metadata is stored as given."""
+    metadata = {
+        "escaped": "a literal \\u0000 is six characters, not a NUL",
+        "brackets": "[" * 500 + "{" * 500,
+        "deep": _nested(199),
+    }
+    (stored,) = ctx.mem.add(Msg.user("hi", metadata=metadata))
+    (back,) = ctx.mem.store.load_messages(ctx.mem.session_id, [cast(int, stored.id)]).values()
+    assert back.metadata == metadata
+    assert_totals_match(ctx.mem)
 
 
 def test_hostile_looking_session_ids_are_plain_text(db_url: str) -> None:

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,8 +65,45 @@ def describe(url: URL) -> str:
     return f"{host}{port}/{url.database}"
 
 
+#: A pooled connection idle longer than this is pinged before it is used again (one round trip),
+#: so that a server restart or an idle-timeout disconnect costs a reconnect, not an error. One
+#: used more recently is taken as is: a burst of calls (an agent's add then read, a bulk import)
+#: does not pay a ping per call.
+PING_AFTER_IDLE_S = 1.0
+_LAST_USED = "autoctx_last_used"
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """SQLAlchemy's `pool_pre_ping`, skipped for a connection used within `PING_AFTER_IDLE_S`.
+
+    A connection that fails the ping is discarded and the pool opens another (the checkout
+    event's `DisconnectionError` contract).
+    """
+    dialect = engine.dialect
+
+    def stamp(dbapi_connection: Any, record: Any, *_: Any) -> None:
+        record.info[_LAST_USED] = time.monotonic()
+
+    def checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        last = record.info.get(_LAST_USED)
+        if last is not None and time.monotonic() - last <= PING_AFTER_IDLE_S:
+            return
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as exc:
+            if dialect.is_disconnect(exc, dbapi_connection, None):
+                raise sa.exc.DisconnectionError(str(exc)) from exc
+            raise
+        record.info[_LAST_USED] = time.monotonic()
+
+    sa.event.listen(engine, "connect", stamp)
+    sa.event.listen(engine, "checkin", stamp)
+    sa.event.listen(engine, "checkout", checkout)
+
+
 def create_engine(url: URL, **kwargs: Any) -> Engine:
-    kwargs.setdefault("pool_pre_ping", True)
+    """An engine for `url`; pooled connections are checked before use (see `_ping_when_idle`)
+    unless the caller passes `pool_pre_ping` itself."""
     connect_args = kwargs.setdefault("connect_args", {})
     connect_args.setdefault("connect_timeout", 10)
     threshold = url.query.get("prepare_threshold")
@@ -76,7 +114,11 @@ def create_engine(url: URL, **kwargs: Any) -> Engine:
         url = url.difference_update_query(["prepare_threshold"])
         value = str(threshold).strip().lower()
         connect_args["prepare_threshold"] = None if value in ("", "none", "off") else int(value)
-    return sa.create_engine(url, **kwargs)
+    own_ping = "pool_pre_ping" not in kwargs
+    engine = sa.create_engine(url, **kwargs)
+    if own_ping:
+        _ping_when_idle(engine)
+    return engine
 
 
 def check_connection(engine: Engine) -> None:

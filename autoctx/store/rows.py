@@ -5,7 +5,6 @@ Kept apart from `store.py`, which holds the units of work, so that each reads on
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Row
 
 from ..events import Event
-from ..intake import Prepared
+from ..intake import Prepared, json_text
 from ..messages import Msg, block_from_json
 
 
@@ -84,10 +83,10 @@ WITH s AS ({CLAIM_AT_VERSION}), m AS (
     SELECT %(sid)s, s.first_id + u.ord - 1, u.role, u.name, u.content::jsonb, u.metadata::jsonb,
            u.kind, u.pinned, u.final, u.tokens, u.chars, u.call_ids::text[],
            u.result_ids::text[], u.tool_names::text[]
-    FROM s, unnest(%(role)s::text[], %(name)s::text[], %(content)s::text[],
-                   %(metadata)s::text[], %(kind)s::text[], %(pinned)s::bool[], %(final)s::bool[],
-                   %(tokens)s::int[], %(chars)s::int[], %(call_ids)s::text[],
-                   %(result_ids)s::text[], %(tool_names)s::text[])
+    FROM s, unnest(%(role)b::text[], %(name)b::text[], %(content)b::text[],
+                   %(metadata)b::text[], %(kind)b::text[], %(pinned)b::bool[], %(final)b::bool[],
+                   %(tokens)b::int[], %(chars)b::int[], %(call_ids)b::text[],
+                   %(result_ids)b::text[], %(tool_names)b::text[])
          WITH ORDINALITY AS u(role, name, content, metadata, kind, pinned, final, tokens, chars,
                               call_ids, result_ids, tool_names, ord)
 ), w AS (
@@ -188,10 +187,6 @@ def avoid_nested_loops(conn: Connection) -> None:
     conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 def message_params(
     session_id: str, msg_id: int, p: Prepared, event_id: int | None = None
 ) -> dict[str, Any]:
@@ -207,8 +202,10 @@ def message_params(
         "id": msg_id,
         "role": m.role,
         "name": m.name,
-        "content": dumps(m.content_json()),
-        "metadata": dumps(dict(m.metadata)) if m.metadata else "{}",
+        "content": json_text(m.content_json()),
+        "metadata": p.metadata_json
+        if p.metadata_json is not None
+        else (json_text(dict(m.metadata)) if m.metadata else "{}"),
         "kind": m.kind,
         "pinned": m.pinned,
         "final": p.final,

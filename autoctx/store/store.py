@@ -23,7 +23,7 @@ from .._gc import paused_gc
 from ..config import AutoContextConfig
 from ..errors import InvalidMessage, OffloadNotFound, SessionNotFound
 from ..events import Event
-from ..intake import OpenCalls, Prepared, bind
+from ..intake import OpenCalls, Prepared, bind, json_text
 from ..messages import Msg, block_from_json
 from ..plans import Edit, Snapshot
 from ..structure import MsgMeta, is_final_answer, meta_of
@@ -44,7 +44,6 @@ from .rows import (
     SessionInfo,
     array_literal,
     avoid_nested_loops,
-    dumps,
     event_from_row,
     message_params,
     message_row,
@@ -121,6 +120,9 @@ class Store:
     def __init__(self, engine: Engine, tenant: str | None = None) -> None:
         self.engine = engine
         self.tenant = tenant
+        #: The same pool, each statement its own transaction: one round trip for a
+        #: one-statement read or write, where a transaction would add BEGIN and COMMIT.
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._snapshots: dict[str, _CachedSnapshot] = {}
         #: Per session, the version this store's last write produced and the open calls then:
         #: what the one-statement append checks against.
@@ -139,6 +141,17 @@ class Store:
             self._scope(conn)
             yield conn
 
+    @contextlib.contextmanager
+    def _single(self) -> Iterator[Connection]:
+        """A connection for ONE statement (atomic on its own): autocommit, unless a tenant
+        scope must be set first, which lasts only as long as its transaction."""
+        if self.tenant is not None:
+            with self._begin() as conn:
+                yield conn
+        else:
+            with self._autocommit.connect() as conn:
+                yield conn
+
     def _scope(self, conn: Connection) -> None:
         # Local to the transaction, so a pooled connection never carries a tenant over.
         if self.tenant is not None:
@@ -155,7 +168,7 @@ class Store:
         return cond
 
     def get_session(self, session_id: str, tenant: str | None = None) -> SessionInfo | None:
-        with self._connect() as conn:
+        with self._single() as conn:
             row = conn.execute(
                 sa.select(sessions).where(self._session_where(session_id, tenant))
             ).one_or_none()
@@ -206,7 +219,7 @@ class Store:
             stmt = stmt.where(sessions.c.tenant == tenant)
         if prefix:
             stmt = stmt.where(sessions.c.session_id.startswith(prefix, autoescape=True))
-        with self._connect() as conn:
+        with self._single() as conn:
             return [session_info(r) for r in conn.execute(stmt)]
 
     def delete_session(self, session_id: str, tenant: str | None = None) -> bool:
@@ -295,6 +308,7 @@ class Store:
                 )
             )
             pause_point("append.before_commit")
+        pause_point("append.after_commit")
         self._tails[session_id] = (row.version + 1, open_calls.to_json())
         return [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
 
@@ -315,22 +329,24 @@ class Store:
             "version": version,
             "n": len(bound),
             "added_tokens": sum(p.tokens for p in bound),
-            "open_calls": dumps(open_calls.to_json()),
+            "open_calls": json_text(open_calls.to_json()),
         }
-        with self._begin() as conn:
-            if sum(p.chars for p in bound) <= ONE_STATEMENT_MAX_CHARS:
+        if sum(p.chars for p in bound) <= ONE_STATEMENT_MAX_CHARS:
+            # One statement is atomic on its own: no BEGIN and COMMIT round trips.
+            with self._single() as conn:
                 first = conn.exec_driver_sql(
                     APPEND_AT_VERSION, {**claim, **_columns(session_id, bound)}
                 ).scalar_one_or_none()
-            else:
+        else:
+            with self._begin() as conn:
                 row = conn.exec_driver_sql(CLAIM_AT_VERSION, claim).one_or_none()
                 first = None if row is None else row[0]
                 if row is not None:
                     _insert_rows(conn, session_id, row[0], row[1], bound)
-            if first is not None:
-                pause_point("append.before_commit")
+                    pause_point("append.before_commit")
         if first is None:
             return None  # another writer moved the session on: take the locked path
+        pause_point("append.after_commit")
         self._tails[session_id] = (version + 1, open_calls.to_json())
         return [stored(p.msg, first + i, p.tokens) for i, p in enumerate(bound)]
 
@@ -413,7 +429,7 @@ class Store:
         id_list = list(ids)
         if not id_list:
             return {}
-        with self._connect() as conn:
+        with self._single() as conn:
             return messages_by_id(conn, session_id, id_list)
 
     def message_documents(
@@ -423,7 +439,7 @@ class Store:
         that decode the stored JSON themselves."""
         if not ids:
             return []
-        with paused_gc(), self._connect() as conn:
+        with paused_gc(), self._single() as conn:
             return [
                 (r[0], r[1], r[2], r[3], r[4])
                 for r in conn.exec_driver_sql(
@@ -437,7 +453,7 @@ class Store:
         """The session's creation time and its working message ids in order (the last `limit`
         of them when given); None for an unknown session. One short query: no content."""
         sql = WORKING_IDS if limit is None else LATEST_WORKING_IDS
-        with self._connect() as conn:
+        with self._single() as conn:
             row = conn.exec_driver_sql(sql, {"sid": session_id, "n": limit}).one_or_none()
         return None if row is None else (row[0], list(row[1]))
 
@@ -883,5 +899,5 @@ class Store:
             .where(compression_events.c.session_id == session_id)
             .order_by(compression_events.c.id)
         )
-        with self._connect() as conn:
+        with self._single() as conn:
             return [event_from_row(r) for r in conn.execute(stmt)]
