@@ -40,13 +40,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from _common import (
     BenchDatabase,
+    Stopwatch,
     TranscriptGenerator,
     add_database_argument,
     fresh_database,
     machine_description,
     median,
+    patched,
     percentile,
     raw_connection,
     secs,
@@ -57,7 +60,10 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.ext.asyncio import create_async_engine
 
+import autoctx.intake
+import autoctx.memory
 from autoctx import AutoContextConfig, OfflineSummarizer
+from autoctx.integrations import openai_agents as agents_mod
 from autoctx.integrations.openai_agents import AutoctxSession
 
 Item = dict[str, Any]
@@ -342,6 +348,75 @@ def _fresh_side(name: str, side: Side, db: BenchDatabase, sdk_engine: Any) -> Si
 
 
 # ---------------------------------------------------------------------------------------------
+# Where autoctx's time goes (sync twins on a fresh session, internals timed by patching)
+# ---------------------------------------------------------------------------------------------
+
+
+def split(db: BenchDatabase, parts: list[list[Item]]) -> dict[str, float]:
+    """Per `add_items` call (medians are not additive, so means): item conversion, validation
+    and token counting, the statement (from SQLAlchemy's cursor events: parameter dumping, the
+    round trip, the server), the rest; the worker-thread hop of the async call, measured bare;
+    and the new-object read split into the working-id query, the content fetch and the
+    conversion to items."""
+    session = AutoctxSession("bench-split", db.url, summarizer=OfflineSummarizer(), compress=False)
+    engine = session.memory().engine
+    watch = Stopwatch()
+    phase = ["add"]
+
+    def before(conn: Any, *args: Any) -> None:
+        conn.info["bench_started"] = time.perf_counter()
+
+    def after(conn: Any, *args: Any) -> None:
+        watch.add(phase[0] + " sql", time.perf_counter() - conn.info.pop("bench_started"))
+
+    count_tokens = autoctx.intake.count_tokens
+    sa.event.listen(engine, "before_cursor_execute", before)
+    sa.event.listen(engine, "after_cursor_execute", after)
+    try:
+        with (
+            patched(agents_mod, "_convert", watch.wrap("convert", agents_mod._convert)),
+            patched(autoctx.memory, "prepare", watch.wrap("prepare", autoctx.intake.prepare)),
+            patched(autoctx.intake, "count_tokens", watch.wrap("count", count_tokens)),
+        ):
+            for batch in parts:
+                with watch.part("add"):
+                    session.add_items_sync(batch)
+            phase[0] = "get"
+            store = session.memory().store
+            with (
+                patched(store, "working_ids", watch.wrap("ids", store.working_ids)),
+                patched(store, "message_documents", watch.wrap("docs", store.message_documents)),
+            ):
+                for _ in range(3):
+                    fresh = AutoctxSession("bench-split", db.url, summarizer=OfflineSummarizer())
+                    fresh._mem = session.memory()  # the same memory, an empty item cache
+                    with watch.part("get"):
+                        fresh.get_items_sync()
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", before)
+        sa.event.remove(engine, "after_cursor_execute", after)
+
+    async def hops() -> float:
+        started = time.perf_counter()
+        for _ in parts:
+            await asyncio.to_thread(lambda: None)
+        return time.perf_counter() - started
+
+    n = len(parts)
+    return {
+        "convert": watch["convert"] / n,
+        "validate": (watch["prepare"] - watch["count"]) / n,
+        "count": watch["count"] / n,
+        "sql": watch["add sql"] / n,
+        "add": watch["add"] / n,
+        "hop": asyncio.run(hops()) / n,
+        "get": watch["get"] / 3,
+        "get_ids": watch["ids"] / 3,
+        "get_fetch": watch["docs"] / 3,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
 # Profiling (sync twins, in this thread, where cProfile sees them)
 # ---------------------------------------------------------------------------------------------
 
@@ -388,6 +463,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raw = asyncio.run(run_sides(args, db, items, parts))
         machine = machine_description(db)
         figures = _figures(args, raw, len(items), len(parts), machine)
+        figures["autoctx_split"] = split(db, parts)
         _print(figures)
         if args.profile:
             profile(args, db, parts)
@@ -478,6 +554,18 @@ def _print(f: dict[str, Any]) -> None:
         f"compress on: {c['events_applied']:,} compressions applied; the working context holds "
         f"{c['working_messages']:,} messages, {c['working_tokens']:,} tokens "
         f"({s['autoctx_c']['get_all_items']:,} items) instead of {f['items']:,} items"
+    )
+    sp = f["autoctx_split"]
+    rest = sp["add"] - sp["convert"] - sp["validate"] - sp["count"] - sp["sql"]
+    console.print(
+        "autoctx (compress off, sync twin on a fresh session), mean per add_items call: "
+        f"{_ms(sp['add'])} = item conversion {_ms(sp['convert'])} + validation "
+        f"{_ms(sp['validate'])} + token counting {_ms(sp['count'])} + the statement "
+        f"{_ms(sp['sql'])} + the rest {_ms(rest)}; the async call adds a worker-thread hop of "
+        f"{_ms(sp['hop'])}. A new object's get_items(): {secs(sp['get'])} = working ids "
+        f"{secs(sp['get_ids'])} + content fetch (JSONB to Python) {secs(sp['get_fetch'])} + "
+        f"conversion to items {secs(sp['get'] - sp['get_ids'] - sp['get_fetch'])}",
+        highlight=False,
     )
     mine = f["ratios"]["autoctx"]
     add_met = mine["add"] >= 2
