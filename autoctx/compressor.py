@@ -30,6 +30,9 @@ from .tokens import TokenCounter
 logger = logging.getLogger("autoctx")
 
 STRATEGIES = (1, 2, 3, 4, 5, 6)
+#: The strategies that act on what precedes the current round (the others rewrite only what
+#: follows the latest user message).
+HISTORY_STRATEGIES = frozenset({1, 2, 3, 4})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,13 @@ class _CallState:
     llm_calls: int = 0
     failed: set[tuple[int, ...]] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
+    #: Whether the token floor was waived when S1 to S4 last planned nothing, if only S5 or S6
+    #: have applied since (else None). Those two rewrite only what follows the latest user
+    #: message and only lower the totals, which can only take candidates away from S1 to S4
+    #: (their ranges end below the current round; S2 and S3 need tokens over the target), so
+    #: with the same floor the history strategies would find nothing again: the next pass
+    #: skips them.
+    history_quiet: bool | None = None
 
 
 class Compressor:
@@ -98,7 +108,8 @@ class Compressor:
                 return state.events
             outcome = self._pass(snap, state)
             if outcome == "conflict":
-                continue  # another writer changed the session: plan again from a new snapshot
+                state.history_quiet = None  # another writer: nothing known about the new state
+                continue  # plan again from a new snapshot
             if outcome == "stalled":
                 break
         final = self.store.totals(self.session_id)
@@ -134,14 +145,26 @@ class Compressor:
             if trig.fired
             else ("tokens" if snap.token_count >= cfg.token_target else "count")
         )
-        # Without the token trigger, S1/S4 act without their token floor (count pressure).
-        ctx = PlanContext(token_pressure=trig.by_tokens, failed=frozenset(state.failed))
+        # Without the token trigger, S1/S4 act without their token floor while the message
+        # count is over its target (count pressure); a call that goes on for tokens alone keeps
+        # the floor, so that it does not summarise every small round one by one.
+        ctx = PlanContext(
+            token_pressure=trig.by_tokens,
+            failed=frozenset(state.failed),
+            count_pressure=snap.message_count >= cfg.msg_target,
+        )
+        skip_history = state.history_quiet == ctx.floor_waived
+        history_found = False
         for strategy in STRATEGIES:
+            if strategy in HISTORY_STRATEGIES and skip_history:
+                continue
             if not self._allowed(strategy, snap):
                 continue
             edits = plan_strategy(strategy, snap, cfg, ctx)
             if not edits:
                 continue
+            if strategy in HISTORY_STRATEGIES:
+                history_found = True
             replacements = self._build(snap, edits, state, reason)
             if not replacements:
                 continue  # every range failed: the ladder moves on
@@ -151,6 +174,7 @@ class Compressor:
             state.events.extend(outcome.events)
             if outcome.conflict:
                 return "conflict"
+            state.history_quiet = None if history_found else ctx.floor_waived
             applied = outcome.events
             fell = bool(applied) and applied[-1].tokens_after < applied[0].tokens_before
             return "progress" if fell else "stalled"

@@ -58,6 +58,15 @@ class PlanContext:
     token_pressure: bool
     #: Ranges (by replaced ids) that failed earlier in this call: not planned again.
     failed: frozenset[tuple[int, ...]] = field(default_factory=frozenset)
+    #: The working message count is at or over its target (`msg_target`): without the token
+    #: trigger, S1/S4 then act without their token floor. Without either, the call goes on
+    #: only for tokens (over the token target, under the trigger), and the floor stays.
+    count_pressure: bool = True
+
+    @property
+    def floor_waived(self) -> bool:
+        """S1/S4 act without `min_compress_tokens`: the message count is the pressure."""
+        return self.count_pressure and not self.token_pressure
 
 
 def total_tokens(metas: Sequence[MsgMeta], start: int, end: int) -> int:

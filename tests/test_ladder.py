@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -18,10 +19,14 @@ from autoctx import (
     OffloadNotFound,
     SummaryRequest,
     SummaryResult,
+    compressor,
 )
+from autoctx.intake import count_tokens
 from autoctx.prompts import OFFLOAD_TAG_RE
+from autoctx.strategies import PLANNERS
+from autoctx.tokens import TokenCounter
 from autoctx.transcript import render_transcript
-from tests.histories import SMALL, long_task, multi_round
+from tests.histories import SMALL, long_task, multi_round, tool_group
 from tests.invariants import (
     assert_every_original_reachable,
     assert_totals_match,
@@ -369,3 +374,95 @@ def test_max_passes_bounds_the_strategies_applied_by_one_call(open_memory: Open)
     unbounded = open_memory(sid=f"{mem.session_id}-free", config=deep)
     unbounded.add(multi_round(15, rounds=6, steps=8))
     assert len({e.session_version for e in unbounded.compress_if_needed()}) > 1
+
+
+def _current_round_pressure(seed: int) -> tuple[list[Msg], AutoContextConfig]:
+    """Many small finished rounds that no history strategy may touch (runs too short, rounds
+    under the token floor, no large payload), then a current round with two large tool
+    outputs: only S5 and then S6 can act, and the target stays out of reach."""
+    rng = random.Random(seed)
+    history = [Msg.system("You are a coding agent.")]
+    for r in range(150):
+        history.append(Msg.user(f"Task {r}: rename helper {r}"))
+        history += tool_group(rng, [f"c{r}_1"], big=False)
+        history += tool_group(rng, [f"c{r}_2"], big=False)
+        history.append(Msg.assistant(f"Round {r} done: renamed it, tests pass."))
+    current = [Msg.user("Now refactor the parser.")]
+    current += tool_group(random.Random(seed), ["big_1"], big=True)
+    current += tool_group(random.Random(seed + 1), ["big_2"], big=True)
+    current += tool_group(random.Random(seed + 2), ["small_3"], big=False)
+    msgs = history + current
+    config = dataclasses.replace(
+        SMALL,
+        max_tokens=10_000_000,
+        msg_threshold=10_000,
+        min_tool_run=100,
+        min_compress_tokens=1_000_000,
+        large_payload_chars=3_000,
+    )
+    return msgs, config
+
+
+def test_after_a_current_round_compression_the_history_strategies_are_not_planned_again(
+    open_memory: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S5 and S6 rewrite only what follows the latest user message, so the passes after them
+    skip S1 to S4 (which found nothing before) and end exactly where planning them would."""
+    msgs, config = _current_round_pressure(31)
+    tokens = sum(count_tokens(m, TokenCounter(config.model)) for m in msgs)
+    # The token trigger (75%) holds, and still holds after S5 (whose two summaries save about
+    # 3,000 tokens): the token floor of S1 and S4 stays up. The target (60%) is out of reach.
+    config = dataclasses.replace(config, max_tokens=int((tokens - 3_500) / 0.75))
+    planned: list[int] = []
+    for strategy, planner in list(PLANNERS.items()):
+
+        def counted(*args: Any, _s: int = strategy, _p: Any = planner) -> Any:
+            planned.append(_s)
+            return _p(*args)
+
+        monkeypatch.setitem(PLANNERS, strategy, counted)
+
+    def run(sid: str) -> tuple[list[tuple[Any, ...]], list[str]]:
+        mem = open_memory(sid=sid, config=config)
+        mem.add(msgs)
+        events = mem.compress_if_needed()
+        check_all(mem)
+        # Token figures differ by a token or two between runs: every summary carries its own
+        # random offload uuid.
+        shape = [
+            (e.strategy, e.status, e.messages_before, e.messages_after, e.replaced_ids)
+            for e in events
+        ]
+        return shape, [(m.id, m.kind) for m in mem.messages()]
+
+    skipping = run("skip-history")
+    assert [e[0] for e in skipping[0] if e[1] == "applied"] == [5, 5, 6]
+    # Pass 1 plans S1 to S5 (S5 applies); the passes after it plan S5 and S6 only.
+    assert planned[:5] == [1, 2, 3, 4, 5], planned
+    assert planned[5:] and set(planned[5:]) <= {5, 6}, planned
+    planned.clear()
+    monkeypatch.setattr(compressor, "HISTORY_STRATEGIES", frozenset())
+    full = run("plan-everything")
+    assert {1, 2, 3, 4} <= set(planned[5:]), "the reference run plans the history every pass"
+    assert skipping == full
+
+
+def test_a_call_going_on_for_tokens_alone_keeps_the_token_floor(open_memory: Open) -> None:
+    """Once S5 has brought the tokens under the trigger (still over the target) and the message
+    count is under its target, the call goes on for tokens only: S1 and S4 keep their
+    `min_compress_tokens` floor, so the small rounds of the history are not summarised one by
+    one (each would cost an LLM call to save a few tokens)."""
+    msgs, config = _current_round_pressure(32)
+    tokens = sum(count_tokens(m, TokenCounter(config.model)) for m in msgs)
+    # S5's two summaries (about 3,000 tokens saved) take the session under the 75% trigger.
+    config = dataclasses.replace(config, max_tokens=int(tokens / 0.77))
+    summarizer = CountingSummarizer()
+    mem = open_memory(config=config, summarizer=summarizer)
+    mem.add(msgs)
+    assert mem.needs_compression()
+    events = mem.compress_if_needed()
+    assert [(e.strategy, e.status) for e in events] == [(5, "applied"), (5, "applied")]
+    assert summarizer.calls == 2
+    assert not mem.needs_compression()
+    assert mem.token_count >= config.token_target  # the call ended over the target
+    check_all(mem)

@@ -119,9 +119,9 @@ def _compute_layout(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
 
 
 def token_floor(config: AutoContextConfig, ctx: PlanContext) -> int:
-    """The `min_compress_tokens` floor of S1 and S4, waived when only the message-count
-    trigger holds (a summary then still removes messages, which is the progress asked for)."""
-    return config.min_compress_tokens if ctx.token_pressure else 0
+    """The `min_compress_tokens` floor of S1 and S4, waived when the message count is the
+    pressure (a summary then still removes messages, which is the progress asked for)."""
+    return 0 if ctx.floor_waived else config.min_compress_tokens
 
 
 def make_edit(
