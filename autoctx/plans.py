@@ -6,7 +6,6 @@ database, no network, no clock, no uuid inside them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -67,7 +66,3 @@ class PlanContext:
     def floor_waived(self) -> bool:
         """S1/S4 act without `min_compress_tokens`: the message count is the pressure."""
         return self.count_pressure and not self.token_pressure
-
-
-def total_tokens(metas: Sequence[MsgMeta], start: int, end: int) -> int:
-    return sum(m.tokens for m in metas[start:end])

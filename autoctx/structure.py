@@ -6,6 +6,7 @@ roles, kinds, sizes, call ids), so that the strategies never need the content of
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -69,17 +70,21 @@ def tool_group_spans(metas: Sequence[MsgMeta]) -> list[tuple[int, int]]:
     """Every message as a span [start, end): a tool group (the assistant message with calls and
     the tool messages answering them) is one span, any other message is a span of its own."""
     spans: list[tuple[int, int]] = []
-    i, n = 0, len(metas)
-    while i < n:
-        m = metas[i]
+    n = len(metas)
+    done = 0  # every message before `done` is in a span
+    # Messages that make calls are few; the lone messages between them become spans in bulk.
+    for i in [k for k, m in enumerate(metas) if m.call_ids]:
+        if i < done:
+            continue  # inside the group before: only a tool message, which makes no calls
+        spans.extend(zip(range(done, i), range(done + 1, i + 1), strict=True))
+        open_ids = set(metas[i].call_ids)
         j = i + 1
-        if m.call_ids:
-            open_ids = set(m.call_ids)
-            while j < n and open_ids and metas[j].role == "tool":
-                open_ids.difference_update(metas[j].result_ids)
-                j += 1
+        while j < n and open_ids and metas[j].role == "tool":
+            open_ids.difference_update(metas[j].result_ids)
+            j += 1
         spans.append((i, j))
-        i = j
+        done = j
+    spans.extend(zip(range(done, n), range(done + 1, n + 1), strict=True))
     return spans
 
 
@@ -97,10 +102,15 @@ def effective_pinned(
 ) -> list[bool]:
     """Pinned per index, where a pin on any member covers its whole tool group."""
     pinned = [False] * len(metas)
-    for start, end in spans if spans is not None else tool_group_spans(metas):
-        if any(metas[k].pinned for k in range(start, end)):
-            for k in range(start, end):
-                pinned[k] = True
+    marked = [i for i, m in enumerate(metas) if m.pinned]
+    if not marked:
+        return pinned  # the usual case: one pass over the messages, no pass over the groups
+    spans = spans if spans is not None else tool_group_spans(metas)
+    starts = [start for start, _ in spans]
+    for i in marked:
+        start, end = spans[bisect.bisect_right(starts, i) - 1]
+        for k in range(start, end):
+            pinned[k] = True
     return pinned
 
 

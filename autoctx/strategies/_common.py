@@ -7,6 +7,9 @@ live here so that each planner reads as the rule it implements.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
@@ -57,9 +60,23 @@ class Layout:
     pending_start: int | None
     group_starts: frozenset[int]
     group_ends: frozenset[int]
+    #: Running token totals: ``cum_tokens[i]`` is the sum over ``metas[:i]``.
+    cum_tokens: tuple[int, ...]
+    #: Indices of the messages over `large_payload_chars`, in order (few: the preview and
+    #: large-message rules look at these, not at every message).
+    large: tuple[int, ...]
 
     def __len__(self) -> int:
         return len(self.metas)
+
+    def tokens(self, start: int, end: int) -> int:
+        """Tokens of [start, end), in O(1)."""
+        return self.cum_tokens[end] - self.cum_tokens[start]
+
+    def large_in(self, start: int, end: int) -> tuple[int, ...]:
+        """The indices of `large` within [start, end)."""
+        large = self.large
+        return large[bisect.bisect_left(large, start) : bisect.bisect_left(large, end)]
 
     def is_protected(self, i: int) -> bool:
         """Never compressed by any strategy: system, pinned, the current round's user message."""
@@ -113,8 +130,10 @@ def _compute_layout(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
         history_end=history_end,
         tail_start=tail_start,
         pending_start=pending_start,
-        group_starts=frozenset(s for s, _ in spans),
-        group_ends=frozenset(e for _, e in spans),
+        group_starts=frozenset(map(operator.itemgetter(0), spans)),
+        group_ends=frozenset(map(operator.itemgetter(1), spans)),
+        cum_tokens=tuple(itertools.accumulate((m.tokens for m in metas), initial=0)),
+        large=tuple(i for i, m in enumerate(metas) if m.chars > config.large_payload_chars),
     )
 
 

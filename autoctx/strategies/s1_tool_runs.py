@@ -13,7 +13,7 @@ from typing import Final
 
 from ..config import AutoContextConfig
 from ..messages import Kind
-from ..plans import Edit, PlanContext, Snapshot, total_tokens
+from ..plans import Edit, PlanContext, Snapshot
 from ._common import Layout, has_failed, layout_of, make_edit, token_floor
 
 STRATEGY: Final = 1
@@ -29,15 +29,14 @@ def plan_s1(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     lay = layout_of(snapshot, config)
     floor = token_floor(config, ctx)
     edits: list[Edit] = []
-    for start, end in tool_runs(lay, min(lay.history_end, lay.tail_start)):
-        if end - start <= config.min_tool_run:
-            continue
+    limit = min(lay.history_end, lay.tail_start)
+    for start, end in tool_runs(lay, limit, longer_than=config.min_tool_run):
         # A run of nothing but previews and summaries was compressed once already; summarising
         # it again would mostly re-word earlier output.
         if all(lay.metas[k].kind != "original" for k in range(start, end)):
             continue
         # Below the floor the run is skipped and the search goes on past it.
-        if total_tokens(lay.metas, start, end) < floor:
+        if lay.tokens(start, end) < floor:
             continue
         if has_failed(snapshot, ctx, start, end):
             continue
@@ -45,21 +44,47 @@ def plan_s1(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     return edits
 
 
-def tool_runs(lay: Layout, limit: int) -> Iterator[tuple[int, int]]:
+def tool_runs(lay: Layout, limit: int, longer_than: int = 0) -> Iterator[tuple[int, int]]:
     """Maximal runs [start, end) of consecutive run-eligible tool groups ending at or before
-    `limit`, oldest first."""
-    run_start: int | None = None
-    run_end = 0
+    `limit` and holding more than `longer_than` messages, oldest first.
+
+    A cheap necessary condition (an assistant head with calls and at least one answer) cuts
+    the groups into stretches first; the full eligibility check runs only in a stretch long
+    enough to hold a long run (in a chat of short tool steps, none is).
+    """
+    metas = lay.metas
+    stretch: list[tuple[int, int]] = []
     for start, end in lay.spans:
         if end > limit:
             break
+        head = metas[start]
+        if end - start >= 2 and head.call_ids and head.role == "assistant":
+            stretch.append((start, end))
+            continue
+        if stretch:
+            yield from _exact_runs(lay, stretch, longer_than)
+            stretch = []
+    if stretch:
+        yield from _exact_runs(lay, stretch, longer_than)
+
+
+def _exact_runs(
+    lay: Layout, stretch: list[tuple[int, int]], longer_than: int
+) -> Iterator[tuple[int, int]]:
+    """The maximal runs of `_is_run_group` groups within a stretch of consecutive groups."""
+    if stretch[-1][1] - stretch[0][0] <= longer_than:
+        return
+    run_start: int | None = None
+    run_end = 0
+    for start, end in stretch:
         if _is_run_group(lay, start, end):
             run_start = start if run_start is None else run_start
             run_end = end
         elif run_start is not None:
-            yield run_start, run_end
+            if run_end - run_start > longer_than:
+                yield run_start, run_end
             run_start = None
-    if run_start is not None:
+    if run_start is not None and run_end - run_start > longer_than:
         yield run_start, run_end
 
 

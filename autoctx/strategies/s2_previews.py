@@ -32,17 +32,17 @@ def preview_edits(
     """One edit [i, i + 1) per message below `limit` that may be turned into a preview."""
     return [
         make_edit(snapshot, strategy, i, i + 1, "preview")
-        for i in range(limit)
-        if _previewable(lay, i, config) and not has_failed(snapshot, ctx, i, i + 1)
+        for i in lay.large_in(0, limit)
+        if _previewable(lay, i) and not has_failed(snapshot, ctx, i, i + 1)
     ]
 
 
-def _previewable(lay: Layout, i: int, config: AutoContextConfig) -> bool:
+def _previewable(lay: Layout, i: int) -> bool:
+    """Whether large message `i` may be turned into a preview."""
     m = lay.metas[i]
     return (
-        m.chars > config.large_payload_chars
         # Only originals: previews and summaries are never offloaded again (SPEC.md section 3).
-        and m.kind == "original"
+        m.kind == "original"
         # A preview is plain text; turning a tool_use message into one would orphan its results.
         and not m.call_ids
         and not lay.is_protected(i)

@@ -18,7 +18,7 @@ from typing import Final
 
 from ..config import AutoContextConfig
 from ..messages import Kind
-from ..plans import Edit, PlanContext, Snapshot, total_tokens
+from ..plans import Edit, PlanContext, Snapshot
 from ..structure import finished_rounds
 from ._common import Layout, has_failed, layout_of, make_edit, token_floor
 
@@ -39,13 +39,15 @@ def plan_s4(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     for user, answer in finished_rounds(lay.metas):
         if user >= lay.latest_user:
             break
+        # What S4 may replace is a part of the round after its user message: a round lighter
+        # than the floor as a whole has no range heavy enough (checked first: it is O(1)).
+        if lay.tokens(user + 1, answer + 1) < floor:
+            continue
         rng = round_range(lay, user, answer)
         if rng is None:
             continue
         start, end = rng
-        if total_tokens(lay.metas, start, end) >= floor and not has_failed(
-            snapshot, ctx, start, end
-        ):
+        if lay.tokens(start, end) >= floor and not has_failed(snapshot, ctx, start, end):
             edits.append(make_edit(snapshot, STRATEGY, start, end, "round_summary"))
     return edits
 

@@ -23,17 +23,17 @@ def plan_s5(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     first = lay.latest_user + 1 if lay.latest_user is not None else lay.round_start
     return [
         make_edit(snapshot, STRATEGY, i, i + 1, "large_summary")
-        for i in range(first, len(lay))
-        if _summarisable(lay, i, config) and not has_failed(snapshot, ctx, i, i + 1)
+        for i in lay.large_in(first, len(lay))
+        if _summarisable(lay, i) and not has_failed(snapshot, ctx, i, i + 1)
     ]
 
 
-def _summarisable(lay: Layout, i: int, config: AutoContextConfig) -> bool:
+def _summarisable(lay: Layout, i: int) -> bool:
+    """Whether large message `i` may be summarised alone."""
     m = lay.metas[i]
     return (
-        m.chars > config.large_payload_chars
         # Previews and summaries of every kind are never summarised alone again.
-        and m.kind == "original"
+        m.kind == "original"
         and not lay.is_protected(i)
         # An agent that just reloaded an offload must not see it compressed straight back.
         and not (m.role == "tool" and RELOAD_TOOL_NAME in m.tool_names)
