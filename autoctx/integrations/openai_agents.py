@@ -634,7 +634,9 @@ class AutoctxSession:
                 for msg, (_, group) in zip(stored, converted, strict=True):
                     if msg.id is not None:
                         self._cache[msg.id] = [_copy(dict(item)) for item in group]
-        if self.compress and mem.needs_compression():
+        if self.compress:
+            # Checks the trigger itself (one read of the session row) and returns at once
+            # when it does not hold.
             mem.compress_if_needed()
 
     def pop_item_sync(self) -> TResponseInputItem | None:
