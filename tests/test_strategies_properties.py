@@ -11,6 +11,7 @@ from autoctx.config import AutoContextConfig
 from autoctx.messages import Kind, Role
 from autoctx.plans import Edit, PlanContext, Snapshot
 from autoctx.strategies import PLANNERS, RELOAD_TOOL_NAME
+from autoctx.strategies._common import compute_layout
 from autoctx.structure import (
     MsgMeta,
     effective_pinned,
@@ -365,3 +366,48 @@ def test_a_strategy_does_not_rework_its_own_output(
         for e in planner(snapshot_of(after), config, ctx):
             summarised = e.replaced_ids[1:] if e.verbatim_prefix_id is not None else e.replaced_ids
             assert not set(summarised) <= made, f"S{strategy} reworked its own output"
+
+
+@given(
+    before=histories(),
+    appended=histories(),
+    config=configs(),
+    data=st.data(),
+)
+@SETTINGS
+def test_a_layout_built_on_the_previous_one_equals_one_built_from_scratch(
+    before: tuple[MsgMeta, ...],
+    appended: tuple[MsgMeta, ...],
+    config: AutoContextConfig,
+    data: st.DataObject,
+) -> None:
+    """`compute_layout` reuses the previous layout of the session for the messages the two
+    snapshots share; whatever happened in between (messages appended, the results of a pending
+    call among them, a range replaced by one message, the last messages popped), the result is
+    the layout computed from nothing."""
+    msgs = list(before)
+    what = data.draw(st.sampled_from(["append", "replace", "pop", "replace+append", "answer"]))
+    fresh_id = 10_000
+    pending = pending_call_ids(before)
+    if what == "answer" and pending:
+        # The trailing pending call gets its results: its tool group grows.
+        cut = data.draw(st.integers(1, len(pending)))
+        for k, ids in enumerate((pending[:cut], pending[cut:])):
+            if ids:
+                msgs.append(
+                    MsgMeta(fresh_id - 10 + k, "tool", "original", False, False, 5, 5, (), ids, ())
+                )
+    if what in ("replace", "replace+append") and msgs:
+        start = data.draw(st.integers(0, len(msgs) - 1))
+        end = data.draw(st.integers(start + 1, len(msgs)))
+        summary = replace(msgs[start], id=fresh_id, kind="round_summary", call_ids=())
+        msgs[start:end] = [summary]
+    if what == "pop" and msgs:
+        del msgs[data.draw(st.integers(0, len(msgs) - 1)) :]
+    if what in ("append", "replace+append", "answer"):
+        msgs += [replace(m, id=fresh_id + 1 + k) for k, m in enumerate(appended)]
+    after = tuple(msgs)
+    previous = compute_layout(snapshot_of(before), config)
+    assert compute_layout(snapshot_of(after), config, previous) == compute_layout(
+        snapshot_of(after), config
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
@@ -92,21 +93,58 @@ class Layout:
 
 
 # The six planners of one pass share a snapshot: one layout per (snapshot, config), by
-# identity, so that a 100k-message pass walks the messages once, not six times.
-_last_layout: tuple[Snapshot, AutoContextConfig, Layout] | None = None
+# identity, so that a 100k-message pass walks the messages once, not six times. The latest
+# layout of each session is kept, so that the next snapshot of that session (the next pass, or
+# the next call after appends) recomputes only what changed: a snapshot is the last one with
+# messages appended or a range replaced, and what the layout says about a message depends only
+# on the messages of its tool group.
+_layouts: dict[str, tuple[Snapshot, AutoContextConfig, Layout]] = {}
+_layouts_lock = threading.Lock()
+#: Sessions whose latest layout is kept (a process may serve many; the oldest goes first).
+KEPT_LAYOUTS: Final = 32
 
 
 def layout_of(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
-    global _last_layout
-    last = _last_layout
+    with _layouts_lock:
+        last = _layouts.get(snapshot.session_id)
     if last is not None and last[0] is snapshot and last[1] is config:
         return last[2]
-    layout = _compute_layout(snapshot, config)
-    _last_layout = (snapshot, config, layout)
+    base = last[2] if last is not None and last[1] is config else None
+    layout = compute_layout(snapshot, config, base)
+    with _layouts_lock:
+        _layouts.pop(snapshot.session_id, None)
+        if len(_layouts) >= KEPT_LAYOUTS:
+            del _layouts[next(iter(_layouts))]
+        _layouts[snapshot.session_id] = (snapshot, config, layout)
     return layout
 
 
-def _compute_layout(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
+def _shared_prefix(a: tuple[MsgMeta, ...], b: tuple[MsgMeta, ...]) -> int:
+    """Length of the longest common prefix of two message tuples.
+
+    Tuple comparison runs in C and takes identical objects as equal without comparing them,
+    so the usual case (b is a with messages appended, the same objects) costs one pass of
+    pointer comparisons; otherwise a binary search over prefixes.
+    """
+    m = min(len(a), len(b))
+    if a[:m] == b[:m]:
+        return m
+    lo, hi = 0, m - 1  # a[:lo] == b[:lo] holds, a[:hi + 1] == b[:hi + 1] does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def compute_layout(
+    snapshot: Snapshot, config: AutoContextConfig, base: Layout | None = None
+) -> Layout:
+    """The layout of `snapshot`; with `base` (a layout of the same session and config),
+    reusing what it knows of the messages the two share, up to the tool group that the first
+    difference (or the end of `base`) could change."""
     metas = snapshot.messages
     n = len(metas)
     latest_user = latest_user_index(metas)
@@ -119,12 +157,36 @@ def _compute_layout(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
     after_user = n - (latest_user + 1) if latest_user is not None else n - round_start
     long_task = after_user > config.last_keep
     history_end = max(final if final is not None else 0, tail_start if long_task else 0)
-    spans = tuple(tool_group_spans(metas))
+
+    # Kept from `base`: its groups that end before the first difference (a group ending there
+    # might go on with results appended since), and what it says of their messages.
+    kept_spans: tuple[tuple[int, int], ...] = ()
+    q = 0
+    if base is not None and base.spans:
+        p = _shared_prefix(base.metas, metas)
+        k = bisect.bisect_left(base.spans, p, key=operator.itemgetter(1))
+        kept_spans = base.spans[:k]
+        q = kept_spans[-1][1] if kept_spans else 0
+    rest = metas[q:]
+    rest_spans = tool_group_spans(rest)
+    spans = kept_spans + tuple((s + q, e + q) for s, e in rest_spans)
+    if base is not None and q:
+        pinned = base.pinned[:q] + tuple(effective_pinned(rest, rest_spans))
+        cum_tokens = (
+            base.cum_tokens[: q + 1]
+            + tuple(itertools.accumulate((m.tokens for m in rest), initial=base.cum_tokens[q]))[1:]
+        )
+        large = base.large[: bisect.bisect_left(base.large, q)]
+    else:
+        pinned = tuple(effective_pinned(metas, spans))
+        cum_tokens = tuple(itertools.accumulate((m.tokens for m in metas), initial=0))
+        large = ()
+    large += tuple(i for i, m in enumerate(rest, start=q) if m.chars > config.large_payload_chars)
     pending_start = spans[-1][0] if pending_call_ids(metas, spans) else None
     return Layout(
         metas=metas,
         spans=spans,
-        pinned=tuple(effective_pinned(metas, spans)),
+        pinned=pinned,
         latest_user=latest_user,
         round_start=round_start,
         history_end=history_end,
@@ -132,8 +194,8 @@ def _compute_layout(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
         pending_start=pending_start,
         group_starts=frozenset(map(operator.itemgetter(0), spans)),
         group_ends=frozenset(map(operator.itemgetter(1), spans)),
-        cum_tokens=tuple(itertools.accumulate((m.tokens for m in metas), initial=0)),
-        large=tuple(i for i, m in enumerate(metas) if m.chars > config.large_payload_chars),
+        cum_tokens=cum_tokens,
+        large=large,
     )
 
 
