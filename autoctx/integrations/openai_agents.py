@@ -598,26 +598,28 @@ class AutoctxSession:
             cache = self._cache
             known = {i: cache[i] for i in ids if i in cache}
         missing = [i for i in ids if i not in known]
-        if missing:
-            with paused_gc():
+        # One pause of the collector for the whole build: a new object's first read makes
+        # hundreds of thousands of small objects (none of them cyclic garbage), and a
+        # collection between two steps of it would walk them all.
+        with paused_gc():
+            if missing:
                 for msg_id, role, kind, content, metadata in mem.store.message_documents(
                     self.session_id, missing
                 ):
                     known[msg_id] = [
                         item for item, _ in _items_with_blocks(role, kind, content, metadata)
                     ]
-        with self._cache_lock:
-            if epoch == self._cache_epoch:
-                if limit is None:
-                    # Only the working set stays cached: compressed-away messages are dropped.
-                    self._cache = {i: known[i] for i in ids}
-                else:
-                    self._cache.update((i, known[i]) for i in missing)
-        items = [item for i in ids for item in known[i]]
-        if limit is not None:
-            items = items[-limit:]
-        # Copies: a caller that edits what it got must not edit the cache.
-        with paused_gc():
+            with self._cache_lock:
+                if epoch == self._cache_epoch:
+                    if limit is None:
+                        # Only the working set stays cached: compressed-away messages go.
+                        self._cache = {i: known[i] for i in ids}
+                    else:
+                        self._cache.update((i, known[i]) for i in missing)
+            items = [item for i in ids for item in known[i]]
+            if limit is not None:
+                items = items[-limit:]
+            # Copies: a caller that edits what it got must not edit the cache.
             return cast(list[TResponseInputItem], [_copy(item) for item in items])
 
     def add_items_sync(self, items: Sequence[Any]) -> None:
