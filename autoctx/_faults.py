@@ -15,9 +15,9 @@ ENV = "AUTOCTX_PAUSE_AT"
 
 #: The phases that have a pause point.
 PHASES = (
-    # inside an append transaction, rows written, not committed: only appends of several
-    # statements have this window (a process's first append, which locks the session row, and
-    # big batches); the usual append is one autocommit statement
+    # inside an append transaction, rows written, not committed: only a process's first append
+    # (which locks the session row and writes in several statements) has this window; the
+    # usual append is one autocommit statement
     "append.before_commit",
     "append.after_commit",  # every append: committed, not yet returned to the caller
     "summarize.during",  # while the summariser call is in flight (no lock held)

@@ -249,7 +249,9 @@ def test_appends_interleaved_from_two_memories_fall_back_and_keep_order(open_mem
     assert a.messages()[-1].tool_results[0].name == "ls"
 
 
-def test_a_big_batch_after_its_own_write_claims_then_inserts_rows(open_memory: Open) -> None:
+def test_a_big_batch_after_its_own_write_is_one_statement(open_memory: Open) -> None:
+    """Payloads travel as binary array parameters (no escaping), so even a batch of large
+    messages, with quotes, backslashes and non-ASCII text, is appended in one statement."""
     mem = open_memory()
     mem.add(Msg.user("first"))
     statements: list[str] = []
@@ -257,14 +259,16 @@ def test_a_big_batch_after_its_own_write_claims_then_inserts_rows(open_memory: O
     def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
-    big = [Msg.user("a" * 40_000), Msg.assistant("b" * 40_000)]
+    tricky = 'quote " backslash \\ brace { comma , é 漢字 \n'
+    big = [Msg.user(tricky * 2_000), Msg.assistant("b" * 40_000, metadata={"k": tricky})]
     sa.event.listen(mem.engine, "before_cursor_execute", capture)
     try:
         mem.add(big)
     finally:
         sa.event.remove(mem.engine, "before_cursor_execute", capture)
     data = [s.strip() for s in statements if s.strip() != "select 1"]
-    assert not any("FOR UPDATE" in s for s in data), data
-    assert data[0].startswith("UPDATE sessions") and len(data) == 3, data
-    assert [m.text for m in mem.messages()] == ["first", "a" * 40_000, "b" * 40_000]
+    assert len(data) == 1 and data[0].startswith("WITH s AS"), data
+    back = mem.messages()
+    assert [m.text for m in back] == ["first", tricky * 2_000, "b" * 40_000]
+    assert back[-1].metadata == {"k": tricky}
     assert mem.token_count == recount(mem)

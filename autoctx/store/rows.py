@@ -96,10 +96,6 @@ WITH s AS ({CLAIM_AT_VERSION}), m AS (
 SELECT first_id FROM s
 """
 
-#: Above this many payload characters a batch goes as pipelined rows rather than as arrays in
-#: one statement: escaping big texts into array parameters costs more than the round trips saved.
-ONE_STATEMENT_MAX_CHARS = 64_000
-
 #: Appended messages take the next positions, in order (message id = position + shift).
 INSERT_WORKING = """
 INSERT INTO working_set (session_id, position, message_id)
