@@ -78,6 +78,30 @@ class _CallState:
     history_quiet: bool | None = None
 
 
+#: Sessions already warned about in this process (the warning would otherwise repeat on
+#: every call: each append moves the session to a new version, and the ladder tries again).
+_warned_over_trigger: set[str] = set()
+
+
+def _warn_over_trigger(session_id: str, info: SessionInfo, cfg: AutoContextConfig) -> None:
+    if session_id in _warned_over_trigger:
+        return
+    _warned_over_trigger.add(session_id)
+    logger.warning(
+        "autoctx: session %r is still over its compression trigger after compressing "
+        "(%d messages, %d tokens; the trigger is %d messages or %d tokens): no strategy finds "
+        "more to do, and the working context will keep growing. Rounds lighter than "
+        "min_compress_tokens (%d) are not summarised and user messages are kept: lower "
+        "min_compress_tokens, or pin fewer messages (logged once per session and process)",
+        session_id,
+        info.message_count,
+        info.token_count,
+        cfg.msg_threshold,
+        cfg.token_trigger,
+        cfg.min_compress_tokens,
+    )
+
+
 class Compressor:
     def __init__(
         self,
@@ -115,6 +139,8 @@ class Compressor:
         final = self.store.totals(self.session_id)
         if not under_target(final.message_count, final.token_count, cfg):
             self.store.settle(self.session_id, final.version)
+            if trigger_of(final.message_count, final.token_count, cfg).fired:
+                _warn_over_trigger(self.session_id, final, cfg)
         return state.events
 
     # -- one pass -----------------------------------------------------------------------------

@@ -466,3 +466,25 @@ def test_a_call_going_on_for_tokens_alone_keeps_the_token_floor(open_memory: Ope
     assert not mem.needs_compression()
     assert mem.token_count >= config.token_target  # the call ended over the target
     check_all(mem)
+
+
+def test_a_session_the_ladder_cannot_bring_under_its_trigger_is_reported_once(
+    open_memory: Open, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Many small rounds (each under the token floor of S4) and a current round S5 and S6 can
+    only shrink so far: the context stays over the trigger. The operator is told once, with
+    the figures and the setting to change, not on every later call."""
+    msgs, config = _current_round_pressure(33)
+    tokens = sum(count_tokens(m, TokenCounter(config.model)) for m in msgs)
+    config = dataclasses.replace(config, max_tokens=int(tokens * 0.9))
+    mem = open_memory(config=config)
+    mem.add(msgs)
+    with caplog.at_level("WARNING", logger="autoctx"):
+        mem.compress_if_needed()
+        assert mem.needs_compression()
+        mem.add(Msg.user("And the lexer?"))
+        mem.add(Msg.assistant("Done: the lexer is refactored too."))
+        mem.compress_if_needed()
+    warnings = [r.getMessage() for r in caplog.records if "still over" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert mem.session_id in warnings[0] and "min_compress_tokens (1000000)" in warnings[0]
