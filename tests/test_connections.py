@@ -22,9 +22,9 @@ from tests.invariants import assert_totals_match
 
 
 @pytest.fixture
-def mem(db_url: str) -> Iterator[AutoContextMemory]:
+def mem(db_url: str, session_id: str) -> Iterator[AutoContextMemory]:
     dispose_engines()
-    memory = AutoContextMemory.open(f"conn-{id(object())}", db_url, summarizer=OfflineSummarizer())
+    memory = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
     memory.add(Msg.user("first"))
     yield memory
     dispose_engines()

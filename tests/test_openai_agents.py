@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pytest
+import sqlalchemy as sa
 from agents import (
     Agent,
     OpenAIChatCompletionsModel,
@@ -169,6 +170,33 @@ def test_items_come_back_exactly_as_added(
     assert run(session.get_items(limit=0)) == []
     # Another process opening the session by id sees the same items.
     assert run(make_session(session_id).get_items()) == items
+
+
+def test_an_add_under_the_trigger_is_one_statement_with_compression_on(
+    make_session: Callable[..., AutoctxSession],
+) -> None:
+    """With compression on, an add that leaves the session under its trigger decides so from
+    the totals its own statement returned: the append is the only statement of the call."""
+    session = make_session(compress=True)
+    items = varied_items()
+    session.add_items_sync(copy.deepcopy(items[:3]))  # the first append locks (another path)
+    mem = session.memory()
+    assert mem.store.totals_after_append(mem.session_id) == (mem.message_count, mem.token_count)
+    statements: list[str] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement.strip())
+
+    sa.event.listen(mem.engine, "before_cursor_execute", capture)
+    try:
+        session.add_items_sync(copy.deepcopy(items[3:4]))
+    finally:
+        sa.event.remove(mem.engine, "before_cursor_execute", capture)
+    assert [s.split()[:2] for s in statements] == [["WITH", "s"]], statements
+    assert mem.store.totals_after_append(mem.session_id) == (
+        mem.message_count,
+        mem.token_count,
+    )
 
 
 def test_items_added_in_small_batches_come_back_exactly(

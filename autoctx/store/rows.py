@@ -73,7 +73,8 @@ SET next_message_id = next_message_id + %(n)s, next_position = next_position + %
     message_count = message_count + %(n)s, token_count = token_count + %(added_tokens)s,
     version = version + 1, open_calls = %(open_calls)s::jsonb, updated_at = now()
 WHERE session_id = %(sid)s AND version = %(version)s
-RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos
+RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos,
+          message_count, token_count
 """
 
 APPEND_AT_VERSION = f"""
@@ -93,7 +94,7 @@ WITH s AS ({CLAIM_AT_VERSION}), m AS (
     INSERT INTO working_set (session_id, position, message_id)
     SELECT %(sid)s, s.first_pos + g, s.first_id + g FROM s, generate_series(0, %(n)s - 1) AS g
 )
-SELECT first_id FROM s
+SELECT first_id, message_count, token_count FROM s
 """
 
 #: Appended messages take the next positions, in order (message id = position + shift).

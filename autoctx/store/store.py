@@ -125,6 +125,9 @@ class Store:
         #: Per session, the version this store's last write produced and the open calls then:
         #: what the one-statement append checks against.
         self._tails: dict[str, tuple[int, dict[str, str]]] = {}
+        #: Per session, the working (message, token) totals this store's latest append
+        #: committed (see `totals_after_append`).
+        self._appended: dict[str, tuple[int, int]] = {}
 
     @contextlib.contextmanager
     def _begin(self) -> Iterator[Connection]:
@@ -228,6 +231,7 @@ class Store:
             )
         self._tails.pop(session_id, None)
         self._snapshots.pop(session_id, None)
+        self._appended.pop(session_id, None)
         return bool(result.rowcount)
 
     def set_plan(self, session_id: str, plan: Mapping[str, Any] | None) -> None:
@@ -292,7 +296,7 @@ class Store:
             first_id, first_pos = row.next_message_id, row.next_position
             n = len(bound)
             _insert_rows(conn, session_id, first_id, first_pos, bound)
-            conn.execute(
+            totals = conn.execute(
                 sa.update(sessions)
                 .where(sessions.c.session_id == session_id)
                 .values(
@@ -304,10 +308,12 @@ class Store:
                     open_calls=open_calls.to_json(),
                     updated_at=sa.func.now(),
                 )
-            )
+                .returning(sessions.c.message_count, sessions.c.token_count)
+            ).one()
             pause_point("append.before_commit")
         pause_point("append.after_commit")
         self._tails[session_id] = (row.version + 1, open_calls.to_json())
+        self._appended[session_id] = (totals[0], totals[1])
         return [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
 
     def _append_known_tail(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg] | None:
@@ -333,14 +339,25 @@ class Store:
         # arrays go in binary form (no quoting or escaping of the payloads), which beats
         # pipelined rows at every batch size measured (bench/README.md).
         with self._single() as conn:
-            first = conn.exec_driver_sql(
+            claimed = conn.exec_driver_sql(
                 APPEND_AT_VERSION, {**claim, **_columns(session_id, bound)}
-            ).scalar_one_or_none()
-        if first is None:
+            ).one_or_none()
+        if claimed is None:
             return None  # another writer moved the session on: take the locked path
         pause_point("append.after_commit")
+        first = claimed[0]
         self._tails[session_id] = (version + 1, open_calls.to_json())
+        self._appended[session_id] = (claimed[1], claimed[2])
         return [stored(p.msg, first + i, p.tokens) for i, p in enumerate(bound)]
+
+    def totals_after_append(self, session_id: str) -> tuple[int, int] | None:
+        """The working (message, token) totals as this store's latest append of the session
+        committed them, without a read; None if it has not appended to it.
+
+        Exact at that commit; a later write by anyone else is not in them. Right after an
+        append, that is what deciding whether the append calls for a compression needs.
+        """
+        return self._appended.get(session_id)
 
     def load_working(self, session_id: str) -> list[Msg]:
         """The working context, in order."""
