@@ -1,8 +1,10 @@
 """The store: every SQL statement autoctx issues for a session lives here.
 
-Each public method is one unit of work (one transaction). Writers of a session serialise on the
-session row (`SELECT ... FOR UPDATE`): an append, an apply and an event record each lock it for
-the few milliseconds of their transaction, and nothing holds it across a summariser call.
+Each public method is one unit of work (one transaction, or one statement in autocommit where a
+statement does it all). Writers of a session serialise on the session row (`SELECT ... FOR
+UPDATE`, or the `UPDATE` of the one-statement append): an append, an apply and an event record
+each lock it for the few milliseconds of their work, and nothing holds it across a summariser
+call.
 Every statement filters on one session_id, so sessions never block each other and the schema can
 be sharded by session (docs/scaling.md).
 """
