@@ -23,6 +23,10 @@ writers in a rotating order, so that the noise of a shared machine falls on all 
 Goals: autoctx (compression off) adds at least 2x faster than SQLAlchemySession, and reads
 (`get_items()` of the whole history, and `get_items(limit=100)`) no slower.
 
+After the timed run, autoctx's add and a new object's read are split into their parts (item
+conversion, validation, token counting, the statement; working ids, content fetch, conversion)
+on a fresh session, to show where the time goes.
+
 Needs the `openai-agents` package and SQLAlchemy's asyncio support (`greenlet`).
 """
 
@@ -388,8 +392,8 @@ def split(db: BenchDatabase, parts: list[list[Item]]) -> dict[str, float]:
                 patched(store, "message_documents", watch.wrap("docs", store.message_documents)),
             ):
                 for _ in range(3):
-                    fresh = AutoctxSession("bench-split", db.url, summarizer=OfflineSummarizer())
-                    fresh._mem = session.memory()  # the same memory, an empty item cache
+                    # The same memory (so the patched store), an empty item cache.
+                    fresh = AutoctxSession.from_memory(session.memory(), compress=False)
                     with watch.part("get"):
                         fresh.get_items_sync()
     finally:
