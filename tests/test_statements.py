@@ -232,6 +232,14 @@ def _pinned_aliases(c: Captured) -> tuple[set[str], set[str], list[str]]:
             pinned |= set(refs)
         else:
             pinned.add(alias)
+    # INSERT ... SELECT inside a statement (a data-modifying CTE): the inserted rows' session_id
+    # (the first column) is the first selected value.
+    for m in _INSERT_SELECT_ANY_RE.finditer(c.statement):
+        table, param = m.group(1), m.group(2)
+        if params.get(param) != c.session_id:
+            problems.append(f"{table} rows inserted with session_id {param}={params.get(param)!r}")
+        else:
+            pinned.add(table)
     # Equality joins carry the pin from one table to another.
     joins = [(a, b) for a, b in _JOIN_RE.findall(c.statement)]
     changed = True
@@ -246,8 +254,9 @@ def _pinned_aliases(c: Captured) -> tuple[set[str], set[str], list[str]]:
     return set(refs), pinned, problems
 
 
-_INSERT_SELECT_RE = re.compile(
-    r"\s*INSERT\s+INTO\s+\w+\s*\(\s*session_id\s*,[^)]*\)\s*SELECT\s+%\((\w+)\)s\s*,", re.I
+#: INSERT ... SELECT whose first column is session_id, alone or inside a statement.
+_INSERT_SELECT_ANY_RE = re.compile(
+    r"INSERT\s+INTO\s+(\w+)\s*\(\s*session_id\s*,[^)]*\)\s*SELECT\s+%\((\w+)\)s\s*,", re.I
 )
 
 
@@ -260,10 +269,10 @@ def _check(c: Captured) -> list[str]:
     if c.statement.upper().startswith("INSERT"):
         problems = []
         # INSERT ... SELECT: the session_id column (listed first) takes the first selected value.
-        select_param = _INSERT_SELECT_RE.match(c.statement)
+        select_param = _INSERT_SELECT_ANY_RE.match(c.statement.lstrip())
         for row in _insert_rows(c):
             if select_param is not None:
-                values = [row.get(select_param.group(1))]
+                values = [row.get(select_param.group(2))]
             else:
                 values = [v for k, v in row.items() if re.fullmatch(r"session_id(__\d+)?", k)]
             if not values or set(values) != {c.session_id}:
@@ -334,6 +343,20 @@ def test_every_statement_filters_on_one_session(db_url: str, recorder: Recorder)
         (
             "INSERT INTO lineage (session_id, summary_id) VALUES (%(session_id)s, 1)",
             [{"session_id": "me"}, {"session_id": "x"}],
+            False,
+        ),
+        (
+            "WITH s AS (UPDATE sessions SET version = 2 WHERE sessions.session_id = %(sid)s "
+            "RETURNING version), m AS (INSERT INTO messages (session_id, id) "
+            "SELECT %(sid)s, s.version FROM s) SELECT version FROM s",
+            {"sid": "me"},
+            True,
+        ),
+        (
+            "WITH s AS (UPDATE sessions SET version = 2 WHERE sessions.session_id = %(sid)s "
+            "RETURNING version), m AS (INSERT INTO messages (session_id, id) "
+            "SELECT %(other)s, s.version FROM s) SELECT version FROM s",
+            {"sid": "me", "other": "x"},
             False,
         ),
     ],

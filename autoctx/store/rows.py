@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Row
 
 from ..events import Event
-from ..intake import Prepared, json_text
+from ..intake import Prepared
 from ..messages import Msg, block_from_json
 
 
@@ -52,18 +52,7 @@ def msg_from_row(row: Any) -> Msg:
 # statement (the sharding test captures them all) but no per-row parameter or result
 # processing is done in Python.
 
-#: One row per message, sent with `executemany`, which psycopg 3 pipelines: one round trip per
-#: batch, and every value travels as its own parameter (no array literal to escape and parse).
-INSERT_MESSAGES = """
-INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
-                      tokens, chars, call_ids, result_ids, tool_names)
-VALUES (%(session_id)s, %(id)s, %(role)s, %(name)s, %(content)s::jsonb, %(metadata)s::jsonb,
-        %(kind)s, %(pinned)s, %(final)s, %(tokens)s, %(chars)s,
-        coalesce(%(call_ids)s::text[], '{}'), coalesce(%(result_ids)s::text[], '{}'),
-        coalesce(%(tool_names)s::text[], '{}'))
-"""
-
-#: The whole append in one statement, guarded by the session version the store last wrote.
+#: The whole append in one statement, guarded by the session version the store expects.
 #: Every part reads the same snapshot of `s`: if the guard fails, `s` is empty and the inserts,
 #: which select from it, insert nothing.
 #: Claims `n` ids and positions and moves the totals on, if the session is still at `version`.
@@ -72,7 +61,7 @@ UPDATE sessions
 SET next_message_id = next_message_id + %(n)s, next_position = next_position + %(n)s,
     message_count = message_count + %(n)s, token_count = token_count + %(added_tokens)s,
     version = version + 1, open_calls = %(open_calls)s::jsonb, updated_at = now()
-WHERE session_id = %(sid)s AND version = %(version)s
+WHERE sessions.session_id = %(sid)s AND sessions.version = %(version)s
 RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos,
           message_count, token_count
 """
@@ -95,12 +84,6 @@ WITH s AS ({CLAIM_AT_VERSION}), m AS (
     SELECT %(sid)s, s.first_pos + g, s.first_id + g FROM s, generate_series(0, %(n)s - 1) AS g
 )
 SELECT first_id, message_count, token_count FROM s
-"""
-
-#: Appended messages take the next positions, in order (message id = position + shift).
-INSERT_WORKING = """
-INSERT INTO working_set (session_id, position, message_id)
-SELECT %(sid)s, p, p + %(shift)s::bigint FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS p
 """
 
 LOAD_WORKING = """
@@ -182,36 +165,6 @@ def avoid_nested_loops(conn: Connection) -> None:
     size (seconds at 5k messages, hours at 100k); a hash or merge join is always right here.
     """
     conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
-
-
-def message_params(
-    session_id: str, msg_id: int, p: Prepared, event_id: int | None = None
-) -> dict[str, Any]:
-    """The parameters of one message row (for `INSERT_MESSAGES`)."""
-    m = p.msg
-    calls = m.tool_uses
-    results = m.tool_results
-    # Most messages make and answer no call: NULL arrays (coalesced by the SQL) and a literal
-    # empty metadata skip the per-row adaptation work.
-    names = [c.name for c in calls] + [r.name for r in results]
-    return {
-        "session_id": session_id,
-        "id": msg_id,
-        "role": m.role,
-        "name": m.name,
-        "content": json_text(m.content_json()),
-        "metadata": p.metadata_json
-        if p.metadata_json is not None
-        else (json_text(dict(m.metadata)) if m.metadata else "{}"),
-        "kind": m.kind,
-        "pinned": m.pinned,
-        "final": p.final,
-        "tokens": p.tokens,
-        "chars": p.chars,
-        "call_ids": [c.id for c in calls] or None,
-        "result_ids": [r.tool_use_id for r in results] or None,
-        "tool_names": names or None,
-    }
 
 
 def array_literal(items: Sequence[str]) -> str:

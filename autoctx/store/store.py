@@ -32,8 +32,6 @@ from ..structure import MsgMeta, is_final_answer, meta_of
 from .rows import (
     APPEND_AT_VERSION,
     DOCUMENTS_BY_ID,
-    INSERT_MESSAGES,
-    INSERT_WORKING,
     LAST_WORKING,
     LATEST_WORKING_IDS,
     LOAD_WORKING,
@@ -45,7 +43,6 @@ from .rows import (
     array_literal,
     avoid_nested_loops,
     event_from_row,
-    message_params,
     message_row,
     messages_by_id,
     session_info,
@@ -85,32 +82,20 @@ class _CachedSnapshot:
     created_at: Any
 
 
-def _insert_rows(
-    conn: Connection, session_id: str, first_id: int, first_pos: int, bound: Sequence[Prepared]
-) -> None:
-    """The messages (pipelined rows) and their working-set rows, at claimed ids and positions."""
-    conn.exec_driver_sql(
-        INSERT_MESSAGES,
-        [message_params(session_id, first_id + i, p) for i, p in enumerate(bound)],
-    )
-    conn.exec_driver_sql(
-        INSERT_WORKING,
-        {
-            "sid": session_id,
-            "shift": first_id - first_pos,
-            "lo": first_pos,
-            "hi": first_pos + len(bound) - 1,
-        },
-    )
-
-
 def _columns(session_id: str, bound: Sequence[Prepared]) -> dict[str, list[Any]]:
-    """The batch as one list per column (the arrays `APPEND_AT_VERSION` unnests)."""
-    params = [message_params(session_id, 0, p) for p in bound]
-    scalars = ("role", "name", "content", "metadata", "kind", "pinned", "final", "tokens", "chars")
-    columns = {key: [p[key] for p in params] for key in scalars}
+    """The batch as one list per column (the arrays `APPEND_AT_VERSION` unnests): JSON
+    documents as their text, and each row's id arrays as one array literal (a ragged list of
+    lists is not a PostgreSQL array)."""
+    rows = [message_row(session_id, 0, p, None) for p in bound]
+    scalars = ("role", "name", "kind", "pinned", "final", "tokens", "chars")
+    columns: dict[str, list[Any]] = {key: [r[key] for r in rows] for key in scalars}
+    columns["content"] = [json_text(r["content"]) for r in rows]
+    columns["metadata"] = [
+        p.metadata_json if p.metadata_json is not None else json_text(r["metadata"])
+        for p, r in zip(bound, rows, strict=True)
+    ]
     for key in ("call_ids", "result_ids", "tool_names"):
-        columns[key] = [array_literal(p[key] or ()) for p in params]
+        columns[key] = [array_literal(r[key]) for r in rows]
     return columns
 
 
@@ -277,80 +262,68 @@ class Store:
     def append(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg]:
         """Append validated messages atomically; returns them with ids and tokens.
 
-        When this store wrote the session's latest version itself (the usual case: one agent
-        loop, one memory), the append is one statement: it updates the session row only if it
-        is still at that version and inserts the messages and their working-set rows from the
-        same snapshot of it, so it either all happens or, if another writer came in between,
-        nothing does and the locked path below runs instead. (The update's row lock serialises
-        it with every other writer of the session, as the locked path's does.) The locked path
-        (a process's first append, after another writer) locks the session row, validates
-        against its open calls and writes in four statements.
+        The append is one statement (`APPEND_AT_VERSION`): it updates the session row only if
+        it is still at the version the store expects and inserts the messages and their
+        working-set rows from the same snapshot of it, so it either all happens or nothing
+        does. When this store wrote the session's latest version itself (the usual case: one
+        agent loop, one memory), it runs alone, in autocommit: the update's row lock serialises
+        it with every other writer of the session. Otherwise (a process's first append, or
+        another writer came in between) the store first locks the session row to learn its
+        version and open calls, validates the batch against them, and runs the same statement
+        in that transaction.
         """
         if not prepared:
             return []
-        fast = self._append_known_tail(session_id, prepared)
-        if fast is not None:
-            return fast
+        tail = self._tails.pop(session_id, None)
+        if tail is not None:
+            version, calls = tail
+            open_calls = OpenCalls(calls)
+            try:
+                bound = bind(prepared, open_calls, session_id=session_id)
+            except InvalidMessage:
+                pass  # maybe stale: the locked path validates against the truth
+            else:
+                with self._single() as conn:
+                    done = self._append_at(conn, session_id, version, open_calls, bound)
+                if done is not None:
+                    pause_point("append.after_commit")
+                    return done
         with self._begin() as conn:
             row = self._lock(conn, session_id)
             open_calls = OpenCalls(row.open_calls)
             bound = bind(prepared, open_calls, session_id=session_id)
-            first_id, first_pos = row.next_message_id, row.next_position
-            n = len(bound)
-            _insert_rows(conn, session_id, first_id, first_pos, bound)
-            totals = conn.execute(
-                sa.update(sessions)
-                .where(sessions.c.session_id == session_id)
-                .values(
-                    next_message_id=first_id + n,
-                    next_position=first_pos + n,
-                    message_count=sessions.c.message_count + n,
-                    token_count=sessions.c.token_count + sum(p.tokens for p in bound),
-                    version=sessions.c.version + 1,
-                    open_calls=open_calls.to_json(),
-                    updated_at=sa.func.now(),
-                )
-                .returning(sessions.c.message_count, sessions.c.token_count)
-            ).one()
+            done = self._append_at(conn, session_id, row.version, open_calls, bound)
+            assert done is not None  # the row is locked at that version
             pause_point("append.before_commit")
         pause_point("append.after_commit")
-        self._tails[session_id] = (row.version + 1, open_calls.to_json())
-        self._appended[session_id] = (totals[0], totals[1])
-        return [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
+        return done
 
-    def _append_known_tail(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg] | None:
-        """The one-statement append, or None when the store does not know the session's
-        latest version (or the batch does not validate against what it knows)."""
-        tail = self._tails.pop(session_id, None)
-        if tail is None:
-            return None
-        version, calls = tail
-        open_calls = OpenCalls(calls)
-        try:
-            bound = bind(prepared, open_calls, session_id=session_id)
-        except InvalidMessage:
-            return None  # maybe stale: the locked path validates against the truth
-        claim = {
+    def _append_at(
+        self,
+        conn: Connection,
+        session_id: str,
+        version: int,
+        open_calls: OpenCalls,
+        bound: Sequence[Prepared],
+    ) -> list[Msg] | None:
+        """Run the one-statement append if the session is at `version`; None if it is not."""
+        params = {
             "sid": session_id,
             "version": version,
             "n": len(bound),
             "added_tokens": sum(p.tokens for p in bound),
             "open_calls": json_text(open_calls.to_json()),
+            **_columns(session_id, bound),
         }
-        # One statement is atomic on its own: no BEGIN and COMMIT round trips. Its per-column
-        # arrays go in binary form (no quoting or escaping of the payloads), which beats
-        # pipelined rows at every batch size measured (bench/README.md).
-        with self._single() as conn:
-            claimed = conn.exec_driver_sql(
-                APPEND_AT_VERSION, {**claim, **_columns(session_id, bound)}
-            ).one_or_none()
+        claimed = conn.exec_driver_sql(APPEND_AT_VERSION, params).one_or_none()
         if claimed is None:
-            return None  # another writer moved the session on: take the locked path
-        pause_point("append.after_commit")
-        first = claimed[0]
+            return None  # another writer moved the session on
+        first_id, message_count, token_count = claimed
+        # Recorded before a locked append's commit: if that commit failed, the append raises,
+        # and the next one finds the session not at version + 1 and takes the locked path.
         self._tails[session_id] = (version + 1, open_calls.to_json())
-        self._appended[session_id] = (claimed[1], claimed[2])
-        return [stored(p.msg, first + i, p.tokens) for i, p in enumerate(bound)]
+        self._appended[session_id] = (message_count, token_count)
+        return [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
 
     def totals_after_append(self, session_id: str) -> tuple[int, int] | None:
         """The working (message, token) totals as this store's latest append of the session
