@@ -154,9 +154,7 @@ class Compressor:
         """
         if strategy in (2, 3):
             return snap.token_count >= self.config.token_target
-        if strategy in (5, 6):
-            return snap.token_count >= self.config.token_trigger
-        return True
+        return True  # S5 and S6 check the token trigger themselves (`PlanContext.token_pressure`)
 
     def _pass(self, snap: Snapshot, state: _CallState) -> str:
         """Try S1..S6 in order and apply the first that finds work.
@@ -209,6 +207,10 @@ class Compressor:
     def _build(
         self, snap: Snapshot, edits: Sequence[Edit], state: _CallState, reason: str
     ) -> list[Replacement]:
+        if edits and edits[0].llm:
+            # One strategy's edits are all LLM or all previews; only as many ranges as the
+            # budget has calls left are loaded (S1, S4 and S5 plan every candidate).
+            edits = edits[: max(0, self.config.max_llm_calls - state.llm_calls)]
         ids = [i for e in edits for i in e.replaced_ids]
         originals = self.store.load_messages(self.session_id, ids)
         out: list[Replacement] = []
@@ -223,8 +225,6 @@ class Compressor:
                     )
                 )
                 continue
-            if state.llm_calls >= self.config.max_llm_calls:
-                break
             state.llm_calls += 1
             replacement = self._summarise(snap, edit, msgs, offload, state, reason)
             if replacement is not None:

@@ -28,14 +28,6 @@ Kind: TypeAlias = Literal[
     "current_round_summary",
 ]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
-KINDS: tuple[Kind, ...] = (
-    "original",
-    "tool_run_summary",
-    "preview",
-    "round_summary",
-    "large_summary",
-    "current_round_summary",
-)
 #: Metadata key under which autoctx keeps what the OpenAI format carries and the model does not.
 OPENAI_META = "openai"
 

@@ -33,10 +33,6 @@ class MsgMeta:
     #: Tool names of the calls made or answered.
     tool_names: tuple[str, ...] = ()
 
-    @property
-    def is_tool_call(self) -> bool:
-        return bool(self.call_ids)
-
 
 def is_final_answer(msg: Msg, replaced_final: bool = False) -> bool:
     """SPEC.md section 1's kinds table: what counts as a final answer."""
@@ -86,15 +82,6 @@ def tool_group_spans(metas: Sequence[MsgMeta]) -> list[tuple[int, int]]:
         done = j
     spans.extend(zip(range(done, n), range(done + 1, n + 1), strict=True))
     return spans
-
-
-def group_bounds(metas: Sequence[MsgMeta]) -> list[tuple[int, int]]:
-    """For each index, the span of the tool group (or lone message) it belongs to."""
-    bounds: list[tuple[int, int]] = [(0, 0)] * len(metas)
-    for start, end in tool_group_spans(metas):
-        for k in range(start, end):
-            bounds[k] = (start, end)
-    return bounds
 
 
 def effective_pinned(

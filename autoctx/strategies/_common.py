@@ -27,17 +27,13 @@ from ..structure import (
     pending_call_ids,
     tool_group_spans,
 )
+from ..tools import TOOL_NAME
 
 Planner: TypeAlias = Callable[[Snapshot, AutoContextConfig, PlanContext], list[Edit]]
 
 #: The tool an agent reloads offloads with; S5 never summarises its results, so that an agent
 #: cannot loop reloading what was just compressed (SPEC.md section 4).
-RELOAD_TOOL_NAME: Final = "context_reload"
-
-#: Kinds that autoctx wrote (anything but the caller's originals).
-DERIVED_KINDS: Final[frozenset[Kind]] = frozenset(
-    {"preview", "tool_run_summary", "round_summary", "large_summary", "current_round_summary"}
-)
+RELOAD_TOOL_NAME: Final = TOOL_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +55,6 @@ class Layout:
     tail_start: int
     #: Start of the trailing tool group whose calls are not all answered, if any.
     pending_start: int | None
-    group_starts: frozenset[int]
-    group_ends: frozenset[int]
     #: Running token totals: ``cum_tokens[i]`` is the sum over ``metas[:i]``.
     cum_tokens: tuple[int, ...]
     #: Indices of the messages over `large_payload_chars`, in order (few: the preview and
@@ -89,7 +83,30 @@ class Layout:
 
     def holds_whole_groups(self, start: int, end: int) -> bool:
         """Whether [start, end) begins and ends on tool-group boundaries (cuts no group)."""
-        return start in self.group_starts and end in self.group_ends
+        spans = self.spans
+        first = bisect.bisect_left(spans, start, key=operator.itemgetter(0))
+        last = bisect.bisect_left(spans, end, key=operator.itemgetter(1))
+        return (
+            first < len(spans)
+            and spans[first][0] == start
+            and last < len(spans)
+            and spans[last][1] == end
+        )
+
+
+#: The layout of no messages: the base `compute_layout` starts from when it has none.
+_EMPTY_LAYOUT = Layout(
+    metas=(),
+    spans=(),
+    pinned=(),
+    latest_user=None,
+    round_start=0,
+    history_end=0,
+    tail_start=0,
+    pending_start=None,
+    cum_tokens=(0,),
+    large=(),
+)
 
 
 # The six planners of one pass share a snapshot: one layout per (snapshot, config), by
@@ -160,28 +177,24 @@ def compute_layout(
 
     # Kept from `base`: its groups that end before the first difference (a group ending there
     # might go on with results appended since), and what it says of their messages.
-    kept_spans: tuple[tuple[int, int], ...] = ()
-    q = 0
-    if base is not None and base.spans:
-        p = _shared_prefix(base.metas, metas)
-        k = bisect.bisect_left(base.spans, p, key=operator.itemgetter(1))
-        kept_spans = base.spans[:k]
-        q = kept_spans[-1][1] if kept_spans else 0
+    # Without a base, nothing is kept (q = 0) and the same code computes everything.
+    if base is None:
+        base = _EMPTY_LAYOUT
+    p = _shared_prefix(base.metas, metas)
+    k = bisect.bisect_left(base.spans, p, key=operator.itemgetter(1))
+    kept_spans = base.spans[:k]
+    q = kept_spans[-1][1] if kept_spans else 0
     rest = metas[q:]
     rest_spans = tool_group_spans(rest)
     spans = kept_spans + tuple((s + q, e + q) for s, e in rest_spans)
-    if base is not None and q:
-        pinned = base.pinned[:q] + tuple(effective_pinned(rest, rest_spans))
-        cum_tokens = (
-            base.cum_tokens[: q + 1]
-            + tuple(itertools.accumulate((m.tokens for m in rest), initial=base.cum_tokens[q]))[1:]
-        )
-        large = base.large[: bisect.bisect_left(base.large, q)]
-    else:
-        pinned = tuple(effective_pinned(metas, spans))
-        cum_tokens = tuple(itertools.accumulate((m.tokens for m in metas), initial=0))
-        large = ()
-    large += tuple(i for i, m in enumerate(rest, start=q) if m.chars > config.large_payload_chars)
+    pinned = base.pinned[:q] + tuple(effective_pinned(rest, rest_spans))
+    cum_tokens = (
+        base.cum_tokens[: q + 1]
+        + tuple(itertools.accumulate((m.tokens for m in rest), initial=base.cum_tokens[q]))[1:]
+    )
+    large = base.large[: bisect.bisect_left(base.large, q)] + tuple(
+        i for i, m in enumerate(rest, start=q) if m.chars > config.large_payload_chars
+    )
     pending_start = spans[-1][0] if pending_call_ids(metas, spans) else None
     return Layout(
         metas=metas,
@@ -192,8 +205,6 @@ def compute_layout(
         history_end=history_end,
         tail_start=tail_start,
         pending_start=pending_start,
-        group_starts=frozenset(map(operator.itemgetter(0), spans)),
-        group_ends=frozenset(map(operator.itemgetter(1), spans)),
         cum_tokens=cum_tokens,
         large=large,
     )
