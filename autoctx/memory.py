@@ -329,9 +329,9 @@ class AutoContextMemory:
         return self._summarizer
 
     def sql(self, statement: str, **params: Any) -> list[sa.Row[Any]]:
-        """Run a read-only SQL query on the memory's database (audits, tests)."""
-        with self._store.engine.connect() as conn:
-            return list(conn.execute(sa.text(statement), params))
+        """Run a read-only SQL query on the memory's database (audits, tests), in the memory's
+        tenant scope: under row-level security it sees what the memory sees."""
+        return self._store.query(statement, params)
 
 
 def _with_model(config: AutoContextConfig, info: SessionInfo) -> AutoContextConfig:

@@ -308,6 +308,9 @@ def test_memory_as_the_tenant_role_works_end_to_end(
         assert [m.id for m in mem.reload(str(e.offload_uuid))] == list(e.replaced_ids)
     assert [e.id for e in mem.events()] == [e.id for e in events]
     assert len(mem.to_openai()) == mem.message_count
+    # Hand-written SQL through the memory runs in its tenant scope, so the role sees its rows.
+    working = "select count(*) as n from working_set where session_id = :s"
+    assert mem.sql(working, s=sid)[0].n == mem.message_count
     mem.set_plan({"goal": "ship", "steps": [{"title": "fix", "state": "in_progress"}]})
     # The same role cannot reach B's session through autoctx either.
     with pytest.raises(SessionNotFound):

@@ -325,6 +325,11 @@ class Store:
         self._appended[session_id] = (message_count, token_count)
         return [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
 
+    def query(self, statement: str, params: Mapping[str, Any]) -> list[Row[Any]]:
+        """A caller's read-only SQL, in the store's tenant scope."""
+        with self._connect() as conn:
+            return list(conn.execute(sa.text(statement), dict(params)))
+
     def totals_after_append(self, session_id: str) -> tuple[int, int] | None:
         """The working (message, token) totals as this store's latest append of the session
         committed them, without a read; None if it has not appended to it.
