@@ -26,7 +26,7 @@ from autoctx.prompts import OFFLOAD_TAG_RE
 from autoctx.strategies import PLANNERS
 from autoctx.tokens import TokenCounter
 from autoctx.transcript import render_transcript
-from tests.histories import SMALL, long_task, multi_round, tool_group
+from tests.histories import SMALL, file_dump, long_task, multi_round, tool_group
 from tests.invariants import (
     assert_every_original_reachable,
     assert_totals_match,
@@ -488,3 +488,96 @@ def test_a_session_the_ladder_cannot_bring_under_its_trigger_is_reported_once(
     warnings = [r.getMessage() for r in caplog.records if "still over" in r.getMessage()]
     assert len(warnings) == 1, warnings
     assert mem.session_id in warnings[0] and "min_compress_tokens (1000000)" in warnings[0]
+
+
+def test_add_never_compresses_by_itself(open_memory: Open) -> None:
+    mem = open_memory(config=SMALL)
+    added = mem.add(multi_round(4, rounds=4, steps=8))
+    assert mem.message_count >= SMALL.msg_threshold and mem.token_count >= SMALL.token_trigger
+    assert mem.needs_compression()
+    assert mem.events() == []
+    assert [m.id for m in mem.messages()] == [m.id for m in added]
+
+
+@pytest.mark.parametrize("trigger", ["count", "tokens"])
+def test_each_event_records_why_it_ran_and_the_thresholds_of_its_call(
+    open_memory: Open, trigger: str
+) -> None:
+    """SPEC.md sections 5 and 7: the reason is the trigger that held, and every event carries
+    the thresholds in force for its call, which a later open with another config changes."""
+    only = (
+        dataclasses.replace(SMALL, max_tokens=10_000_000)
+        if trigger == "count"
+        else dataclasses.replace(SMALL, msg_threshold=10_000)
+    )
+    mem = open_memory(config=only)
+    mem.add(multi_round(5, rounds=4, steps=8))
+    first = mem.compress_if_needed()
+    assert first and {e.reason for e in first} == {trigger}
+
+    def configs(events: list[Any]) -> list[Any]:
+        rows = mem.sql(
+            "select id, config from compression_events where session_id = :s",
+            s=mem.session_id,
+        )
+        by_id = {r.id: r.config for r in rows}
+        return [by_id[e.id] for e in events]
+
+    assert configs(first) == [only.to_json()] * len(first)
+    # Reopened with other thresholds: the next call's events record those.
+    other = dataclasses.replace(only, target_ratio=only.target_ratio / 2)
+    again = open_memory(config=other)
+    again.add(multi_round(6, rounds=2, steps=8))
+    second = again.compress_if_needed()
+    assert second and configs(second) == [other.to_json()] * len(second)
+
+
+def test_compressions_store_the_final_answer_flag_of_the_kinds_table(open_memory: Open) -> None:
+    """SPEC.md section 1: a round summary is a final answer, a tool-run or current-round
+    summary is not, and a preview or large-message summary is one exactly when the message it
+    replaced was."""
+    no_s1 = dataclasses.replace(SMALL, min_tool_run=1000)
+    pressure, pressure_config = _current_round_pressure(34)
+    tokens = sum(count_tokens(m, TokenCounter(SMALL.model)) for m in pressure)
+    kinds: set[str] = set()
+    kept_finals = 0  # previews and large summaries of a final answer
+    # A long final answer in the history, outside the protected tail, for S2 to preview.
+    big_answer = [
+        Msg.user("Write up the findings."),
+        Msg.assistant("Findings:\n" + file_dump(random.Random(35), 120)),
+    ]
+    for k in range(SMALL.last_keep):
+        big_answer += [Msg.user(f"And point {k}?"), Msg.assistant(f"Point {k} is fine.")]
+    for sid, history, config in (
+        ("final-runs", multi_round(8, rounds=5, steps=8), SMALL),
+        ("final-rounds", big_answer + multi_round(8, rounds=5, steps=8)[1:], no_s1),
+        ("final-current", pressure, dataclasses.replace(pressure_config, max_tokens=tokens)),
+    ):
+        mem = open_memory(sid=f"{sid}-{uuid.uuid4().hex[:6]}", config=config)
+        mem.add(history)
+        mem.compress_if_needed()
+        rows = mem.sql(
+            "select m.id, m.kind, m.final, r.final as replaced_final "
+            "from messages m join lineage l on l.session_id = m.session_id "
+            "and l.summary_id = m.id and l.ordinal = 0 "
+            "join messages r on r.session_id = l.session_id and r.id = l.replaced_id "
+            "where m.session_id = :s and m.kind <> 'original'",
+            s=mem.session_id,
+        )
+        for r in rows:
+            kinds.add(r.kind)
+            if r.kind == "round_summary":
+                assert r.final, r
+            elif r.kind in ("tool_run_summary", "current_round_summary"):
+                assert not r.final, r
+            else:
+                assert r.final == r.replaced_final, r
+                kept_finals += r.final
+    assert kinds == {
+        "tool_run_summary",
+        "preview",
+        "round_summary",
+        "large_summary",
+        "current_round_summary",
+    }, kinds
+    assert kept_finals > 0

@@ -314,3 +314,18 @@ def test_config_refuses_invalid_values_naming_the_field() -> None:
     with pytest.raises(ConfigError, match="target_ratio"):
         AutoContextConfig(target_ratio=0.9)
     assert json.loads(json.dumps(AutoContextConfig().to_json()))["msg_threshold"] == 100
+
+
+def test_config_defaults_are_the_specs() -> None:
+    """SPEC.md sections 2 and 3 name the defaults; a change of one is a change of behaviour."""
+    defaults = AutoContextConfig()
+    assert (defaults.msg_threshold, defaults.max_tokens) == (100, 131072)
+    assert (defaults.token_ratio, defaults.target_ratio) == (0.75, 0.6)
+    assert (defaults.max_passes, defaults.max_llm_calls) == (3, 8)
+    assert (defaults.large_payload_chars, defaults.preview_chars, defaults.last_keep) == (
+        5120,
+        200,
+        50,
+    )
+    assert (defaults.min_tool_run, defaults.min_compress_tokens) == (6, 5000)
+    assert defaults.current_round_ratio == 0.3
