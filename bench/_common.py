@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
 import math
 import os
 import platform
+import pstats
 import random
 import secrets
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +26,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 from psycopg.conninfo import make_conninfo
+from rich.console import Console
 from sqlalchemy.engine import URL
 
 from autoctx.memory import dispose_engines
@@ -443,3 +447,11 @@ def describe_messages(msgs: Sequence[Msg]) -> str:
         f"median {int(statistics.median(sizes)):,} chars, max {max(sizes):,}, "
         f"{large:,} over 5,120 chars"
     )
+
+
+def print_profile(console: Console, profiler: cProfile.Profile, title: str) -> None:
+    """A profile's heaviest functions, by own time and by cumulative time."""
+    console.rule(title)
+    stats = pstats.Stats(profiler, stream=sys.stdout)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(30)

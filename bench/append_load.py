@@ -26,8 +26,6 @@ import cProfile
 import datetime as dt
 import functools
 import json
-import pstats
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence, Sized
 from pathlib import Path
@@ -45,6 +43,7 @@ from _common import (
     machine_description,
     median,
     patched,
+    print_profile,
     raw_connection,
     secs,
 )
@@ -311,10 +310,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures = _figures(args, sides, raw_watch, loads, machine)
     _print(figures)
     if profiler is not None:
-        console.rule(f"cProfile of autoctx's {args.profile} (times inflated by profiling)")
-        stats = pstats.Stats(profiler, stream=sys.stdout)
-        stats.sort_stats("tottime").print_stats(25)
-        stats.sort_stats("cumulative").print_stats(30)
+        print_profile(
+            console, profiler, f"cProfile of autoctx's {args.profile} (times inflated by profiling)"
+        )
     return figures
 
 

@@ -24,9 +24,7 @@ import argparse
 import cProfile
 import datetime as dt
 import json
-import pstats
 import random
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -47,6 +45,7 @@ from _common import (
     ms,
     patched,
     percentile,
+    print_profile,
     secs,
 )
 from rich.console import Console
@@ -544,10 +543,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"(goal < 20 ms: {'met' if worst < 0.020 else 'MISSED'})"
         )
     if profiler is not None:
-        console.rule(f"cProfile of part ({args.profile})'s timed calls")
-        stats = pstats.Stats(profiler, stream=sys.stdout)
-        stats.sort_stats("tottime").print_stats(25)
-        stats.sort_stats("cumulative").print_stats(30)
+        print_profile(console, profiler, f"cProfile of part ({args.profile})'s timed calls")
     return out
 
 

@@ -37,8 +37,6 @@ import asyncio
 import cProfile
 import datetime as dt
 import json
-import pstats
-import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -55,6 +53,7 @@ from _common import (
     median,
     patched,
     percentile,
+    print_profile,
     raw_connection,
     secs,
 )
@@ -442,10 +441,9 @@ def profile(args: argparse.Namespace, db: BenchDatabase, parts: list[list[Item]]
         for _ in range(args.get_repeats):
             session.get_items_sync()
         profiler.disable()
-    console.rule(f"cProfile of AutoctxSession {args.profile} (sync twin; times inflated)")
-    stats = pstats.Stats(profiler, stream=sys.stdout)
-    stats.sort_stats("tottime").print_stats(25)
-    stats.sort_stats("cumulative").print_stats(35)
+    print_profile(
+        console, profiler, f"cProfile of AutoctxSession {args.profile} (sync twin; times inflated)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,15 @@ from autoctx.store.tables import messages as messages_table
 from autoctx.store.tables import offloads, working_set
 from autoctx.tokens import TokenCounter
 
+#: The audit views migration 0002 creates (SPEC.md section 7).
+AUDIT_VIEWS = (
+    "autoctx_savings_by_strategy",
+    "autoctx_session_cost",
+    "autoctx_lineage",
+    "autoctx_coverage",
+    "autoctx_problem_sessions",
+)
+
 
 def assert_valid_openai_chat(openai_messages: Sequence[dict[str, Any]]) -> None:
     """No tool result without its call before it; no call without a result, except a trailing

@@ -41,15 +41,9 @@ from autoctx.store.database import (
     normalize_url,
     upgrade,
 )
+from tests.invariants import AUDIT_VIEWS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "audit.md"
-VIEWS = (
-    "autoctx_savings_by_strategy",
-    "autoctx_session_cost",
-    "autoctx_lineage",
-    "autoctx_coverage",
-    "autoctx_problem_sessions",
-)
 WORDS = (
     *("read", "write", "config", "port", "8080", "status", "200", "error", "timeout", "path"),
     *("/srv/app/settings.yaml", "key", "user_id=42", "retry", "service", "started", "stopped"),
@@ -670,7 +664,7 @@ def test_the_cookbook_has_ten_questions() -> None:
     # Each question is answered by a SQL block under its heading.
     for section in re.split(r"^### \d+\. ", cookbook, flags=re.MULTILINE)[1:]:
         assert "```sql\n" in section
-    for view in VIEWS:
+    for view in AUDIT_VIEWS:
         assert f"### `{view}`" in text
 
 
@@ -731,21 +725,21 @@ def test_downgrade_to_0001_drops_the_views_and_upgrade_restores_them(empty_db_ur
     engine = create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool)
     try:
         upgrade(engine)
-        assert set(VIEWS) <= view_names(engine)
+        assert set(AUDIT_VIEWS) <= view_names(engine)
         with engine.connect() as conn:
             cfg = alembic_config()
             cfg.attributes["connection"] = conn
             command.downgrade(cfg, "0001")
             conn.commit()
         assert current_revision(engine) == "0001"
-        assert view_names(engine).isdisjoint(VIEWS)
+        assert view_names(engine).isdisjoint(AUDIT_VIEWS)
         with engine.connect() as conn:
             tables = {r[0] for r in conn.execute(sa.text("SELECT tablename FROM pg_tables"))}
         assert {"sessions", "messages", "lineage", "compression_events"} <= tables
         upgrade(engine)
-        assert set(VIEWS) <= view_names(engine)
+        assert set(AUDIT_VIEWS) <= view_names(engine)
         with engine.connect() as conn:
-            for view in VIEWS:
+            for view in AUDIT_VIEWS:
                 conn.execute(sa.text(f"SELECT * FROM {view} LIMIT 1"))
     finally:
         engine.dispose()

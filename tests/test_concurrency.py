@@ -9,6 +9,7 @@ event. docs/scaling.md explains the locking decision; these tests are its eviden
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import multiprocessing.synchronize
 import os
@@ -24,26 +25,16 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
+from autoctx import AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
 from autoctx._faults import ENV as PAUSE_ENV
 from autoctx.memory import dispose_engines
-from tests.histories import multi_round
+from tests.histories import SMALL, multi_round
 from tests.invariants import assert_consistent, assert_every_original_reachable
 from tests.openai_server import OpenAIServer, Reply
 
 CTX = multiprocessing.get_context("fork")
 
-CONFIG = AutoContextConfig(
-    max_tokens=12_000,
-    msg_threshold=60,
-    last_keep=10,
-    min_tool_run=3,
-    min_compress_tokens=300,
-    large_payload_chars=2000,
-    preview_chars=100,
-    reload_page_chars=1500,
-    max_llm_calls=4,
-)
+CONFIG = dataclasses.replace(SMALL, max_tokens=12_000, max_llm_calls=4)
 WRITERS = 3
 COMPRESSORS = 2
 BATCHES = 25

@@ -26,16 +26,9 @@ from autoctx import (
 from autoctx.memory import dispose_engines
 from autoctx.store.tables import SESSION_TABLES
 from tests.histories import SMALL, multi_round
-from tests.invariants import assert_consistent, assert_every_original_reachable
+from tests.invariants import AUDIT_VIEWS, assert_consistent, assert_every_original_reachable
 
 CONFIG = SMALL
-VIEWS = (
-    "autoctx_savings_by_strategy",
-    "autoctx_session_cost",
-    "autoctx_lineage",
-    "autoctx_coverage",
-    "autoctx_problem_sessions",
-)
 TABLES = [t.name for t in SESSION_TABLES]
 
 
@@ -85,7 +78,9 @@ def tenant_role(db_url: str, world: World) -> Iterator[str]:
         conn.execute(
             sa.text(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {', '.join(TABLES)} TO {role}")
         )
-        conn.execute(sa.text(f"GRANT SELECT ON alembic_version, {', '.join(VIEWS)} TO {role}"))
+        conn.execute(
+            sa.text(f"GRANT SELECT ON alembic_version, {', '.join(AUDIT_VIEWS)} TO {role}")
+        )
     url = make_url(db_url).set(username=role, password=None)
     try:
         yield url.render_as_string(hide_password=False)
@@ -228,7 +223,7 @@ def test_hand_written_sql_sees_only_its_tenant(
             }
         with role.begin() as conn:
             _scoped(conn, tenant)
-            for name in TABLES + list(VIEWS):
+            for name in TABLES + list(AUDIT_VIEWS):
                 seen = _sessions_in(conn, name)
                 # (autoctx_problem_sessions lists only sessions with a failure: none here.)
                 assert mine & seen or name == "autoctx_problem_sessions", (name, "its own rows")
