@@ -34,6 +34,7 @@ __all__ = [
 
 #: Short names of the six strategies (SPEC.md section 3), for legends and tables.
 STRATEGY_NAMES: Final[Mapping[int, str]] = {
+    0: "pop",  # a message taken out of the working context (`pop_last`, the SDK's pop_item)
     1: "tool-run summary",
     2: "preview",
     3: "tail preview",
@@ -43,6 +44,7 @@ STRATEGY_NAMES: Final[Mapping[int, str]] = {
 }
 #: One colour per strategy (colour-blind-safe Okabe-Ito palette).
 STRATEGY_COLORS: Final[Mapping[int, str]] = {
+    0: "#000000",
     1: "#0072B2",
     2: "#E69F00",
     3: "#F0E442",
@@ -86,30 +88,54 @@ class Series:
 def reconstruct(stamps: Sequence[MessageStamp], events: Sequence[Event]) -> Series:
     """The working totals after every append and every compression, in order.
 
-    Attempts that changed nothing (failed, skipped, conflict) wrote no message; they are placed
-    after the last original appended before them (by time).
+    An applied event is replayed at the message it wrote; a pop that left nothing in place of
+    the popped message wrote none, so it is replayed at its own time, like the attempts that
+    changed nothing (failed, skipped, conflict), which are placed after the last original
+    appended before them.
     """
     by_id = {e.id: e for e in events}
+    # Applied events that wrote no message, in time order, replayed between the stamps.
+    unwritten = sorted(
+        (e for e in events if e.status == "applied" and e.summary_message_id is None),
+        key=lambda e: (e.created_at is None, e.created_at or datetime.min, e.id),
+    )
     series = Series([Point(0, stamps[0].created_at if stamps else None, 0, 0)])
     tokens = messages = step = 0
     original_times: list[datetime] = []
+
+    def replay(event: Event, at: datetime | None) -> None:
+        nonlocal tokens, messages
+        tokens, messages = event.tokens_after, event.messages_after
+        series.marks.append(_mark(event, step, at))
+        series.points.append(Point(step, at, tokens, messages))
+
+    k = 0
     for s in stamps:
+        while k < len(unwritten) and _before(unwritten[k].created_at, s.created_at):
+            replay(unwritten[k], unwritten[k].created_at)
+            k += 1
         event = by_id.get(s.event_id) if s.event_id is not None else None
         if event is None:
             tokens += s.tokens
             messages += 1
             step += 1
             original_times.append(s.created_at)
+            series.points.append(Point(step, s.created_at, tokens, messages))
         else:
-            tokens, messages = event.tokens_after, event.messages_after
-            series.marks.append(_mark(event, step, s.created_at))
-        series.points.append(Point(step, s.created_at, tokens, messages))
+            replay(event, s.created_at)
+    for e in unwritten[k:]:
+        replay(e, e.created_at)
     for e in events:
         if e.status != "applied" and e.created_at is not None:
             at = bisect.bisect_right(original_times, e.created_at)
             series.marks.append(_mark(e, at, e.created_at))
     series.marks.sort(key=lambda m: (m.step, m.status != "applied"))
     return series
+
+
+def _before(a: datetime | None, b: datetime | None) -> bool:
+    """Whether `a` comes strictly before `b` (an unknown time comes last)."""
+    return a is not None and (b is None or a < b)
 
 
 def _mark(e: Event, step: int, at: datetime | None) -> Mark:

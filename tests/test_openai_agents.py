@@ -30,6 +30,8 @@ from openai import AsyncOpenAI
 
 from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer, SessionNotFound
 from autoctx.integrations.openai_agents import AutoctxSession, reload_tool
+from autoctx.plot import reconstruct
+from autoctx.store.inspect import message_stamps
 from autoctx.tools import NOT_FOUND_ANSWER
 
 from .openai_server import OpenAIServer, Reply
@@ -301,6 +303,26 @@ def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
     assert len(events) == len(items) + 1
     assert {(e.strategy, e.status, e.reason) for e in events} == {(0, "applied", "manual")}
     assert events[-1].messages_after == 0 and events[-1].tokens_after == 0
+
+
+def test_the_plot_replays_pops_to_the_session_totals(
+    make_session: Callable[..., AutoctxSession],
+) -> None:
+    """A pop with nothing left in place writes an event and no message; the plot's replay
+    must still take it into account (SPEC.md section 8: tokens over time)."""
+    items = varied_items()
+    session = make_session(compress=False)
+    run(session.add_items(copy.deepcopy(items)))
+    mem = session.memory()
+    for _ in range(4):  # single-item messages, then items out of a multi-item message
+        run(session.pop_item())
+    # The result of call_3 was popped: the call is pending again and takes a new result.
+    run(session.add_items([{"type": "function_call_output", "call_id": "call_3", "output": "ok"}]))
+    series = reconstruct(message_stamps(mem.engine, mem.session_id), mem.events())
+    last = series.points[-1]
+    assert (last.tokens, last.messages) == (mem.token_count, mem.message_count)
+    pops = [m for m in series.marks if m.strategy == 0]
+    assert len(pops) == 4 and all(m.status == "applied" for m in pops)
 
 
 def test_popping_a_call_out_of_a_parallel_group_keeps_the_others(
