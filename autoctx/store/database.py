@@ -271,6 +271,15 @@ def _known_revisions() -> set[str]:
     return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
+def _refuse_newer(engine: Engine, current: str | None) -> None:
+    """Raise `SchemaError` for a schema revision this version of autoctx does not know."""
+    if current is not None and current not in _known_revisions():
+        raise SchemaError(
+            f"the database at {describe(engine.url)} has schema revision {current!r}, which this "
+            "version of autoctx does not know (it is newer); upgrade autoctx"
+        )
+
+
 def upgrade(engine: Engine, revision: str = "head") -> str:
     """Run the migrations up to `revision` under an advisory lock; returns the new revision.
 
@@ -280,12 +289,7 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
         conn.execute(sa.text("select pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
         try:
             conn.commit()
-            current = MigrationContext.configure(conn).get_current_revision()
-            if current is not None and current not in _known_revisions():
-                raise SchemaError(
-                    f"the database at {describe(engine.url)} has schema revision {current!r}, "
-                    "which this version of autoctx does not know (it is newer); upgrade autoctx"
-                )
+            _refuse_newer(engine, MigrationContext.configure(conn).get_current_revision())
             cfg = alembic_config()
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
@@ -302,11 +306,7 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool) -> None:
     head = head_revision()
     if current == head:
         return
-    if current is not None and current not in _known_revisions():
-        raise SchemaError(
-            f"the database at {describe(engine.url)} has schema revision {current!r}, which this "
-            "version of autoctx does not know (it is newer); upgrade autoctx"
-        )
+    _refuse_newer(engine, current)
     if not auto_upgrade:
         raise SchemaError(
             f"the database at {describe(engine.url)} is at schema revision {current!r}, autoctx "

@@ -34,17 +34,34 @@ class SessionInfo:
     updated_at: Any = None
 
 
-def msg_from_row(row: Any) -> Msg:
-    """A `Msg` from a row holding the message columns."""
+def msg_from_columns(
+    id_: int,
+    role: Any,
+    name: str | None,
+    content: Any,
+    metadata: Any,
+    kind: Any,
+    pinned: bool,
+    tokens: int,
+) -> Msg:
+    """A `Msg` from the message columns, in the order `LOAD_WORKING` and `MESSAGES_BY_ID`
+    select them (a NULL metadata, as `LOAD_WORKING` writes an empty one, is empty)."""
     return Msg(
-        role=row.role,
-        content=tuple(block_from_json(b) for b in row.content),
-        name=row.name,
-        metadata=row.metadata,
-        kind=row.kind,
-        pinned=row.pinned,
-        id=row.id,
-        tokens=row.tokens,
+        role=role,
+        content=tuple(block_from_json(b) for b in content),
+        name=name,
+        metadata=metadata or {},
+        kind=kind,
+        pinned=pinned,
+        id=id_,
+        tokens=tokens,
+    )
+
+
+def msg_from_row(row: Any) -> Msg:
+    """A `Msg` from a row holding the message columns by name."""
+    return msg_from_columns(
+        row.id, row.role, row.name, row.content, row.metadata, row.kind, row.pinned, row.tokens
     )
 
 
@@ -114,13 +131,9 @@ TOKENS_BY_ID = """
 SELECT m.id, m.tokens
 FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
 """
+#: The session's creation time and its latest `n` working message ids, in order (all of them
+#: when `n` is NULL: PostgreSQL reads LIMIT NULL as no limit).
 WORKING_IDS = """
-SELECT s.created_at,
-       coalesce((SELECT array_agg(w.message_id ORDER BY w.position)
-                 FROM working_set w WHERE w.session_id = s.session_id), '{}')
-FROM sessions s WHERE s.session_id = %(sid)s
-"""
-LATEST_WORKING_IDS = """
 SELECT s.created_at,
        coalesce((SELECT array_agg(x.message_id ORDER BY x.position)
                  FROM (SELECT w.message_id, w.position FROM working_set w
@@ -142,19 +155,7 @@ WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT %(n)s
 
 def messages_by_id(conn: Connection, session_id: str, ids: list[int]) -> dict[int, Msg]:
     rows = conn.exec_driver_sql(MESSAGES_BY_ID, {"sid": session_id, "ids": ids})
-    return {
-        id_: Msg(
-            role=role,
-            content=tuple(block_from_json(b) for b in content),
-            name=name,
-            metadata=metadata,
-            kind=kind,
-            pinned=pinned,
-            id=id_,
-            tokens=tokens,
-        )
-        for id_, role, name, content, metadata, kind, pinned, tokens in rows
-    }
+    return {r[0]: msg_from_columns(*r) for r in rows}
 
 
 def avoid_nested_loops(conn: Connection) -> None:

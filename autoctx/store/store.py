@@ -26,14 +26,13 @@ from ..config import AutoContextConfig
 from ..errors import InvalidMessage, OffloadNotFound, SessionNotFound
 from ..events import Event
 from ..intake import OpenCalls, Prepared, bind, json_text
-from ..messages import Msg, block_from_json
+from ..messages import Msg
 from ..plans import Edit, Snapshot
 from ..structure import MsgMeta, is_final_answer, meta_of
 from .rows import (
     APPEND_AT_VERSION,
     DOCUMENTS_BY_ID,
     LAST_WORKING,
-    LATEST_WORKING_IDS,
     LOAD_WORKING,
     SNAPSHOT,
     TAIL_CALLS,
@@ -45,6 +44,7 @@ from .rows import (
     event_from_row,
     message_row,
     messages_by_id,
+    msg_from_columns,
     session_info,
     stored,
 )
@@ -56,8 +56,9 @@ class Replacement:
     """One planned edit with the message that replaces its range, ready to apply."""
 
     edit: Edit
+    #: The new message; its `final` is already what the kinds table says (previews and large
+    #: summaries inherit it from what they replace).
     new: Prepared
-    #: Tells `final` for previews/large summaries, which inherit it from what they replace.
     offload_uuid: uuid_mod.UUID
     model: str | None = None
     prompt_tokens: int | None = None
@@ -345,19 +346,7 @@ class Store:
             with self._connect() as conn:
                 avoid_nested_loops(conn)
                 rows = conn.exec_driver_sql(LOAD_WORKING, {"sid": session_id}).all()
-            return [
-                Msg(
-                    role=role,
-                    content=tuple(block_from_json(b) for b in content),
-                    name=name,
-                    metadata=metadata or {},
-                    kind=kind,
-                    pinned=pinned,
-                    id=id_,
-                    tokens=tokens,
-                )
-                for id_, role, name, content, metadata, kind, pinned, tokens in rows
-            ]
+            return [msg_from_columns(*r) for r in rows]
 
     def snapshot(self, session_id: str) -> Snapshot:
         """The working context, metadata only, at one version (read in one transaction).
@@ -441,9 +430,8 @@ class Store:
     ) -> tuple[Any, list[int]] | None:
         """The session's creation time and its working message ids in order (the last `limit`
         of them when given); None for an unknown session. One short query: no content."""
-        sql = WORKING_IDS if limit is None else LATEST_WORKING_IDS
         with self._single() as conn:
-            row = conn.exec_driver_sql(sql, {"sid": session_id, "n": limit}).one_or_none()
+            row = conn.exec_driver_sql(WORKING_IDS, {"sid": session_id, "n": limit}).one_or_none()
         return None if row is None else (row[0], list(row[1]))
 
     def pop_last(
@@ -851,18 +839,14 @@ class Store:
                 "session_version": row.version,
                 "config": dict(config),
             }
-            conn.execute(sa.insert(compression_events).values(**values))
+            created = conn.execute(
+                sa.insert(compression_events).values(**values).returning(compression_events)
+            ).one()
             conn.execute(
                 sa.update(sessions)
                 .where(sessions.c.session_id == session_id)
                 .values(next_event_id=event_id + 1)
             )
-            created = conn.execute(
-                sa.select(compression_events).where(
-                    compression_events.c.session_id == session_id,
-                    compression_events.c.id == event_id,
-                )
-            ).one()
         return event_from_row(created)
 
     # -- reload and audit ----------------------------------------------------------------------
