@@ -125,6 +125,17 @@ def _without(item: Mapping[str, Any], *keys: str) -> Item:
     return {k: v for k, v in item.items() if k not in keys}
 
 
+def _encode_text_part(part: Mapping[str, Any]) -> tuple[TextBlock, Item]:
+    """A content part with text: the text as a block, the rest of the part in its skeleton."""
+    text, quoted = _quote(part["text"])
+    return TextBlock(text), {"rest": _without(part, "text"), "q": quoted}
+
+
+def _decode_text_part(spec: Mapping[str, Any], text: str) -> Item:
+    """The content part `_encode_text_part` made `spec` and the text block of."""
+    return {**spec["rest"], "text": _unquote(text, spec["q"])}
+
+
 def _encode_message(item: Mapping[str, Any], blocks: list[Block]) -> Item:
     """A message item's text as text blocks, the rest in its skeleton."""
     start = len(blocks)
@@ -139,9 +150,9 @@ def _encode_message(item: Mapping[str, Any], blocks: list[Block]) -> Item:
         parts: list[Item] = []
         for part in content:
             if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                text, quoted = _quote(part["text"])
-                blocks.append(TextBlock(text))
-                parts.append({"rest": _without(part, "text"), "q": quoted})
+                block, spec = _encode_text_part(part)
+                blocks.append(block)
+                parts.append(spec)
             elif isinstance(part, Mapping):
                 blocks.append(OpaqueBlock(dict(part)))
                 parts.append({"opaque": True})
@@ -189,9 +200,9 @@ def _encode_output(item: Mapping[str, Any]) -> tuple[ToolResultBlock, Item]:
         parts: list[Item] = []
         for part in raw:
             if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                text, quoted = _quote(part["text"])
-                texts.append(TextBlock(text))
-                parts.append({"rest": _without(part, "text"), "q": quoted})
+                block, spec = _encode_text_part(part)
+                texts.append(block)
+                parts.append(spec)
             else:
                 # Images and files of a tool's output have no place in a tool_result block
                 # (text only); they are kept whole in the skeleton.
@@ -333,7 +344,7 @@ def _decode_skeleton(
                     data = block["data"]
                     parts.append(data["value"] if part.get("wrapped") else dict(data))
                 else:
-                    parts.append({**part["rest"], "text": _unquote(block["text"], part["q"])})
+                    parts.append(_decode_text_part(part, block["text"]))
             item["content"] = parts
         return item
     block = blocks[at]
@@ -359,7 +370,7 @@ def _decode_skeleton(
             if "keep" in part:
                 parts.append(part["keep"])
             else:
-                parts.append({**part["rest"], "text": _unquote(next(texts)["text"], part["q"])})
+                parts.append(_decode_text_part(part, next(texts)["text"]))
         item["output"] = parts
     return item
 
@@ -542,15 +553,19 @@ class AutoctxSession:
         """The autoctx memory behind the session, opened (or created) on first use (sync)."""
         with self._lock:
             if self._mem is None:
-                args = self._args
-                self._mem = AutoContextMemory.open(
-                    self.session_id,
-                    args.database_url,
-                    args.config,
-                    tenant=args.tenant,
-                    summarizer=args.summarizer,
-                )
+                self._mem = self._open(create=True)
             return self._mem
+
+    def _open(self, *, create: bool) -> AutoContextMemory:
+        args = self._args
+        return AutoContextMemory.open(
+            self.session_id,
+            args.database_url,
+            args.config,
+            tenant=args.tenant,
+            summarizer=args.summarizer,
+            create=create,
+        )
 
     # -- Session protocol ---------------------------------------------------------------------
 
@@ -681,15 +696,8 @@ class AutoctxSession:
         with self._cache_lock:
             self._cache_epoch, self._cache = None, {}
         if mem is None:
-            args = self._args
             try:
-                mem = AutoContextMemory.open(
-                    self.session_id,
-                    args.database_url,
-                    args.config,
-                    tenant=args.tenant,
-                    create=False,
-                )
+                mem = self._open(create=False)
             except SessionNotFound:
                 return
         mem.delete()
