@@ -71,11 +71,10 @@ def demo_config() -> AutoContextConfig:
     )
 
 
-def new_session_id(now: datetime | None = None, salt: int | None = None) -> str:
+def new_session_id() -> str:
     """``demo-<UTC timestamp>-<4 hex>``: sortable, and two demos in one second still differ."""
-    now = now or datetime.now(UTC)
-    tail = salt if salt is not None else random.SystemRandom().randrange(16**4)
-    return f"{SESSION_PREFIX}{now:%Y%m%d-%H%M%S}-{tail:04x}"
+    tail = random.SystemRandom().randrange(16**4)
+    return f"{SESSION_PREFIX}{datetime.now(UTC):%Y%m%d-%H%M%S}-{tail:04x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,12 +527,10 @@ class DemoMemory(Protocol):
 
 @dataclass
 class DemoResult:
-    steps: int = 0
     #: Every message added, as given (OpenAI format), by the id the memory gave it: what a
     #: reload must give back.
     originals: dict[int, OpenAIMessage] = field(default_factory=dict)
     tokens_added: int = 0
-    events: list[Event] = field(default_factory=list)
 
 
 def run(
@@ -552,11 +549,8 @@ def run(
                 result.originals[msg.id] = given
             result.tokens_added += msg.tokens or 0
         for event in memory.compress_if_needed():
-            result.events.append(event)
             if on_event is not None:
                 on_event(event)
-        if step.is_step:
-            result.steps += 1
         if on_step is not None:
             on_step(step)
     return result
