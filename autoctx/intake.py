@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidMessage
-from .messages import ROLES, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from .messages import ROLES, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock, json_text
 from .structure import is_final_answer
 from .tokens import TOKENS_PER_MESSAGE, TOKENS_PER_NAME, TokenCounter
 
@@ -101,11 +101,6 @@ def _check_json_value(value: Any, where: str, what: str) -> None:
         raise InvalidMessage(f"{where}: {what} is not JSON-serialisable ({exc})") from None
 
 
-def json_text(value: Any) -> str:
-    """A JSON value as autoctx stores it (compact, non-ASCII kept)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 def _checked_json_text(value: Any, where: str, what: str) -> str:
     """`value` written out as stored, after the checks of `_check_json_value`.
 
@@ -190,7 +185,7 @@ def _check_blocks(msg: Msg, where: str) -> str:
             _check_text(block.tool_use_id, where, "the tool_call_id")
             _check_text(block.output_text, where, f"the output of call {block.tool_use_id!r}")
         elif isinstance(block, OpaqueBlock):
-            _check_json_value(dict(block.data), where, "an opaque content part")
+            _checked_json_text(dict(block.data), where, "an opaque content part")
         else:
             raise InvalidMessage(f"{where}: unknown content block {block!r:.80}")
     return metadata_json

@@ -154,7 +154,7 @@ class Msg:
             elif isinstance(b, ToolResultBlock):
                 total += len(b.output_text)
             else:
-                total += len(_dumps(b.data))
+                total += len(json_text(b.data))
         return total
 
     def with_(self, **changes: Any) -> Msg:
@@ -178,8 +178,9 @@ class Msg:
         return [block_to_json(b) for b in self.content]
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+def json_text(value: Any) -> str:
+    """A JSON value as autoctx stores it (compact, non-ASCII kept)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 # ---------------------------------------------------------------------------------------------

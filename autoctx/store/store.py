@@ -25,8 +25,8 @@ from .._gc import paused_gc
 from ..config import AutoContextConfig
 from ..errors import InvalidMessage, OffloadNotFound, SessionNotFound
 from ..events import Event
-from ..intake import OpenCalls, Prepared, bind, json_text
-from ..messages import Msg
+from ..intake import OpenCalls, Prepared, bind
+from ..messages import Msg, json_text
 from ..plans import Edit, Snapshot
 from ..structure import MsgMeta, is_final_answer, meta_of
 from .rows import (

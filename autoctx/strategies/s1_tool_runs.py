@@ -89,10 +89,9 @@ def _exact_runs(
 
 
 def _is_run_group(lay: Layout, start: int, end: int) -> bool:
-    """A whole, answered, unpinned tool group whose members may be summarised by S1."""
+    """A whole, answered, unpinned tool group whose members may be summarised by S1 (called on
+    groups that passed `tool_runs`'s cheap check: an assistant head with calls and answers)."""
     head = lay.metas[start]
-    if not head.call_ids or head.role != "assistant" or end - start < 2:
-        return False
     members = lay.metas[start:end]
     answered = {rid for m in members[1:] for rid in m.result_ids}
     if not set(head.call_ids) <= answered:
