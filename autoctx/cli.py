@@ -68,7 +68,7 @@ from .store.database import (
 from .store.rows import SessionInfo
 from .store.store import Store
 from .summarizers import OfflineSummarizer, Summarizer, default_summarizer
-from .tools import parse_offload_id
+from .tools import TOOL_NAME, parse_offload_id
 from .transcript import OFFLOAD_TAG_RE, render_transcript
 
 __all__ = ["app", "main"]
@@ -619,7 +619,7 @@ def _demo_reload(
         {
             "type": "function",
             "function": {
-                "name": "context_reload",
+                "name": TOOL_NAME,
                 "arguments": json.dumps({"uuid": str(pick.offload_uuid)}),
             },
         }

@@ -281,6 +281,11 @@ class AutoContextMemory:
         name, arguments = call_arguments(call)
         if name != TOOL_NAME:
             return f"Unknown tool {name!r}: this handler answers {TOOL_NAME} only."
+        return self.answer_reload(arguments)
+
+    def answer_reload(self, arguments: str | Mapping[str, Any]) -> str:
+        """Answer `context_reload` arguments (JSON text or a dict) with text; never raises."""
+        self._check_open()
         return answer_reload_call(
             arguments,
             lambda u: self._store.reload(self.session_id, u),
@@ -396,6 +401,22 @@ class AsyncAutoContextMemory:
 
     async def handle_tool_call(self, call: Any) -> str:
         return await asyncio.to_thread(self.sync.handle_tool_call, call)
+
+    async def answer_reload(self, arguments: str | Mapping[str, Any]) -> str:
+        return await asyncio.to_thread(self.sync.answer_reload, arguments)
+
+    async def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
+        return await asyncio.to_thread(self.sync.pop_last, split)
+
+    async def refresh(self) -> SessionInfo:
+        return await asyncio.to_thread(self.sync.refresh)
+
+    async def version(self) -> int:
+        return await asyncio.to_thread(lambda: self.sync.version)
+
+    @staticmethod
+    def system_prompt_snippet() -> str:
+        return AutoContextMemory.system_prompt_snippet()
 
     async def set_plan(self, plan: Mapping[str, Any] | None) -> None:
         await asyncio.to_thread(self.sync.set_plan, plan)

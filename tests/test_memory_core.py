@@ -174,6 +174,30 @@ def test_the_async_twin_runs_the_same_code(db_url: str, session_id: str) -> None
     ]
 
 
+def test_the_async_twin_covers_every_public_method() -> None:
+    """A method added to the memory must get its async twin (they are written by hand)."""
+
+    def public(cls: type) -> set[str]:
+        return {n for n in vars(cls) if not n.startswith("_")}
+
+    sync_only = {"engine", "store", "summarizer", "sql"}  # plain objects, no I/O to await
+    assert public(AutoContextMemory) - sync_only <= public(AsyncAutoContextMemory)
+
+
+def test_the_async_twin_pops_and_answers_reloads(db_url: str, session_id: str) -> None:
+    async def scenario() -> tuple[Msg | None, int, str, int]:
+        async with await AsyncAutoContextMemory.open(session_id, db_url) as mem:
+            await mem.add([Msg.user("hi"), Msg.assistant("hello")])
+            popped = await mem.pop_last()
+            answer = await mem.answer_reload('{"uuid": ""}')
+            return popped, (await mem.refresh()).message_count, answer, await mem.version()
+
+    popped, count, answer, version = asyncio.run(scenario())
+    assert popped is not None and popped.text == "hello"
+    assert count == 1
+    assert "uuid" in answer and version >= 2
+
+
 def test_reopening_without_a_config_keeps_the_sessions_thresholds(open_memory: Open) -> None:
     custom = AutoContextConfig(msg_threshold=7, max_tokens=9000, model="gpt-4")
     open_memory(config=custom).close()

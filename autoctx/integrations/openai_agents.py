@@ -734,8 +734,7 @@ def reload_tool(session: AutoctxSession | AutoContextMemory) -> FunctionTool:
         return session if isinstance(session, AutoContextMemory) else session.memory()
 
     def answer(arguments: str) -> str:
-        call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
-        return memory().handle_tool_call(call)
+        return memory().answer_reload(arguments)
 
     async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
         return await asyncio.to_thread(answer, arguments)
