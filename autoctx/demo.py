@@ -522,6 +522,8 @@ class DemoMemory(Protocol):
 
     def add(self, messages: list[OpenAIMessage]) -> Sequence[Msg]: ...
 
+    def appended_over_trigger(self) -> bool: ...
+
     def compress_if_needed(self) -> list[Event]: ...
 
 
@@ -548,7 +550,8 @@ def run(
             if msg.id is not None:
                 result.originals[msg.id] = given
             result.tokens_added += msg.tokens or 0
-        for event in memory.compress_if_needed():
+        events = memory.compress_if_needed() if memory.appended_over_trigger() else []
+        for event in events:
             if on_event is not None:
                 on_event(event)
         if on_step is not None:

@@ -241,6 +241,14 @@ class AutoContextMemory:
     def version(self) -> int:
         return self.refresh().version
 
+    def appended_over_trigger(self) -> bool:
+        """Whether this memory's latest `add()` left the session at or over its trigger, from
+        the totals that append committed (no read). After an `add()`, `compress_if_needed()`
+        only has work when this holds, so an agent loop can skip that call's read of the
+        session row; another writer's later appends are seen by the next check."""
+        totals = self._store.totals_after_append(self.session_id)
+        return totals is None or trigger_of(*totals, self.config).fired
+
     def needs_compression(self) -> bool:
         """The trigger of SPEC.md section 2, from the session row: one indexed read."""
         info = self.refresh()
@@ -387,6 +395,9 @@ class AsyncAutoContextMemory:
 
     async def needs_compression(self) -> bool:
         return await asyncio.to_thread(self.sync.needs_compression)
+
+    def appended_over_trigger(self) -> bool:
+        return self.sync.appended_over_trigger()  # no I/O: nothing to run in a thread
 
     async def compress_if_needed(self) -> list[Event]:
         return await asyncio.to_thread(self.sync.compress_if_needed)

@@ -174,6 +174,16 @@ def test_the_async_twin_runs_the_same_code(db_url: str, session_id: str) -> None
     ]
 
 
+def test_appended_over_trigger_follows_the_totals_of_the_memorys_own_append(
+    open_memory: Open,
+) -> None:
+    mem = open_memory(config=AutoContextConfig(msg_threshold=3))
+    mem.add([Msg.user("a"), Msg.assistant("b")])  # the first append: the locking path
+    assert not mem.appended_over_trigger() and not mem.needs_compression()
+    mem.add(Msg.user("c"))  # one statement; the trigger (3 messages) now holds
+    assert mem.appended_over_trigger() and mem.needs_compression()
+
+
 def test_the_async_twin_covers_every_public_method() -> None:
     """A method added to the memory must get its async twin (they are written by hand)."""
 

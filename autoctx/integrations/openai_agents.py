@@ -57,7 +57,6 @@ from agents.tool_context import ToolContext
 from sqlalchemy.engine import URL
 
 from .._gc import paused_gc
-from ..compressor import trigger_of
 from ..config import AutoContextConfig
 from ..errors import SessionNotFound
 from ..memory import AutoContextMemory
@@ -652,12 +651,8 @@ class AutoctxSession:
                 for msg, (_, group) in zip(stored, converted, strict=True):
                     if msg.id is not None:
                         self._cache[msg.id] = [_copy(dict(item)) for item in group]
-        if self.compress:
-            # The totals this append committed say whether it crossed the trigger, without a
-            # read; compress_if_needed() then checks the session row itself.
-            totals = mem.store.totals_after_append(self.session_id)
-            if totals is None or trigger_of(*totals, mem.config).fired:
-                mem.compress_if_needed()
+        if self.compress and mem.appended_over_trigger():
+            mem.compress_if_needed()
 
     def pop_item_sync(self) -> TResponseInputItem | None:
         """Remove the latest item from the working context and return it.
