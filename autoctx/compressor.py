@@ -273,7 +273,7 @@ class Compressor:
             new_msg = Msg.assistant(f"{body}\n{offload_tag(str(offload))}", kind=edit.new_kind)
             final = edit.new_kind == "round_summary"
         new = self._prepare(new_msg, final)
-        replaced_tokens = sum(m.tokens or 0 for m in msgs)
+        replaced_tokens = edit.replaced_tokens
         if new.tokens >= replaced_tokens:
             self._fail(
                 edit,

@@ -42,6 +42,9 @@ class Edit:
     new_kind: Kind
     #: Whether an LLM (summariser) writes the replacement.
     llm: bool
+    #: The tokens of the replaced messages (stored with them; messages never change, and apply
+    #: checks the ids are still there).
+    replaced_tokens: int
     #: S6 only: an earlier current-round summary at ``start`` whose text is kept verbatim as a
     #: prefix; only ``start + 1 .. end`` is summarised.
     verbatim_prefix_id: int | None = None

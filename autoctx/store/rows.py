@@ -127,10 +127,6 @@ DOCUMENTS_BY_ID = """
 SELECT m.id, m.role, m.kind, m.content, m.metadata
 FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
 """
-TOKENS_BY_ID = """
-SELECT m.id, m.tokens
-FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
-"""
 #: The session's creation time and its latest `n` working message ids, in order (all of them
 #: when `n` is NULL: PostgreSQL reads LIMIT NULL as no limit).
 WORKING_IDS = """

@@ -36,7 +36,6 @@ from .rows import (
     LOAD_WORKING,
     SNAPSHOT,
     TAIL_CALLS,
-    TOKENS_BY_ID,
     WORKING_IDS,
     SessionInfo,
     array_literal,
@@ -687,16 +686,13 @@ class Store:
         lineage_rows: list[dict[str, Any]] = []
         working_rows: list[dict[str, Any]] = []
         removed_ids: list[int] = []
-        replaced_tokens_by_id = self._tokens_of(
-            conn, session_id, [i for r in replacements for i in r.edit.replaced_ids]
-        )
         for r, position in zip(replacements, positions, strict=True):
             assert position is not None
             msg_id, event_id = next_msg, next_event
             next_msg += 1
             next_event += 1
             replaced = r.edit.replaced_ids
-            replaced_tokens = sum(replaced_tokens_by_id[i] for i in replaced)
+            replaced_tokens = r.edit.replaced_tokens
             before_count, before_tokens = count, tokens
             count += 1 - len(replaced)
             tokens += r.new.tokens - replaced_tokens
@@ -795,10 +791,6 @@ class Store:
             )
             for e in event_rows
         ]
-
-    def _tokens_of(self, conn: Connection, session_id: str, ids: Sequence[int]) -> dict[int, int]:
-        rows = conn.exec_driver_sql(TOKENS_BY_ID, {"sid": session_id, "ids": list(ids)})
-        return {r[0]: r[1] for r in rows}
 
     def record_event(
         self,

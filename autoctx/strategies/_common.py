@@ -233,6 +233,7 @@ def make_edit(
         replaced_ids=snapshot.ids(start, end),
         new_kind=new_kind,
         llm=strategy in LLM_STRATEGIES,
+        replaced_tokens=sum(m.tokens for m in snapshot.messages[start:end]),
         verbatim_prefix_id=verbatim_prefix_id,
         char_budget=char_budget,
     )
