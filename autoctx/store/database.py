@@ -228,6 +228,10 @@ def ensure_database(admin_url: URL, name: str, template: str | None = None) -> N
         engine.dispose()
 
 
+#: Embedded databases this process has made sure exist.
+_ENSURED: set[str] = set()
+
+
 def resolve_url(database_url: str | URL | None) -> URL:
     """The URL to use: the argument, else `AUTOCTX_DATABASE_URL`, else the embedded server."""
     if database_url is None:
@@ -235,8 +239,13 @@ def resolve_url(database_url: str | URL | None) -> URL:
     if database_url is not None:
         return normalize_url(database_url)
     server = start_embedded()
-    ensure_database(embedded_url(server, "postgres"), EMBEDDED_DATABASE)
-    return embedded_url(server, EMBEDDED_DATABASE)
+    url = embedded_url(server, EMBEDDED_DATABASE)
+    key = url.render_as_string(hide_password=False)
+    if key not in _ENSURED:
+        # Once per process: every memory opened on the embedded server resolves its URL here.
+        ensure_database(embedded_url(server, "postgres"), EMBEDDED_DATABASE)
+        _ENSURED.add(key)
+    return url
 
 
 # ---------------------------------------------------------------------------------------------
