@@ -539,8 +539,8 @@ def demo(
         Text(
             f"strategies that fired: {', '.join(f'S{s}' for s in fired) or 'none'}"
             + (
-                f"; not fired: {', '.join(f'S{s}' for s in range(1, 7) if s not in fired)}"
-                if len(fired) < 6
+                f"; not fired: {', '.join(f'S{s}' for s in STRATEGY_NAMES if s and s not in fired)}"
+                if len(set(fired) - {0}) < len(STRATEGY_NAMES) - 1
                 else ""
             )
         )

@@ -11,7 +11,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ._faults import pause_point
 from .config import AutoContextConfig
@@ -24,15 +24,32 @@ from .prompts import build_request, offload_tag
 from .store.rows import SessionInfo
 from .store.store import Replacement, Store
 from .strategies import plan as plan_strategy
-from .summarizers import Summarizer, check_answer
+from .strategies._common import layout_of
+from .strategies.s7_fold import STRATEGY as FOLD
+from .summarizers import OfflineSummarizer, Summarizer, SummaryResult, check_answer
 from .tokens import TokenCounter
 
 logger = logging.getLogger("autoctx")
 
-STRATEGIES = (1, 2, 3, 4, 5, 6)
+#: The order of a pass (SPEC.md section 3): the fold (7) before S5 and S6.
+STRATEGIES = (1, 2, 3, 4, FOLD, 5, 6)
 #: The strategies that act on what precedes the current round (the others rewrite only what
-#: follows the latest user message).
-HISTORY_STRATEGIES = frozenset({1, 2, 3, 4})
+#: follows the latest user message, the current user message included).
+HISTORY_STRATEGIES = frozenset({1, 2, 3, 4, FOLD})
+#: LLM strategies that summarise several ranges one call each, and how many single-call rungs
+#: after them (the fold, S6) they leave a call of the budget for.
+_RESERVED_AFTER: Final = {1: 2, 4: 2, 5: 1}
+#: Rungs that give way to the fold when the fold has a range and they would need more than
+#: the fold's one call to reach the target: the fold takes their ranges into its one summary
+#: anyway, so summarising them one call each first would pay the summariser several times for
+#: what one call does (and, short of the target, for work the same call then folds away).
+_YIELD_TO_FOLD: Final = frozenset({1, 4})
+#: The rungs the offline fallback may use, in ladder order (SPEC.md section 2).
+_FALLBACK_STRATEGIES: Final = (FOLD, 5, 6)
+#: The model recorded on the events of the offline fallback.
+FALLBACK_MODEL: Final = "offline"
+#: Tokens of an offload tag and its newline, for the estimate of what a summary costs.
+_TAG_TOKENS: Final = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +83,8 @@ class _CallState:
 
     #: The plan attached to the session (for the summaries' plan hint), read once per call.
     plan: Mapping[str, Any] | None = None
+    #: The token trigger fired this call: S5 and S6 may then act until the target is reached.
+    by_tokens: bool = False
     llm_calls: int = 0
     failed: set[tuple[int, ...]] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
@@ -76,29 +95,24 @@ class _CallState:
     #: with the same floor the history strategies would find nothing again: the next pass
     #: skips them.
     history_quiet: bool | None = None
+    #: (strategy, replaced ids) the offline fallback already tried in this call.
+    fell_back: set[tuple[int, tuple[int, ...]]] = field(default_factory=set)
 
 
 #: Sessions already warned about in this process (the warning would otherwise repeat on
 #: every call: each append moves the session to a new version, and the ladder tries again).
-_warned_over_trigger: set[str] = set()
+_warned_over_window: set[str] = set()
 
 
-def _warn_over_trigger(session_id: str, info: SessionInfo, cfg: AutoContextConfig) -> None:
-    if session_id in _warned_over_trigger:
+def _warn_over_window(session_id: str, detail: str) -> None:
+    if session_id in _warned_over_window:
         return
-    _warned_over_trigger.add(session_id)
+    _warned_over_window.add(session_id)
     logger.warning(
-        "autoctx: session %r is still over its compression trigger after compressing "
-        "(%d messages, %d tokens; the trigger is %d messages or %d tokens): no strategy finds "
-        "more to do, and the working context will keep growing. Rounds lighter than "
-        "min_compress_tokens (%d) are not summarised and user messages are kept: lower "
-        "min_compress_tokens, or pin fewer messages (logged once per session and process)",
+        "autoctx: session %r is over its window after compressing: %s (logged once per "
+        "session and process)",
         session_id,
-        info.message_count,
-        info.token_count,
-        cfg.msg_threshold,
-        cfg.token_trigger,
-        cfg.min_compress_tokens,
+        detail,
     )
 
 
@@ -119,13 +133,14 @@ class Compressor:
 
     def run(self, info: SessionInfo) -> list[Event]:
         cfg = self.config
-        if not trigger_of(info.message_count, info.token_count, cfg).fired:
+        trigger = trigger_of(info.message_count, info.token_count, cfg)
+        if not trigger.fired:
             return []
         if info.settled_version == info.version:
             # An earlier call at this very version could not reach the target: nothing new
             # to try until the session changes.
             return []
-        state = _CallState(plan=info.plan)
+        state = _CallState(plan=info.plan, by_tokens=trigger.by_tokens)
         for _ in range(cfg.max_passes):
             snap = self.store.snapshot(self.session_id)
             if under_target(snap.message_count, snap.token_count, cfg):
@@ -134,13 +149,21 @@ class Compressor:
             if outcome == "conflict":
                 state.history_quiet = None  # another writer: nothing known about the new state
                 continue  # plan again from a new snapshot
+            if outcome == "replan":
+                continue
             if outcome == "stalled":
                 break
         final = self.store.totals(self.session_id)
+        if final.token_count >= cfg.max_tokens:
+            # The bound (SPEC.md section 2): whatever stopped the ladder (a failing summariser,
+            # a spent budget), the offline summariser writes what is left to write.
+            self._fallback(state)
+            final = self.store.totals(self.session_id)
         if not under_target(final.message_count, final.token_count, cfg):
+            if final.token_count >= cfg.max_tokens:
+                self._report_over_window(state)
+                final = self.store.totals(self.session_id)
             self.store.settle(self.session_id, final.version)
-            if trigger_of(final.message_count, final.token_count, cfg).fired:
-                _warn_over_trigger(self.session_id, final, cfg)
         return state.events
 
     # -- one pass -----------------------------------------------------------------------------
@@ -160,7 +183,7 @@ class Compressor:
         """Try S1..S6 in order and apply the first that finds work.
 
         Returns "progress" when working tokens fell, "conflict" when the apply lost a race,
-        "stalled" otherwise.
+        "replan" when the fold failed after cheaper rungs gave way to it, "stalled" otherwise.
         """
         cfg = self.config
         trig = trigger_of(snap.message_count, snap.token_count, cfg)
@@ -169,28 +192,42 @@ class Compressor:
             if trig.fired
             else ("tokens" if snap.token_count >= cfg.token_target else "count")
         )
-        # Without the token trigger, S1/S4 act without their token floor while the message
-        # count is over its target (count pressure); a call that goes on for tokens alone keeps
-        # the floor, so that it does not summarise every small round one by one.
+        # Once the token trigger fired, every rung may act until the target is reached
+        # (compress rarely, and deeply: SPEC.md section 2). Without the token trigger, S1, S4
+        # and the fold act without their token floor while the message count is over its
+        # target (count pressure); a call that goes on for tokens alone keeps the floor, so
+        # that it does not summarise every small round one by one.
         ctx = PlanContext(
-            token_pressure=trig.by_tokens,
+            token_pressure=state.by_tokens and snap.token_count >= cfg.token_target,
             failed=frozenset(state.failed),
             count_pressure=snap.message_count >= cfg.msg_target,
         )
         skip_history = state.history_quiet == ctx.floor_waived
         history_found = False
+        yielded = False
         for strategy in STRATEGIES:
             if strategy in HISTORY_STRATEGIES and skip_history:
                 continue
             if not self._allowed(strategy, snap):
                 continue
-            edits = plan_strategy(strategy, snap, cfg, ctx)
+            edits = self._affordable(strategy, plan_strategy(strategy, snap, cfg, ctx), state)
             if not edits:
                 continue
             if strategy in HISTORY_STRATEGIES:
                 history_found = True
+            if (
+                strategy in _YIELD_TO_FOLD
+                and (len(edits) > 1 or not _reaches_target(snap, edits, cfg))
+                and plan_strategy(FOLD, snap, cfg, ctx)
+            ):
+                yielded = True
+                continue
             replacements = self._build(snap, edits, state, reason)
             if not replacements:
+                if strategy == FOLD and yielded:
+                    # The fold that S1 or S4 gave way to failed: they get their turn in a new
+                    # pass (the failed fold is not planned again in this call).
+                    return "replan"
                 continue  # every range failed: the ladder moves on
             outcome = self.store.apply(
                 self.session_id, replacements, reason=reason, config=cfg.to_json()
@@ -204,13 +241,26 @@ class Compressor:
             return "progress" if fell else "stalled"
         return "stalled"
 
+    def _affordable(self, strategy: int, edits: list[Edit], state: _CallState) -> list[Edit]:
+        """The edits the call's LLM budget pays for: S1, S4 and S5 plan every candidate, and
+        leave a call for each single-call rung after them (the fold, S6) while they can."""
+        if not edits or not edits[0].llm:
+            return edits  # one strategy's edits are all LLM or all previews
+        left = self.config.max_llm_calls - state.llm_calls
+        if left <= 0:
+            return []
+        return edits[: max(1, left - _RESERVED_AFTER.get(strategy, 0))]
+
     def _build(
-        self, snap: Snapshot, edits: Sequence[Edit], state: _CallState, reason: str
+        self,
+        snap: Snapshot,
+        edits: Sequence[Edit],
+        state: _CallState,
+        reason: str,
+        fallback: Summarizer | None = None,
     ) -> list[Replacement]:
-        if edits and edits[0].llm:
-            # One strategy's edits are all LLM or all previews; only as many ranges as the
-            # budget has calls left are loaded (S1, S4 and S5 plan every candidate).
-            edits = edits[: max(0, self.config.max_llm_calls - state.llm_calls)]
+        """The replacements of `edits` (previews, or summaries: from `fallback` when given,
+        which is then not counted against the LLM budget)."""
         ids = [i for e in edits for i in e.replaced_ids]
         originals = self.store.load_messages(self.session_id, ids)
         out: list[Replacement] = []
@@ -225,8 +275,9 @@ class Compressor:
                     )
                 )
                 continue
-            state.llm_calls += 1
-            replacement = self._summarise(snap, edit, msgs, offload, state, reason)
+            if fallback is None:
+                state.llm_calls += 1
+            replacement = self._summarise(snap, edit, msgs, offload, state, reason, fallback)
             if replacement is not None:
                 out.append(replacement)
         return out
@@ -239,6 +290,7 @@ class Compressor:
         offload: uuid.UUID,
         state: _CallState,
         reason: str,
+        fallback: Summarizer | None = None,
     ) -> Replacement | None:
         prefix = ""
         to_summarise = msgs
@@ -246,16 +298,25 @@ class Compressor:
             # Kept verbatim, its own tag included, so the older originals stay reachable.
             prefix = msgs[0].text.rstrip()
             to_summarise = msgs[1:]
+        elif edit.strategy == 5 and msgs[0].role == "user":
+            # The current user message: its head stays verbatim, the rest is summarised.
+            head = msgs[0].text[: self.config.preview_chars]
+            prefix = head + "..."
+            to_summarise = [Msg.user(msgs[0].text[len(head) :])]
         request = build_request(
             edit.strategy,
             to_summarise,
             prompts=self.config.prompts,
             char_budget=edit.char_budget,
+            token_budget=edit.token_budget,
             plan=state.plan,
         )
+        summarizer = fallback if fallback is not None else self.summarizer
         try:
             pause_point("summarize.during")
-            result = self.summarizer.summarize(request)
+            result = summarizer.summarize(request)
+            if fallback is not None:
+                result = _as_fallback(result)
             text = check_answer(result.text)
         except SummarizerError as exc:
             self._fail(edit, state, reason, exc.reason, exc.detail)
@@ -265,13 +326,37 @@ class Compressor:
                 raise
             self._fail(edit, state, reason, "error", f"{type(exc).__name__}: {exc}")
             return None
+        usage: dict[str, Any] = {
+            "model": result.model,
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "latency_ms": result.latency_ms,
+        }
+        if edit.token_budget is not None:
+            answer_tokens = self.counter.count(text)
+            allowed = edit.token_budget + _budget_margin(edit.token_budget)
+            if answer_tokens > allowed and fallback is not None:
+                # The fallback is there to keep the bound: its extract is cut to the budget
+                # (it estimates tokens from characters) rather than thrown away.
+                text = self.counter.clip(text, edit.token_budget).rstrip()
+            elif answer_tokens > allowed:
+                self._fail(
+                    edit,
+                    state,
+                    reason,
+                    "over_budget",
+                    f"the summary has {answer_tokens} tokens; the request allowed "
+                    f"{edit.token_budget} (and a margin to {allowed})",
+                    **usage,
+                )
+                return None
         body = f"{prefix}\n\n{text}" if prefix else text
         if edit.strategy == 5:
             new_msg = summarised_payload(msgs[0], body, offload)
             final = snap.messages[edit.start].final
         else:
             new_msg = Msg.assistant(f"{body}\n{offload_tag(str(offload))}", kind=edit.new_kind)
-            final = edit.new_kind == "round_summary"
+            final = edit.new_kind in ("round_summary", "history_summary")
         new = self._prepare(new_msg, final)
         replaced_tokens = edit.replaced_tokens
         if new.tokens >= replaced_tokens:
@@ -282,10 +367,7 @@ class Compressor:
                 "no_gain",
                 f"the summary has {new.tokens} tokens, not fewer than the {replaced_tokens} "
                 "it would replace",
-                model=result.model,
-                prompt_tokens=result.prompt_tokens,
-                completion_tokens=result.completion_tokens,
-                latency_ms=result.latency_ms,
+                **usage,
             )
             return None
         return Replacement(
@@ -297,6 +379,65 @@ class Compressor:
             completion_tokens=result.completion_tokens,
             latency_ms=result.latency_ms,
         )
+
+    # -- the bound -----------------------------------------------------------------------------
+
+    def _fallback(self, state: _CallState) -> None:
+        """Over the window at the end of a call: the fold, S5 and S6 written by the offline
+        summariser (no network, no LLM budget), recorded with reason 'fallback', until the
+        context is under the target or they find nothing more (SPEC.md section 2)."""
+        cfg = self.config
+        offline = OfflineSummarizer()
+        for _ in range(2 * len(_FALLBACK_STRATEGIES)):
+            snap = self.store.snapshot(self.session_id)
+            if snap.token_count < cfg.token_target:
+                return
+            # Ranges that failed with the configured summariser are exactly what is retried.
+            ctx = PlanContext(token_pressure=True, count_pressure=False, fallback=True)
+            for strategy in _FALLBACK_STRATEGIES:
+                edits = plan_strategy(strategy, snap, cfg, ctx)
+                edits = [e for e in edits if (e.strategy, e.replaced_ids) not in state.fell_back]
+                if not edits:
+                    continue
+                state.fell_back.update((e.strategy, e.replaced_ids) for e in edits)
+                replacements = self._build(snap, edits, state, "fallback", fallback=offline)
+                if not replacements:
+                    continue
+                outcome = self.store.apply(
+                    self.session_id, replacements, reason="fallback", config=cfg.to_json()
+                )
+                state.events.extend(outcome.events)
+                break
+            else:
+                return
+
+    def _report_over_window(self, state: _CallState) -> None:
+        """The one exception to the bound: the protected messages alone fill the window.
+        Said in a warning and in a `skipped` event of the fold (SPEC.md section 2)."""
+        cfg = self.config
+        snap = self.store.snapshot(self.session_id)
+        lay = layout_of(snap, cfg)
+        protected = sum(
+            m.tokens
+            for i, m in enumerate(lay.metas)
+            if lay.is_protected(i) or lay.touches_pending(i, i + 1)
+        )
+        detail = (
+            f"over_window: {snap.token_count} working tokens, over the window of "
+            f"{cfg.max_tokens}; the protected messages (system, pinned, the current user "
+            f"message, a pending tool call) hold {protected} of them and nothing else is left "
+            "to compress: shorten or unpin them"
+        )
+        _warn_over_window(self.session_id, detail)
+        event = self.store.record_event(
+            self.session_id,
+            strategy=FOLD,
+            status="skipped",
+            reason="tokens",
+            error=detail,
+            config=cfg.to_json(),
+        )
+        state.events.append(event)
 
     def _fail(
         self,
@@ -331,6 +472,32 @@ class Compressor:
 
     def _prepare(self, msg: Msg, final: bool) -> Prepared:
         return Prepared(msg, count_tokens(msg, self.counter), msg.payload_chars, final)
+
+
+def _budget_margin(budget: int) -> int:
+    """How far over its token budget an answer may go and still count as a summary."""
+    return max(16, budget // 10)
+
+
+def _as_fallback(result: SummaryResult) -> SummaryResult:
+    """The offline fallback's result, recorded under the fallback's model name."""
+    return SummaryResult(
+        result.text,
+        FALLBACK_MODEL,
+        result.prompt_tokens,
+        result.completion_tokens,
+        result.latency_ms,
+    )
+
+
+def _reaches_target(snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig) -> bool:
+    """Whether applying `edits` would bring the context under its target, estimating each
+    summary at a quarter of what it replaces plus its tag."""
+    tokens = snap.token_count - sum(
+        e.replaced_tokens - (e.replaced_tokens // 4 + _TAG_TOKENS) for e in edits
+    )
+    count = snap.message_count - sum(len(e.replaced_ids) - 1 for e in edits)
+    return under_target(count, tokens, config)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -56,9 +56,10 @@ def demo_config() -> AutoContextConfig:
     """A small window so that compression happens often and every strategy gets its turn.
 
     A 32k-token window with a 120-message trigger and a 20-message protected tail: the rounds
-    fill it with tool runs (S1), big pasted logs and file dumps (S2, S3) and finished rounds
-    (S4); the long task brings big outputs into the current round (S5) and, once its own
-    summaries pile up, the last resort (S6).
+    fill it with tool runs (S1), big pasted logs and file dumps (S2, S3) and finished rounds,
+    which the fold (7) keeps in one rolling summary (S4 would need a call per round); the long
+    task brings big outputs into the current round (S5) and, once its own summaries pile up,
+    the last resort (S6).
     """
     return AutoContextConfig(
         max_tokens=32_000,

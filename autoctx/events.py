@@ -16,10 +16,11 @@ class Event:
 
     session_id: str
     id: int
-    #: 1-6 (SPEC.md section 3).
+    #: 1-7 (SPEC.md section 3; 7 is the fold), 0 for a manual removal (`pop_last`).
     strategy: int
     status: Status
-    #: Which trigger held: 'count' or 'tokens'.
+    #: Why it ran: 'count' or 'tokens' (which trigger held), 'manual' (`pop_last`), or
+    #: 'fallback' (the offline summariser stood in to keep the bound, SPEC.md section 2).
     reason: str
     messages_before: int
     messages_after: int

@@ -26,6 +26,7 @@ Kind: TypeAlias = Literal[
     "round_summary",
     "large_summary",
     "current_round_summary",
+    "history_summary",
 ]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 #: Metadata key under which autoctx keeps what the OpenAI format carries and the model does not.

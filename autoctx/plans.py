@@ -31,7 +31,12 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Edit:
-    """Replace the working messages ``snapshot.messages[start:end]`` by one new message."""
+    """Replace working messages of ``snapshot.messages[start:end]`` by one new message.
+
+    Usually the edit replaces the whole span. The fold replaces only its `members` (the span
+    minus the system and pinned messages among them, which keep their places); the new message
+    then takes the place of the last member.
+    """
 
     strategy: int
     start: int
@@ -50,6 +55,24 @@ class Edit:
     verbatim_prefix_id: int | None = None
     #: S6 only: the summary's character budget.
     char_budget: int | None = None
+    #: The fold only: the summary's token budget, stated in the request and enforced.
+    token_budget: int | None = None
+    #: The snapshot indices of the replaced messages when they are not the whole span (the
+    #: fold); None means every index of [start, end).
+    members: tuple[int, ...] | None = None
+    #: The ids of the whole span [start, end) when it holds more than the replaced messages:
+    #: what apply checks is still in the working set, in order, between the first and the last.
+    span_ids: tuple[int, ...] | None = None
+
+    @property
+    def member_indices(self) -> tuple[int, ...]:
+        """The snapshot indices of the replaced messages, in order."""
+        return self.members if self.members is not None else tuple(range(self.start, self.end))
+
+    @property
+    def expected_span(self) -> tuple[int, ...]:
+        """The working ids apply expects between the first and the last replaced message."""
+        return self.span_ids if self.span_ids is not None else self.replaced_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +87,11 @@ class PlanContext:
     #: trigger, S1/S4 then act without their token floor. Without either, the call goes on
     #: only for tokens (over the token target, under the trigger), and the floor stays.
     count_pressure: bool = True
+    #: The call ends over the window and the offline summariser stands in (SPEC.md section 2):
+    #: the fold keeps no recent rounds and no floor applies, so that the bound holds.
+    fallback: bool = False
 
     @property
     def floor_waived(self) -> bool:
         """S1/S4 act without `min_compress_tokens`: the message count is the pressure."""
-        return self.count_pressure and not self.token_pressure
+        return self.fallback or (self.count_pressure and not self.token_pressure)

@@ -32,7 +32,7 @@ __all__ = [
     "render",
 ]
 
-#: Short names of the six strategies (SPEC.md section 3), for legends and tables.
+#: Short names of the strategies (SPEC.md section 3; 7 is the fold), for legends and tables.
 STRATEGY_NAMES: Final[Mapping[int, str]] = {
     0: "pop",  # a message taken out of the working context (`pop_last`, the SDK's pop_item)
     1: "tool-run summary",
@@ -41,6 +41,7 @@ STRATEGY_NAMES: Final[Mapping[int, str]] = {
     4: "round summary",
     5: "large-msg summary",
     6: "current-round summary",
+    7: "fold (history summary)",
 }
 #: One colour per strategy (colour-blind-safe Okabe-Ito palette).
 STRATEGY_COLORS: Final[Mapping[int, str]] = {
@@ -51,6 +52,7 @@ STRATEGY_COLORS: Final[Mapping[int, str]] = {
     4: "#009E73",
     5: "#CC79A7",
     6: "#D55E00",
+    7: "#56B4E9",
 }
 
 XAxis = Literal["step", "time"]

@@ -1,8 +1,8 @@
 """autoctx's own prompt texts, the request builder, and the snippet that explains tags to agents.
 
-The four LLM strategies (SPEC.md section 3: 1, 4, 5 and 6) each have a default prompt here; a
-caller replaces any of them through ``AutoContextConfig.prompts``. The prompt goes out as the
-system message; the user message is the transcript, then the character budget when there is
+The LLM strategies (SPEC.md section 3: 1, 4, 5, 6 and the fold, 7) each have a default prompt
+here; a caller replaces any of them through ``AutoContextConfig.prompts``. The prompt goes out as
+the system message; the user message is the transcript, then the character budget when there is
 one, then the plan hint, always last (see `SummaryRequest.user_content`).
 
 The prompts ask for plain text and never show the offload tag: a model shown the tag tends to
@@ -75,7 +75,8 @@ carries every fact the agent learned on the way and may need later:
 - the state of every service, process or resource involved.
 
 Speak as the agent answering the user. Do not narrate tools, calls or steps ("I ran...",
-"then I called..."); state what is true and what was done. {_FORM}"""
+"then I called..."); state what is true and what was done. If the exchange ended without an
+answer (the user moved on), say what was done, what was found and what was left open. {_FORM}"""
 
 _S5_PAYLOAD: Final = f"""\
 You shorten one very large message from an AI agent's ongoing work: a tool output, the
@@ -100,12 +101,32 @@ is known to be true now, and what was still open or failing. Merge repeated iden
 with a count. Stay within the character budget given after the transcript: drop the least
 useful detail first, never the facts the next step depends on. {_FORM}"""
 
+_S7_FOLD: Final = f"""\
+You maintain the running memory of a long conversation between a user and an AI agent. The
+transcript holds the older part of the conversation: the user's requests, the agent's answers
+and tool work, and earlier summaries of it (an earlier summary of the whole history may come
+first: carry everything in it that still matters forward). The most recent exchanges stay in
+the conversation and are not part of the transcript.
+
+Write one summary that the user and the agent need to continue, within the length budget given
+after the transcript:
+- the user's goals and standing instructions, preferences and constraints;
+- decisions made, with their reasons;
+- facts learned: file paths, ids, names, URLs, ports, values, exact errors, and the result of
+  every write or change (what, where, whether it worked);
+- what is done and what is still open, failing or promised;
+- the ids of offloaded context that hold details worth reloading (written as in the
+  transcript), next to what they hold.
+Prefer the facts most likely to be needed again; drop pleasantries and detail that no later
+step depends on. {_FORM}"""
+
 #: Autoctx's own prompt for each LLM strategy (SPEC.md section 3).
 DEFAULT_PROMPTS: Final[Mapping[int, str]] = {
     1: _S1_TOOL_RUNS,
     4: _S4_ROUND,
     5: _S5_PAYLOAD,
     6: _S6_CURRENT_ROUND,
+    7: _S7_FOLD,
 }
 
 #: For the agent's system prompt: what the tags mean and how to get the originals back.
@@ -136,6 +157,7 @@ def build_request(
     *,
     prompts: Mapping[int, str] | None = None,
     char_budget: int | None = None,
+    token_budget: int | None = None,
     plan: Mapping[str, Any] | None = None,
 ) -> SummaryRequest:
     """The summariser request for `messages` under `strategy`.
@@ -146,6 +168,8 @@ def build_request(
     """
     if char_budget is not None and char_budget <= 0:
         raise ValueError(f"char_budget must be positive, got {char_budget}")
+    if token_budget is not None and token_budget <= 0:
+        raise ValueError(f"token_budget must be positive, got {token_budget}")
     return SummaryRequest(
         strategy=strategy,
         prompt=prompt_for(strategy, prompts),
@@ -153,4 +177,5 @@ def build_request(
         input_chars=original_chars(messages),
         char_budget=char_budget,
         plan_hint=plan_hint(plan),
+        token_budget=token_budget,
     )

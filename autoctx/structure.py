@@ -127,27 +127,6 @@ def current_round_start(metas: Sequence[MsgMeta]) -> int:
     return i
 
 
-def finished_rounds(metas: Sequence[MsgMeta]) -> list[tuple[int, int]]:
-    """(user index, final answer index) of every finished round, oldest first.
-
-    A round begins at a user message and ends at the last final answer before the next user
-    message; a round with no final answer is not finished.
-    """
-    rounds: list[tuple[int, int]] = []
-    user: int | None = None
-    answer: int | None = None
-    for i, m in enumerate(metas):
-        if m.role == "user":
-            if user is not None and answer is not None:
-                rounds.append((user, answer))
-            user, answer = i, None
-        elif m.final and user is not None:
-            answer = i
-    if user is not None and answer is not None:
-        rounds.append((user, answer))
-    return rounds
-
-
 def pending_call_ids(
     metas: Sequence[MsgMeta], spans: Sequence[tuple[int, int]] | None = None
 ) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ _log = logging.getLogger("autoctx")
 
 @dataclass(frozen=True, slots=True)
 class SummaryRequest:
-    #: 1, 4, 5 or 6 (SPEC.md section 3).
+    #: 1, 4, 5, 6 or 7, the fold (SPEC.md section 3).
     strategy: int
     #: The system prompt: what the summary must keep.
     prompt: str
@@ -61,6 +61,9 @@ class SummaryRequest:
     char_budget: int | None = None
     #: Appended as the last part of the request when a plan is attached to the session.
     plan_hint: str | None = None
+    #: The most tokens the answer may have (the fold states it in the request; an answer over
+    #: it, beyond a small margin, is not a summary).
+    token_budget: int | None = None
 
     def user_content(self) -> str:
         """The user message an LLM receives: the transcript, then the character budget when
@@ -71,9 +74,21 @@ class SummaryRequest:
                 f"Character budget: your answer must be at most {self.char_budget} characters "
                 f"(the original content of the transcript is {self.input_chars} characters)."
             )
+        if self.token_budget is not None:
+            parts.append(
+                f"Length budget: your answer must be at most {self.token_budget} tokens (about "
+                f"{self.token_budget * _CHARS_PER_BUDGET_TOKEN} characters); the transcript is "
+                f"{self.input_chars} characters. Keep what matters most within it."
+            )
         if self.plan_hint:
             parts.append(neutralise_tags(self.plan_hint))
         return "\n\n".join(parts)
+
+
+#: Characters per token a token budget is converted at, where characters are what is measured
+#: (the request's wording, the offline summariser): a cautious figure, since code, JSON and
+#: ids take fewer characters per token than prose.
+_CHARS_PER_BUDGET_TOKEN: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +359,10 @@ class OfflineSummarizer:
         """The most characters the summary of `request` may have."""
         if request.char_budget is not None:
             return max(1, request.char_budget)
+        if request.token_budget is not None:
+            # A quarter of the input, as without a budget, but never over the budget.
+            quarter = max(OFFLINE_MIN_CHARS, request.input_chars // 4)
+            return max(1, min(quarter, request.token_budget * _CHARS_PER_BUDGET_TOKEN))
         return min(OFFLINE_MAX_CHARS, max(OFFLINE_MIN_CHARS, request.input_chars // 4))
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:

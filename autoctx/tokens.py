@@ -119,3 +119,11 @@ class TokenCounter:
         if not text:
             return 0
         return len(self._encoding.encode_ordinary(text))
+
+    def clip(self, text: str, tokens: int) -> str:
+        """The longest prefix of `text` that holds at most `tokens` tokens (on a token
+        boundary, so a character a cut token would split is dropped)."""
+        encoded = self._encoding.encode_ordinary(text)
+        if len(encoded) <= tokens:
+            return text
+        return self._encoding.decode(encoded[:tokens], errors="ignore")

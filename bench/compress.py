@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import datetime as dt
 import json
 import random
@@ -205,12 +206,8 @@ def s2_s3_config(
     after_s3 = after_s2 - sum(saving(i) for i in s3)
     max_tokens = int(total / base.token_ratio)
     target_ratio = (after_s2 + after_s3) / 2 / max_tokens
-    config = AutoContextConfig(
-        **{
-            **{k: v for k, v in base.to_json().items() if k != "prompts"},
-            "max_tokens": max_tokens,
-            "target_ratio": target_ratio,
-        }
+    config = dataclasses.replace(
+        base, max_tokens=max_tokens, token_ratio=base.token_ratio, target_ratio=target_ratio
     )
     return config, len(s2), len(s3)
 

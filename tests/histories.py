@@ -71,3 +71,15 @@ def long_task(seed: int, steps: int, big_every: int = 2) -> list[Msg]:
     for s in range(steps):
         msgs.extend(tool_group(rng, [f"t{s}"], big=s % big_every == 0))
     return msgs
+
+
+def one_heavy_round(seed: int) -> list[Msg]:
+    """One heavy finished round of tool work, a light round and a new request: with large
+    outputs out of the way, S4 alone brings it under a small target, so it does not give way
+    to the fold (use with a window of about 2,900 tokens)."""
+    return [
+        *multi_round(seed, rounds=1, steps=12, big_every=10_000),
+        Msg.user("Thanks."),
+        Msg.assistant("You are welcome."),
+        Msg.user("Next: the docs."),
+    ]

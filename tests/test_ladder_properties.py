@@ -142,4 +142,6 @@ def test_any_history_compresses_without_losing_anything(
 def test_the_random_histories_exercise_the_whole_ladder() -> None:
     """Guards the generator: properties over histories that never compress would prove nothing."""
     print("applied events per strategy:", dict(sorted(EXERCISED.items())))
-    assert set(EXERCISED) >= {1, 2, 4, 6}, EXERCISED
+    # S4 mostly gives way to the fold on these histories (it takes a range only when one call of
+    # it reaches the target); tests/test_ladder.py and the planner tests exercise it directly.
+    assert set(EXERCISED) >= {1, 2, 6, 7}, EXERCISED

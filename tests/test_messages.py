@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -12,7 +13,6 @@ from autoctx.intake import OpenCalls, bind, count_tokens, prepare
 from autoctx.messages import OpaqueBlock, TextBlock, ToolUseBlock
 from autoctx.structure import (
     current_round_start,
-    finished_rounds,
     latest_final_index,
     meta_of,
     tool_group_spans,
@@ -296,7 +296,6 @@ def test_structure_helpers_find_groups_rounds_and_the_current_round() -> None:
     ]
     assert tool_group_spans(metas)[2] == (2, 5)
     assert latest_final_index(metas) == 5
-    assert finished_rounds(metas) == [(1, 5)]
     assert current_round_start(metas) == 6
 
 
@@ -312,7 +311,11 @@ def test_config_refuses_invalid_values_naming_the_field() -> None:
     with pytest.raises(ConfigError, match="max_tokens"):
         AutoContextConfig(max_tokens=-5)
     with pytest.raises(ConfigError, match="target_ratio"):
-        AutoContextConfig(target_ratio=0.9)
+        AutoContextConfig(target_ratio=0.9, token_ratio=0.75)
+    with pytest.raises(ConfigError, match="fold_keep_tokens"):
+        AutoContextConfig(max_tokens=10_000, fold_keep_tokens=6_000)
+    with pytest.raises(ConfigError, match="fold_budget_tokens"):
+        AutoContextConfig(fold_budget_tokens=0)
     assert json.loads(json.dumps(AutoContextConfig().to_json()))["msg_threshold"] == 100
 
 
@@ -321,7 +324,7 @@ def test_config_defaults_are_the_specs() -> None:
     defaults = AutoContextConfig()
     assert (defaults.msg_threshold, defaults.max_tokens) == (100, 131072)
     assert (defaults.token_ratio, defaults.target_ratio) == (0.75, 0.6)
-    assert (defaults.max_passes, defaults.max_llm_calls) == (3, 8)
+    assert (defaults.max_passes, defaults.max_llm_calls) == (10, 8)
     assert (defaults.large_payload_chars, defaults.preview_chars, defaults.last_keep) == (
         5120,
         200,
@@ -329,3 +332,48 @@ def test_config_defaults_are_the_specs() -> None:
     )
     assert (defaults.min_tool_run, defaults.min_compress_tokens) == (6, 5000)
     assert defaults.current_round_ratio == 0.3
+
+
+def test_config_sizes_follow_the_window_when_not_set() -> None:
+    """SPEC.md section 2: `AutoContextConfig(max_tokens=W)` alone is a sound config."""
+    reference = AutoContextConfig()
+    assert reference.token_target == 78_643
+    assert (reference.fold_keep_tokens, reference.fold_budget_tokens) == (19_660, 7_864)
+    small = AutoContextConfig(max_tokens=16_000)
+    assert small.min_compress_tokens == round(5000 * 16_000 / 131_072) == 610
+    assert small.fold_keep_tokens == small.token_target // 4 == 2_400
+    assert small.fold_budget_tokens == small.token_target // 10 == 960
+    tiny = AutoContextConfig(max_tokens=8_000)
+    assert tiny.fold_keep_tokens + tiny.fold_budget_tokens < tiny.token_target
+    # `replace` derives them again rather than freezing the old window's values.
+    moved = dataclasses.replace(reference, max_tokens=16_000)
+    assert moved == small and moved.derived == small.derived
+    # What the caller set stays as set.
+    mine = dataclasses.replace(AutoContextConfig(min_compress_tokens=42), max_tokens=16_000)
+    assert mine.min_compress_tokens == 42 and "min_compress_tokens" not in mine.derived
+
+
+def test_config_defaults_adapt_to_what_the_caller_set() -> None:
+    """A default never makes a config error about a field the caller did not set."""
+    assert AutoContextConfig(large_payload_chars=2000).reload_page_chars == 2000
+    assert AutoContextConfig(large_payload_chars=150).preview_chars == 75
+    assert AutoContextConfig(target_ratio=0.9).token_ratio == 0.95
+    assert AutoContextConfig(token_ratio=0.5).target_ratio == 0.4
+    keep = AutoContextConfig(max_tokens=10_000, fold_keep_tokens=5_500)
+    assert keep.fold_keep_tokens + keep.fold_budget_tokens < keep.token_target
+    # The record of a session derives again what was derived, and keeps what was set.
+    stored = AutoContextConfig(max_tokens=16_000, min_compress_tokens=42).to_json()
+    assert stored["min_compress_tokens"] == 42 and stored["fold_keep_tokens"] == 2_400
+    assert "fold_keep_tokens" in stored["derived"]
+    again = AutoContextConfig.from_json(json.loads(json.dumps(stored)))
+    assert again == AutoContextConfig(max_tokens=16_000, min_compress_tokens=42)
+    derived = AutoContextConfig(max_tokens=16_000).derived
+    assert again.derived == tuple(n for n in derived if n != "min_compress_tokens")
+
+
+def test_token_counter_clips_a_text_to_a_token_count() -> None:
+    counter = TokenCounter("gpt-4o")
+    text = "The fold keeps /srv/app/config.yaml and error E1234 in 12 tokens or fewer. " * 20
+    clipped = counter.clip(text, 12)
+    assert text.startswith(clipped) and 0 < counter.count(clipped) <= 12
+    assert counter.clip("short", 12) == "short"

@@ -46,7 +46,7 @@ from autoctx import (
 )
 from autoctx.memory import dispose_engines
 from autoctx.store.tables import SESSION_TABLES
-from tests.histories import SMALL, long_task, multi_round
+from tests.histories import SMALL, long_task, multi_round, one_heavy_round
 
 TABLES = tuple(t.name for t in SESSION_TABLES)
 _TABLE_RE = re.compile(r"\b(" + "|".join(TABLES) + r"|autoctx_\w+)\b")
@@ -184,9 +184,12 @@ def _scenario(db_url: str, rec: Recorder) -> set[int]:
     _ = (mem.token_count, mem.message_count, mem.version)
     mem.compress_if_needed()  # settled: nothing to do
     mem.delete()
-    # S2 then S4 (no run long enough for S1).
+    # S2 then the fold (no run long enough for S1).
     no_runs = dataclasses.replace(SMALL, min_tool_run=1000)
     run(f"st-previews-{tag}", multi_round(1, rounds=4, steps=8), no_runs)
+    # S4: one heavy previous round, no large output.
+    heavy = dataclasses.replace(no_runs, large_payload_chars=100_000, max_tokens=2_900)
+    run(f"st-round4-{tag}", one_heavy_round(8), heavy)
     # S3: large messages in the kept tail, before the latest answer.
     tail = dataclasses.replace(no_runs, last_keep=40, max_tokens=12000)
     after_answer = [Msg.user("next")]
@@ -288,7 +291,7 @@ def _check(c: Captured) -> list[str]:
 
 def test_every_statement_filters_on_one_session(db_url: str, recorder: Recorder) -> None:
     applied = _scenario(db_url, recorder)
-    assert applied == {1, 2, 3, 4, 5, 6}, applied
+    assert applied == {1, 2, 3, 4, 5, 6, 7}, applied
     session_statements = [c for c in recorder.statements if _TABLE_RE.search(c.statement)]
     global_statements = [c for c in recorder.statements if not _TABLE_RE.search(c.statement)]
     bad = {c.statement[:300]: p for c in session_statements if (p := _check(c))}

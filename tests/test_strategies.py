@@ -1,4 +1,5 @@
-"""The six planners of SPEC.md section 3 on small hand-built histories (pure, no database)."""
+"""The planners of SPEC.md section 3 (S1 to S6 and the fold) on small hand-built histories (pure,
+no database)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from autoctx.strategies import plan_s3 as s3
 from autoctx.strategies import plan_s4 as s4
 from autoctx.strategies import plan_s5 as s5
 from autoctx.strategies import plan_s6 as s6
+from autoctx.strategies import plan_s7 as s7
+from autoctx.strategies._common import MIN_LLM_RANGE_TOKENS
 from autoctx.structure import MsgMeta
 
 PRESSURE = PlanContext(token_pressure=True)
@@ -165,7 +168,9 @@ def starts(edits: list[Edit]) -> list[int]:
 
 
 def test_planners_are_registered_by_number() -> None:
-    assert {1: s1, 2: s2, 3: s3, 4: s4, 5: s5, 6: s6} == PLANNERS
+    assert {1: s1, 2: s2, 3: s3, 4: s4, 5: s5, 6: s6, 7: s7} == PLANNERS
+    # The fold runs before S5 and S6 (SPEC.md section 3).
+    assert list(PLANNERS) == [1, 2, 3, 4, 7, 5, 6]
 
 
 def test_plan_dispatches_and_refuses_unknown_strategies() -> None:
@@ -175,8 +180,8 @@ def test_plan_dispatches_and_refuses_unknown_strategies() -> None:
     h.user()
     h.answer()
     assert plan(2, h.snap(), cfg(last_keep=0), PRESSURE) == s2(h.snap(), cfg(last_keep=0), PRESSURE)
-    with pytest.raises(ValueError, match="unknown strategy 7"):
-        plan(7, h.snap(), cfg(), PRESSURE)
+    with pytest.raises(ValueError, match="unknown strategy 8"):
+        plan(8, h.snap(), cfg(), PRESSURE)
 
 
 def test_empty_snapshot_plans_nothing() -> None:
@@ -272,15 +277,19 @@ def test_s1_pin_on_a_result_protects_the_whole_group() -> None:
 def test_s1_token_floor_skips_light_runs_and_goes_on() -> None:
     h = Hist()
     h.user()
-    light = h.steps(2, tokens=50)  # 200 tokens
+    tiny = h.steps(2, tokens=20)  # 80 tokens: no summary can gain on it
+    h.answer()
+    h.user()
+    light = h.steps(2, tokens=80)  # 320 tokens
     h.answer()
     h.user()
     heavy = h.steps(2, tokens=200)  # 800 tokens
     h.answer()
     h.user()
     assert spans(s1(h.snap(), cfg(last_keep=0), PRESSURE)) == [heavy]
-    # With only the message-count trigger the floor is waived.
+    # With only the message-count trigger the floor is waived, down to what a summary can gain on.
     assert spans(s1(h.snap(), cfg(last_keep=0), COUNT_ONLY)) == [light, heavy]
+    assert tiny[1] - tiny[0] == 4
 
 
 def test_s1_stays_below_the_latest_final_answer() -> None:
@@ -348,10 +357,10 @@ def test_s1_long_task_sheds_old_steps_but_keeps_the_tail() -> None:
 def test_s1_long_task_rule_needs_more_than_last_keep_messages() -> None:
     h = Hist()
     h.user()
-    h.steps(25)  # exactly 50 messages after the user message
+    h.steps(25, tokens=200)  # exactly 50 messages after the user message
     config = cfg(last_keep=50, min_tool_run=1, min_compress_tokens=0)
     assert s1(h.snap(), config, PRESSURE) == []
-    h.group()
+    h.group(tokens=200)
     assert spans(s1(h.snap(), config, PRESSURE)) == [(1, 3)]
 
 
@@ -482,15 +491,18 @@ def test_s4_summarises_previous_rounds_but_keeps_their_user_messages() -> None:
     assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(u1 + 1, a1 + 1), (u2 + 1, a2 + 1)]
 
 
-def test_s4_range_ends_at_the_last_answer_of_the_round() -> None:
+def test_s4_range_ends_at_the_last_message_of_the_round() -> None:
+    """A previous round is replaced up to its last message, even a step after its last answer,
+    but not a system or pinned message that stands before the next user message."""
     h = Hist()
     u = h.user()
     h.answer(tokens=300)  # an intermediate final answer
     h.steps(1, tokens=300)
-    last = h.answer()
-    h.group()  # after the round's last answer (an odd trailing step) stays
+    h.answer()
+    _, end = h.group()  # a trailing step after the round's last answer goes too
+    h.system()  # the next task's system message stays
     h.user()
-    assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(u + 1, last + 1)]
+    assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(u + 1, end)]
 
 
 def test_s4_skips_rounds_with_nothing_between_user_and_answer() -> None:
@@ -544,24 +556,31 @@ def test_s4_skips_rounds_holding_system_or_pinned_messages() -> None:
     assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(u3 + 1, a3 + 1)]
 
 
-def test_s4_skips_unfinished_rounds() -> None:
+def test_s4_takes_previous_rounds_without_a_final_answer() -> None:
+    """A round is previous once a newer user message exists, answered or not (SPEC.md 1); the
+    current round is never S4's."""
     h = Hist()
+    u = h.user()
+    _, end = h.steps(3, tokens=300)
     h.user()
     h.steps(3, tokens=300)
-    h.user()
-    h.answer()
-    assert s4(h.snap(), cfg(), PRESSURE) == []
+    assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(u + 1, end)]
+    assert s4(h.snap(), cfg(), PRESSURE)[0].new_kind == "round_summary"
 
 
 def test_s4_token_floor_and_failed_ranges() -> None:
     h = Hist()
     u1 = h.user()
-    h.steps(1, tokens=10)
+    h.steps(1, tokens=130)
     a1 = h.answer()
+    u0 = h.user()
+    h.steps(1, tokens=10)  # under what any summary can gain on, even with the floor waived
+    h.answer()
     u2 = h.user()
     h.steps(3, tokens=200)
     a2 = h.answer()
     h.user()
+    assert u0 < u2
     assert spans(s4(h.snap(), cfg(), PRESSURE)) == [(u2 + 1, a2 + 1)]
     assert spans(s4(h.snap(), cfg(), COUNT_ONLY)) == [(u1 + 1, a1 + 1), (u2 + 1, a2 + 1)]
     failed = PlanContext(False, frozenset({h.snap().ids(u1 + 1, a1 + 1)}))
@@ -586,8 +605,9 @@ def _current_round_with_large_messages() -> tuple[Hist, list[int]]:
     h = Hist()
     h.user()
     h.answer(chars=BIG)  # previous round: not S5's business
-    h.user(chars=BIG)  # the latest user message: protected
     wanted: list[int] = []
+    # The latest user message, large on its own: S5 may shorten it (SPEC.md section 3).
+    wanted.append(h.user(chars=BIG))
     call, _ = h.group(chars=BIG)
     wanted.append(call + 1)
     wanted.append(h.add("assistant", call_ids=("w",), chars=BIG, tool_names=("write",)))
@@ -622,6 +642,13 @@ def test_s5_skips_failed_messages() -> None:
     h, wanted = _current_round_with_large_messages()
     failed = PlanContext(True, frozenset({h.snap().ids(wanted[0], wanted[0] + 1)}))
     assert starts(s5(h.snap(), cfg(), failed)) == wanted[1:]
+
+
+def test_s5_leaves_a_pinned_user_message_whole() -> None:
+    h = Hist()
+    h.user(chars=BIG, pinned=True)
+    answer = h.answer(chars=BIG)
+    assert starts(s5(h.snap(), cfg(), PRESSURE)) == [answer]
 
 
 def test_s5_without_user_starts_after_the_leading_system_messages() -> None:
@@ -660,8 +687,16 @@ def test_s6_summarises_everything_after_the_user_message_with_a_budget() -> None
 def test_s6_budget_is_at_least_one() -> None:
     h = Hist()
     h.user()
-    h.answer(chars=0)
+    h.answer(chars=0, tokens=MIN_LLM_RANGE_TOKENS)
     assert s6(h.snap(), cfg(), PRESSURE)[0].char_budget == 1
+
+
+def test_s6_leaves_a_round_too_small_to_gain_on() -> None:
+    """SPEC.md section 2: no range is sent to the summariser when it cannot gain."""
+    h = Hist()
+    h.user()
+    h.answer(tokens=MIN_LLM_RANGE_TOKENS - 1)
+    assert s6(h.snap(), cfg(), PRESSURE) == []
 
 
 def test_s6_keeps_the_trailing_pending_call_out() -> None:
@@ -717,13 +752,29 @@ def test_s6_keeps_a_small_earlier_summary_as_verbatim_prefix() -> None:
     assert edits[0].char_budget == int(0.3 * 280)  # the prefix is not counted
 
 
+def test_s6_summarises_the_prefix_too_when_keeping_it_cannot_reach_the_target() -> None:
+    """Protected messages (the system prompts of many tasks) leave little room: summarising
+    only the newest steps would shave a little at every call and never reach the target."""
+    config = cfg(max_tokens=10_000, target_ratio=0.6)  # token target 6,000
+    h = Hist()
+    h.system(tokens=5000)
+    u = h.user()
+    h.answer(kind="current_round_summary", tokens=900)
+    h.steps(1, tokens=200)
+    (edit,) = s6(h.snap(), config, PRESSURE)
+    assert spans([edit]) == [(u + 1, len(h))] and edit.verbatim_prefix_id is None
+    # With room under the target, the same prefix stays verbatim.
+    roomy = cfg(max_tokens=20_000, target_ratio=0.6)
+    assert s6(h.snap(), roomy, PRESSURE)[0].verbatim_prefix_id == h.msgs[u + 1].id
+
+
 def test_s6_summarises_an_oversized_prefix_too() -> None:
     # token_target = 6000, current_round_ratio 0.3: a prefix above 1800 tokens is summarised.
     config = cfg(max_tokens=10_000, target_ratio=0.6, current_round_ratio=0.3)
     h = Hist()
     u = h.user()
     h.answer(kind="current_round_summary", tokens=1801, chars=7000)
-    h.steps(1, chars=100)
+    h.steps(1, tokens=200, chars=100)
     edits = s6(h.snap(), config, PRESSURE)
     assert spans(edits) == [(u + 1, len(h))]
     assert edits[0].verbatim_prefix_id is None
@@ -732,7 +783,7 @@ def test_s6_summarises_an_oversized_prefix_too() -> None:
     h2 = Hist()
     h2.user()
     kept = h2.answer(kind="current_round_summary", tokens=1800)
-    h2.steps(1)
+    h2.steps(1, tokens=200)
     assert s6(h2.snap(), config, PRESSURE)[0].verbatim_prefix_id == h2.msgs[kept].id
 
 
@@ -749,7 +800,7 @@ def test_s6_never_resummarises_only_its_own_output(tokens: int) -> None:
 def test_s6_single_message_that_is_not_its_own_output_is_enough() -> None:
     h = Hist()
     u = h.user()
-    h.answer(kind="tool_run_summary", final=False)
+    h.answer(kind="tool_run_summary", final=False, tokens=MIN_LLM_RANGE_TOKENS)
     assert spans(s6(h.snap(), cfg(), PRESSURE)) == [(u + 1, u + 2)]
 
 
@@ -796,3 +847,128 @@ def test_planners_are_deterministic() -> None:
         assert planner(h.snap(), cfg(last_keep=0), PRESSURE) == planner(
             h.snap(), cfg(last_keep=0), PRESSURE
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The fold (strategy 7): the history before the current round
+# ---------------------------------------------------------------------------------------------
+
+FALLBACK = PlanContext(token_pressure=True, count_pressure=False, fallback=True)
+
+
+def _fold_cfg(**changes: Any) -> AutoContextConfig:
+    return cfg(**{"fold_keep_tokens": 0, "fold_budget_tokens": 300, **changes})
+
+
+def test_fold_takes_the_history_around_system_and_pinned_messages() -> None:
+    """Many tasks, each with its own system message: one fold summary, not one per stretch;
+    the system and pinned messages keep their places and the summary takes the last folded
+    message's."""
+    h = Hist()
+    h.system()
+    u1 = h.user()
+    h.steps(2, tokens=200)  # a task without a final answer
+    s2_ = h.system()
+    h.user()
+    pinned, pinned_end = h.group(tokens=200, pinned=True)
+    h.answer(tokens=300)
+    last = h.answer(kind="round_summary", tokens=200)
+    current = h.user()
+    h.steps(1)
+    (edit,) = s7(h.snap(), _fold_cfg(), PRESSURE)
+    members = [i for i in range(u1, current) if i != s2_ and not pinned <= i < pinned_end]
+    assert (edit.start, edit.end) == (u1, last + 1)
+    assert list(edit.member_indices) == members
+    assert edit.replaced_ids == tuple(h.msgs[i].id for i in members)
+    assert edit.span_ids == h.snap().ids(u1, last + 1)  # what apply re-checks
+    assert edit.replaced_tokens == sum(h.msgs[i].tokens for i in members)
+    assert (edit.strategy, edit.new_kind, edit.llm, edit.token_budget) == (
+        7,
+        "history_summary",
+        True,
+        300,
+    )
+
+
+def test_fold_keeps_the_most_recent_whole_rounds_within_its_keep() -> None:
+    h = Hist()
+    u1 = h.user(tokens=100)
+    h.answer(tokens=900)  # 1,000 tokens
+    u2 = h.user(tokens=100)
+    h.answer(tokens=400)  # 500
+    u3 = h.user(tokens=100)
+    h.answer(tokens=300)  # 400
+    h.user()
+    assert s7(h.snap(), _fold_cfg(fold_keep_tokens=899), PRESSURE)[0].end == u3
+    # The two most recent rounds fit in 900 tokens together; the third does not.
+    assert s7(h.snap(), _fold_cfg(fold_keep_tokens=900), PRESSURE)[0].end == u2
+    (edit,) = s7(h.snap(), _fold_cfg(fold_keep_tokens=900), PRESSURE)
+    assert (edit.start, edit.members) == (u1, None)  # a contiguous range
+    # Everything fits: nothing is left to fold.
+    assert s7(h.snap(), _fold_cfg(fold_keep_tokens=1900), PRESSURE) == []
+    # The fallback keeps no round.
+    assert s7(h.snap(), _fold_cfg(fold_keep_tokens=1900), FALLBACK)[0].end == u3 + 2
+
+
+def test_fold_takes_the_previous_fold_but_never_it_alone() -> None:
+    h = Hist()
+    h.system()
+    old = h.answer(kind="history_summary", tokens=600)
+    h.user()
+    h.answer(tokens=400)
+    h.user()
+    (edit,) = s7(h.snap(), _fold_cfg(), PRESSURE)
+    assert edit.start == old and edit.end == old + 3
+    h2 = Hist()
+    h2.system()
+    h2.answer(kind="history_summary", tokens=6000)
+    h2.user()
+    assert s7(h2.snap(), _fold_cfg(), PRESSURE) == []
+    assert s7(h2.snap(), _fold_cfg(), FALLBACK) == []
+
+
+def test_fold_floor_applies_to_the_whole_range_never_to_a_round() -> None:
+    h = Hist()
+    for _ in range(5):
+        h.user(tokens=50)
+        h.answer(tokens=60)  # 110 tokens a round, 550 in all: over the floor of 500
+    h.user()
+    assert len(s7(h.snap(), _fold_cfg(), PRESSURE)) == 1
+    # 440 tokens: under the floor with tokens as the pressure; the floor is waived under count
+    # pressure, but not below what a summary can gain on.
+    h2 = Hist()
+    for _ in range(4):
+        h2.user(tokens=50)
+        h2.answer(tokens=60)
+    h2.user()
+    assert s7(h2.snap(), _fold_cfg(), PRESSURE) == []
+    assert len(s7(h2.snap(), _fold_cfg(), COUNT_ONLY)) == 1
+    h3 = Hist()
+    h3.user(tokens=50)
+    h3.answer(tokens=60)
+    h3.user()
+    assert s7(h3.snap(), _fold_cfg(), COUNT_ONLY) == []
+
+
+def test_fold_never_touches_the_current_round_and_needs_a_user_message() -> None:
+    h = Hist()
+    h.system()
+    h.steps(5, tokens=300)
+    assert s7(h.snap(), _fold_cfg(), PRESSURE) == []  # one long task: S1-S3, S5 and S6's
+    u = h.user()
+    h.steps(5, tokens=300)
+    (edit,) = s7(h.snap(), _fold_cfg(), PRESSURE)
+    assert edit.end <= u
+
+
+def test_fold_skips_a_failed_range_except_in_the_fallback() -> None:
+    h = Hist()
+    h.user(tokens=300)
+    h.answer(tokens=400)
+    h.user()
+    (edit,) = s7(h.snap(), _fold_cfg(), PRESSURE)
+    failed = PlanContext(True, frozenset({edit.replaced_ids}))
+    assert s7(h.snap(), _fold_cfg(), failed) == []
+    # The offline fallback retries exactly what failed with the configured summariser.
+    failed_fallback = PlanContext(True, failed.failed, count_pressure=False, fallback=True)
+    assert s7(h.snap(), _fold_cfg(), failed_fallback) == [edit]

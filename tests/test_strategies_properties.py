@@ -11,7 +11,7 @@ from autoctx.config import AutoContextConfig
 from autoctx.messages import Kind, Role
 from autoctx.plans import Edit, PlanContext, Snapshot
 from autoctx.strategies import PLANNERS, RELOAD_TOOL_NAME
-from autoctx.strategies._common import compute_layout
+from autoctx.strategies._common import MIN_LLM_RANGE_TOKENS, compute_layout
 from autoctx.structure import (
     MsgMeta,
     effective_pinned,
@@ -34,8 +34,11 @@ NEW_KIND: dict[int, Kind] = {
     4: "round_summary",
     5: "large_summary",
     6: "current_round_summary",
+    7: "history_summary",
 }
 PER_MESSAGE = (2, 3, 5)
+#: The strategies that summarise a range with an LLM, which must hold enough to gain on.
+RANGE_LLM = (1, 4, 6, 7)
 #: What each range strategy may fold in (SPEC.md section 1's kinds table).
 ALLOWED_KINDS: dict[int, frozenset[Kind]] = {
     1: frozenset({"original", "preview", "large_summary"}),
@@ -50,6 +53,8 @@ ALLOWED_KINDS: dict[int, frozenset[Kind]] = {
             "current_round_summary",
         }
     ),
+    # The fold takes summaries and previews of every kind, its own previous summary included.
+    7: frozenset(NEW_KIND.values()) | {"original"},
 }
 
 
@@ -226,8 +231,6 @@ def check_edits(
     msgs = snap.messages
     n = len(msgs)
     spans = tool_group_spans(msgs)
-    starts = {s for s, _ in spans}
-    ends = {e for _, e in spans}
     pinned = effective_pinned(msgs)
     user = latest_user_index(msgs)
     h = history_end(msgs, config)
@@ -235,15 +238,36 @@ def check_edits(
     previous_end = 0
     for e in edits:
         assert (e.strategy, e.new_kind) == (strategy, NEW_KIND[strategy])
-        assert e.llm == (strategy in (1, 4, 5, 6))
+        assert e.llm == (strategy in (1, 4, 5, 6, 7))
         assert previous_end <= e.start < e.end <= n, "in range, in order, non-overlapping"
         previous_end = e.end
-        assert e.replaced_ids == snap.ids(e.start, e.end)
+        members = e.member_indices
+        assert list(members) == sorted(set(members)) and members[0] == e.start
+        assert members[-1] == e.end - 1
+        assert e.replaced_ids == tuple(msgs[k].id for k in members)
+        assert e.expected_span == snap.ids(e.start, e.end)
+        assert e.replaced_tokens == sum(msgs[k].tokens for k in members)
         assert e.replaced_ids not in ctx.failed
         assert e.end <= pend, "the trailing pending call is never touched"
-        rng = range(e.start, e.end)
+        rng = members
         assert all(msgs[k].role != "system" and not pinned[k] for k in rng)
-        assert user is None or user not in rng, "the current user message is protected"
+        if strategy == 5 and user in rng:
+            # S5 may shorten the current user message when it alone is large.
+            assert msgs[user].chars > config.large_payload_chars
+        else:
+            assert user is None or user not in rng, "the current user message is protected"
+        if strategy == 7:
+            # The fold: the history before the current round, around what it keeps.
+            assert user is not None and e.end <= user
+            assert all(
+                msgs[k].role == "system" or pinned[k]
+                for k in range(e.start, e.end)
+                if k not in set(members)
+            ), "only protected messages are left between"
+            assert e.token_budget == config.fold_budget_tokens
+        if strategy in RANGE_LLM:
+            body = members[1:] if e.verbatim_prefix_id is not None else members
+            assert sum(msgs[k].tokens for k in body) >= MIN_LLM_RANGE_TOKENS, "it can gain"
         if strategy in (1, 2, 3):
             assert e.end <= h
         if strategy in (1, 2):
@@ -257,9 +281,12 @@ def check_edits(
             else:
                 assert not (m.role == "tool" and RELOAD_TOOL_NAME in m.tool_names)
         else:
-            assert e.start in starts and e.end in ends, "a tool group is never cut"
+            member_set = set(members)
+            for s_, e_ in spans:
+                inside = [k in member_set for k in range(s_, e_)]
+                assert all(inside) or not any(inside), "a tool group is never cut"
             assert all(msgs[k].kind in ALLOWED_KINDS[strategy] for k in rng)
-            body = range(e.start + 1 if e.verbatim_prefix_id is not None else e.start, e.end)
+            body = members[1:] if e.verbatim_prefix_id is not None else members
             assert body, "something besides a verbatim prefix is summarised"
             assert any(msgs[k].kind != e.new_kind for k in body), "never only its own output"
         if strategy == 6:
@@ -271,7 +298,7 @@ def check_edits(
             assert e.verbatim_prefix_id is None and e.char_budget is None
     if strategy in (5, 6) and not ctx.token_pressure:
         assert edits == []
-    if strategy == 6:
+    if strategy in (6, 7):
         assert len(edits) <= 1
 
 
@@ -281,7 +308,7 @@ def apply(msgs: tuple[MsgMeta, ...], edits: list[Edit]) -> tuple[MsgMeta, ...]:
     out = list(msgs)
     for e in reversed(edits):
         first = msgs[e.start]
-        tokens = max(1, sum(m.tokens for m in msgs[e.start : e.end]) // 2)
+        tokens = max(1, e.replaced_tokens // 2)
         if e.strategy in PER_MESSAGE:
             new = replace(first, id=-first.id, kind=e.new_kind, tokens=tokens, chars=10)
         else:
@@ -289,12 +316,16 @@ def apply(msgs: tuple[MsgMeta, ...], edits: list[Edit]) -> tuple[MsgMeta, ...]:
                 id=-first.id,
                 role="assistant",
                 kind=e.new_kind,
-                final=e.new_kind == "round_summary",
+                final=e.new_kind in ("round_summary", "history_summary"),
                 pinned=False,
                 tokens=tokens,
                 chars=10,
             )
-        out[e.start : e.end] = [new]
+        # The new message takes the place of the last replaced one; the others go.
+        members = e.member_indices
+        out[members[-1]] = new
+        for k in reversed(members[:-1]):
+            del out[k]
     return tuple(out)
 
 

@@ -262,7 +262,7 @@ def test_plan_hint_clips_long_fields_and_tags() -> None:
 
 
 def test_default_prompts_cover_the_llm_strategies() -> None:
-    assert set(DEFAULT_PROMPTS) == set(LLM_STRATEGIES) == {1, 4, 5, 6}
+    assert set(DEFAULT_PROMPTS) == set(LLM_STRATEGIES) == {1, 4, 5, 6, 7}
     for prompt in DEFAULT_PROMPTS.values():
         assert "<!--" not in prompt
         assert "CONTEXT_OFFLOAD" not in prompt
@@ -273,13 +273,17 @@ def test_default_prompts_cover_the_llm_strategies() -> None:
     assert "conservative" in DEFAULT_PROMPTS[5].lower()
     assert "first person" in DEFAULT_PROMPTS[6] and "I called" in DEFAULT_PROMPTS[6]
     assert "character budget" in DEFAULT_PROMPTS[6]
+    fold = DEFAULT_PROMPTS[7]
+    assert "goals" in fold and "decisions" in fold.lower() and "length budget" in fold
+    assert "offloaded context" in fold and "still open" in fold
 
 
 def test_prompt_for_overrides() -> None:
     assert prompt_for(4) == DEFAULT_PROMPTS[4]
     assert prompt_for(4, {4: "mine"}) == "mine"
     assert prompt_for(1, {4: "mine"}) == DEFAULT_PROMPTS[1]
-    for strategy in (0, 2, 3, 7):
+    assert prompt_for(7, {7: "my fold"}) == "my fold"
+    for strategy in (0, 2, 3, 8):
         with pytest.raises(ConfigError, match="no prompt"):
             prompt_for(strategy)
 
@@ -300,6 +304,19 @@ def test_build_request() -> None:
         build_request(6, msgs, char_budget=0)
     with pytest.raises(InvalidPlan):
         build_request(6, msgs, plan={"goal": ""})
+    fold = build_request(7, msgs, token_budget=500)
+    assert fold.prompt == DEFAULT_PROMPTS[7] and fold.token_budget == 500
+    with pytest.raises(ValueError, match="token_budget"):
+        build_request(7, msgs, token_budget=0)
+
+
+def test_the_fold_request_states_its_token_budget_before_the_plan() -> None:
+    request = build_request(7, _conversation()[1:], token_budget=432, plan=PLAN)
+    content = request.user_content()
+    hint = plan_hint(PLAN)
+    assert hint is not None and content.endswith(hint)
+    assert content.index(request.transcript) < content.index("at most 432 tokens")
+    assert content.index("at most 432 tokens") < content.index(hint)
 
 
 def test_user_content_order_plan_last() -> None:

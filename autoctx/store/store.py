@@ -619,13 +619,20 @@ class Store:
             reverse=True,
         ):
             assert event.summary_message_id is not None
+            new = meta_of(
+                r.new.msg, id=event.summary_message_id, final=r.new.final, tokens=r.new.tokens
+            )
+            # The new message takes the place (and the position) of the last replaced one.
             start, end = r.edit.start, r.edit.end
-            metas[start:end] = [
-                meta_of(
-                    r.new.msg, id=event.summary_message_id, final=r.new.final, tokens=r.new.tokens
-                )
-            ]
-            positions[start:end] = [positions[start]]
+            if r.edit.members is None:
+                metas[start:end] = [new]
+                positions[start:end] = [positions[end - 1]]
+                continue
+            # The fold: the messages it keeps between its members stay where they are.
+            members = set(r.edit.members)
+            kept = [k for k in range(start, end - 1) if k not in members]
+            metas[start:end] = [*(metas[k] for k in kept), new]
+            positions[start:end] = [*(positions[k] for k in kept), positions[end - 1]]
         last = applied[-1]
         snapshot = Snapshot(
             session_id, last.session_version, tuple(metas), last.tokens_after, last.messages_after
@@ -637,11 +644,12 @@ class Store:
     def _check_ranges(
         self, conn: Connection, session_id: str, edits: Sequence[Edit]
     ) -> list[int | None]:
-        """For each edit, the working position of its first message if its range is still
-        exactly its replaced ids, adjacent and in order; else None."""
+        """For each edit, the working position of its last replaced message if its span is
+        still exactly what the plan saw (its replaced ids, with the kept messages of a fold
+        between them), adjacent and in order; else None."""
         check = sa.text(
             """
-            SELECT e.ord, min(w.position) AS first_position,
+            SELECT e.ord, max(w.position) AS last_position,
                    array_agg(w.message_id ORDER BY w.position) AS ids
             FROM unnest(CAST(:firsts AS bigint[]), CAST(:lasts AS bigint[]))
                  WITH ORDINALITY AS e(first_id, last_id, ord)
@@ -660,11 +668,12 @@ class Store:
                 "lasts": [e.replaced_ids[-1] for e in edits],
             },
         )
-        found = {r.ord: (r.first_position, tuple(r.ids)) for r in rows}
+        # The span ends at the last replaced message, so its last position is that message's.
+        found = {r.ord: (r.last_position, tuple(r.ids)) for r in rows}
         out: list[int | None] = []
         for k, edit in enumerate(edits, start=1):
             hit = found.get(k)
-            out.append(hit[0] if hit is not None and hit[1] == edit.replaced_ids else None)
+            out.append(hit[0] if hit is not None and hit[1] == edit.expected_span else None)
         return out
 
     def _write(

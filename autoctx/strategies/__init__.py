@@ -1,4 +1,4 @@
-"""The six compression planners of SPEC.md section 3, cheapest first.
+"""The compression planners of SPEC.md section 3, cheapest first: S1 to S4, the fold (7), S5, S6.
 
 Each planner is a pure function ``plan_sN(snapshot, config, ctx) -> list[Edit]``: no database, no
 clock, no uuid, no randomness. It returns every range it would compress in one pass, in working
@@ -22,6 +22,7 @@ from .s3_tail_previews import plan_s3
 from .s4_rounds import plan_s4
 from .s5_large import plan_s5
 from .s6_current_round import plan_s6
+from .s7_fold import plan_s7
 
 __all__ = [
     "PLANNERS",
@@ -34,14 +35,18 @@ __all__ = [
     "plan_s4",
     "plan_s5",
     "plan_s6",
+    "plan_s7",
 ]
 
-#: The planners by strategy number, in the order the compressor tries them.
+#: The planners by strategy number, in the order the compressor tries them: the fold is
+#: numbered 7 but runs before S5 and S6, because the history before the current round is
+#: always cheaper to lose than the current round.
 PLANNERS: Final[dict[int, Planner]] = {
     1: plan_s1,
     2: plan_s2,
     3: plan_s3,
     4: plan_s4,
+    7: plan_s7,
     5: plan_s5,
     6: plan_s6,
 }
@@ -50,9 +55,9 @@ PLANNERS: Final[dict[int, Planner]] = {
 def plan(
     strategy: int, snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext
 ) -> list[Edit]:
-    """The edits strategy `strategy` (1 to 6) would make on `snapshot` in one pass."""
+    """The edits strategy `strategy` (1 to 7) would make on `snapshot` in one pass."""
     try:
         planner = PLANNERS[strategy]
     except KeyError:
-        raise ValueError(f"unknown strategy {strategy!r}; strategies are 1 to 6") from None
+        raise ValueError(f"unknown strategy {strategy!r}; strategies are 1 to 7") from None
     return planner(snapshot, config, ctx)

@@ -210,10 +210,18 @@ def compute_layout(
     )
 
 
+#: The fewest tokens a range sent to the summariser must hold: well more than a minimal
+#: summary and its offload tag (about 25 tokens), so that a summary of it can gain and
+#: `no_gain` failures stay rare events, not a per-turn cost (SPEC.md section 2).
+MIN_LLM_RANGE_TOKENS: Final = 256
+
+
 def token_floor(config: AutoContextConfig, ctx: PlanContext) -> int:
-    """The `min_compress_tokens` floor of S1 and S4, waived when the message count is the
-    pressure (a summary then still removes messages, which is the progress asked for)."""
-    return 0 if ctx.floor_waived else config.min_compress_tokens
+    """The floor of S1, S4 and the fold: `min_compress_tokens`, waived when the message count
+    is the pressure (a summary then still removes messages, which is the progress asked
+    for), but never under what a summary can gain on."""
+    floor = 0 if ctx.floor_waived else config.min_compress_tokens
+    return max(floor, MIN_LLM_RANGE_TOKENS)
 
 
 def make_edit(
@@ -239,9 +247,41 @@ def make_edit(
     )
 
 
+def make_scattered_edit(
+    snapshot: Snapshot,
+    strategy: int,
+    members: tuple[int, ...],
+    new_kind: Kind,
+    *,
+    token_budget: int | None = None,
+) -> Edit:
+    """An edit that replaces the messages at `members` (in order) and leaves the others of
+    their span where they are."""
+    metas = snapshot.messages
+    start, end = members[0], members[-1] + 1
+    whole = len(members) == end - start
+    return Edit(
+        strategy=strategy,
+        start=start,
+        end=end,
+        replaced_ids=tuple(metas[i].id for i in members),
+        new_kind=new_kind,
+        llm=strategy in LLM_STRATEGIES,
+        replaced_tokens=sum(metas[i].tokens for i in members),
+        token_budget=token_budget,
+        members=None if whole else members,
+        span_ids=None if whole else snapshot.ids(start, end),
+    )
+
+
 def has_failed(snapshot: Snapshot, ctx: PlanContext, start: int, end: int) -> bool:
     """A range that failed earlier in this call is not planned again until the session changes."""
-    return snapshot.ids(start, end) in ctx.failed
+    return has_failed_ids(ctx, snapshot.ids(start, end))
+
+
+def has_failed_ids(ctx: PlanContext, ids: tuple[int, ...]) -> bool:
+    """`has_failed` for a range given by its replaced ids."""
+    return ids in ctx.failed
 
 
 def only_kind(metas: tuple[MsgMeta, ...], start: int, end: int, kind: Kind) -> bool:

@@ -1,25 +1,23 @@
 """S4: previous rounds -> user message + one summary (LLM).
 
-"Each finished round before the latest final answer" is read as each finished round that is not
-the current round, i.e. whose user message comes before the latest user message. Those rounds
-all end at or before the latest final answer; the round the latest final answer closes is
-compressed only once a newer user message has made it a previous round, because the answer to
-the current round is what the model reads next.
+A round is previous once a newer user message exists, whether or not it ended with a final
+answer (SPEC.md section 1): an abandoned task, or a round S6 compressed while it was current,
+is still a previous round. S4 replaces what follows the round's user message up to its last
+message that is neither system nor pinned (its final answer, when it has one).
 
 The kinds table of SPEC.md section 1 lets a round summary or a current-round summary be
-compressed again only inside a larger S6 range (or as the prefix of the next S6). A round that
-holds one (a round S6 compressed while it was current, or one S4 already summarised that went on
-without a new user message) keeps it, and S4 summarises only what follows the last of them.
+compressed again only inside a larger range (S6, the fold). A round that holds one keeps it,
+and S4 summarises only what follows the last of them.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Final
 
 from ..config import AutoContextConfig
 from ..messages import Kind
 from ..plans import Edit, PlanContext, Snapshot
-from ..structure import finished_rounds
 from ._common import Layout, has_failed, layout_of, make_edit, token_floor
 
 STRATEGY: Final = 4
@@ -30,20 +28,18 @@ _KEPT_KINDS: Final[frozenset[Kind]] = frozenset({"round_summary", "current_round
 
 def plan_s4(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
     """One edit per previous round, replacing everything after its user message (and after any
-    summary it must keep) up to and including its answer."""
+    summary it must keep) up to and including its last message."""
     lay = layout_of(snapshot, config)
     if lay.latest_user is None:
         return []
     floor = token_floor(config, ctx)
     edits: list[Edit] = []
-    for user, answer in finished_rounds(lay.metas):
-        if user >= lay.latest_user:
-            break
+    for user, last in previous_rounds(lay):
         # What S4 may replace is a part of the round after its user message: a round lighter
         # than the floor as a whole has no range heavy enough (checked first: it is O(1)).
-        if lay.tokens(user + 1, answer + 1) < floor:
+        if lay.tokens(user + 1, last + 1) < floor:
             continue
-        rng = round_range(lay, user, answer)
+        rng = round_range(lay, user, last)
         if rng is None:
             continue
         start, end = rng
@@ -52,23 +48,42 @@ def plan_s4(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     return edits
 
 
-def round_range(lay: Layout, user: int, answer: int) -> tuple[int, int] | None:
-    """[start, end) S4 may replace in the round (user, answer), or None if it must skip it:
-    after the user message and after the last summary it must keep, up to and including the
-    answer."""
+def previous_rounds(lay: Layout) -> list[tuple[int, int]]:
+    """(user index, index of the round's last message) of every previous round, oldest first.
+
+    A round runs from its user message to the next user message; its last message is the last
+    one before the next user message that is neither system nor pinned (a task's system
+    message often stands just before the next task's user message). A round with nothing but
+    its user message and protected messages is left out.
+    """
+    users = [i for i, m in enumerate(lay.metas) if m.role == "user"]
+    rounds: list[tuple[int, int]] = []
+    for user, following in itertools.pairwise(users):
+        last = following - 1
+        while last > user and lay.is_protected(last):
+            last -= 1
+        if last > user:
+            rounds.append((user, last))
+    return rounds
+
+
+def round_range(lay: Layout, user: int, last: int) -> tuple[int, int] | None:
+    """[start, end) S4 may replace in the round from `user` to its last message `last`, or
+    None if it must skip it: after the user message and after the last summary it must keep,
+    up to and including the last message."""
     # A system or pinned message anywhere in the round makes S4 skip it (SPEC.md section 1).
-    if any(lay.is_protected(k) for k in range(user + 1, answer + 1)):
+    if any(lay.is_protected(k) for k in range(user + 1, last + 1)):
         return None
-    if lay.metas[answer].kind in _KEPT_KINDS:
+    if lay.metas[last].kind in _KEPT_KINDS:
         return None
     start = user + 1
-    for k in range(answer - 1, user, -1):
+    for k in range(last - 1, user, -1):
         if lay.metas[k].kind in _KEPT_KINDS:
             start = k + 1
             break
-    end = answer + 1
-    # Only the answer left (nothing between the user message, or a kept summary, and the
-    # answer): nothing to fold in. That is also how a round S4 already summarised looks.
+    end = last + 1
+    # Only the last message left (nothing between the user message, or a kept summary, and
+    # it): nothing to fold in. That is also how a round S4 already summarised looks.
     if end - start < 2:
         return None
     if not lay.holds_whole_groups(start, end) or lay.touches_pending(start, end):

@@ -2,6 +2,9 @@
 
 Only the text/output of the message is summarised; its tool_use/tool_result ids and names stay,
 so an edit here never breaks a tool group. The compressor builds the replacement that way.
+
+The current round's user message is a candidate too when it alone is large (a pasted log or
+file): its first `preview_chars` characters stay verbatim and the rest is summarised.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ def plan_s5(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     if not ctx.token_pressure:
         return []
     lay = layout_of(snapshot, config)
-    first = lay.latest_user + 1 if lay.latest_user is not None else lay.round_start
+    first = lay.latest_user if lay.latest_user is not None else lay.round_start
     return [
         make_edit(snapshot, STRATEGY, i, i + 1, "large_summary")
         for i in lay.large_in(first, len(lay))
@@ -34,7 +37,9 @@ def _summarisable(lay: Layout, i: int) -> bool:
     return (
         # Previews and summaries of every kind are never summarised alone again.
         m.kind == "original"
-        and not lay.is_protected(i)
+        # The current user message is protected from every other rule; S5 may shorten it
+        # (SPEC.md section 3), unless the caller pinned it.
+        and (not lay.is_protected(i) or (i == lay.latest_user and not lay.pinned[i]))
         # An agent that just reloaded an offload must not see it compressed straight back.
         and not (m.role == "tool" and RELOAD_TOOL_NAME in m.tool_names)
         and not lay.touches_pending(i, i + 1)
