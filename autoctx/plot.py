@@ -41,7 +41,7 @@ STRATEGY_NAMES: Final[Mapping[int, str]] = {
     4: "round summary",
     5: "large-msg summary",
     6: "current-round summary",
-    7: "fold (history summary)",
+    7: "history fold",
 }
 #: One colour per strategy (colour-blind-safe Okabe-Ito palette).
 STRATEGY_COLORS: Final[Mapping[int, str]] = {
