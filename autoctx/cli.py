@@ -545,6 +545,20 @@ def demo(
             )
         )
     )
+    # Compress rarely, and deeply (SPEC.md section 2): how often the summariser ran, and how
+    # many of the calls that fired went all the way to the target.
+    calls = sum(e.model is not None and e.reason != "fallback" for e in events)
+    reached = sum(
+        f is not None and f[0] < config.msg_target and f[1] < config.token_target
+        for f in result.fired
+    )
+    console.print(
+        Text(
+            f"compression fired after {len(result.fired)} of {result.steps} steps and reached "
+            f"the target {reached} times; {calls} summariser calls "
+            f"({calls / max(1, result.steps):.2f} per step)"
+        )
+    )
     # "Nothing lost" is checked, not claimed: every message added is stored as an original.
     kept = mem.sql(
         "SELECT count(*) FROM messages WHERE session_id = :s AND kind = 'original'", s=session_id

@@ -534,6 +534,11 @@ class DemoResult:
     #: reload must give back.
     originals: dict[int, OpenAIMessage] = field(default_factory=dict)
     tokens_added: int = 0
+    #: Agent steps fed (calls of `add`).
+    steps: int = 0
+    #: Per compression call (the trigger held after the step), the working (messages, tokens)
+    #: its last event left, or None when it changed nothing.
+    fired: list[tuple[int, int] | None] = field(default_factory=list)
 
 
 def run(
@@ -551,7 +556,13 @@ def run(
             if msg.id is not None:
                 result.originals[msg.id] = given
             result.tokens_added += msg.tokens or 0
-        events = memory.compress_if_needed() if memory.appended_over_trigger() else []
+        result.steps += 1
+        events: list[Event] = []
+        if memory.appended_over_trigger():
+            events = memory.compress_if_needed()
+            result.fired.append(
+                (events[-1].messages_after, events[-1].tokens_after) if events else None
+            )
         for event in events:
             if on_event is not None:
                 on_event(event)

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +29,6 @@ from autoctx.errors import SummarizerError
 from autoctx.events import Event
 from autoctx.intake import count_tokens
 from autoctx.summarizers import (
-    OFFLINE_MODEL,
     OfflineSummarizer,
     Summarizer,
     SummaryRequest,
@@ -45,11 +43,6 @@ from tests.invariants import (
     originals,
 )
 
-#: The fold (strategy 7) and its config fields are being built; the module must import and run
-#: on a main that does not have them yet (where the bound is expected to fail).
-CONFIG_FIELDS = {f.name for f in dataclasses.fields(AutoContextConfig)}
-HAS_FOLD = "fold_keep_tokens" in CONFIG_FIELDS and "fold_budget_tokens" in CONFIG_FIELDS
-
 #: Applied events per strategy over all examples of the strict property, checked at the end.
 EXERCISED: Counter[int] = Counter()
 #: Applied fallback events (the offline summariser standing in for a failed one), per strategy.
@@ -60,9 +53,8 @@ NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
 #: Strategies whose text an LLM writes: under the failing summariser, any applied one of these
 #: can only be the offline fallback.
 LLM_WRITTEN = frozenset({1, 4, 5, 6, 7})
-#: How the fallback's model may be recorded: SPEC.md says `offline`; the offline summariser
-#: itself calls its model `autoctx-offline`. Either spelling names the same thing.
-OFFLINE_MODELS = frozenset({"offline", OFFLINE_MODEL})
+#: The model the offline fallback is recorded under (SPEC.md section 2).
+FALLBACK_MODEL = "offline"
 #: In the strict property, system messages, pinned groups and the largest user message together
 #: stay under this share of the window, so the exception can never apply.
 PROTECTED_SHARE = 0.4
@@ -93,7 +85,7 @@ class AtBudgetSummarizer:
         limits: list[int] = []
         if request.char_budget is not None:
             limits.append(request.char_budget)
-        token_budget: int | None = getattr(request, "token_budget", None)
+        token_budget: int | None = request.token_budget
         if token_budget is not None:
             limits.append(token_budget * CHARS_PER_TOKEN)
         size = max(1, min(limits) if limits else request.input_chars // 2)
@@ -372,9 +364,9 @@ def configs(draw: st.DrawFn, window: int) -> AutoContextConfig:
         fields["min_tool_run"] = draw(st.integers(0, 30))
     if draw(st.booleans()):
         fields["min_compress_tokens"] = draw(st.integers(0, max(1, target // 2)))
-    if HAS_FOLD and draw(st.booleans()):
+    if draw(st.booleans()):
         fields["fold_keep_tokens"] = draw(st.integers(0, max(1, target // 3)))
-    if HAS_FOLD and draw(st.booleans()):
+    if draw(st.booleans()):
         fields["fold_budget_tokens"] = draw(
             st.integers(min(200, target // 5), max(200, target // 5))
         )
@@ -437,7 +429,7 @@ def check_call(
         for e in applied:
             if e.strategy in LLM_WRITTEN:
                 # The summariser never answered, so any LLM-written summary is the fallback's.
-                assert e.reason == "fallback" and e.model in OFFLINE_MODELS, (
+                assert e.reason == "fallback" and e.model == FALLBACK_MODEL, (
                     f"{where}: S{e.strategy} applied with a failing summariser but not recorded "
                     f"as the offline fallback: {describe_events([e])}"
                 )
@@ -540,7 +532,5 @@ def test_the_random_workloads_exercise_the_fold() -> None:
     print("applied events per strategy:", dict(sorted(EXERCISED.items())))
     print("fallback events per strategy:", dict(sorted(FALLBACKS.items())))
     assert EXERCISED, "no example compressed at all"
-    if not HAS_FOLD:
-        pytest.skip("the fold (fold_keep_tokens, fold_budget_tokens) does not exist yet")
     assert EXERCISED[7] > 0, EXERCISED
     assert FALLBACKS, "the failing summariser never led to an offline fallback"

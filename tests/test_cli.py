@@ -90,6 +90,13 @@ def test_demo_runs_end_to_end_and_compresses(demo_run: tuple[str, Result], store
     assert re.search(r"(\d+) of \1 original\(s\) identical to what was added", out), out
     assert f"restart: closed, reopened {session_id} by id: {info.message_count} messages" in out
     assert "working context identical" in out and "= session total" in out
+    # How rarely and how deeply it compressed, from the same events.
+    words = r"compression fired after (\d+) of (\d+) steps and reached the target (\d+) times; "
+    rate = re.search((words + r"(\d+) summariser calls").replace(" ", r"\s+"), out)
+    assert rate is not None, out
+    fired, steps, reached, calls = (int(g) for g in rate.groups())
+    assert 0 < reached <= fired < steps
+    assert calls == sum(e.model is not None and e.reason != "fallback" for e in events)
     for command in ("history", "show", "reload", "lineage", "plot", "export"):
         assert f"autoctx {command} {session_id}" in out
 
