@@ -4,8 +4,8 @@ A summariser turns one request (strategy, a plain-text transcript, a prompt, a c
 into text. It never sees raw tool_call/tool messages, holds no database lock and knows nothing of
 sessions. Failures raise `SummarizerError` with a short machine reason (one of
 `SUMMARIZER_REASONS`: ``timeout``, ``rate_limited``, ``http_error``, ``connection``,
-``bad_response``, ``api_error``, ``empty``, ``refusal``, ``tag_in_answer``), which the compressor
-records on a `failed` event.
+``bad_response``, ``api_error``, ``empty``, ``refusal``, ``tag_in_answer``, ``bad_answer``), which
+the compressor records on a `failed` event.
 
 Two implementations: `OpenAISummarizer` (any OpenAI-compatible Chat Completions endpoint,
 through the official client, plain or streaming) and `OfflineSummarizer` (extractive, no
@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import time
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
@@ -117,7 +118,9 @@ SUMMARIZER_REASONS: Final[Mapping[str, str]] = {
     "api_error": "the endpoint reported an error inside a stream, or the client failed",
     "empty": "the answer is empty or only whitespace",
     "refusal": "the model refused (refusal set, or finish_reason content_filter)",
-    "tag_in_answer": "the answer contains an offload tag or the CONTEXT_OFFLOAD marker",
+    "tag_in_answer": "the answer contains an offload tag or the CONTEXT_OFFLOAD marker, or a "
+    "look-alike of either (any case, compatibility forms, Cyrillic or Greek look-alike letters)",
+    "bad_answer": "the answer holds what PostgreSQL text cannot store (NUL, a lone surrogate)",
 }
 
 
@@ -658,6 +661,35 @@ _REFUSAL_RE: Final = re.compile(
 )
 
 
+#: Latin look-alikes of the letters of the marker, from the Cyrillic and Greek alphabets (after
+#: NFKC and casefolding), so that a model cannot smuggle a tag past the check by accident.
+_LOOKALIKES: Final = str.maketrans(
+    {
+        "\u0430": "a", "\u03b1": "a",  # Cyrillic a, Greek alpha
+        "\u0441": "c", "\u03f2": "c",  # Cyrillic es, Greek lunate sigma
+        "\u0501": "d",  # Cyrillic komi de
+        "\u0435": "e", "\u03b5": "e",  # Cyrillic ie, Greek epsilon
+        "\u04cf": "l", "\u0456": "l", "\u03b9": "l",  # Cyrillic palochka and i, Greek iota
+        "\u043e": "o", "\u03bf": "o", "\u03c3": "o",  # Cyrillic o, Greek omicron and sigma
+        "\u0442": "t", "\u03c4": "t",  # Cyrillic te, Greek tau
+        "\u0445": "x", "\u03c7": "x",  # Cyrillic ha, Greek chi
+        "\u043f": "n", "\u03b7": "n",  # Cyrillic pe, Greek eta
+    }
+)  # fmt: skip
+_NOT_MARKER_CHARS: Final = re.compile(r"[^a-z0-9_]+")
+
+
+def _skeleton(text: str) -> str:
+    """`text` in the form the marker check compares: compatibility forms folded (NFKC), lower
+    case, look-alike letters mapped to Latin, anything but letters, digits and underscores a
+    space (so "context offloading" stays prose, and a look-alike "CONTEXT_OFFLOAD" does not)."""
+    folded = unicodedata.normalize("NFKC", text).casefold().translate(_LOOKALIKES)
+    return _NOT_MARKER_CHARS.sub(" ", folded)
+
+
+_MARKER_SKELETON: Final = _skeleton(OFFLOAD_MARKER)
+
+
 def check_answer(text: str) -> str:
     """The answer, stripped, or `SummarizerError` when it cannot become a summary.
 
@@ -668,14 +700,28 @@ def check_answer(text: str) -> str:
         raise SummarizerError(
             "empty", f"the answer is {'empty' if not text else 'only whitespace'}"
         )
-    if OFFLOAD_TAG_RE.search(answer) or OFFLOAD_MARKER in answer:
+    # An answer is data, never trusted (SPEC.md section 6): what the database cannot store
+    # becomes a failed event, not a database error at commit. No excerpt of it is quoted.
+    if "\x00" in answer:
+        raise SummarizerError(
+            "bad_answer", "the answer holds a NUL character, which PostgreSQL text cannot store"
+        )
+    try:
+        answer.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SummarizerError(
+            "bad_answer", "the answer holds a lone UTF-16 surrogate, which is not valid text"
+        ) from None
+    if OFFLOAD_TAG_RE.search(answer) or _MARKER_SKELETON in _skeleton(answer):
         raise SummarizerError(
             "tag_in_answer",
-            "the answer contains an offload tag or the CONTEXT_OFFLOAD marker; a summary must "
-            f"not carry one: {_clip(answer, 200)}",
+            "the answer contains an offload tag or the CONTEXT_OFFLOAD marker (or a look-alike "
+            "of it); a summary must not carry one",
         )
     if len(answer) <= _REFUSAL_MAX_CHARS and _REFUSAL_RE.match(answer):
-        raise SummarizerError("refusal", f"the answer reads as a refusal: {_clip(answer, 200)}")
+        raise SummarizerError(
+            "refusal", f"the answer reads as a refusal ({len(answer)} characters)"
+        )
     return answer
 
 

@@ -651,3 +651,36 @@ def test_compressions_store_the_final_answer_flag_of_the_kinds_table(open_memory
         "current_round_summary",
     }, kinds
     assert kept_finals > 0
+
+
+class _AnswersWith:
+    """A summariser whose every answer carries `poison` (NUL, a lone surrogate)."""
+
+    def __init__(self, poison: str) -> None:
+        self.inner = OfflineSummarizer()
+        self.poison = poison
+        self.calls = 0
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.calls += 1
+        result = self.inner.summarize(request)
+        return dataclasses.replace(result, text=result.text + self.poison + " the end")
+
+
+@pytest.mark.parametrize("poison", ["\x00", "\udc80"], ids=["nul", "lone-surrogate"])
+def test_an_answer_the_database_cannot_store_is_a_failed_event(
+    open_memory: Open, poison: str
+) -> None:
+    """SPEC.md section 6: never a raw database error, and not paid for again at the same
+    version; the bound still holds (the offline fallback writes what the window needs)."""
+    summarizer = _AnswersWith(poison)
+    mem = open_memory(config=SMALL, summarizer=summarizer)
+    mem.add(multi_round(21, rounds=5, steps=8, big_every=10_000))
+    events = mem.compress_if_needed()
+    failed = [e for e in events if e.status == "failed"]
+    assert failed and all(e.error and e.error.startswith("bad_answer: ") for e in failed)
+    assert all(poison not in (e.error or "") for e in failed)
+    assert mem.token_count < SMALL.max_tokens
+    calls = summarizer.calls
+    assert mem.compress_if_needed() == [] and summarizer.calls == calls
+    check_all(mem)

@@ -23,6 +23,7 @@ from autoctx.summarizers import (
     OpenAISummarizer,
     Summarizer,
     SummaryRequest,
+    check_answer,
     default_summarizer,
 )
 from autoctx.transcript import plan_hint
@@ -469,3 +470,32 @@ def test_server_closes_promptly_with_a_stalled_stream() -> None:
     worker.join(timeout=5)
     assert not worker.is_alive()
     assert len(errors) == 1 and errors[0].reason == "connection"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ("Read a.py.\x00 It holds 3 functions.", "bad_answer"),
+        ("Read a.py. \ud800 It holds 3 functions.", "bad_answer"),
+        ("Done. see context_offload above", "tag_in_answer"),
+        ("Done. \u0421\u041enTEXT_OFFLOAD", "tag_in_answer"),  # Cyrillic Es and O
+        (
+            "Done. \uff43\uff4f\uff4e\uff54\uff45\uff58\uff54\uff3f\uff4f\uff46\uff46load",
+            "tag_in_answer",
+        ),
+        ("<!-- context_offload: uuid=1234 -->", "tag_in_answer"),
+    ],
+    ids=["nul", "lone-surrogate", "lowercase-marker", "cyrillic-marker", "fullwidth", "tag"],
+)
+def test_an_answer_is_data_never_trusted(answer: str, reason: str) -> None:
+    """SPEC.md section 6: what PostgreSQL cannot store, and look-alikes of the tag, are refused
+    with a reason, and the error quotes nothing of the answer."""
+    with pytest.raises(SummarizerError) as info:
+        check_answer(answer)
+    assert info.value.reason == reason and reason in SUMMARIZER_REASONS
+    assert "functions" not in str(info.value) and "Done" not in str(info.value)
+
+
+def test_prose_about_offloading_is_not_a_tag() -> None:
+    text = "Context offloading happened twice; see offloaded context 1234 for the log."
+    assert check_answer(text) == text
