@@ -67,6 +67,66 @@ def test_a_schema_newer_than_the_code_is_refused(empty_db_url: str) -> None:
     engine.dispose()
 
 
+def _upgrade_in_thread(engine: sa.Engine, seconds: float) -> BaseException | str | None:
+    """Run `upgrade` in a thread; what it raised, its revision, or None if it still waits."""
+    outcome: list[BaseException | str] = []
+
+    def run() -> None:
+        try:
+            outcome.append(upgrade(engine))
+        except BaseException as exc:  # returned and asserted by the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return outcome[0] if outcome else None
+
+
+def test_a_failed_migration_surfaces_its_cause_and_releases_the_lock(empty_db_url: str) -> None:
+    """Another application's `sessions` table: the upgrade fails with that error (not an
+    aborted-transaction one), writes nothing, and the next process is not left waiting for the
+    migration lock."""
+    engine = create_engine(normalize_url(empty_db_url))  # pooled: the lock must not linger
+    with engine.begin() as conn:
+        conn.execute(sa.text("create table sessions (id int primary key)"))
+    with pytest.raises(sa.exc.ProgrammingError) as info:
+        upgrade(engine)
+    assert "sessions" in str(info.value) and "InFailedSqlTransaction" not in repr(info.value)
+    assert current_revision(engine) is None  # rolled back whole
+    other = create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool)
+    again = _upgrade_in_thread(other, 20)
+    assert isinstance(again, sa.exc.ProgrammingError), again  # the same cause, not a hang
+    with engine.begin() as conn:
+        conn.execute(sa.text("drop table sessions"))
+    assert _upgrade_in_thread(other, 60) == head_revision()
+    engine.dispose()
+    other.dispose()
+
+
+def test_a_migration_cut_by_a_statement_timeout_leaves_no_lock(empty_db_url: str) -> None:
+    url = normalize_url(empty_db_url)
+    hurried = create_engine(url, connect_args={"options": "-c statement_timeout=1"})
+    outcome = _upgrade_in_thread(hurried, 60)
+    assert isinstance(outcome, sa.exc.OperationalError), outcome
+    assert "statement timeout" in str(outcome)
+    assert _upgrade_in_thread(create_engine(url, poolclass=sa.NullPool), 60) == head_revision()
+    hurried.dispose()
+
+
+def test_another_applications_alembic_history_is_named_as_a_possibility(
+    empty_db_url: str,
+) -> None:
+    engine = create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool)
+    with engine.begin() as conn:
+        conn.execute(sa.text("create table alembic_version (version_num varchar(32) primary key)"))
+        conn.execute(sa.text("insert into alembic_version values ('ae1027a6acf')"))
+    with pytest.raises(SchemaError, match="another application") as info:
+        upgrade(engine)
+    assert "'ae1027a6acf'" in str(info.value)
+    engine.dispose()
+
+
 def test_table_descriptions_match_the_migrated_schema(db_url: str) -> None:
     engine = create_engine(normalize_url(db_url), poolclass=sa.NullPool)
     inspector = sa.inspect(engine)

@@ -284,29 +284,28 @@ def _refuse_newer(engine: Engine, current: str | None) -> None:
     """Raise `SchemaError` for a schema revision this version of autoctx does not know."""
     if current is not None and current not in _known_revisions():
         raise SchemaError(
-            f"the database at {describe(engine.url)} has schema revision {current!r}, which this "
-            "version of autoctx does not know (it is newer); upgrade autoctx"
+            f"the database at {describe(engine.url)} has schema revision {current!r} in its "
+            "alembic_version table, which this version of autoctx does not know: either the "
+            "schema is newer (upgrade autoctx) or another application keeps its Alembic history "
+            "in the same database (give autoctx a database of its own)"
         )
 
 
 def upgrade(engine: Engine, revision: str = "head") -> str:
     """Run the migrations up to `revision` under an advisory lock; returns the new revision.
 
-    Refuses a database whose schema is newer than this version of autoctx knows.
+    Refuses a database whose schema is newer than this version of autoctx knows. All of it is
+    one transaction holding a transaction-scoped lock (PostgreSQL's DDL is transactional): a
+    migration that fails rolls everything back and releases the lock with it, and its own
+    error is what the caller sees, so no other process is left waiting for the lock.
     """
-    with engine.connect() as conn:
-        conn.execute(sa.text("select pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
-        try:
-            conn.commit()
-            _refuse_newer(engine, MigrationContext.configure(conn).get_current_revision())
-            cfg = alembic_config()
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
-            conn.commit()
-            return MigrationContext.configure(conn).get_current_revision() or ""
-        finally:
-            conn.execute(sa.text("select pg_advisory_unlock(:k)"), {"k": _MIGRATION_LOCK_KEY})
-            conn.commit()
+    with engine.begin() as conn:
+        conn.execute(sa.text("select pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+        _refuse_newer(engine, MigrationContext.configure(conn).get_current_revision())
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+        return MigrationContext.configure(conn).get_current_revision() or ""
 
 
 def ensure_schema(engine: Engine, *, auto_upgrade: bool) -> None:
