@@ -145,6 +145,18 @@ def _one_line(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+#: Control characters a terminal would act on (C0 but newline and tab, DEL, C1): stored content
+#: is data, so what it holds is shown, never executed (an ESC sequence could clear the screen,
+#: set the title or recolour everything after it).
+_CONTROL_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _shown(text: str) -> str:
+    """`text` with the control characters a terminal would act on written as escapes (CRLF
+    line ends read as newlines)."""
+    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
+
+
 def _fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(f"autoctx: error: {_one_line(message)}", err=True)
     return typer.Exit(code)
@@ -231,7 +243,7 @@ def _content_line(msg: Msg) -> str:
             parts.append(f"<- {block.name or 'tool'}: {block.output_text}")
         elif isinstance(block, OpaqueBlock):
             parts.append(f"[{block.data.get('type', 'opaque')}]")
-    return _one_line(OFFLOAD_TAG_RE.sub("", " ".join(parts)))
+    return _shown(_one_line(OFFLOAD_TAG_RE.sub("", " ".join(parts))))
 
 
 def _cell(text: str, style: str = "") -> Text:
@@ -381,7 +393,7 @@ def _print_message(console: Console, index: int | None, msg: Msg) -> None:
     if msg.pinned:
         header += " pinned"
     console.rule(Text(header, style="bold"), align="left")
-    console.print(Text(render_transcript([msg], keep_tags=True)))
+    console.print(Text(_shown(render_transcript([msg], keep_tags=True))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -626,7 +638,7 @@ def _demo_reload(
             style="bold green" if same == len(originals) else "bold red",
         )
     )
-    excerpt = render_transcript(reloaded[:1], keep_tags=True).splitlines()[:6]
+    excerpt = _shown(render_transcript(reloaded[:1], keep_tags=True)).splitlines()[:6]
     for line in excerpt:
         console.print(Text(f"  | {_clip(line, max(20, min(110, console.width - 5)))}", style="dim"))
     answer = mem.handle_tool_call(

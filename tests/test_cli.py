@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from click.testing import Result
 from typer.testing import CliRunner
 
-from autoctx import AutoContextMemory
+from autoctx import AutoContextConfig, AutoContextMemory
 from autoctx.cli import app
 from autoctx.demo import generate
 from autoctx.memory import get_engine
@@ -396,3 +396,35 @@ def test_help_teaches_with_examples() -> None:
         assert page.exit_code == 0
         assert "Examples:" in page.stdout and f"autoctx {command}" in page.stdout
         assert "--database-url" in page.stdout
+
+
+def test_show_and_reload_print_control_characters_as_escapes(db_url: str) -> None:
+    """Stored content is data: an ESC sequence in a tool output (clear screen, set the title)
+    reaches the terminal as visible text, never as a control sequence."""
+    hostile = "\x1b[2J\x1b]0;owned\x07 ran make\r\nok \x9b31m"
+    config = AutoContextConfig(max_tokens=2_000, large_payload_chars=400, preview_chars=50)
+    mem = AutoContextMemory.open(f"cli-ctl-{uuid.uuid4().hex[:8]}", db_url, config)
+    mem.add({"role": "user", "content": "build it"})
+    mem.add(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+            ],
+        }
+    )
+    mem.add({"role": "tool", "tool_call_id": "c1", "content": hostile + " log" * 2_000})
+    mem.add({"role": "assistant", "content": "Built."})
+    mem.add({"role": "user", "content": "thanks"})
+    offload = next(e.offload_uuid for e in mem.compress_if_needed() if e.offload_uuid)
+    outputs = [
+        invoke(["show", mem.session_id, "-d", db_url]),
+        invoke(["show", mem.session_id, "--full", "-d", db_url]),
+        invoke(["reload", mem.session_id, str(offload), "-d", db_url]),
+    ]
+    for result in outputs:
+        assert result.exit_code == 0, result.output
+        assert not set(result.stdout) & {"\x1b", "\x07", "\x9b"}, repr(result.stdout[:300])
+    assert "\\x1b[2J" in outputs[2].stdout and "\\x07" in outputs[2].stdout
+    mem.delete()
