@@ -6,17 +6,20 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 import venv
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import URL
 
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, SchemaError
 from autoctx.store import tables
 from autoctx.store.database import (
     create_engine,
     current_revision,
+    ensure_database,
     head_revision,
     normalize_url,
     upgrade,
@@ -125,6 +128,35 @@ def test_another_applications_alembic_history_is_named_as_a_possibility(
         upgrade(engine)
     assert "'ae1027a6acf'" in str(info.value)
     engine.dispose()
+
+
+def test_processes_creating_one_database_at_once_all_succeed(admin_url: URL) -> None:
+    """The embedded server's first start in a fresh directory: several processes create the
+    database at the same moment; the ones that lose the race must not fail."""
+    name = f"autoctx_race_{uuid.uuid4().hex[:10]}"
+    gate = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        gate.wait()
+        try:
+            ensure_database(admin_url, name)
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    with engine.connect() as conn:
+        found = conn.execute(
+            sa.text("select count(*) from pg_database where datname = :n"), {"n": name}
+        ).scalar()
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+    engine.dispose()
+    assert errors == [] and found == 1, errors
 
 
 def test_table_descriptions_match_the_migrated_schema(db_url: str) -> None:

@@ -216,14 +216,18 @@ def ensure_database(admin_url: URL, name: str, template: str | None = None) -> N
         raise ValueError(f"database name {name!r} must be letters, digits and underscores")
     engine = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
     try:
+        exists = sa.text("select 1 from pg_database where datname = :n")
         with engine.connect() as conn:
-            exists = conn.execute(
-                sa.text("select 1 from pg_database where datname = :n"), {"n": name}
-            ).scalar()
-            if not exists:
+            if not conn.execute(exists, {"n": name}).scalar():
                 suffix = f" TEMPLATE {template}" if template else ""
-                with contextlib.suppress(sa.exc.ProgrammingError):  # lost a creation race
+                try:
                     conn.execute(sa.text(f'CREATE DATABASE "{name}"{suffix}'))
+                except (sa.exc.ProgrammingError, sa.exc.IntegrityError):
+                    # Lost a creation race: DuplicateDatabase when the other CREATE committed
+                    # first, a unique violation on pg_database when both ran at once. Only
+                    # the database existing now makes that a success.
+                    if not conn.execute(exists, {"n": name}).scalar():
+                        raise
     finally:
         engine.dispose()
 
