@@ -224,6 +224,15 @@ _FUNCS = ("load", "save", "parse", "render", "fetch", "apply", "merge", "close",
 _LEVELS = ("INFO", "INFO", "INFO", "DEBUG", "WARNING", "ERROR")
 _STATUSES = ("ok", "pending", "failed", "running", "done")
 _TOOLS = ("read_file", "run_shell", "grep", "http_get", "list_dir", "write_file", "python")
+#: What each read-only tool returns, by the kind of its line pool (see `TranscriptGenerator`).
+TOOL_OUTPUT_KINDS: dict[str, str] = {
+    "read_file": "code",
+    "run_shell": "log",
+    "grep": "code",
+    "http_get": "json",
+    "list_dir": "listing",
+    "python": "log",
+}
 
 
 def _sentence(r: random.Random, words: int) -> str:

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from _common import (
+    TOOL_OUTPUT_KINDS,
     BenchDatabase,
     TranscriptGenerator,
     add_database_argument,
@@ -101,15 +102,7 @@ MULTITASK_TASKS = 15
 MULTITASK_ANSWERED = 2
 LONGTASK_STEPS = 2_000
 
-# What each tool returns, from the line pools of bench/_common.py.
-_TOOLS = {
-    "read_file": "code",
-    "run_shell": "log",
-    "grep": "code",
-    "http_get": "json",
-    "list_dir": "listing",
-    "python": "log",
-}
+_TOOLS = TOOL_OUTPUT_KINDS
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

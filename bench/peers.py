@@ -44,6 +44,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from _common import (
+    TOOL_OUTPUT_KINDS,
     BenchDatabase,
     Stopwatch,
     TranscriptGenerator,
@@ -82,15 +83,7 @@ LABELS = {
 }
 LIMIT = 100
 
-# What each tool returns, from the pools of bench/_common.py.
-_TOOLS = {
-    "read_file": "code",
-    "run_shell": "log",
-    "grep": "code",
-    "http_get": "json",
-    "list_dir": "listing",
-    "python": "log",
-}
+_TOOLS = TOOL_OUTPUT_KINDS
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
