@@ -70,3 +70,14 @@ def test_a_connection_killed_inside_the_idle_window_fails_one_call_then_recovers
     mem.add(Msg.user("second"))
     assert [m.text for m in mem.messages()] == ["first", "second"]
     assert_totals_match(mem)
+
+
+def test_a_database_error_carries_no_statement_parameters(db_url: str) -> None:
+    """Parameters are message content; an error raised through autoctx's engine names the
+    statement, never what was bound to it."""
+    engine = database.create_engine(database.normalize_url(db_url), poolclass=sa.NullPool)
+    secret = "SECRET-7f3a9 the user's password"
+    with pytest.raises(sa.exc.DBAPIError) as info, engine.connect() as conn:
+        conn.execute(sa.text("insert into no_such_table values (:v)"), {"v": secret})
+    assert secret not in str(info.value) and "hidden" in str(info.value)
+    engine.dispose()

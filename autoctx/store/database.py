@@ -106,6 +106,9 @@ def create_engine(url: URL, **kwargs: Any) -> Engine:
     unless the caller passes `pool_pre_ping` itself."""
     connect_args = kwargs.setdefault("connect_args", {})
     connect_args.setdefault("connect_timeout", 10)
+    # Statement parameters are message content: a raised error must not carry them (SPEC.md
+    # section 6). The server's own error text can still quote a row (a DETAIL line).
+    kwargs.setdefault("hide_parameters", True)
     threshold = url.query.get("prepare_threshold")
     if threshold is not None:
         # psycopg's own option, not a libpq one: taken off the URL and given to psycopg.
