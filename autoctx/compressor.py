@@ -10,7 +10,7 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ._faults import pause_point
@@ -26,7 +26,7 @@ from .store.store import Replacement, Store
 from .strategies import plan as plan_strategy
 from .strategies._common import layout_of
 from .strategies.s7_fold import STRATEGY as FOLD
-from .summarizers import OfflineSummarizer, Summarizer, SummaryResult, check_answer
+from .summarizers import OfflineSummarizer, Summarizer, check_answer
 from .tokens import TokenCounter
 
 logger = logging.getLogger("autoctx")
@@ -161,8 +161,7 @@ class Compressor:
             final = self.store.totals(self.session_id)
         if not under_target(final.message_count, final.token_count, cfg):
             if final.token_count >= cfg.max_tokens:
-                self._report_over_window(state)
-                final = self.store.totals(self.session_id)
+                self._report_over_window(state)  # an event: the version stays
             self.store.settle(self.session_id, final.version)
         return state.events
 
@@ -204,13 +203,21 @@ class Compressor:
         )
         skip_history = state.history_quiet == ctx.floor_waived
         history_found = False
+        # Planned once a pass: S1 and S4 ask for it before it is the fold's turn.
+        planned: dict[int, list[Edit]] = {}
+
+        def planned_by(strategy: int) -> list[Edit]:
+            if strategy not in planned:
+                planned[strategy] = plan_strategy(strategy, snap, cfg, ctx)
+            return planned[strategy]
+
         yielded = False
         for strategy in STRATEGIES:
             if strategy in HISTORY_STRATEGIES and skip_history:
                 continue
             if not self._allowed(strategy, snap):
                 continue
-            edits = self._affordable(strategy, plan_strategy(strategy, snap, cfg, ctx), state)
+            edits = self._affordable(strategy, planned_by(strategy), state)
             if not edits:
                 continue
             if strategy in HISTORY_STRATEGIES:
@@ -218,7 +225,7 @@ class Compressor:
             if (
                 strategy in _YIELD_TO_FOLD
                 and (len(edits) > 1 or not _reaches_target(snap, edits, cfg))
-                and plan_strategy(FOLD, snap, cfg, ctx)
+                and planned_by(FOLD)
             ):
                 yielded = True
                 continue
@@ -316,7 +323,8 @@ class Compressor:
             pause_point("summarize.during")
             result = summarizer.summarize(request)
             if fallback is not None:
-                result = _as_fallback(result)
+                # Recorded under the fallback's own name (SPEC.md section 2).
+                result = replace(result, model=FALLBACK_MODEL)
             text = check_answer(result.text)
         except SummarizerError as exc:
             self._fail(edit, state, reason, exc.reason, exc.detail)
@@ -477,17 +485,6 @@ class Compressor:
 def _budget_margin(budget: int) -> int:
     """How far over its token budget an answer may go and still count as a summary."""
     return max(16, budget // 10)
-
-
-def _as_fallback(result: SummaryResult) -> SummaryResult:
-    """The offline fallback's result, recorded under the fallback's model name."""
-    return SummaryResult(
-        result.text,
-        FALLBACK_MODEL,
-        result.prompt_tokens,
-        result.completion_tokens,
-        result.latency_ms,
-    )
 
 
 def _reaches_target(snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig) -> bool:

@@ -102,8 +102,6 @@ MULTITASK_TASKS = 15
 MULTITASK_ANSWERED = 2
 LONGTASK_STEPS = 2_000
 
-_TOOLS = TOOL_OUTPUT_KINDS
-
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -188,7 +186,7 @@ class Calls:
 
     def new(self, r: random.Random) -> ToolUseBlock:
         self.n += 1
-        tool = r.choice(tuple(_TOOLS))
+        tool = r.choice(tuple(TOOL_OUTPUT_KINDS))
         return ToolUseBlock(f"call_{self.n}", tool, _arguments(r, tool))
 
 
@@ -204,7 +202,9 @@ def chat(seed: int, scale: float) -> Iterator[Msg]:
         if r.random() < 0.25:
             call = calls.new(r)
             yield Msg.assistant(None, [call])
-            yield Msg.tool(call.id, texts.text(_TOOLS[call.name], r.randint(100, 600)), call.name)
+            yield Msg.tool(
+                call.id, texts.text(TOOL_OUTPUT_KINDS[call.name], r.randint(100, 600)), call.name
+            )
         yield Msg.assistant(texts.text("prose", r.randint(200, 1500)))
 
 
@@ -231,7 +231,7 @@ def toolchat(seed: int, scale: float) -> Iterator[Msg]:
                 continue
             yield Msg.assistant(None, response)
             for call in response:
-                output = texts.text(_TOOLS[call.name], r.randint(200, 800))
+                output = texts.text(TOOL_OUTPUT_KINDS[call.name], r.randint(200, 800))
                 yield Msg.tool(call.id, output, call.name)
 
 
@@ -475,7 +475,7 @@ async def _run_sdk(db: BenchDatabase, seed: int, scale: float) -> Trace:
             on_invoke_tool=invoke,
             strict_json_schema=False,
         )
-        for tool in _TOOLS
+        for tool in TOOL_OUTPUT_KINDS
     ]
     model = ScriptedModel()
     agent = Agent(name="bench", instructions="You are a coding agent.", model=model, tools=tools)
@@ -538,7 +538,9 @@ async def _run_sdk(db: BenchDatabase, seed: int, scale: float) -> Trace:
             for response in responses:
                 if not isinstance(response, str):
                     for call in response:
-                        outputs[call.id] = texts.text(_TOOLS[call.name], gen.r.randint(200, 800))
+                        outputs[call.id] = texts.text(
+                            TOOL_OUTPUT_KINDS[call.name], gen.r.randint(200, 800)
+                        )
             model.script = responses
             await Runner.run(agent, user, session=session, max_turns=len(responses) + 1)
             if model.script or outputs:

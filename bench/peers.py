@@ -83,8 +83,6 @@ LABELS = {
 }
 LIMIT = 100
 
-_TOOLS = TOOL_OUTPUT_KINDS
-
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -135,7 +133,7 @@ class ItemGenerator:
         items: list[Item] = [{"role": "user", "content": gen.user().text}]
         calls = []
         for k in range(r.choice((1, 1, 2, 3))):
-            tool = r.choice(tuple(_TOOLS))
+            tool = r.choice(tuple(TOOL_OUTPUT_KINDS))
             calls.append(
                 {
                     "type": "function_call",
@@ -151,7 +149,7 @@ class ItemGenerator:
             {
                 "type": "function_call_output",
                 "call_id": c["call_id"],
-                "output": gen.text(_TOOLS[c["name"]], gen.tool_output_size()),
+                "output": gen.text(TOOL_OUTPUT_KINDS[c["name"]], gen.tool_output_size()),
             }
             for c in calls
         )

@@ -394,6 +394,36 @@ def test_a_fold_around_kept_messages_keeps_the_snapshot_and_the_order(open_memor
     ]
     assert list(kept._snapshots[mem.session_id].positions) == positions
     assert summary.id == folds[-1].summary_message_id
+    # SPEC.md section 3: the history holds no more than the kept rounds, the fold's summary
+    # (its budget, a margin and the tag) and the protected messages.
+    current = max(i for i, m in enumerate(working) if m.role == "user")
+    history = sum(m.tokens or 0 for m in working[:current] if m.role != "system" and not m.pinned)
+    budget = config.fold_budget_tokens
+    assert history <= config.fold_keep_tokens + budget + max(16, budget // 10) + 40, history
+    check_all(mem)
+
+
+def test_s5_shortens_a_large_current_user_message_and_keeps_its_head(open_memory: Open) -> None:
+    """SPEC.md section 3: a pasted log as the user's request: its first `preview_chars`
+    characters stay verbatim, the rest is summarised, and the tag reloads the original."""
+    config = dataclasses.replace(SMALL, max_tokens=6_000)
+    summarizer = CountingSummarizer()
+    mem = open_memory(config=config, summarizer=summarizer)
+    pasted = "Why does the build fail? Here is the log:\n" + file_dump(random.Random(51), 300)
+    (original,) = mem.add(Msg.user(pasted))
+    assert len(pasted) > config.large_payload_chars and mem.needs_compression()
+    events = [e for e in mem.compress_if_needed() if e.status == "applied"]
+    assert [e.strategy for e in events] == [5]
+    (shortened,) = mem.messages()
+    assert (shortened.role, shortened.kind) == ("user", "large_summary")
+    assert shortened.text.startswith(pasted[: config.preview_chars] + "...")
+    # Only the rest went to the summariser: the head is not in the request.
+    (request,) = summarizer.requests
+    assert pasted[: config.preview_chars] not in request.transcript
+    tag = OFFLOAD_TAG_RE.search(shortened.text.splitlines()[-1])
+    assert tag is not None and tag.group("uuid") == str(events[0].offload_uuid)
+    assert [m.text for m in mem.reload(tag.group("uuid"))] == [original.text]
+    assert mem.token_count < config.token_target
     check_all(mem)
 
 

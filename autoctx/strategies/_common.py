@@ -231,46 +231,30 @@ def make_edit(
     end: int,
     new_kind: Kind,
     *,
+    members: tuple[int, ...] | None = None,
     verbatim_prefix_id: int | None = None,
     char_budget: int | None = None,
-) -> Edit:
-    return Edit(
-        strategy=strategy,
-        start=start,
-        end=end,
-        replaced_ids=snapshot.ids(start, end),
-        new_kind=new_kind,
-        llm=strategy in LLM_STRATEGIES,
-        replaced_tokens=sum(m.tokens for m in snapshot.messages[start:end]),
-        verbatim_prefix_id=verbatim_prefix_id,
-        char_budget=char_budget,
-    )
-
-
-def make_scattered_edit(
-    snapshot: Snapshot,
-    strategy: int,
-    members: tuple[int, ...],
-    new_kind: Kind,
-    *,
     token_budget: int | None = None,
 ) -> Edit:
-    """An edit that replaces the messages at `members` (in order) and leaves the others of
-    their span where they are."""
+    """The edit replacing ``snapshot.messages[start:end]``, or only its `members` (indices in
+    order, the first at `start`, the last at ``end - 1``) when they are not the whole span."""
     metas = snapshot.messages
-    start, end = members[0], members[-1] + 1
-    whole = len(members) == end - start
+    if members is not None and len(members) == end - start:
+        members = None  # the whole span after all
+    replaced = metas[start:end] if members is None else tuple(metas[i] for i in members)
     return Edit(
         strategy=strategy,
         start=start,
         end=end,
-        replaced_ids=tuple(metas[i].id for i in members),
+        replaced_ids=tuple(m.id for m in replaced),
         new_kind=new_kind,
         llm=strategy in LLM_STRATEGIES,
-        replaced_tokens=sum(metas[i].tokens for i in members),
+        replaced_tokens=sum(m.tokens for m in replaced),
+        verbatim_prefix_id=verbatim_prefix_id,
+        char_budget=char_budget,
         token_budget=token_budget,
-        members=None if whole else members,
-        span_ids=None if whole else snapshot.ids(start, end),
+        members=members,
+        span_ids=None if members is None else snapshot.ids(start, end),
     )
 
 

@@ -18,7 +18,7 @@ from typing import Final
 
 from ..config import AutoContextConfig
 from ..plans import Edit, PlanContext, Snapshot
-from ._common import Layout, has_failed_ids, layout_of, make_scattered_edit, token_floor
+from ._common import Layout, has_failed_ids, layout_of, make_edit, token_floor
 
 STRATEGY: Final = 7
 
@@ -45,8 +45,14 @@ def plan_s7(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
         return []
     if sum(metas[i].tokens for i in members) < token_floor(config, ctx):
         return []
-    edit = make_scattered_edit(
-        snapshot, STRATEGY, members, "history_summary", token_budget=config.fold_budget_tokens
+    edit = make_edit(
+        snapshot,
+        STRATEGY,
+        members[0],
+        members[-1] + 1,
+        "history_summary",
+        members=members,
+        token_budget=config.fold_budget_tokens,
     )
     if not ctx.fallback and has_failed_ids(ctx, edit.replaced_ids):
         return []
