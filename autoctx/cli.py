@@ -572,9 +572,7 @@ def demo(
         )
     )
     # "Nothing lost" is checked, not claimed: every message added is stored as an original.
-    kept = mem.sql(
-        "SELECT count(*) FROM messages WHERE session_id = :s AND kind = 'original'", s=session_id
-    )[0][0]
+    kept = mem.store.count_originals(session_id)
     added = len(result.originals)
     console.print(
         Text(

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from .compressor import Compressor, trigger_of
@@ -340,11 +339,6 @@ class AutoContextMemory:
     @property
     def summarizer(self) -> Summarizer:
         return self._summarizer
-
-    def sql(self, statement: str, **params: Any) -> list[sa.Row[Any]]:
-        """Run a read-only SQL query on the memory's database (audits, tests), in the memory's
-        tenant scope: under row-level security it sees what the memory sees."""
-        return self._store.query(statement, params)
 
 
 def _with_model(config: AutoContextConfig, info: SessionInfo) -> AutoContextConfig:

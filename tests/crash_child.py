@@ -38,6 +38,7 @@ from autoctx._faults import ENV as PAUSE_ENV
 from autoctx._faults import PHASES as PAUSE_PHASES
 from autoctx.memory import dispose_engines
 from autoctx.store.rows import msg_from_row
+from tests.dbsql import sql
 from tests.invariants import (
     assert_consistent,
     assert_every_original_reachable,
@@ -162,7 +163,8 @@ def _summarizer(work: Workload, generation: int) -> OpenAISummarizer:
 
 def next_step(mem: AutoContextMemory) -> int:
     """The first step not yet stored (each step is one atomic `add()`)."""
-    rows = mem.sql(
+    rows = sql(
+        mem,
         "select metadata from messages where session_id = :s and kind = 'original' "
         "order by id desc limit 1",
         s=mem.session_id,
@@ -244,7 +246,8 @@ def check_after_kill(work: Workload, kills: int) -> tuple[int, int]:
     dispose_engines()
     acks = read_acks(work.ack_path)
     mem = AutoContextMemory.open(work.session_id, work.db_url, CONFIG, create=not acks)
-    rows = mem.sql(
+    rows = sql(
+        mem,
         "select id, role, name, content, metadata, kind, pinned, tokens from messages "
         "where session_id = :s and kind = 'original' order by id",
         s=work.session_id,

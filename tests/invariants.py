@@ -18,6 +18,7 @@ from autoctx.store.rows import msg_from_row
 from autoctx.store.tables import messages as messages_table
 from autoctx.store.tables import offloads, working_set
 from autoctx.tokens import TokenCounter
+from tests.dbsql import sql
 
 #: The audit views migration 0002 creates (SPEC.md section 7).
 AUDIT_VIEWS = (
@@ -130,7 +131,8 @@ def assert_consistent(mem: AutoContextMemory) -> None:
     - the working context is valid OpenAI chat and its totals equal a recount.
     """
     sid = mem.session_id
-    events = mem.sql(
+    events = sql(
+        mem,
         "select id, status, replaced_ids, summary_message_id, offload_uuid from compression_events "
         "where session_id = :s order by id",
         s=sid,
@@ -139,8 +141,8 @@ def assert_consistent(mem: AutoContextMemory) -> None:
     for e in events:
         if e.status != "applied":
             assert e.summary_message_id is None and e.offload_uuid is None, e
-    offloads = mem.sql(
-        "select uuid, event_id, message_ids from offloads where session_id = :s", s=sid
+    offloads = sql(
+        mem, "select uuid, event_id, message_ids from offloads where session_id = :s", s=sid
     )
     assert len(offloads) == len(applied), "one offload per applied event"
     for o in offloads:
@@ -149,14 +151,16 @@ def assert_consistent(mem: AutoContextMemory) -> None:
         assert owner.offload_uuid == o.uuid, (o, owner)
         assert list(o.message_ids) == list(owner.replaced_ids), (o, owner)
     lineage: dict[int, list[tuple[int, int, int]]] = {}
-    for r in mem.sql(
+    for r in sql(
+        mem,
         "select summary_id, ordinal, replaced_id, event_id from lineage where session_id = :s",
         s=sid,
     ):
         lineage.setdefault(r.summary_id, []).append((r.ordinal, r.replaced_id, r.event_id))
     summaries = {
         r.id: r
-        for r in mem.sql(
+        for r in sql(
+            mem,
             "select id, kind, event_id from messages where session_id = :s and kind <> 'original'",
             s=sid,
         )
@@ -177,14 +181,14 @@ def assert_consistent(mem: AutoContextMemory) -> None:
     assert not twice, f"messages replaced by more than one applied event: {twice}"
     working = [
         r.message_id
-        for r in mem.sql(
-            "select message_id from working_set where session_id = :s order by position", s=sid
+        for r in sql(
+            mem, "select message_id from working_set where session_id = :s order by position", s=sid
         )
     ]
     both = set(working) & set(replaced)
     assert not both, f"messages both working and replaced: {sorted(both)}"
     all_ids = [
-        r.id for r in mem.sql("select id from messages where session_id = :s order by id", s=sid)
+        r.id for r in sql(mem, "select id from messages where session_id = :s order by id", s=sid)
     ]
     homeless = set(all_ids) - set(working) - set(replaced)
     assert not homeless, f"messages neither working nor replaced: {sorted(homeless)}"

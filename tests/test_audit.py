@@ -41,6 +41,7 @@ from autoctx.store.database import (
     normalize_url,
     upgrade,
 )
+from tests.dbsql import sql
 from tests.invariants import AUDIT_VIEWS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "audit.md"
@@ -198,7 +199,7 @@ class Population:
         return AutoContextMemory.open(s.session_id, self.db_url, tenant=s.tenant, create=False)
 
     def sql(self, statement: str, **params: Any) -> list[sa.Row[Any]]:
-        return self.memory(self.chat).sql(statement, **params)
+        return sql(self.memory(self.chat), statement, **params)
 
 
 def chat_config() -> AutoContextConfig:
@@ -389,7 +390,7 @@ def test_savings_global_form_is_a_group_by(population: Population) -> None:
         expected[r.strategy] = expected.get(r.strategy, 0) + r.tokens_saved
     rows = pop.sql(
         "SELECT strategy, sum(tokens_saved) AS saved FROM autoctx_savings_by_strategy "
-        "GROUP BY strategy"
+        "GROUP BY strategy",
     )
     assert {r.strategy: r.saved for r in rows} == expected
     ours = sum(e.tokens_saved for s in pop.sessions for e in applied(events_of(pop, s)))
@@ -572,7 +573,9 @@ def test_coverage_and_lineage_answer_each_other(population: Population) -> None:
     )
     assert (original, depth) in {(r.message_id, r.depth) for r in behind}
     in_working = pop.sql(
-        "SELECT count(*) FROM working_set WHERE session_id = :s AND message_id = :x", s=sid, x=cover
+        "SELECT count(*) FROM working_set WHERE session_id = :s AND message_id = :x",
+        s=sid,
+        x=cover,
     )
     assert in_working[0][0] == 1
 

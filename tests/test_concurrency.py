@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from autoctx import AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
 from autoctx._faults import ENV as PAUSE_ENV
 from autoctx.memory import dispose_engines
+from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.invariants import assert_consistent, assert_every_original_reachable
 from tests.openai_server import OpenAIServer, Reply
@@ -196,7 +197,8 @@ def test_writers_and_compressors_on_one_session_lose_nothing(
     assert by_status["conflict"], "the two compressors never raced on one range"
 
     # Nothing lost, nothing doubled, each writer's order kept.
-    rows = mem.sql(
+    rows = sql(
+        mem,
         "select id, metadata from messages where session_id = :s and kind = 'original' order by id",
         s=session_id,
     )

@@ -26,6 +26,7 @@ from autoctx.prompts import OFFLOAD_TAG_RE
 from autoctx.strategies import PLANNERS
 from autoctx.tokens import TokenCounter
 from autoctx.transcript import render_transcript
+from tests.dbsql import sql
 from tests.histories import SMALL, file_dump, long_task, multi_round, one_heavy_round, tool_group
 from tests.invariants import (
     assert_every_original_reachable,
@@ -106,14 +107,16 @@ def test_event_offload_and_lineage_rows_agree(open_memory: Open) -> None:
     mem.add(multi_round(3, rounds=4, steps=8))
     events = mem.compress_if_needed()
     for e in events:
-        rows = mem.sql(
+        rows = sql(
+            mem,
             "select replaced_id, ordinal from lineage where session_id = :s and summary_id = :m "
             "order by ordinal",
             s=mem.session_id,
             m=e.summary_message_id,
         )
         assert tuple(r.replaced_id for r in rows) == e.replaced_ids
-        offload_ids = mem.sql(
+        offload_ids = sql(
+            mem,
             "select message_ids from offloads where session_id = :s and uuid = :u",
             s=mem.session_id,
             u=e.offload_uuid,
@@ -387,7 +390,8 @@ def test_a_fold_around_kept_messages_keeps_the_snapshot_and_the_order(open_memor
     assert kept.snapshot(mem.session_id) == Store(mem.engine).snapshot(mem.session_id)
     positions = [
         r.position
-        for r in mem.sql(
+        for r in sql(
+            mem,
             "select position from working_set where session_id = :s order by position",
             s=mem.session_id,
         )
@@ -578,8 +582,8 @@ def test_the_bound_holds_when_the_config_blocks_the_history_strategies(
     # the audit does not count it as an LLM call.
     (fold,) = [m for m in mem.messages() if m.kind == "history_summary"]
     assert fold.id == fallback[0].summary_message_id
-    (cost,) = mem.sql(
-        "select llm_calls from autoctx_session_cost where session_id = :s", s=mem.session_id
+    (cost,) = sql(
+        mem, "select llm_calls from autoctx_session_cost where session_id = :s", s=mem.session_id
     )
     assert cost.llm_calls == summarizer.calls
     check_all(mem)
@@ -611,7 +615,8 @@ def test_each_event_records_why_it_ran_and_the_thresholds_of_its_call(
     assert first and {e.reason for e in first} == {trigger}
 
     def configs(events: list[Any]) -> list[Any]:
-        rows = mem.sql(
+        rows = sql(
+            mem,
             "select id, config from compression_events where session_id = :s",
             s=mem.session_id,
         )
@@ -655,7 +660,8 @@ def test_compressions_store_the_final_answer_flag_of_the_kinds_table(open_memory
         mem = open_memory(sid=f"{sid}-{uuid.uuid4().hex[:6]}", config=config)
         mem.add(history)
         mem.compress_if_needed()
-        rows = mem.sql(
+        rows = sql(
+            mem,
             "select m.id, m.kind, m.final, r.final as replaced_final "
             "from messages m join lineage l on l.session_id = m.session_id "
             "and l.summary_id = m.id and l.ordinal = 0 "

@@ -23,6 +23,7 @@ from autoctx import (
     SessionNotFound,
     ToolUseBlock,
 )
+from tests.dbsql import sql
 from tests.invariants import recount
 from tests.test_messages import drop_none, varied_conversation
 
@@ -103,7 +104,7 @@ def test_rejected_batch_stores_nothing(open_memory: Open) -> None:
         mem.add([Msg.assistant("ok"), Msg.tool("nope", "x")])
     assert (mem.message_count, mem.token_count, mem.version) == before
     assert [m.text for m in mem.messages()] == ["keep me"]
-    n = mem.sql("select count(*) from messages where session_id = :s", s=mem.session_id)[0][0]
+    n = sql(mem, "select count(*) from messages where session_id = :s", s=mem.session_id)[0][0]
     assert n == 1
 
 
@@ -157,7 +158,7 @@ def test_delete_removes_everything_of_the_session(open_memory: Open) -> None:
     mem.delete()
     other = open_memory(sid="someone-else")
     for table in ("messages", "working_set", "sessions"):
-        assert other.sql(f"select count(*) from {table} where session_id = :s", s=sid)[0][0] == 0
+        assert sql(other, f"select count(*) from {table} where session_id = :s", s=sid)[0][0] == 0
 
 
 def test_the_async_twin_runs_the_same_code(db_url: str, session_id: str) -> None:
@@ -217,7 +218,7 @@ def test_reopening_without_a_config_keeps_the_sessions_thresholds(open_memory: O
     # A later config is recorded as the thresholds in force, but the model stays fixed.
     later = open_memory(config=AutoContextConfig(msg_threshold=11))
     assert later.config.msg_threshold == 11 and later.config.model == "gpt-4"
-    stored = later.sql("select config from sessions where session_id = :s", s=later.session_id)[0][
+    stored = sql(later, "select config from sessions where session_id = :s", s=later.session_id)[0][
         0
     ]
     assert stored["msg_threshold"] == 11 and stored["model"] == "gpt-4"
@@ -243,7 +244,7 @@ def test_pop_last_takes_the_last_message_out_and_keeps_the_original(open_memory:
     mem.add(Msg.tool("c1", "a b c"))
     (event,) = [e for e in mem.events() if e.strategy == 0]
     assert (event.status, event.reason, event.replaced_ids) == ("applied", "manual", (popped.id,))
-    stored = mem.sql("select count(*) from messages where session_id = :s", s=mem.session_id)
+    stored = sql(mem, "select count(*) from messages where session_id = :s", s=mem.session_id)
     assert stored[0][0] == 4  # the popped original is still stored
     assert open_memory(sid="empty-session").pop_last() is None
 

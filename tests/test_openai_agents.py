@@ -33,6 +33,7 @@ from autoctx.integrations.openai_agents import AutoctxSession, reload_tool
 from autoctx.plot import reconstruct
 from autoctx.store.inspect import message_stamps
 from autoctx.tools import NOT_FOUND_ANSWER
+from tests.dbsql import sql
 
 from .openai_server import OpenAIServer, Reply
 
@@ -271,8 +272,8 @@ def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
     session = make_session(compress=False)
     run(session.add_items(copy.deepcopy(items)))
     mem = session.memory()
-    stored_before = mem.sql(
-        "select count(*) from messages where session_id = :s", s=mem.session_id
+    stored_before = sql(
+        mem, "select count(*) from messages where session_id = :s", s=mem.session_id
     )[0][0]
 
     popped = [run(session.pop_item()) for _ in range(4)]
@@ -293,7 +294,8 @@ def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
     _assert_totals_match_a_recount(mem)
 
     # Nothing of what was added is gone from the database; every pop is an audited event.
-    stored_after = mem.sql(
+    stored_after = sql(
+        mem,
         "select count(*) from messages"
         " where session_id = :s and kind = 'original' and event_id is null",
         s=mem.session_id,
@@ -354,7 +356,9 @@ def test_clear_session_deletes_everything_and_starts_afresh(
     mem = session.memory()
     run(session.clear_session())
     for table in ("sessions", "messages", "working_set", "compression_events"):
-        count = mem.sql(f"select count(*) from {table} where session_id = :s", s=session.session_id)
+        count = sql(
+            mem, f"select count(*) from {table} where session_id = :s", s=session.session_id
+        )
         assert count[0][0] == 0, table
     assert run(session.get_items()) == []
     again = [{"role": "user", "content": "hello again"}]
@@ -563,7 +567,8 @@ def _single_tool_offload(mem: AutoContextMemory) -> tuple[uuid.UUID, str]:
 
 
 def _assert_totals_match_a_recount(mem: AutoContextMemory) -> None:
-    row = mem.sql(
+    row = sql(
+        mem,
         """
         select s.message_count, s.token_count, count(m.id), coalesce(sum(m.tokens), 0)
         from sessions s

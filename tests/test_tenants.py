@@ -25,6 +25,7 @@ from autoctx import (
 )
 from autoctx.memory import dispose_engines
 from autoctx.store.tables import SESSION_TABLES
+from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.invariants import AUDIT_VIEWS, assert_consistent, assert_every_original_reachable
 
@@ -170,8 +171,8 @@ def test_events_and_lineage_stay_in_their_session(db_url: str, world: World) -> 
         for e in events:
             if e.offload_uuid is not None:
                 assert {m.id for m in mem.reload(str(e.offload_uuid))} == set(e.replaced_ids)
-        lineage = mem.sql(
-            "select distinct session_id from autoctx_lineage where session_id = :s", s=sid
+        lineage = sql(
+            mem, "select distinct session_id from autoctx_lineage where session_id = :s", s=sid
         )
         assert [r.session_id for r in lineage] == [sid]
 
@@ -305,7 +306,7 @@ def test_memory_as_the_tenant_role_works_end_to_end(
     assert len(mem.to_openai()) == mem.message_count
     # Hand-written SQL through the memory runs in its tenant scope, so the role sees its rows.
     working = "select count(*) as n from working_set where session_id = :s"
-    assert mem.sql(working, s=sid)[0].n == mem.message_count
+    assert sql(mem, working, s=sid)[0].n == mem.message_count
     mem.set_plan({"goal": "ship", "steps": [{"title": "fix", "state": "in_progress"}]})
     # The same role cannot reach B's session through autoctx either.
     with pytest.raises(SessionNotFound):
@@ -320,7 +321,7 @@ def test_memory_as_the_tenant_role_works_end_to_end(
     assert_consistent(checked)
     assert_every_original_reachable(checked)
     mem.delete()
-    assert checked.sql("select count(*) as n from messages where session_id = :s", s=sid)[0].n == 0
+    assert sql(checked, "select count(*) as n from messages where session_id = :s", s=sid)[0].n == 0
 
 
 @pytest.mark.parametrize("tenant", ["A", None])

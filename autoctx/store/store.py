@@ -325,10 +325,15 @@ class Store:
         self._appended[session_id] = (message_count, token_count)
         return [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
 
-    def query(self, statement: str, params: Mapping[str, Any]) -> list[Row[Any]]:
-        """A caller's read-only SQL, in the store's tenant scope."""
-        with self._connect() as conn:
-            return list(conn.execute(sa.text(statement), dict(params)))
+    def count_originals(self, session_id: str) -> int:
+        """How many originals the session stores (the demo's "nothing lost" check)."""
+        stmt = (
+            sa.select(sa.func.count())
+            .select_from(messages)
+            .where(messages.c.session_id == session_id, messages.c.kind == "original")
+        )
+        with self._single() as conn:
+            return int(conn.execute(stmt).scalar_one())
 
     def totals_after_append(self, session_id: str) -> tuple[int, int] | None:
         """The working (message, token) totals as this store's latest append of the session
