@@ -8,6 +8,7 @@ events = mem.compress_if_needed()
 messages = mem.to_openai()
 """
 
+from .client import AutoContextClient
 from .config import AutoContextConfig
 from .errors import (
     AutoctxError,
@@ -53,6 +54,7 @@ def upgrade_database(database_url: str | None = None) -> str:
 
 __all__ = [
     "AsyncAutoContextMemory",
+    "AutoContextClient",
     "AutoContextConfig",
     "AutoContextMemory",
     "AutoctxError",

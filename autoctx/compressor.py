@@ -24,7 +24,7 @@ from .prompts import build_request, offload_tag
 from .store.rows import SessionInfo
 from .store.store import Replacement, Store
 from .strategies import plan as plan_strategy
-from .strategies._common import layout_of
+from .strategies._common import Layouts, layout_of
 from .strategies.s7_fold import STRATEGY as FOLD
 from .summarizers import OfflineSummarizer, Summarizer, check_answer
 from .tokens import TokenCounter
@@ -99,21 +99,16 @@ class _CallState:
     fell_back: set[tuple[int, tuple[int, ...]]] = field(default_factory=set)
 
 
-#: Sessions already warned about in this process (the warning would otherwise repeat on
-#: every call: each append moves the session to a new version, and the ladder tries again).
-_warned_over_window: set[str] = set()
+@dataclass
+class SessionState:
+    """What the compressor keeps about one session between calls, owned by its memory (so that
+    nothing of it lives in module globals): the latest layout, the incremental base of the
+    next one; and whether the over-window warning was logged (once per memory: it would
+    otherwise repeat on every call, since each append moves the session to a new version and
+    the ladder tries again)."""
 
-
-def _warn_over_window(session_id: str, detail: str) -> None:
-    if session_id in _warned_over_window:
-        return
-    _warned_over_window.add(session_id)
-    logger.warning(
-        "autoctx: session %r is over its window after compressing: %s (logged once per "
-        "session and process)",
-        session_id,
-        detail,
-    )
+    layouts: Layouts = field(default_factory=Layouts)
+    warned_over_window: bool = False
 
 
 class Compressor:
@@ -124,12 +119,14 @@ class Compressor:
         config: AutoContextConfig,
         counter: TokenCounter,
         summarizer: Summarizer,
+        session: SessionState | None = None,
     ) -> None:
         self.store = store
         self.session_id = session_id
         self.config = config
         self.counter = counter
         self.summarizer = summarizer
+        self.session = session if session is not None else SessionState()
 
     def run(self, info: SessionInfo) -> list[Event]:
         cfg = self.config
@@ -200,6 +197,7 @@ class Compressor:
             token_pressure=state.by_tokens and snap.token_count >= cfg.token_target,
             failed=frozenset(state.failed),
             count_pressure=snap.message_count >= cfg.msg_target,
+            layouts=self.session.layouts,
         )
         skip_history = state.history_quiet == ctx.floor_waived
         history_found = False
@@ -401,7 +399,12 @@ class Compressor:
             if snap.token_count < cfg.token_target:
                 return
             # Ranges that failed with the configured summariser are exactly what is retried.
-            ctx = PlanContext(token_pressure=True, count_pressure=False, fallback=True)
+            ctx = PlanContext(
+                token_pressure=True,
+                count_pressure=False,
+                fallback=True,
+                layouts=self.session.layouts,
+            )
             for strategy in _FALLBACK_STRATEGIES:
                 edits = plan_strategy(strategy, snap, cfg, ctx)
                 edits = [e for e in edits if (e.strategy, e.replaced_ids) not in state.fell_back]
@@ -424,7 +427,7 @@ class Compressor:
         Said in a warning and in a `skipped` event of the fold (SPEC.md section 2)."""
         cfg = self.config
         snap = self.store.snapshot(self.session_id)
-        lay = layout_of(snap, cfg)
+        lay = layout_of(snap, cfg, self.session.layouts)
         protected = sum(
             m.tokens
             for i, m in enumerate(lay.metas)
@@ -436,7 +439,14 @@ class Compressor:
             f"message, a pending tool call) hold {protected} of them and nothing else is left "
             "to compress: shorten or unpin them"
         )
-        _warn_over_window(self.session_id, detail)
+        if not self.session.warned_over_window:
+            self.session.warned_over_window = True
+            logger.warning(
+                "autoctx: session %r is over its window after compressing: %s (logged once per "
+                "memory)",
+                self.session_id,
+                detail,
+            )
         event = self.store.record_event(
             self.session_id,
             strategy=FOLD,

@@ -2,27 +2,33 @@
 
 The async twin runs the same sync code in a worker thread (`asyncio.to_thread`): one source of
 truth, and psycopg's sync driver under it.
+
+One memory may be shared by threads and by asyncio tasks (SPEC.md section 5): each memory
+serialises its own calls with a lock, so they behave as if made one after the other, and its
+caches (in its store) only ever change under that lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 
-from .compressor import Compressor, trigger_of
+from .client import AutoContextClient
+from .compressor import Compressor, SessionState, trigger_of
 from .config import AutoContextConfig
 from .errors import InvalidSessionId, SessionNotFound
 from .events import Event
 from .intake import Prepared, count_tokens, prepare
 from .messages import Msg, coerce_messages, to_openai_messages
 from .prompts import RELOAD_SNIPPET
-from .store.database import check_connection, create_engine, ensure_schema, resolve_url
 from .store.rows import SessionInfo
 from .store.store import Store
 from .summarizers import Summarizer, default_summarizer
@@ -41,9 +47,8 @@ logger = logging.getLogger("autoctx")
 MAX_SESSION_ID = 255
 MessageInput = Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]]
 
-# One engine per URL per process: opening many memories must not open many pools.
-_engines: dict[str, Engine] = {}
-_schema_checked: set[str] = set()
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def validate_session_id(session_id: object) -> str:
@@ -65,26 +70,24 @@ def validate_session_id(session_id: object) -> str:
 
 
 def get_engine(database_url: str | URL | None, *, auto_upgrade: bool) -> Engine:
-    """The process-wide engine for a URL (or the embedded server), schema checked once."""
-    url = resolve_url(database_url)
-    key = url.render_as_string(hide_password=False)
-    engine = _engines.get(key)
-    if engine is None:
-        engine = create_engine(url)
-        check_connection(engine)
-        _engines[key] = engine
-    if key not in _schema_checked:
-        ensure_schema(engine, auto_upgrade=auto_upgrade)
-        _schema_checked.add(key)
-    return engine
+    """The engine of the process's shared client for a URL (or the embedded server)."""
+    return AutoContextClient.shared(database_url, auto_upgrade=auto_upgrade).engine
 
 
 def dispose_engines() -> None:
-    """Close every pooled connection (for tests and for forked children)."""
-    for engine in _engines.values():
-        engine.dispose()
-    _engines.clear()
-    _schema_checked.clear()
+    """Close every shared client: its pooled connections and the memories opened through it."""
+    AutoContextClient.close_shared()
+
+
+def _serialised(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run the method under its memory's lock (reentrant: public methods call each other)."""
+
+    @functools.wraps(method)
+    def locked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with args[0]._lock:  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+
+    return locked
 
 
 class AutoContextMemory:
@@ -102,6 +105,8 @@ class AutoContextMemory:
         info: SessionInfo,
         config: AutoContextConfig,
         summarizer: Summarizer,
+        *,
+        owns_summarizer: bool = False,
     ) -> None:
         self._store = store
         self.session_id = info.session_id
@@ -109,8 +114,12 @@ class AutoContextMemory:
         self.config = config
         self._counter = TokenCounter(config.model)
         self._summarizer = summarizer
+        #: The default summariser is the memory's to close; one passed in is the caller's.
+        self._owns_summarizer = owns_summarizer
         self._info = info
         self._closed = False
+        self._lock = threading.RLock()
+        self._session = SessionState()
 
     @classmethod
     def open(
@@ -131,39 +140,15 @@ class AutoContextMemory:
         session's record of the thresholds in force is updated. `database_url` defaults to
         `AUTOCTX_DATABASE_URL`, else the embedded PostgreSQL.
         """
-        validate_session_id(session_id)
-        if tenant is not None and (not isinstance(tenant, str) or not tenant.strip()):
-            # Under row-level security an empty tenant means "no tenant": refuse the ambiguity.
-            raise InvalidSessionId(
-                f"tenant {tenant!r} is not a tenant name; pass a non-empty string, or None for "
-                "a session without a tenant"
-            )
-        given = config
-        config = config or AutoContextConfig()
-        engine = get_engine(database_url, auto_upgrade=config.auto_upgrade)
-        store = Store(engine, tenant)
-        info = store.get_session(session_id, tenant)
-        if info is None:
-            if not create:
-                raise SessionNotFound(
-                    f"session {session_id!r} does not exist; open it with create=True to start it"
-                )
-            counter = TokenCounter(config.model)
-            info = store.create_session(
-                session_id, tenant=tenant, config=config, encoding=counter.encoding_name
-            )
-        elif given is None:
-            # Reopening without a config keeps the thresholds the session was run with.
-            config = AutoContextConfig.from_json(info.config)
-        if info.model != config.model:
-            config = _with_model(config, info)
-        if config.to_json() != info.config:
-            # The thresholds in force are recorded on the session (and on each event).
-            store.set_config(session_id, config.to_json())
-        return cls(store, info, config, summarizer or default_summarizer())
+        validate_session_id(session_id)  # before anything connects
+        client = AutoContextClient.shared(
+            database_url, auto_upgrade=(config or AutoContextConfig()).auto_upgrade
+        )
+        return client.open(session_id, config, tenant=tenant, summarizer=summarizer, create=create)
 
     # -- writing ----------------------------------------------------------------------------
 
+    @_serialised
     def add(self, messages: MessageInput) -> list[Msg]:
         """Validate, count and append messages atomically; returns them as stored.
 
@@ -177,15 +162,22 @@ class AutoContextMemory:
         )
         return self._store.append(self.session_id, prepared)
 
+    @_serialised
     def compress_if_needed(self) -> list[Event]:
         """Run the compression loop if the trigger holds; returns this call's events."""
         self._check_open()
         info = self._store.totals(self.session_id)
         compressor = Compressor(
-            self._store, self.session_id, self.config, self._counter, self._summarizer
+            self._store,
+            self.session_id,
+            self.config,
+            self._counter,
+            self._summarizer,
+            self._session,
         )
         return compressor.run(info)
 
+    @_serialised
     def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
         """Take the last working message out of the working context and return it.
 
@@ -203,6 +195,14 @@ class AutoContextMemory:
 
         return self._store.pop_last(self.session_id, remainder, config=self.config.to_json())
 
+    @_serialised
+    def clear(self) -> Event:
+        """Empty the working context; every original, offload and lineage row stays (clearing
+        is not deleting). Recorded as an applied event: strategy 0, reason 'clear'."""
+        self._check_open()
+        return self._store.clear(self.session_id, config=self.config.to_json())
+
+    @_serialised
     def set_plan(self, plan: Mapping[str, Any] | None) -> None:
         """Attach a plan (goal, steps with states, expected outcome) for the summaries' plan
         hint; None removes it."""
@@ -211,6 +211,7 @@ class AutoContextMemory:
 
     # -- reading ----------------------------------------------------------------------------
 
+    @_serialised
     def messages(self) -> list[Msg]:
         """The working context, in order."""
         self._check_open()
@@ -220,6 +221,7 @@ class AutoContextMemory:
         """The working context as OpenAI Chat Completions messages."""
         return to_openai_messages(self.messages())
 
+    @_serialised
     def refresh(self) -> SessionInfo:
         """Re-read the session row (one primary-key read)."""
         self._check_open()
@@ -240,6 +242,7 @@ class AutoContextMemory:
     def version(self) -> int:
         return self.refresh().version
 
+    @_serialised
     def appended_over_trigger(self) -> bool:
         """Whether this memory's latest `add()` left the session at or over its trigger, from
         the totals that append committed (no read). After an `add()`, `compress_if_needed()`
@@ -248,11 +251,13 @@ class AutoContextMemory:
         totals = self._store.totals_after_append(self.session_id)
         return totals is None or trigger_of(*totals, self.config).fired
 
+    @_serialised
     def needs_compression(self) -> bool:
         """The trigger of SPEC.md section 2, from the session row: one indexed read."""
         info = self.refresh()
         return trigger_of(info.message_count, info.token_count, self.config).fired
 
+    @_serialised
     def events(self) -> list[Event]:
         """Every compression event of the session, oldest first."""
         self._check_open()
@@ -260,6 +265,7 @@ class AutoContextMemory:
 
     # -- reload -----------------------------------------------------------------------------
 
+    @_serialised
     def reload(
         self, offload_id: str | uuid.UUID, offset: int = 0, limit: int | None = None
     ) -> list[Msg]:
@@ -290,6 +296,7 @@ class AutoContextMemory:
             return f"Unknown tool {name!r}: this handler answers {TOOL_NAME} only."
         return self.answer_reload(arguments)
 
+    @_serialised
     def answer_reload(self, arguments: str | Mapping[str, Any]) -> str:
         """Answer `context_reload` arguments (JSON text or a dict) with text; never raises."""
         self._check_open()
@@ -306,14 +313,27 @@ class AutoContextMemory:
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    @_serialised
     def delete(self) -> None:
-        """Delete the session and everything of it."""
+        """Delete the session and everything of it, and close the memory."""
         self._check_open()
         self._store.delete_session(self.session_id, self.tenant)
-        self._closed = True
+        self.close()
 
     def close(self) -> None:
-        self._closed = True
+        """Close the memory: later calls raise `SessionNotFound`; a summariser the memory made
+        itself (the default one) is closed with it. The session stays stored."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        close = getattr(self._summarizer, "close", None)
+        if self._owns_summarizer and callable(close):
+            close()
+
+    def _after_fork_in_child(self) -> None:
+        # A lock another thread of the parent held at the fork would stay held in the child.
+        self._lock = threading.RLock()
 
     def __enter__(self) -> AutoContextMemory:
         return self
@@ -339,6 +359,49 @@ class AutoContextMemory:
     @property
     def summarizer(self) -> Summarizer:
         return self._summarizer
+
+
+def open_memory(
+    client: AutoContextClient,
+    session_id: str,
+    config: AutoContextConfig | None,
+    *,
+    tenant: str | None,
+    summarizer: Summarizer | None,
+    create: bool,
+) -> AutoContextMemory:
+    """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls)."""
+    validate_session_id(session_id)
+    if tenant is not None and (not isinstance(tenant, str) or not tenant.strip()):
+        # Under row-level security an empty tenant means "no tenant": refuse the ambiguity.
+        raise InvalidSessionId(
+            f"tenant {tenant!r} is not a tenant name; pass a non-empty string, or None for "
+            "a session without a tenant"
+        )
+    given = config
+    config = config or AutoContextConfig()
+    store = Store(client.engine, tenant)
+    info = store.get_session(session_id, tenant)
+    if info is None:
+        if not create:
+            raise SessionNotFound(
+                f"session {session_id!r} does not exist; open it with create=True to start it"
+            )
+        counter = TokenCounter(config.model)
+        info = store.create_session(
+            session_id, tenant=tenant, config=config, encoding=counter.encoding_name
+        )
+    elif given is None:
+        # Reopening without a config keeps the thresholds the session was run with.
+        config = AutoContextConfig.from_json(info.config)
+    if info.model != config.model:
+        config = _with_model(config, info)
+    if config.to_json() != info.config:
+        # The thresholds in force are recorded on the session (and on each event).
+        store.set_config(session_id, config.to_json())
+    if summarizer is not None:
+        return AutoContextMemory(store, info, config, summarizer)
+    return AutoContextMemory(store, info, config, default_summarizer(), owns_summarizer=True)
 
 
 def _with_model(config: AutoContextConfig, info: SessionInfo) -> AutoContextConfig:
@@ -409,6 +472,9 @@ class AsyncAutoContextMemory:
 
     async def answer_reload(self, arguments: str | Mapping[str, Any]) -> str:
         return await asyncio.to_thread(self.sync.answer_reload, arguments)
+
+    async def clear(self) -> Event:
+        return await asyncio.to_thread(self.sync.clear)
 
     async def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
         return await asyncio.to_thread(self.sync.pop_last, split)

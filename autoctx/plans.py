@@ -7,10 +7,13 @@ database, no network, no clock, no uuid inside them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from .messages import Kind
 from .structure import MsgMeta
+
+if TYPE_CHECKING:  # the planners import this module: no cycle at runtime
+    from .strategies._common import Layouts
 
 Reason: TypeAlias = Literal["count", "tokens"]
 
@@ -90,6 +93,9 @@ class PlanContext:
     #: The call ends over the window and the offline summariser stands in (SPEC.md section 2):
     #: the fold keeps no recent rounds and no floor applies, so that the bound holds.
     fallback: bool = False
+    #: The session's latest layout, the base of this snapshot's (see `strategies._common`):
+    #: the caller's own, so the planners keep no state of their own.
+    layouts: Layouts | None = field(default=None, compare=False, repr=False)
 
     @property
     def floor_waived(self) -> bool:

@@ -256,13 +256,22 @@ def test_reads_follow_other_writers_and_never_hand_out_shared_items(
     assert run(mine.get_items()) == items[:6]
     assert run(mine.get_items(limit=2)) == items[4:6]
 
-    # Deleted and created again under the same id: message ids start over, and the reader
-    # must not serve the old session's items for them.
+    # Cleared by another worker: the reader sees the empty context, then what comes next.
     run(other.clear_session())
+    assert run(mine.get_items()) == []
+    later = [{"role": "user", "content": "after the clear"}]
+    run(other.add_items(later))
+    assert run(mine.get_items()) == later
+
+    # Deleted and created again under the same id: message ids start over, and the reader,
+    # bound to the incarnation it opened, must not serve the new session's items at all.
+    other.memory().delete()
     fresh = [{"role": "user", "content": "a new session under an old id"}]
-    run(other.add_items(fresh))
-    assert run(mine.get_items()) == fresh
-    assert run(mine.get_items(limit=1)) == fresh
+    run(make_session(session_id, compress=False).add_items(fresh))
+    with pytest.raises(SessionNotFound):
+        run(mine.get_items())
+    with pytest.raises(SessionNotFound):
+        run(mine.add_items([{"role": "user", "content": "into the wrong session"}]))
 
 
 def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
@@ -348,19 +357,33 @@ def test_popping_a_call_out_of_a_parallel_group_keeps_the_others(
     assert run(session.get_items()) == [*items[:-1], result_1]
 
 
-def test_clear_session_deletes_everything_and_starts_afresh(
+def test_clear_session_empties_the_context_and_keeps_the_audit_trail(
     make_session: Callable[..., AutoctxSession],
 ) -> None:
     session = make_session(compress=False)
-    run(session.add_items(varied_items()))
+    items = varied_items()
+    run(session.add_items(items))
     mem = session.memory()
+
+    def count(table: str) -> int:
+        query = f"select count(*) from {table} where session_id = :s"
+        return int(sql(mem, query, s=session.session_id)[0][0])
+
+    originals = count("messages")
+    working = sql(
+        mem,
+        "select message_id from working_set where session_id = :s order by position",
+        s=mem.session_id,
+    )
     run(session.clear_session())
-    for table in ("sessions", "messages", "working_set", "compression_events"):
-        count = sql(
-            mem, f"select count(*) from {table} where session_id = :s", s=session.session_id
-        )
-        assert count[0][0] == 0, table
     assert run(session.get_items()) == []
+    assert count("working_set") == 0
+    assert count("messages") == originals  # clearing is not deleting
+    (event,) = mem.events()
+    assert (event.strategy, event.status, event.reason) == (0, "applied", "clear")
+    assert list(event.replaced_ids) == [r[0] for r in working]
+    assert (event.messages_after, event.tokens_after) == (0, 0)
+    assert (mem.message_count, mem.token_count) == (0, 0)
     again = [{"role": "user", "content": "hello again"}]
     run(session.add_items(again))
     assert run(session.get_items()) == again

@@ -509,8 +509,8 @@ class AutoctxSession:
         self._mem: AutoContextMemory | None = None
         # Opening touches the database; it happens once, in whichever worker thread asks first.
         self._lock = threading.Lock()
-        # Items of working messages by message id (see `get_items_sync`), and the creation
-        # time of the session they belong to.
+        # Items of working messages by message id (see `get_items_sync`), and the incarnation
+        # of the session they belong to.
         self._cache: dict[int, list[Item]] = {}
         self._cache_epoch: Any = None
         self._cache_lock = threading.Lock()
@@ -524,8 +524,6 @@ class AutoctxSession:
         session_settings: SessionSettings | None = None,
     ) -> AutoctxSession:
         """A session over an open memory (its database, config, tenant and summariser)."""
-        # The summariser is kept so that the session can reopen the memory after
-        # clear_session() (deleting a session closes its memory).
         summarizer = mem.summarizer
         session = cls(
             mem.session_id,
@@ -584,7 +582,7 @@ class AutoctxSession:
         return await asyncio.to_thread(self.pop_item_sync)
 
     async def clear_session(self) -> None:
-        """Delete the session and everything of it; the next call starts it afresh."""
+        """Empty the working context; the originals and the audit trail stay."""
         await asyncio.to_thread(self.clear_session_sync)
 
     # -- sync twins (what the async methods run in a worker thread) ------------------------------
@@ -595,18 +593,16 @@ class AutoctxSession:
         Messages are immutable, so the items of each working message are kept in memory by
         message id: a read asks the database only for the working set's message ids (one
         short query) and for the content of the messages it has not seen yet, whoever wrote
-        them. The session's creation time guards against a session deleted and created again
-        under the same id (its message ids start over).
+        them. The cache belongs to the memory's incarnation of the session: message ids start over
+        when a session is deleted and created again under the same id.
         """
         if limit is not None and limit <= 0:
             return []
         mem = self.memory()
         # Every message gives at least one item, so the latest `limit` messages hold the latest
         # `limit` items: the read stays O(limit) on a session of any length.
-        found = mem.store.working_ids(self.session_id, limit)
-        if found is None:
-            return []
-        epoch, ids = found
+        ids = mem.store.working_ids(self.session_id, limit)
+        epoch = mem.store.incarnation(self.session_id)
         with self._cache_lock:
             if epoch != self._cache_epoch:
                 self._cache_epoch, self._cache = epoch, {}
@@ -684,18 +680,20 @@ class AutoctxSession:
         return cast(TResponseInputItem | None, popped[0] if popped else None)
 
     def clear_session_sync(self) -> None:
+        """Empty the working context (sync). Clearing is not deleting (SPEC.md section 5): the
+        SDK's compaction wrapper clears a session before it rewrites its history, and that
+        must not destroy the originals and the audit trail. Delete through the memory
+        (`session.memory().delete()`) to remove everything."""
         with self._lock:
             mem = self._mem
-            # Deleting closes the memory; the next call opens (and so creates) it again.
-            self._mem = None
-        with self._cache_lock:
-            self._cache_epoch, self._cache = None, {}
         if mem is None:
             try:
                 mem = self._open(create=False)
             except SessionNotFound:
-                return
-        mem.delete()
+                return  # never used: nothing to clear
+            with self._lock:
+                self._mem = self._mem or mem
+        mem.clear()
 
 
 def _remainder(last: Msg, keep: Sequence[int]) -> Msg:

@@ -5,6 +5,7 @@ Kept apart from `store.py`, which holds the units of work, so that each reads on
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,9 @@ class SessionInfo:
     settled_version: int | None
     created_at: Any = None
     updated_at: Any = None
+    #: Which creation of the id this is (SPEC.md section 5): a session deleted and created
+    #: again under the same id has another one.
+    incarnation: uuid.UUID | None = None
 
 
 def msg_from_columns(
@@ -65,6 +69,15 @@ def msg_from_row(row: Any) -> Msg:
     )
 
 
+#: The condition every read of a session's rows carries: the session is still the incarnation
+#: the store opened (SPEC.md section 5). Uncorrelated, so PostgreSQL checks it once per
+#: statement (one primary-key probe); an empty result is then told from a deleted session by
+#: `Store._check_alive`.
+ALIVE = (
+    "EXISTS (SELECT 1 FROM sessions s0 WHERE s0.session_id = %(sid)s "
+    "AND s0.incarnation = %(inc)s)"
+)
+
 # The hot paths are plain SQL run through `exec_driver_sql`: SQLAlchemy's events still see every
 # statement (the sharding test captures them all) but no per-row parameter or result
 # processing is done in Python.
@@ -78,7 +91,8 @@ UPDATE sessions
 SET next_message_id = next_message_id + %(n)s, next_position = next_position + %(n)s,
     message_count = message_count + %(n)s, token_count = token_count + %(added_tokens)s,
     version = version + 1, open_calls = %(open_calls)s::jsonb, updated_at = now()
-WHERE sessions.session_id = %(sid)s AND sessions.version = %(version)s
+WHERE sessions.session_id = %(sid)s AND sessions.incarnation = %(inc)s
+  AND sessions.version = %(version)s
 RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos,
           message_count, token_count
 """
@@ -103,10 +117,11 @@ WITH s AS ({CLAIM_AT_VERSION}), m AS (
 SELECT first_id, message_count, token_count FROM s
 """
 
-LOAD_WORKING = """
-SELECT m.id, m.role, m.name, m.content, NULLIF(m.metadata, '{}'::jsonb), m.kind, m.pinned, m.tokens
+LOAD_WORKING = f"""
+SELECT m.id, m.role, m.name, m.content, NULLIF(m.metadata, '{{}}'::jsonb), m.kind, m.pinned,
+       m.tokens
 FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
-WHERE w.session_id = %(sid)s ORDER BY w.position
+WHERE w.session_id = %(sid)s AND {ALIVE} ORDER BY w.position
 """
 
 SNAPSHOT = """
@@ -119,23 +134,24 @@ WHERE w.session_id = %(sid)s AND w.position > %(after)s ORDER BY w.position
 
 # Messages by id: a join on the unnested ids, not `id = ANY(:ids)`, which PostgreSQL applies as
 # a filter scanning the whole array for every row (quadratic for a big offload or S6 range).
-MESSAGES_BY_ID = """
+MESSAGES_BY_ID = f"""
 SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
 FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+WHERE {ALIVE}
 """
-DOCUMENTS_BY_ID = """
+DOCUMENTS_BY_ID = f"""
 SELECT m.id, m.role, m.kind, m.content, m.metadata
 FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+WHERE {ALIVE}
 """
-#: The session's creation time and its latest `n` working message ids, in order (all of them
-#: when `n` is NULL: PostgreSQL reads LIMIT NULL as no limit).
+#: The session's latest `n` working message ids, in order (all of them when `n` is NULL:
+#: PostgreSQL reads LIMIT NULL as no limit); no row once the incarnation is gone.
 WORKING_IDS = """
-SELECT s.created_at,
-       coalesce((SELECT array_agg(x.message_id ORDER BY x.position)
+SELECT coalesce((SELECT array_agg(x.message_id ORDER BY x.position)
                  FROM (SELECT w.message_id, w.position FROM working_set w
                        WHERE w.session_id = s.session_id
                        ORDER BY w.position DESC LIMIT %(n)s) x), '{}')
-FROM sessions s WHERE s.session_id = %(sid)s
+FROM sessions s WHERE s.session_id = %(sid)s AND s.incarnation = %(inc)s
 """
 LAST_WORKING = """
 SELECT w.position, m.id, m.final
@@ -149,8 +165,12 @@ WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT %(n)s
 """
 
 
-def messages_by_id(conn: Connection, session_id: str, ids: list[int]) -> dict[int, Msg]:
-    rows = conn.exec_driver_sql(MESSAGES_BY_ID, {"sid": session_id, "ids": ids})
+def messages_by_id(
+    conn: Connection, session_id: str, incarnation: uuid.UUID, ids: list[int]
+) -> dict[int, Msg]:
+    rows = conn.exec_driver_sql(
+        MESSAGES_BY_ID, {"sid": session_id, "inc": incarnation, "ids": ids}
+    )
     return {r[0]: msg_from_columns(*r) for r in rows}
 
 
@@ -238,4 +258,5 @@ def session_info(row: Row[Any]) -> SessionInfo:
         settled_version=row.settled_version,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        incarnation=row.incarnation,
     )

@@ -7,6 +7,13 @@ each lock it for the few milliseconds of their work, and nothing holds it across
 call.
 Every statement filters on one session_id, so sessions never block each other and the schema can
 be sharded by session (docs/scaling.md).
+
+A store binds each session id to the incarnation it first saw (SPEC.md section 5): every
+statement names it too, so once the session is deleted (and perhaps created again under the same
+id, by anyone, for any tenant) each call raises `SessionNotFound` and nothing of the new session
+is read or written. An incarnation belongs to one tenant, so this also scopes every statement
+to the tenant the session was opened for. The store's caches are keyed the same way and only
+ever take what committed.
 """
 
 from __future__ import annotations
@@ -78,8 +85,24 @@ class _CachedSnapshot:
     positions: tuple[int, ...]
     #: The session's event counter when read: an unchanged one means only appends since.
     next_event_id: int
-    #: Tells a deleted-and-recreated session of the same id from the cached one.
-    created_at: Any
+    #: The incarnation the snapshot was read from.
+    incarnation: uuid_mod.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class _Appended:
+    """What a committed one-statement append returns: the messages and the new totals."""
+
+    msgs: list[Msg]
+    message_count: int
+    token_count: int
+
+
+def _gone(session_id: str) -> SessionNotFound:
+    return SessionNotFound(
+        f"session {session_id!r} does not exist any more (it was deleted, and the id may have "
+        "been created again since); open the session again to work on what now has that id"
+    )
 
 
 def _columns(session_id: str, bound: Sequence[Prepared]) -> dict[str, list[Any]]:
@@ -115,6 +138,8 @@ class Store:
         #: Per session, the working (message, token) totals this store's latest append
         #: committed (see `totals_after_append`).
         self._appended: dict[str, tuple[int, int]] = {}
+        #: The incarnation of each session id this store has seen (see the module docstring).
+        self._incarnations: dict[str, uuid_mod.UUID] = {}
 
     @contextlib.contextmanager
     def _begin(self) -> Iterator[Connection]:
@@ -156,11 +181,48 @@ class Store:
         return cond
 
     def get_session(self, session_id: str, tenant: str | None = None) -> SessionInfo | None:
+        """The session row, or None for an unknown id (or another tenant's session). The first
+        row seen binds the id to its incarnation; a later one of another incarnation raises
+        `SessionNotFound`."""
         with self._single() as conn:
             row = conn.execute(
                 sa.select(sessions).where(self._session_where(session_id, tenant))
             ).one_or_none()
-        return None if row is None else session_info(row)
+        if row is None:
+            if session_id in self._incarnations:
+                raise _gone(session_id)
+            return None
+        return self._bind(session_info(row))
+
+    def _bind(self, info: SessionInfo) -> SessionInfo:
+        assert info.incarnation is not None
+        known = self._incarnations.setdefault(info.session_id, info.incarnation)
+        if known != info.incarnation:
+            raise _gone(info.session_id)
+        return info
+
+    def incarnation(self, session_id: str) -> uuid_mod.UUID:
+        """The incarnation this store works on for `session_id` (read once if not yet seen)."""
+        known = self._incarnations.get(session_id)
+        if known is not None:
+            return known
+        info = self.get_session(session_id)
+        if info is None or info.incarnation is None:
+            raise SessionNotFound(f"session {session_id!r} does not exist")
+        return info.incarnation
+
+    def _guard(self, session_id: str) -> Any:
+        """The condition a Core statement on a session's rows carries: still its incarnation."""
+        return sa.exists().where(
+            sessions.c.session_id == session_id,
+            sessions.c.incarnation == self.incarnation(session_id),
+        )
+
+    def _check_alive(self, conn: Connection, session_id: str) -> None:
+        """Tell an empty result from a session that is gone (an empty read is rare: this costs
+        nothing on the usual path)."""
+        if not conn.execute(sa.select(self._guard(session_id))).scalar_one():
+            raise _gone(session_id)
 
     def create_session(
         self,
@@ -197,7 +259,7 @@ class Store:
                 f"session {session_id!r} does not exist for tenant {tenant!r} and the id is "
                 "not available; choose another session id"
             )
-        return info
+        return self._bind(info)
 
     def list_sessions(
         self, tenant: str | None = None, prefix: str | None = None
@@ -211,41 +273,46 @@ class Store:
             return [session_info(r) for r in conn.execute(stmt)]
 
     def delete_session(self, session_id: str, tenant: str | None = None) -> bool:
-        """Delete a session and everything of it (the foreign keys cascade)."""
+        """Delete a session and everything of it (the foreign keys cascade): the incarnation
+        this store works on, never one created since under the same id."""
+        where = sa.and_(
+            self._session_where(session_id, tenant),
+            sessions.c.incarnation == self.incarnation(session_id),
+        )
         with self._begin() as conn:
-            result = conn.execute(
-                sa.delete(sessions).where(self._session_where(session_id, tenant))
-            )
+            result = conn.execute(sa.delete(sessions).where(where))
         self._tails.pop(session_id, None)
         self._snapshots.pop(session_id, None)
         self._appended.pop(session_id, None)
         return bool(result.rowcount)
 
+    def _this(self, session_id: str) -> Any:
+        """The session row of the incarnation this store works on."""
+        return sa.and_(
+            sessions.c.session_id == session_id,
+            sessions.c.incarnation == self.incarnation(session_id),
+        )
+
+    def _update_session(self, session_id: str, **values: Any) -> None:
+        with self._single() as conn:
+            result = conn.execute(sa.update(sessions).where(self._this(session_id)).values(values))
+        if not result.rowcount:
+            raise _gone(session_id)
+
     def set_plan(self, session_id: str, plan: Mapping[str, Any] | None) -> None:
-        with self._begin() as conn:
-            conn.execute(
-                sa.update(sessions)
-                .where(sessions.c.session_id == session_id)
-                .values(
-                    plan=dict(plan) if plan is not None else sa.null(), updated_at=sa.func.now()
-                )
-            )
+        plan_value = dict(plan) if plan is not None else sa.null()
+        self._update_session(session_id, plan=plan_value, updated_at=sa.func.now())
 
     def set_config(self, session_id: str, config: Mapping[str, Any]) -> None:
         """Record the thresholds now in force for the session."""
-        with self._begin() as conn:
-            conn.execute(
-                sa.update(sessions)
-                .where(sessions.c.session_id == session_id)
-                .values(config=dict(config), updated_at=sa.func.now())
-            )
+        self._update_session(session_id, config=dict(config), updated_at=sa.func.now())
 
     def settle(self, session_id: str, version: int) -> None:
         """Remember that compression at `version` could not reach its target (SPEC.md 2)."""
-        with self._begin() as conn:
+        with self._single() as conn:
             conn.execute(
                 sa.update(sessions)
-                .where(sessions.c.session_id == session_id, sessions.c.version == version)
+                .where(self._this(session_id), sessions.c.version == version)
                 .values(settled_version=version)
             )
 
@@ -253,10 +320,10 @@ class Store:
 
     def _lock(self, conn: Connection, session_id: str) -> Row[Any]:
         row = conn.execute(
-            sa.select(sessions).where(sessions.c.session_id == session_id).with_for_update()
+            sa.select(sessions).where(self._this(session_id)).with_for_update()
         ).one_or_none()
         if row is None:
-            raise SessionNotFound(f"session {session_id!r} does not exist (was it deleted?)")
+            raise _gone(session_id)
         return row
 
     def append(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg]:
@@ -286,8 +353,9 @@ class Store:
                 with self._single() as conn:
                     done = self._append_at(conn, session_id, version, open_calls, bound)
                 if done is not None:
+                    self._appended_committed(session_id, version, open_calls, done)
                     pause_point("append.after_commit")
-                    return done
+                    return done.msgs
         with self._begin() as conn:
             row = self._lock(conn, session_id)
             open_calls = OpenCalls(row.open_calls)
@@ -295,8 +363,17 @@ class Store:
             done = self._append_at(conn, session_id, row.version, open_calls, bound)
             assert done is not None  # the row is locked at that version
             pause_point("append.before_commit")
+        # Only now that it committed: an append interrupted before its commit must leave no
+        # trace in what the next append trusts.
+        self._appended_committed(session_id, row.version, open_calls, done)
         pause_point("append.after_commit")
-        return done
+        return done.msgs
+
+    def _appended_committed(
+        self, session_id: str, version: int, open_calls: OpenCalls, done: _Appended
+    ) -> None:
+        self._tails[session_id] = (version + 1, open_calls.to_json())
+        self._appended[session_id] = (done.message_count, done.token_count)
 
     def _append_at(
         self,
@@ -305,10 +382,11 @@ class Store:
         version: int,
         open_calls: OpenCalls,
         bound: Sequence[Prepared],
-    ) -> list[Msg] | None:
+    ) -> _Appended | None:
         """Run the one-statement append if the session is at `version`; None if it is not."""
         params = {
             "sid": session_id,
+            "inc": self.incarnation(session_id),
             "version": version,
             "n": len(bound),
             "added_tokens": sum(p.tokens for p in bound),
@@ -319,21 +397,25 @@ class Store:
         if claimed is None:
             return None  # another writer moved the session on
         first_id, message_count, token_count = claimed
-        # Recorded before a locked append's commit: if that commit failed, the append raises,
-        # and the next one finds the session not at version + 1 and takes the locked path.
-        self._tails[session_id] = (version + 1, open_calls.to_json())
-        self._appended[session_id] = (message_count, token_count)
-        return [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
+        msgs = [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
+        return _Appended(msgs, message_count, token_count)
 
     def count_originals(self, session_id: str) -> int:
         """How many originals the session stores (the demo's "nothing lost" check)."""
         stmt = (
             sa.select(sa.func.count())
             .select_from(messages)
-            .where(messages.c.session_id == session_id, messages.c.kind == "original")
+            .where(
+                messages.c.session_id == session_id,
+                messages.c.kind == "original",
+                self._guard(session_id),
+            )
         )
         with self._single() as conn:
-            return int(conn.execute(stmt).scalar_one())
+            count = int(conn.execute(stmt).scalar_one())
+            if not count:
+                self._check_alive(conn, session_id)
+        return count
 
     def totals_after_append(self, session_id: str) -> tuple[int, int] | None:
         """The working (message, token) totals as this store's latest append of the session
@@ -346,10 +428,13 @@ class Store:
 
     def load_working(self, session_id: str) -> list[Msg]:
         """The working context, in order."""
+        params = {"sid": session_id, "inc": self.incarnation(session_id)}
         with paused_gc():
             with self._connect() as conn:
                 avoid_nested_loops(conn)
-                rows = conn.exec_driver_sql(LOAD_WORKING, {"sid": session_id}).all()
+                rows = conn.exec_driver_sql(LOAD_WORKING, params).all()
+                if not rows:
+                    self._check_alive(conn, session_id)
             return [msg_from_columns(*r) for r in rows]
 
     def snapshot(self, session_id: str) -> Snapshot:
@@ -371,16 +456,16 @@ class Store:
                     sessions.c.message_count,
                     sessions.c.token_count,
                     sessions.c.next_event_id,
-                    sessions.c.created_at,
-                ).where(sessions.c.session_id == session_id)
+                    sessions.c.incarnation,
+                ).where(self._this(session_id))
             ).one_or_none()
             if info is None:
-                raise SessionNotFound(f"session {session_id!r} does not exist (was it deleted?)")
+                raise _gone(session_id)
             cached = self._snapshots.get(session_id)
             usable = (
                 cached is not None
                 and cached.next_event_id == info.next_event_id
-                and cached.created_at == info.created_at
+                and cached.incarnation == info.incarnation
                 and cached.snapshot.version <= info.version
             )
             if usable and cached is not None and cached.snapshot.version == info.version:
@@ -402,7 +487,7 @@ class Store:
             metas = cached.snapshot.messages + metas
         snap = Snapshot(session_id, info.version, metas, info.token_count, info.message_count)
         self._snapshots[session_id] = _CachedSnapshot(
-            snap, positions, info.next_event_id, info.created_at
+            snap, positions, info.next_event_id, info.incarnation
         )
         return snap
 
@@ -412,7 +497,10 @@ class Store:
         if not id_list:
             return {}
         with self._single() as conn:
-            return messages_by_id(conn, session_id, id_list)
+            found = messages_by_id(conn, session_id, self.incarnation(session_id), id_list)
+            if not found:
+                self._check_alive(conn, session_id)
+        return found
 
     def message_documents(
         self, session_id: str, ids: Sequence[int]
@@ -421,22 +509,25 @@ class Store:
         that decode the stored JSON themselves."""
         if not ids:
             return []
+        params = {"sid": session_id, "inc": self.incarnation(session_id), "ids": list(ids)}
         with paused_gc(), self._single() as conn:
-            return [
+            docs = [
                 (r[0], r[1], r[2], r[3], r[4])
-                for r in conn.exec_driver_sql(
-                    DOCUMENTS_BY_ID, {"sid": session_id, "ids": list(ids)}
-                )
+                for r in conn.exec_driver_sql(DOCUMENTS_BY_ID, params)
             ]
+            if not docs:
+                self._check_alive(conn, session_id)
+        return docs
 
-    def working_ids(
-        self, session_id: str, limit: int | None = None
-    ) -> tuple[Any, list[int]] | None:
-        """The session's creation time and its working message ids in order (the last `limit`
-        of them when given); None for an unknown session. One short query: no content."""
+    def working_ids(self, session_id: str, limit: int | None = None) -> list[int]:
+        """The session's working message ids in order (the last `limit` of them when given).
+        One short query: no content."""
+        params = {"sid": session_id, "inc": self.incarnation(session_id), "n": limit}
         with self._single() as conn:
-            row = conn.exec_driver_sql(WORKING_IDS, {"sid": session_id, "n": limit}).one_or_none()
-        return None if row is None else (row[0], list(row[1]))
+            row = conn.exec_driver_sql(WORKING_IDS, params).one_or_none()
+        if row is None:
+            raise _gone(session_id)
+        return list(row[0])
 
     def pop_last(
         self,
@@ -459,7 +550,7 @@ class Store:
             if last is None:
                 return None
             position, last_id, last_final = last[0], last[1], last[2]
-            popped = messages_by_id(conn, session_id, [last_id])[last_id]
+            popped = messages_by_id(conn, session_id, srow.incarnation, [last_id])[last_id]
             rest = remainder(popped)
             event_id, version = srow.next_event_id, srow.version + 1
             rest_id = srow.next_message_id if rest is not None else None
@@ -512,7 +603,7 @@ class Store:
                 )
             conn.execute(
                 sa.update(sessions)
-                .where(sessions.c.session_id == session_id)
+                .where(self._this(session_id))
                 .values(
                     next_message_id=srow.next_message_id + (1 if rest is not None else 0),
                     next_event_id=event_id + 1,
@@ -525,6 +616,55 @@ class Store:
             )
         self._tails[session_id] = (version, tail_calls)
         return popped
+
+    def clear(self, session_id: str, *, config: Mapping[str, Any]) -> Event:
+        """Empty the working context in one transaction, keeping every original, offload and
+        lineage row (clearing is not deleting, SPEC.md section 5): an applied event of strategy
+        0 with reason 'clear' names what left the working set."""
+        with self._begin() as conn:
+            row = self._lock(conn, session_id)
+            removed = conn.execute(
+                sa.delete(working_set)
+                .where(working_set.c.session_id == session_id)
+                .returning(working_set.c.position, working_set.c.message_id)
+            ).all()
+            replaced = [message_id for _, message_id in sorted(removed)]
+            version = row.version + 1
+            created = conn.execute(
+                sa.insert(compression_events)
+                .values(
+                    session_id=session_id,
+                    id=row.next_event_id,
+                    strategy=0,
+                    status="applied",
+                    reason="clear",
+                    messages_before=row.message_count,
+                    messages_after=0,
+                    tokens_before=row.token_count,
+                    tokens_after=0,
+                    replaced_ids=replaced,
+                    replaced_tokens=row.token_count,
+                    session_version=version,
+                    config=dict(config),
+                )
+                .returning(compression_events)
+            ).one()
+            conn.execute(
+                sa.update(sessions)
+                .where(self._this(session_id))
+                .values(
+                    next_event_id=row.next_event_id + 1,
+                    message_count=0,
+                    token_count=0,
+                    version=version,
+                    open_calls={},
+                    updated_at=sa.func.now(),
+                )
+            )
+        self._snapshots.pop(session_id, None)
+        self._appended.pop(session_id, None)
+        self._tails[session_id] = (version, {})
+        return event_from_row(created)
 
     def _open_calls_at_tail(self, conn: Connection, session_id: str) -> dict[str, str]:
         """The newest tool group's calls still without results, read from the working tail."""
@@ -550,7 +690,7 @@ class Store:
         """The session row: one primary-key read, no messages (the O(1) trigger check)."""
         info = self.get_session(session_id)
         if info is None:
-            raise SessionNotFound(f"session {session_id!r} does not exist (was it deleted?)")
+            raise _gone(session_id)
         return info
 
     # -- compression ----------------------------------------------------------------------------
@@ -643,7 +783,7 @@ class Store:
             session_id, last.session_version, tuple(metas), last.tokens_after, last.messages_after
         )
         self._snapshots[session_id] = _CachedSnapshot(
-            snapshot, tuple(positions), row.next_event_id + len(applied), cached.created_at
+            snapshot, tuple(positions), row.next_event_id + len(applied), cached.incarnation
         )
 
     def _check_ranges(
@@ -771,7 +911,7 @@ class Store:
         conn.execute(sa.insert(working_set), working_rows)
         conn.execute(
             sa.update(sessions)
-            .where(sessions.c.session_id == session_id)
+            .where(self._this(session_id))
             .values(
                 next_message_id=next_msg,
                 next_event_id=next_event,
@@ -850,7 +990,7 @@ class Store:
             ).one()
             conn.execute(
                 sa.update(sessions)
-                .where(sessions.c.session_id == session_id)
+                .where(self._this(session_id))
                 .values(next_event_id=event_id + 1)
             )
         return event_from_row(created)
@@ -862,21 +1002,27 @@ class Store:
         with self._connect() as conn:
             ids = conn.execute(
                 sa.select(offloads.c.message_ids).where(
-                    offloads.c.session_id == session_id, offloads.c.uuid == offload_uuid
+                    offloads.c.session_id == session_id,
+                    offloads.c.uuid == offload_uuid,
+                    self._guard(session_id),
                 )
             ).scalar_one_or_none()
             if ids is None:
+                self._check_alive(conn, session_id)
                 raise OffloadNotFound(
                     f"no offloaded context with id {offload_uuid} in session {session_id!r}"
                 )
-            by_id = messages_by_id(conn, session_id, list(ids))
+            by_id = messages_by_id(conn, session_id, self.incarnation(session_id), list(ids))
         return [by_id[i] for i in ids]
 
     def events(self, session_id: str) -> list[Event]:
         stmt = (
             sa.select(compression_events)
-            .where(compression_events.c.session_id == session_id)
+            .where(compression_events.c.session_id == session_id, self._guard(session_id))
             .order_by(compression_events.c.id)
         )
         with self._single() as conn:
-            return [event_from_row(r) for r in conn.execute(stmt)]
+            found = [event_from_row(r) for r in conn.execute(stmt)]
+            if not found:
+                self._check_alive(conn, session_id)
+        return found

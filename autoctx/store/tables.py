@@ -30,6 +30,7 @@ sessions = sa.Table(
     sa.Column("next_position", sa.BigInteger),
     sa.Column("next_event_id", sa.BigInteger),
     sa.Column("settled_version", sa.BigInteger),
+    sa.Column("incarnation", pg.UUID(as_uuid=True)),
 )
 
 messages = sa.Table(

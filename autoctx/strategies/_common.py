@@ -109,31 +109,43 @@ _EMPTY_LAYOUT = Layout(
 )
 
 
-# The six planners of one pass share a snapshot: one layout per (snapshot, config), by
-# identity, so that a 100k-message pass walks the messages once, not six times. The latest
-# layout of each session is kept, so that the next snapshot of that session (the next pass, or
-# the next call after appends) recomputes only what changed: a snapshot is the last one with
-# messages appended or a range replaced, and what the layout says about a message depends only
-# on the messages of its tool group.
-_layouts: dict[str, tuple[Snapshot, AutoContextConfig, Layout]] = {}
-_layouts_lock = threading.Lock()
-#: Sessions whose latest layout is kept (a process may serve many; the oldest goes first).
-KEPT_LAYOUTS: Final = 32
+class Layouts:
+    """The latest layout of one session, owned by whoever plans it again and again (a memory).
+
+    The planners of one pass share a snapshot: one layout per (snapshot, config), by identity,
+    so that a 100k-message pass walks the messages once, not seven times. The next snapshot of
+    the session (the next pass, or the next call after appends) recomputes only what changed
+    from this one: a snapshot is the last one with messages appended or a range replaced, and
+    what the layout says about a message depends only on the messages of its tool group.
+    Handed to the planners in `PlanContext.layouts`; without it each planner computes its
+    layout from scratch (the same result).
+    """
+
+    __slots__ = ("_last", "_lock")
+
+    def __init__(self) -> None:
+        self._last: tuple[Snapshot, AutoContextConfig, Layout] | None = None
+        self._lock = threading.Lock()
+
+    def of(self, snapshot: Snapshot, config: AutoContextConfig) -> Layout:
+        with self._lock:
+            last = self._last
+        if last is not None and last[0] is snapshot and last[1] is config:
+            return last[2]
+        # A base of another config (or, misused, another session) would be wrong: start over.
+        same = last is not None and last[1] is config and last[0].session_id == snapshot.session_id
+        base = last[2] if same and last is not None else None
+        layout = compute_layout(snapshot, config, base)
+        with self._lock:
+            self._last = (snapshot, config, layout)
+        return layout
 
 
-def layout_of(snapshot: Snapshot, config: AutoContextConfig) -> Layout:
-    with _layouts_lock:
-        last = _layouts.get(snapshot.session_id)
-    if last is not None and last[0] is snapshot and last[1] is config:
-        return last[2]
-    base = last[2] if last is not None and last[1] is config else None
-    layout = compute_layout(snapshot, config, base)
-    with _layouts_lock:
-        _layouts.pop(snapshot.session_id, None)
-        if len(_layouts) >= KEPT_LAYOUTS:
-            del _layouts[next(iter(_layouts))]
-        _layouts[snapshot.session_id] = (snapshot, config, layout)
-    return layout
+def layout_of(snapshot: Snapshot, config: AutoContextConfig, layouts: Layouts | None) -> Layout:
+    """The layout of `snapshot`, through the caller's `layouts` when it keeps one."""
+    if layouts is None:
+        return compute_layout(snapshot, config)
+    return layouts.of(snapshot, config)
 
 
 def _shared_prefix(a: tuple[MsgMeta, ...], b: tuple[MsgMeta, ...]) -> int:

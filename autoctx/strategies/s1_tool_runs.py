@@ -26,7 +26,7 @@ _RUN_KINDS: Final[frozenset[Kind]] = frozenset({"original", "preview", "large_su
 
 def plan_s1(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
     """One edit per tool run below H and below the protected tail that is long and heavy enough."""
-    lay = layout_of(snapshot, config)
+    lay = layout_of(snapshot, config, ctx.layouts)
     floor = token_floor(config, ctx)
     edits: list[Edit] = []
     limit = min(lay.history_end, lay.tail_start)

@@ -17,7 +17,7 @@ STRATEGY: Final = 2
 
 def plan_s2(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
     """One preview edit per large message below H and below the last `last_keep` messages."""
-    lay = layout_of(snapshot, config)
+    lay = layout_of(snapshot, config, ctx.layouts)
     return preview_edits(snapshot, config, ctx, lay, STRATEGY, min(lay.history_end, lay.tail_start))
 
 

@@ -17,5 +17,5 @@ STRATEGY: Final = 3
 
 def plan_s3(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
     """One preview edit per large message below H, tail included."""
-    lay = layout_of(snapshot, config)
+    lay = layout_of(snapshot, config, ctx.layouts)
     return preview_edits(snapshot, config, ctx, lay, STRATEGY, lay.history_end)

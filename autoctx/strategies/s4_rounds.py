@@ -29,7 +29,7 @@ _KEPT_KINDS: Final[frozenset[Kind]] = frozenset({"round_summary", "current_round
 def plan_s4(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
     """One edit per previous round, replacing everything after its user message (and after any
     summary it must keep) up to and including its last message."""
-    lay = layout_of(snapshot, config)
+    lay = layout_of(snapshot, config, ctx.layouts)
     if lay.latest_user is None:
         return []
     floor = token_floor(config, ctx)

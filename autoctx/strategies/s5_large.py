@@ -22,7 +22,7 @@ def plan_s5(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     """One edit per large original message after the latest user message."""
     if not ctx.token_pressure:
         return []
-    lay = layout_of(snapshot, config)
+    lay = layout_of(snapshot, config, ctx.layouts)
     first = lay.latest_user if lay.latest_user is not None else lay.round_start
     return [
         make_edit(snapshot, STRATEGY, i, i + 1, "large_summary")

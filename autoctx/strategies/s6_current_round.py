@@ -25,7 +25,7 @@ def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     """At most one edit: the current round, with its verbatim prefix and character budget."""
     if not ctx.token_pressure:
         return []
-    lay = layout_of(snapshot, config)
+    lay = layout_of(snapshot, config, ctx.layouts)
     start, end = current_round_range(lay)
     if end <= start:
         return []

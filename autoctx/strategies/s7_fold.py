@@ -25,7 +25,7 @@ STRATEGY: Final = 7
 
 def plan_s7(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
     """At most one edit: the unprotected history before the kept rounds."""
-    lay = layout_of(snapshot, config)
+    lay = layout_of(snapshot, config, ctx.layouts)
     if lay.latest_user is None:
         return []
     if ctx.fallback:
