@@ -272,9 +272,10 @@ class Store:
         with self._single() as conn:
             return [session_info(r) for r in conn.execute(stmt)]
 
-    def delete_session(self, session_id: str, tenant: str | None = None) -> bool:
+    def delete_session(self, session_id: str, tenant: str | None = None) -> None:
         """Delete a session and everything of it (the foreign keys cascade): the incarnation
-        this store works on, never one created since under the same id."""
+        this store works on, never one created since under the same id (`SessionNotFound`
+        when it is already gone)."""
         where = sa.and_(
             self._session_where(session_id, tenant),
             sessions.c.incarnation == self.incarnation(session_id),
@@ -284,7 +285,8 @@ class Store:
         self._tails.pop(session_id, None)
         self._snapshots.pop(session_id, None)
         self._appended.pop(session_id, None)
-        return bool(result.rowcount)
+        if not result.rowcount:
+            raise _gone(session_id)
 
     def _this(self, session_id: str) -> Any:
         """The session row of the incarnation this store works on."""

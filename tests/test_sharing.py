@@ -1,0 +1,285 @@
+"""One memory, many callers; one session id, many incarnations (SPEC.md section 5).
+
+- A memory whose session was deleted (and created again under the same id, by anyone, for any
+  tenant) gets `SessionNotFound` on every call and never reads or writes the new session.
+- Caches only ever take what committed: an append interrupted before its commit leaves
+  nothing the next append trusts.
+- One memory shared by threads, or by gathered asyncio tasks, behaves as if its calls were made
+  one after the other: no call fails, no conflict, no summariser call for a range another call
+  already replaced.
+- A process that forks does not share pooled connections with its child.
+- `AutoContextClient` owns the pool and the memories opened through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from autoctx import (
+    AsyncAutoContextMemory,
+    AutoContextClient,
+    AutoContextConfig,
+    AutoContextMemory,
+    InvalidMessage,
+    Msg,
+    OfflineSummarizer,
+    SessionNotFound,
+    SummaryRequest,
+    SummaryResult,
+    ToolUseBlock,
+)
+from tests.dbsql import sql
+from tests.histories import tool_group
+from tests.invariants import assert_consistent
+
+Open = Callable[..., AutoContextMemory]
+
+
+def _calls(call_id: str) -> Msg:
+    return Msg.assistant(tool_calls=[ToolUseBlock(call_id, "read_file", '{"path": "a.py"}')])
+
+
+def _result(call_id: str) -> Msg:
+    return Msg.tool(call_id, "contents of a.py", name="read_file")
+
+
+def _stale_calls(mem: AutoContextMemory) -> list[tuple[str, Callable[[], object]]]:
+    """Every call of a memory, as (name, thunk)."""
+    return [
+        ("add", lambda: mem.add(Msg.user("into the wrong session"))),
+        ("add a tool result", lambda: mem.add(_result("c1"))),
+        ("messages", mem.messages),
+        ("to_openai", mem.to_openai),
+        ("refresh", mem.refresh),
+        ("token_count", lambda: mem.token_count),
+        ("needs_compression", mem.needs_compression),
+        ("compress_if_needed", mem.compress_if_needed),
+        ("events", mem.events),
+        ("reload", lambda: mem.reload("00000000-0000-4000-8000-000000000000")),
+        ("pop_last", mem.pop_last),
+        ("clear", mem.clear),
+        ("set_plan", lambda: mem.set_plan({"goal": "g", "steps": []})),
+        ("delete", mem.delete),
+    ]
+
+
+@pytest.mark.parametrize(
+    "tenants", [(None, None), ("acme", "globex")], ids=["untenanted", "tenants"]
+)
+def test_a_stale_memory_never_touches_the_session_created_again_under_its_id(
+    open_memory: Open, session_id: str, tenants: tuple[str | None, str | None]
+) -> None:
+    old_tenant, new_tenant = tenants
+    stale = open_memory(tenant=old_tenant)
+    # The stale memory's store has written the latest version itself and knows call c1 open:
+    # exactly what its one-statement append trusts.
+    stale.add([Msg.user("first incarnation"), _calls("c1")])
+    open_memory(tenant=old_tenant, create=False).delete()
+
+    new = open_memory(tenant=new_tenant)
+    # The new incarnation reaches the stale memory's version with other messages.
+    new.add([Msg.user("second incarnation"), Msg.assistant("an answer")])
+    before = new.to_openai()
+    assert new.version == 1 and stale.store.totals_after_append(session_id) is not None
+
+    for name, call in _stale_calls(stale):
+        with pytest.raises(SessionNotFound):
+            call()
+        assert new.to_openai() == before, f"{name} changed the new session"
+    assert new.events() == []
+    assert_consistent(new)
+    # The new session's own tool calls are its own: its first result is accepted.
+    new.add(_calls("c1"))
+    new.add(_result("c1"))
+    assert_consistent(new)
+
+
+def test_an_append_interrupted_before_its_commit_leaves_nothing_the_next_append_trusts(
+    open_memory: Open,
+) -> None:
+    mine, other = open_memory(), open_memory()
+    interrupted = {"armed": True}
+
+    def interrupt(conn: Any) -> None:
+        if interrupted["armed"]:
+            interrupted["armed"] = False
+            raise KeyboardInterrupt  # a Ctrl-C at the very commit of a locked append
+
+    # The first append of a store takes the locked path: lock, validate, write, commit.
+    sa.event.listen(mine.engine, "commit", interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            mine.add([Msg.user("question"), _calls("c1")])
+    finally:
+        sa.event.remove(mine.engine, "commit", interrupt)
+    assert mine.to_openai() == []
+
+    # Another writer reaches the version the interrupted append would have made.
+    other.add(Msg.user("another writer's message"))
+    assert other.version == 1
+
+    # c1 never committed: its result is an orphan, refused against the truth.
+    with pytest.raises(InvalidMessage):
+        mine.add(_result("c1"))
+    assert [m["content"] for m in mine.to_openai()] == ["another writer's message"]
+    assert_consistent(mine)
+
+
+class _Counting:
+    """The offline summariser, counting its calls (thread-safe) and slow enough for other
+    callers to come in while a call is in flight."""
+
+    def __init__(self) -> None:
+        self.inner = OfflineSummarizer()
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        with self._lock:
+            self.calls += 1
+        threading.Event().wait(0.005)
+        return self.inner.summarize(request)
+
+
+def _sharing_config() -> AutoContextConfig:
+    return AutoContextConfig(max_tokens=6000, msg_threshold=60, large_payload_chars=1500)
+
+
+def _assert_serialised(mem: AutoContextMemory, summarizer: _Counting) -> None:
+    events = mem.events()
+    assert not [e for e in events if e.status == "conflict"]
+    # Every summariser call is accounted for by exactly one recorded attempt of this memory.
+    with_model = [e for e in events if e.model is not None and e.strategy in (1, 4, 5, 6, 7)]
+    assert summarizer.calls == len(with_model)
+    assert any(e.status == "applied" for e in events)
+    assert_consistent(mem)
+
+
+def _group(worker: int, step: int) -> list[Msg]:
+    rng = random.Random(worker * 1000 + step)
+    return [
+        Msg.user(f"worker {worker} step {step}"),
+        *tool_group(rng, [f"w{worker}s{step}"], step % 3 == 0),
+    ]
+
+
+def test_one_memory_shared_by_eight_threads(open_memory: Open) -> None:
+    summarizer = _Counting()
+    mem = open_memory(config=_sharing_config(), summarizer=summarizer)
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def work(worker: int) -> None:
+        try:
+            start.wait()
+            for step in range(12):
+                mem.add(_group(worker, step))
+                mem.compress_if_needed()
+                mem.to_openai()
+        except BaseException as exc:  # every failure is the test's
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert errors == []
+    # Each worker's group arrived whole: appends are atomic and in order per caller.
+    originals = sql(
+        mem,
+        "select count(*) from messages where session_id = :s and kind = 'original'",
+        s=mem.session_id,
+    )[0][0]
+    assert originals == sum(len(_group(w, s)) for w in range(8) for s in range(12))
+    _assert_serialised(mem, summarizer)
+
+
+def test_one_async_memory_shared_by_64_gathered_tasks(open_memory: Open) -> None:
+    summarizer = _Counting()
+    mem = AsyncAutoContextMemory(open_memory(config=_sharing_config(), summarizer=summarizer))
+
+    async def task(worker: int) -> None:
+        for step in range(3):
+            await mem.add(_group(worker, step))
+            await mem.compress_if_needed()
+            await mem.to_openai()
+
+    async def main() -> list[BaseException | None]:
+        return await asyncio.gather(*(task(w) for w in range(64)), return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert [r for r in results if r is not None] == []
+    _assert_serialised(mem.sync, summarizer)
+
+
+def _in_child(work: Callable[[], None]) -> int:
+    """Run `work` in a forked child; its exit status (0: it passed)."""
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            work()
+            code = 0
+        except BaseException:  # reported through the exit status
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_does_not_share_pooled_connections(open_memory: Open) -> None:
+    mem = open_memory()
+    mem.add(Msg.user("before the fork"))
+    with mem.engine.connect() as conn:
+        parent_backend = conn.exec_driver_sql("select pg_backend_pid()").scalar_one()
+
+    def child() -> None:
+        with mem.engine.connect() as conn:
+            backend = conn.exec_driver_sql("select pg_backend_pid()").scalar_one()
+        assert backend != parent_backend, "the child used the parent's pooled connection"
+        for k in range(20):
+            mem.add(Msg.user(f"from the child {k}"))
+        assert len(mem.messages()) == 21
+
+    assert _in_child(child) == 0
+    # The parent's pooled connection is intact (the child neither used nor closed it).
+    with mem.engine.connect() as conn:
+        assert conn.exec_driver_sql("select pg_backend_pid()").scalar_one() == parent_backend
+    mem.add(Msg.user("after the fork"))
+    assert len(mem.messages()) == 22
+    assert_consistent(mem)
+
+
+def test_a_client_owns_its_pool_and_the_memories_opened_through_it(
+    db_url: str, session_id: str
+) -> None:
+    with AutoContextClient(db_url) as client:
+        mem = client.open(session_id, summarizer=OfflineSummarizer())
+        mem.add(Msg.user("hello"))
+        assert mem.engine is client.engine
+        # A second client is a second pool: closing one leaves the other working.
+        with AutoContextClient(db_url) as other:
+            again = other.open(session_id, summarizer=OfflineSummarizer(), create=False)
+            assert again.engine is not mem.engine
+        assert mem.to_openai() == [{"role": "user", "content": "hello"}]
+    assert client.closed
+    with pytest.raises(SessionNotFound):
+        mem.messages()
+    with pytest.raises(RuntimeError, match="closed"):
+        client.open(session_id)
+    # The session outlives the client.
+    later = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
+    assert later.to_openai() == [{"role": "user", "content": "hello"}]
