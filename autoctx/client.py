@@ -62,11 +62,12 @@ class AutoContextClient:
     def shared(cls, database_url: str | URL | None, *, auto_upgrade: bool) -> AutoContextClient:
         """The process's client for `database_url`: opening many memories must not open many
         pools. A closed one is replaced by a new one."""
-        key = resolve_url(database_url).render_as_string(hide_password=False)
+        url = resolve_url(database_url)
+        key = url.render_as_string(hide_password=False)
         with cls._shared_lock:
             client = cls._shared.get(key)
             if client is None or client.closed:
-                client = cls(database_url, auto_upgrade=auto_upgrade)
+                client = cls(url, auto_upgrade=auto_upgrade)
                 cls._shared[key] = client
             return client
 
