@@ -1053,7 +1053,7 @@ def plot(
     moves the totals from its before to its after figures. Compressions are marked by
     strategy; the dashed line is the trigger (max_tokens x token_ratio), the dotted one the
     target (max_tokens x target_ratio), from the session's own config. Needs matplotlib
-    (`pip install 'autoctx[plot]'`).
+    (`pip install 'autoctx-pg[plot]'`; in a checkout, `pip install -e ".[plot]"`).
 
     Examples:
 

@@ -161,7 +161,7 @@ def _pyplot_free_figure() -> Any:
     except ImportError:
         raise AutoctxError(
             "plotting needs matplotlib, which is not installed; install the extra with "
-            "`pip install 'autoctx[plot]'`"
+            "`pip install 'autoctx-pg[plot]'` (in a checkout: `pip install -e '.[plot]'`)"
         ) from None
     return Figure(figsize=(13, 7.5), layout="constrained")
 

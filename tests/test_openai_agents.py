@@ -11,6 +11,8 @@ import asyncio
 import copy
 import itertools
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
@@ -603,3 +605,24 @@ def _assert_totals_match_a_recount(mem: AutoContextMemory) -> None:
         s=mem.session_id,
     )[0]
     assert (row[0], row[1]) == (row[2], row[3])
+
+
+def test_without_the_sdk_the_import_error_names_the_extra() -> None:
+    # A child interpreter where the SDK cannot be found, as on an install without the extra.
+    code = """
+import importlib.abc, sys
+class NoSDK(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "agents" or name.startswith("agents."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, NoSDK())
+try:
+    import autoctx.integrations.openai_agents
+except ModuleNotFoundError as exc:
+    print(exc)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "autoctx-pg[agents]" in out.stdout and "pip install -e '.[agents]'" in out.stdout

@@ -50,10 +50,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from agents.items import TResponseInputItem
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
-from agents.tool import FunctionTool
-from agents.tool_context import ToolContext
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+    from agents.tool import FunctionTool
+    from agents.tool_context import ToolContext
+except ModuleNotFoundError as exc:
+    if exc.name is None or exc.name.split(".")[0] != "agents":
+        raise
+    raise ModuleNotFoundError(
+        "autoctx's Agents SDK integration needs the OpenAI Agents SDK, which is not installed: "
+        "install the extra with `pip install 'autoctx-pg[agents]'` (in a checkout: "
+        "`pip install -e '.[agents]'`)",
+        name=exc.name,
+    ) from None
 from sqlalchemy.engine import URL
 
 from .._gc import paused_gc
