@@ -365,9 +365,10 @@ def test_naming_another_tenant_writes_nothing_of_it(
     fresh = f"ten-new-{uuid.uuid4().hex[:6]}"
     before = _picture(db_url, world.foreign)
     for statement in (
-        "update sessions set tenant = 'acme' where session_id = :s",
         "update sessions set plan = '{}' where session_id = :s",
+        "update messages set content = '[]' where session_id = :s",
         "delete from working_set where session_id = :s",
+        "update sessions set tenant = 'acme' where session_id = :s",
         "delete from sessions where session_id = :s",
     ):
         with _as(acme, "set_config local", tenant) as conn:
