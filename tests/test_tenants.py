@@ -366,7 +366,6 @@ def test_naming_another_tenant_writes_nothing_of_it(
     before = _picture(db_url, world.foreign)
     for statement in (
         "update sessions set plan = '{}' where session_id = :s",
-        "update messages set content = '[]' where session_id = :s",
         "delete from working_set where session_id = :s",
         "update sessions set tenant = 'acme' where session_id = :s",
         "delete from sessions where session_id = :s",
@@ -385,6 +384,17 @@ def test_naming_another_tenant_writes_nothing_of_it(
             _as(acme, "set_config local", tenant) as conn,
         ):
             conn.execute(sa.text(statement), {"s": victim, "new": fresh, "t": tenant})
+    # Originals and the audit trail are append-only for a granted role, its own included.
+    for statement in (
+        "update messages set content = '[]' where session_id = :s",
+        "delete from compression_events where session_id = :s",
+    ):
+        for target in (victim, world.a[0]):
+            with (
+                pytest.raises(sa.exc.ProgrammingError, match="permission denied"),
+                _as(acme, "set_config local", tenant) as conn,
+            ):
+                conn.execute(sa.text(statement), {"s": target})
     # Its own session handed to the other tenant (the setting naming its own).
     with (
         pytest.raises(sa.exc.ProgrammingError, match="row-level security"),
