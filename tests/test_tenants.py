@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
+from alembic import command
+from sqlalchemy.engine import URL, make_url
 from typer.testing import CliRunner
 
 import autoctx
@@ -34,6 +35,14 @@ from autoctx import (
 )
 from autoctx.cli import app
 from autoctx.memory import dispose_engines
+from autoctx.store.database import (
+    alembic_config,
+    create_engine,
+    current_revision,
+    head_revision,
+    normalize_url,
+    upgrade,
+)
 from autoctx.store.tables import SESSION_TABLES
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
@@ -626,3 +635,85 @@ def test_the_db_commands_grant_and_revoke(db_url: str, world: World) -> None:
         bad = runner.invoke(app, ["db", "grant-tenant", "pg_monitor", "acme", "-d", db_url])
         assert bad.exit_code == 1
         assert bad.stderr.startswith("autoctx: error: role 'pg_monitor' is one of")
+
+
+def _privileges(db_url: str, role: str) -> set[str]:
+    """The relations of autoctx on which `role` holds any privilege."""
+    engine = sa.create_engine(db_url, poolclass=sa.NullPool)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "select table_name from information_schema.role_table_grants "
+                "where grantee = :r union "
+                "select table_name from information_schema.table_privileges where grantee = :r"
+            ),
+            {"r": role},
+        )
+        found = {r[0] for r in rows}
+    engine.dispose()
+    return found
+
+
+def test_downgrading_0006_revokes_what_it_granted(empty_db_url: str) -> None:
+    """0003's policies trust the setting: a role granted a tenant must not keep its privileges
+    under them."""
+    engine = create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool)
+    try:
+        upgrade(engine)
+        with login_role(empty_db_url) as role:
+            autoctx.grant_tenant(role.name, "acme", empty_db_url)
+            assert set(TABLES) <= _privileges(empty_db_url, role.name)
+            with engine.connect() as conn:
+                cfg = alembic_config()
+                cfg.attributes["connection"] = conn
+                command.downgrade(cfg, "0004")
+                conn.commit()
+            assert current_revision(engine) == "0004"
+            assert _privileges(empty_db_url, role.name) == set()
+            upgrade(engine)
+            assert current_revision(engine) == head_revision()
+    finally:
+        engine.dispose()
+
+
+def test_a_forced_owner_is_held_to_the_setting(admin_url: URL, empty_db_url: str) -> None:
+    """Application tenancy checked by PostgreSQL: with FORCE ROW LEVEL SECURITY the tables'
+    owner (not a superuser) passes the role check and is held to the setting's tenant."""
+    name = make_url(empty_db_url).database
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    with login_role(empty_db_url) as owner:
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'ALTER DATABASE "{name}" OWNER TO {_quoted(owner.name)}'))
+            autoctx.upgrade_database(owner.url)
+            acme_sid, globex_sid = (f"ten-f{k}-{uuid.uuid4().hex[:6]}" for k in (1, 2))
+            _compressed(owner.url, acme_sid, "acme", 80)
+            _compressed(owner.url, globex_sid, "globex", 81)
+            engine = sa.create_engine(owner.url, poolclass=sa.NullPool)
+            with engine.begin() as conn:
+                for table in TABLES:
+                    conn.execute(sa.text(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY"))
+            assert _visible(owner, "acme") == {acme_sid}
+            assert _visible(owner, "globex") == {globex_sid}
+            assert _visible(owner, "") == set()
+            dispose_engines()
+            mem = AutoContextMemory.open(
+                acme_sid, owner.url, tenant="acme", summarizer=OfflineSummarizer(), create=False
+            )
+            mem.add(multi_round(82, rounds=6, steps=8)[1:])  # (its system prompt is there)
+            assert [e for e in mem.compress_if_needed() if e.status == "applied"]
+            with pytest.raises(SessionNotFound):
+                AutoContextMemory.open(globex_sid, owner.url, tenant="acme", create=False)
+            # (The invariants' totals read without a tenant scope: checked with FORCE off.)
+            with engine.begin() as conn:
+                for table in TABLES:
+                    conn.execute(sa.text(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY"))
+            engine.dispose()
+            assert_consistent(mem)
+        finally:
+            dispose_engines()
+            with admin.connect() as conn:
+                conn.execute(
+                    sa.text(f'ALTER DATABASE "{name}" OWNER TO {_quoted(str(admin_url.username))}')
+                )
+    admin.dispose()
