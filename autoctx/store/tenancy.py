@@ -204,14 +204,3 @@ def revoke_tenant(engine: Engine, role: str, tenant: str) -> bool:
             _ddl(conn, "REVOKE ALL ON {objects} FROM {role}", objects=objects, role=role)
             _ddl(conn, "REVOKE USAGE ON SCHEMA {schema} FROM {role}", schema=schema, role=role)
     return removed is not None
-
-
-def list_grants(engine: Engine) -> list[tuple[str, str]]:
-    """Every (role, tenant) grant, ordered (as the owner; a granted role sees its own)."""
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(tenant_grants.c.grantee, tenant_grants.c.tenant).order_by(
-                tenant_grants.c.grantee, tenant_grants.c.tenant
-            )
-        )
-        return [(r.grantee, r.tenant) for r in rows]
