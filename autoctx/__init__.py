@@ -21,6 +21,7 @@ from .errors import (
     SchemaError,
     SessionNotFound,
     SummarizerError,
+    TenantGrantError,
 )
 from .events import Event
 from .memory import AsyncAutoContextMemory, AutoContextMemory
@@ -33,6 +34,7 @@ from .messages import (
     from_openai_messages,
     to_openai_messages,
 )
+from .store import tenancy as _tenancy
 from .store.database import upgrade as _upgrade
 from .summarizers import (
     OfflineSummarizer,
@@ -50,6 +52,29 @@ def upgrade_database(database_url: str | None = None) -> str:
 
     with engine_for(database_url) as engine:
         return _upgrade(engine)
+
+
+def grant_tenant(role: str, tenant: str, database_url: str | None = None) -> bool:
+    """Let the database role `role` run autoctx for `tenant`, and nothing else (database
+    tenancy, docs/scaling.md): it gets the privileges a memory uses, and the row-level security
+    policies show it only the rows of `tenant`'s sessions, whatever SQL it sends. Run as the
+    owner of autoctx's tables; returns True if the grant is new (granting twice is harmless).
+
+        grant_tenant("acme_agent", "acme")   # then connect as acme_agent, open tenant="acme"
+    """
+    from .store.database import engine_for
+
+    with engine_for(database_url) as engine:
+        return _tenancy.grant_tenant(engine, role, tenant)
+
+
+def revoke_tenant(role: str, tenant: str, database_url: str | None = None) -> bool:
+    """Take `tenant` away from `role`; returns True if it held it. With its last tenant gone,
+    the role loses every privilege on autoctx's tables and views."""
+    from .store.database import engine_for
+
+    with engine_for(database_url) as engine:
+        return _tenancy.revoke_tenant(engine, role, tenant)
 
 
 __all__ = [
@@ -75,10 +100,13 @@ __all__ = [
     "SummarizerError",
     "SummaryRequest",
     "SummaryResult",
+    "TenantGrantError",
     "TextBlock",
     "ToolResultBlock",
     "ToolUseBlock",
     "from_openai_messages",
+    "grant_tenant",
+    "revoke_tenant",
     "to_openai_messages",
     "upgrade_database",
 ]

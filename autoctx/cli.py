@@ -9,6 +9,7 @@
     autoctx plot SESSION -o tokens.png    # working tokens over time, compressions marked
     autoctx export SESSION -o s.json      # everything, as JSON
     autoctx db upgrade | db current       # the schema
+    autoctx db grant-tenant ROLE TENANT   # a database role that can use one tenant only
 
 Every command takes ``--database-url`` (default: ``AUTOCTX_DATABASE_URL``, else the embedded
 PostgreSQL). Errors print as one line that says what to do, with a non-zero exit code.
@@ -56,6 +57,7 @@ from .memory import AutoContextMemory, dispose_engines, get_engine, validate_ses
 from .messages import Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock, to_openai_messages
 from .plot import STRATEGY_COLORS, STRATEGY_NAMES
 from .store import inspect as inspect_db
+from .store import tenancy
 from .store.database import (
     ENV_URL,
     check_connection,
@@ -96,7 +98,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 db_app = typer.Typer(
-    help="Create or upgrade autoctx's schema (Alembic migrations), or show its revision.",
+    help=(
+        "Create or upgrade autoctx's schema (Alembic migrations), show its revision, or give "
+        "a database role one tenant."
+    ),
     no_args_is_help=True,
 )
 app.add_typer(db_app, name="db")
@@ -740,6 +745,54 @@ def db_current(
     typer.echo(f"{where}: {state}: run `autoctx db upgrade`")
     if check:
         raise typer.Exit(1)
+
+
+RoleArg = Annotated[
+    str, typer.Argument(metavar="ROLE", help="An existing database role (not the tables' owner).")
+]
+TenantArg = Annotated[str, typer.Argument(metavar="TENANT", help="The tenant's name.")]
+
+
+@db_app.command("grant-tenant")
+@friendly_errors
+def db_grant_tenant(role: RoleArg, tenant: TenantArg, database_url: DatabaseUrl = None) -> None:
+    """Let ROLE run autoctx for TENANT and see nothing of any other tenant (database tenancy).
+
+    Grants ROLE the privileges a memory uses (no DDL) and records the tenant; the row-level
+    security policies then show ROLE only TENANT's sessions, whatever SQL it sends. Run as the
+    owner of autoctx's tables; running it twice is harmless.
+
+    Examples:
+
+        autoctx db grant-tenant acme_agent acme
+        autoctx db grant-tenant acme_agent acme --database-url postgresql://owner@db/agents
+    """
+    with engine_for(database_url) as engine:
+        check_connection(engine)
+        added = tenancy.grant_tenant(engine, role, tenant)
+        where = describe(engine.url)
+    state = "granted" if added else "already held"
+    typer.echo(f"{where}: role {role!r} {state} tenant {tenant!r}")
+
+
+@db_app.command("revoke-tenant")
+@friendly_errors
+def db_revoke_tenant(role: RoleArg, tenant: TenantArg, database_url: DatabaseUrl = None) -> None:
+    """Take TENANT away from ROLE; with its last tenant gone, ROLE loses every privilege on
+    autoctx's tables and views.
+
+    Examples:
+
+        autoctx db revoke-tenant acme_agent acme
+    """
+    with engine_for(database_url) as engine:
+        check_connection(engine)
+        removed = tenancy.revoke_tenant(engine, role, tenant)
+        where = describe(engine.url)
+    if removed:
+        typer.echo(f"{where}: role {role!r} no longer holds tenant {tenant!r}")
+    else:
+        typer.echo(f"{where}: role {role!r} did not hold tenant {tenant!r}; nothing to revoke")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,3 +64,9 @@ class InvalidPlan(AutoctxError, ValueError):
     A plan is ``{"goal": str, "steps": [{"title": str, "state": "pending" | "in_progress" |
     "done"}], "expected_outcome": str}``; the message names the field that is wrong.
     """
+
+
+class TenantGrantError(AutoctxError, ValueError):
+    """A role or tenant given to `grant_tenant` or `revoke_tenant` is invalid, the role could not
+    be confined to a tenant (a superuser, BYPASSRLS, or the tables' owner), or the caller may
+    not grant (it does not own autoctx's tables)."""

@@ -162,7 +162,7 @@ def test_processes_creating_one_database_at_once_all_succeed(admin_url: URL) -> 
 def test_table_descriptions_match_the_migrated_schema(db_url: str) -> None:
     engine = create_engine(normalize_url(db_url), poolclass=sa.NullPool)
     inspector = sa.inspect(engine)
-    for table in tables.metadata.sorted_tables:
+    for table in [*tables.metadata.sorted_tables, *tables.tenancy_metadata.sorted_tables]:
         columns = {c["name"] for c in inspector.get_columns(table.name)}
         assert columns == {c.name for c in table.columns}, table.name
     engine.dispose()

@@ -110,3 +110,15 @@ lineage = sa.Table(
 
 #: Tables that hold a session's data, children first (for deletes and checks).
 SESSION_TABLES = (lineage, offloads, working_set, compression_events, messages, sessions)
+
+#: Not a session table, so outside `metadata` (its key is the role, not session_id): which
+#: database role may use which tenant (migration 0006, autoctx.store.tenancy).
+tenancy_metadata = sa.MetaData()
+
+tenant_grants = sa.Table(
+    "autoctx_tenant_grants",
+    tenancy_metadata,
+    sa.Column("grantee", sa.Text, primary_key=True),
+    sa.Column("tenant", sa.Text, primary_key=True),
+    sa.Column("created_at", sa.DateTime(timezone=True)),
+)

@@ -2,16 +2,19 @@
 
 autoctx scopes every transaction of a tenant's memory with
 `set_config('autoctx.tenant', <tenant>, true)` (transaction-local, so a pooled connection never
-carries a tenant over). These policies turn that setting into isolation enforced by PostgreSQL:
-a role subject to them sees, and may write, only the rows of sessions whose tenant equals the
-setting; with the setting unset or empty it sees only sessions without a tenant. A tenant that
-forgets to scope its transaction therefore sees nothing of the other tenants (fail closed).
+carries a tenant over). These policies let a role subject to them see, and write, only the
+rows of sessions whose tenant equals the setting; with the setting unset or empty, only
+sessions without a tenant. A transaction that forgets its scope therefore sees nothing of the
+other tenants (fail closed).
+
+That is NOT isolation between roles: any role can set the setting itself (set_config, SET, the
+connection options), so these policies alone keep tenants apart only while nothing but
+autoctx's code talks to the database. Migration 0006 replaces them with policies that also
+check the role's grant of the tenant (database tenancy, `autoctx db grant-tenant`).
 
 RLS is ENABLEd, not FORCEd: the tables' owner (the role that ran the migrations, which is also
 what autoctx connects as in the simple deployment) bypasses the policies, so single-tenant and
-embedded use pay nothing and behave as before. A deployment that serves tenants connects as a
-separate non-owner role (GRANT SELECT, INSERT, UPDATE, DELETE on the tables), which the policies
-restrict. To enforce them on the owner too:
+embedded use pay nothing and behave as before. To enforce them on the owner too:
 
     ALTER TABLE sessions FORCE ROW LEVEL SECURITY;   -- and likewise for the other five tables
 
