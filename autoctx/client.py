@@ -72,6 +72,18 @@ class AutoContextClient:
             return client
 
     @classmethod
+    def forget_shared(cls) -> None:
+        """Release the pooled connections of every shared client and forget the clients, so
+        that the next open connects and checks the schema again. Memories already open keep
+        working: their pools reconnect on next use."""
+        with cls._shared_lock:
+            clients = list(cls._shared.values())
+            cls._shared.clear()
+        for client in clients:
+            if client._engine is not None:
+                client._engine.dispose()
+
+    @classmethod
     def close_shared(cls) -> None:
         """Close every shared client (and so every memory opened through one)."""
         with cls._shared_lock:

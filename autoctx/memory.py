@@ -75,8 +75,9 @@ def get_engine(database_url: str | URL | None, *, auto_upgrade: bool) -> Engine:
 
 
 def dispose_engines() -> None:
-    """Close every shared client: its pooled connections and the memories opened through it."""
-    AutoContextClient.close_shared()
+    """Release every pooled connection of the shared clients and forget them (tests, and a
+    CLI command that is done with the database); open memories reconnect on next use."""
+    AutoContextClient.forget_shared()
 
 
 def _serialised(method: Callable[_P, _R]) -> Callable[_P, _R]:

@@ -190,7 +190,7 @@ def test_the_built_wheel_carries_the_migrations(tmp_path: Path, empty_db_url: st
         check=True,
         capture_output=True,
     )
-    wheel = next(dist.glob("autoctx-*.whl"))
+    wheel = next(dist.glob("autoctx_pg-*.whl"))
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"

@@ -98,6 +98,10 @@ class _Appended:
     token_count: int
 
 
+#: PostgreSQL's SQLSTATE for a row a row-level security policy refuses (and other missing rights).
+_INSUFFICIENT_PRIVILEGE = "42501"
+
+
 def _gone(session_id: str) -> SessionNotFound:
     return SessionNotFound(
         f"session {session_id!r} does not exist any more (it was deleted, and the id may have "
@@ -244,11 +248,22 @@ class Store:
             )
             .on_conflict_do_nothing(index_elements=["session_id"])
         )
-        with self._begin() as conn:
-            conn.execute(stmt)
-            row = conn.execute(
-                sa.select(sessions).where(sessions.c.session_id == session_id)
-            ).one_or_none()
+        try:
+            with self._begin() as conn:
+                conn.execute(stmt)
+                row = conn.execute(
+                    sa.select(sessions).where(sessions.c.session_id == session_id)
+                ).one_or_none()
+        except sa.exc.ProgrammingError as exc:
+            if getattr(exc.orig, "sqlstate", None) != _INSUFFICIENT_PRIVILEGE:
+                raise
+            # Database tenancy: the policies refused a session of a tenant this role is not
+            # granted (or one without a tenant).
+            raise SessionNotFound(
+                f"session {session_id!r} cannot be created for tenant {tenant!r}: this database "
+                "role is not granted that tenant; the tables' owner grants it with "
+                "`autoctx db grant-tenant ROLE TENANT`"
+            ) from None
         # None: the id is taken by a session that row-level security hides from this role
         # (another tenant's), so the insert did nothing and the row cannot be read back.
         info = None if row is None else session_info(row)
@@ -991,9 +1006,7 @@ class Store:
                 sa.insert(compression_events).values(**values).returning(compression_events)
             ).one()
             conn.execute(
-                sa.update(sessions)
-                .where(self._this(session_id))
-                .values(next_event_id=event_id + 1)
+                sa.update(sessions).where(self._this(session_id)).values(next_event_id=event_id + 1)
             )
         return event_from_row(created)
 

@@ -29,7 +29,7 @@ therefore revokes every privilege that grant-tenant gave on autoctx's tables, so
 tenant role keeps a door it had not before (fail closed).
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Create Date: 2026-12-01
 """
 
@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
