@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import InvalidMessage
 from .messages import (
+    OPENAI_META,
     ROLES,
     Msg,
     NonJsonNumber,
@@ -148,8 +149,30 @@ def _check_fields(msg: Msg, where: str) -> None:
                 f"{where}: '{field_name}' must be an integer or None (autoctx sets it when "
                 f"the message is stored; leave it out), got {type(value).__name__}"
             )
+    _check_openai_meta(msg, where)
     for j, block in enumerate(msg.content):
         _check_block_fields(block, f"{where}, content block {j}")
+
+
+def _check_openai_meta(msg: Msg, where: str) -> None:
+    """The reserved metadata key is read back by `Msg.to_openai()`: a value of another shape
+    would be stored and then break every later read of the working context."""
+    meta = msg.metadata.get(OPENAI_META)
+    if meta is None:
+        return
+    valid = (
+        isinstance(meta, Mapping)
+        and set(meta) <= {"extra", "content", "empty_tool_calls", "role"}
+        and isinstance(meta.get("extra", {}), Mapping)
+        and meta.get("content", "parts") in ("parts", "none")
+        and isinstance(meta.get("empty_tool_calls", False), bool)
+        and meta.get("role", "developer") == "developer"
+    )
+    if not valid:
+        raise InvalidMessage(
+            f"{where}: metadata key {OPENAI_META!r} is reserved for what autoctx keeps of the "
+            "OpenAI format (Msg.from_openai writes it); keep your own data under another key"
+        )
 
 
 def _string_fields(block: object, names: tuple[str, ...], where: str) -> None:

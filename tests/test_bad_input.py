@@ -358,6 +358,18 @@ CASES: list[Case] = [
         "'metadata' must be a dict",
     ),
     Case(
+        "msg_metadata_openai_key_a_number",
+        lambda c: c.mem.add(_msg(metadata={"openai": 5})),
+        InvalidMessage,
+        "metadata key 'openai' is reserved",
+    ),
+    Case(
+        "msg_metadata_openai_extra_a_list",
+        lambda c: c.mem.add(_msg(metadata={"openai": {"extra": [MARKER]}})),
+        InvalidMessage,
+        "metadata key 'openai' is reserved",
+    ),
+    Case(
         "text_block_of_a_number",
         lambda c: c.mem.add(_msg(content=(TextBlock(MARKER), TextBlock(cast(Any, 5))))),
         InvalidMessage,
