@@ -53,7 +53,13 @@ from . import demo as demo_mod
 from .config import AutoContextConfig
 from .errors import AutoctxError, InvalidOffloadId, OffloadNotFound, SessionNotFound
 from .events import Event
-from .memory import AutoContextMemory, dispose_engines, get_engine, validate_session_id
+from .memory import (
+    AutoContextMemory,
+    dispose_engines,
+    get_engine,
+    validate_session_id,
+    validate_tenant,
+)
 from .messages import Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock, to_openai_messages
 from .plot import STRATEGY_COLORS, STRATEGY_NAMES
 from .store import inspect as inspect_db
@@ -816,7 +822,7 @@ def sessions(
         autoctx sessions
         autoctx sessions --prefix demo-
     """
-    rows = Store(_engine(database_url)).list_sessions(tenant=tenant, prefix=prefix)
+    rows = Store(_engine(database_url)).list_sessions(tenant=validate_tenant(tenant), prefix=prefix)
     console = _console()
     if not rows:
         console.print("no sessions" + (f" starting with {prefix!r}" if prefix else ""))

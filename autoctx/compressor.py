@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from ._faults import pause_point
 from .config import AutoContextConfig
 from .errors import SummarizerError
 from .events import Event
@@ -318,7 +317,6 @@ class Compressor:
         )
         summarizer = fallback if fallback is not None else self.summarizer
         try:
-            pause_point("summarize.during")
             result = summarizer.summarize(request)
             if fallback is not None:
                 # Recorded under the fallback's own name (SPEC.md section 2).

@@ -14,7 +14,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidMessage
-from .messages import ROLES, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock, json_text
+from .messages import (
+    OPENAI_META,
+    ROLES,
+    Msg,
+    NonJsonNumber,
+    OpaqueBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    json_text,
+    json_value,
+)
 from .structure import is_final_answer
 from .tokens import TOKENS_PER_MESSAGE, TOKENS_PER_NAME, TokenCounter
 
@@ -99,6 +110,111 @@ def _check_json_value(value: Any, where: str, what: str) -> None:
         ) from None
     except (TypeError, ValueError) as exc:
         raise InvalidMessage(f"{where}: {what} is not JSON-serialisable ({exc})") from None
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        # Python writes these as bare NaN/Infinity tokens, which no JSON parser (nor jsonb)
+        # accepts.
+        raise InvalidMessage(
+            f"{where}: {what} holds a NaN or Infinity number, which JSON cannot represent; "
+            "store it as null or as a string such as 'NaN'"
+        ) from None
+
+
+def _check_fields(msg: Msg, where: str) -> None:
+    """The field types of a `Msg` built by hand (dataclasses do not check them), so that a
+    wrong one is refused here instead of failing in the database or half-way through a check."""
+    if not isinstance(msg.content, tuple | list):
+        raise InvalidMessage(
+            f"{where}: 'content' must be a tuple of blocks (TextBlock, ToolUseBlock, "
+            f"ToolResultBlock, OpaqueBlock), got {type(msg.content).__name__}; "
+            "build text messages with Msg.user(text) or Msg.assistant(text)"
+        )
+    if msg.name is not None and not isinstance(msg.name, str):
+        raise InvalidMessage(
+            f"{where}: 'name' must be a string or None, got {type(msg.name).__name__}"
+        )
+    if not isinstance(msg.metadata, Mapping):
+        raise InvalidMessage(
+            f"{where}: 'metadata' must be a dict, got {type(msg.metadata).__name__}"
+        )
+    if not isinstance(msg.pinned, bool):
+        raise InvalidMessage(
+            f"{where}: 'pinned' must be True or False, got {type(msg.pinned).__name__}"
+        )
+    for field_name in ("id", "tokens"):
+        value = getattr(msg, field_name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InvalidMessage(
+                f"{where}: '{field_name}' must be an integer or None (autoctx sets it when "
+                f"the message is stored; leave it out), got {type(value).__name__}"
+            )
+    _check_openai_meta(msg, where)
+    for j, block in enumerate(msg.content):
+        _check_block_fields(block, f"{where}, content block {j}")
+
+
+def _check_openai_meta(msg: Msg, where: str) -> None:
+    """The reserved metadata key is read back by `Msg.to_openai()`: a value of another shape
+    would be stored and then break every later read of the working context."""
+    meta = msg.metadata.get(OPENAI_META)
+    if meta is None:
+        return
+    valid = (
+        isinstance(meta, Mapping)
+        and set(meta) <= {"extra", "content", "empty_tool_calls", "role"}
+        and isinstance(meta.get("extra", {}), Mapping)
+        and meta.get("content", "parts") in ("parts", "none")
+        and isinstance(meta.get("empty_tool_calls", False), bool)
+        and meta.get("role", "developer") == "developer"
+    )
+    if not valid:
+        raise InvalidMessage(
+            f"{where}: metadata key {OPENAI_META!r} is reserved for what autoctx keeps of the "
+            "OpenAI format (Msg.from_openai writes it); keep your own data under another key"
+        )
+
+
+def _string_fields(block: object, names: tuple[str, ...], where: str) -> None:
+    for name in names:
+        value = getattr(block, name)
+        if not isinstance(value, str):
+            raise InvalidMessage(
+                f"{where} ({type(block).__name__}): '{name}' must be a string, got "
+                f"{type(value).__name__}"
+            )
+
+
+def _check_block_fields(block: object, where: str) -> None:
+    if isinstance(block, TextBlock):
+        _string_fields(block, ("text",), where)
+    elif isinstance(block, ToolUseBlock):
+        _string_fields(block, ("id", "name", "arguments"), where)
+        if not isinstance(block.extra, Mapping):
+            raise InvalidMessage(
+                f"{where} (ToolUseBlock): 'extra' must be a dict, got {type(block.extra).__name__}"
+            )
+    elif isinstance(block, ToolResultBlock):
+        _string_fields(block, ("tool_use_id", "name"), where)
+        output = block.output
+        if not isinstance(output, str) and not (
+            isinstance(output, tuple | list)
+            and all(isinstance(p, TextBlock) and isinstance(p.text, str) for p in output)
+        ):
+            raise InvalidMessage(
+                f"{where} (ToolResultBlock): 'output' must be a string or a tuple of "
+                f"TextBlocks, got {type(output).__name__}"
+            )
+    elif isinstance(block, OpaqueBlock):
+        if not isinstance(block.data, Mapping):
+            raise InvalidMessage(
+                f"{where} (OpaqueBlock): 'data' must be a dict, got {type(block.data).__name__}"
+            )
+    else:
+        raise InvalidMessage(
+            f"{where}: a {type(block).__name__} is not a content block; use TextBlock, "
+            "ToolUseBlock, ToolResultBlock or OpaqueBlock"
+        )
 
 
 def _checked_json_text(value: Any, where: str, what: str) -> str:
@@ -128,6 +244,9 @@ def _check_arguments(call: ToolUseBlock, where: str) -> None:
     _check_text(call.id, where, f"{what} id")
     _check_text(call.name, where, f"{what} name")
     _check_text(call.arguments, where, f"{what} arguments")
+    if call.extra:
+        # Unknown keys of the OpenAI call, stored with the content: JSON PostgreSQL can hold.
+        _checked_json_text(dict(call.extra), where, f"{what} extra keys")
     if call.extra.get("arguments_absent") and not call.arguments:
         return
     # Counting brackets is C-speed; the exact depth only matters when there are that many.
@@ -138,7 +257,12 @@ def _check_arguments(call: ToolUseBlock, where: str) -> None:
             "flatten them"
         )
     try:
-        json.loads(call.arguments)
+        json_value(call.arguments)
+    except NonJsonNumber:
+        raise InvalidMessage(
+            f"{where}: {what} arguments hold NaN or Infinity, which is not JSON; the model's "
+            "call must carry a JSON object string (write such a number as null or a string)"
+        ) from None
     except ValueError as exc:
         raise InvalidMessage(
             f"{where}: {what} arguments are not valid JSON ({exc.args[0]}); the model's call "
@@ -150,6 +274,7 @@ def _check_blocks(msg: Msg, where: str) -> str:
     """Raise `InvalidMessage` for a malformed message; return its metadata as stored."""
     if msg.role not in ROLES:
         raise InvalidMessage(f"{where}: unknown role {msg.role!r}; use one of {', '.join(ROLES)}")
+    _check_fields(msg, where)
     if msg.kind != "original":
         raise InvalidMessage(
             f"{where}: kind {msg.kind!r} is made by autoctx's compressions; messages added "

@@ -45,6 +45,9 @@ from .transcript import validate_plan
 logger = logging.getLogger("autoctx")
 
 MAX_SESSION_ID = 255
+#: Tenant names are indexed with the session id; at 255 characters (4 bytes each at most in
+#: UTF-8) the pair stays far below PostgreSQL's btree entry limit of about 2.7 KB.
+MAX_TENANT = 255
 MessageInput = Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]]
 
 _P = ParamSpec("_P")
@@ -67,6 +70,35 @@ def validate_session_id(session_id: object) -> str:
     except UnicodeEncodeError:
         raise InvalidSessionId("session id is not valid Unicode (lone surrogate)") from None
     return session_id
+
+
+def validate_tenant(tenant: object) -> str | None:
+    """A tenant name as given, or None for a session without a tenant; `InvalidSessionId`
+    for one that is not storable (the message never repeats the name: it may be long)."""
+    if tenant is None:
+        return None
+    if not isinstance(tenant, str):
+        raise InvalidSessionId(
+            f"tenant must be a string or None, got {type(tenant).__name__}; pass a name such "
+            "as 'acme', or None for a session without a tenant"
+        )
+    if not tenant.strip():
+        # Under row-level security an empty tenant means "no tenant": refuse the ambiguity.
+        raise InvalidSessionId(
+            "tenant is empty or blank, which is not a tenant name; pass a non-empty name, or "
+            "None for a session without a tenant"
+        )
+    if len(tenant) > MAX_TENANT:
+        raise InvalidSessionId(
+            f"tenant is {len(tenant)} characters long; the limit is {MAX_TENANT}"
+        )
+    if "\x00" in tenant:
+        raise InvalidSessionId("tenant contains a NUL character; remove it")
+    try:
+        tenant.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSessionId("tenant is not valid Unicode (lone surrogate)") from None
+    return tenant
 
 
 def get_engine(database_url: str | URL | None, *, auto_upgrade: bool) -> Engine:
@@ -142,6 +174,7 @@ class AutoContextMemory:
         `AUTOCTX_DATABASE_URL`, else the embedded PostgreSQL.
         """
         validate_session_id(session_id)  # before anything connects
+        validate_tenant(tenant)
         client = AutoContextClient.shared(
             database_url, auto_upgrade=(config or AutoContextConfig()).auto_upgrade
         )
@@ -373,12 +406,7 @@ def open_memory(
 ) -> AutoContextMemory:
     """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls)."""
     validate_session_id(session_id)
-    if tenant is not None and (not isinstance(tenant, str) or not tenant.strip()):
-        # Under row-level security an empty tenant means "no tenant": refuse the ambiguity.
-        raise InvalidSessionId(
-            f"tenant {tenant!r} is not a tenant name; pass a non-empty string, or None for "
-            "a session without a tenant"
-        )
+    validate_tenant(tenant)
     given = config
     config = config or AutoContextConfig()
     store = Store(client.engine, tenant)

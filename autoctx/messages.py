@@ -180,8 +180,26 @@ class Msg:
 
 
 def json_text(value: Any) -> str:
-    """A JSON value as autoctx stores it (compact, non-ASCII kept)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """A JSON value as autoctx stores it (compact, non-ASCII kept).
+
+    Raises ValueError for NaN or Infinity: JSON (and PostgreSQL's jsonb) has neither, and
+    `add()` refuses them before anything is written.
+    """
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+class NonJsonNumber(ValueError):
+    """NaN, Infinity or -Infinity in a JSON text: Python's json reads them, JSON has none."""
+
+
+def _refuse_constant(token: str) -> Any:
+    raise NonJsonNumber(token)
+
+
+def json_value(text: str) -> Any:
+    """A JSON text parsed as JSON defines it: NaN and Infinity raise `NonJsonNumber` (a
+    ValueError), as PostgreSQL and every other JSON reader would refuse them."""
+    return json.loads(text, parse_constant=_refuse_constant)
 
 
 # ---------------------------------------------------------------------------------------------

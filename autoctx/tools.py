@@ -6,13 +6,12 @@ call never raises into the agent loop. It only ever sees the offloads of its own
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import InvalidOffloadId, OffloadNotFound
-from .messages import Msg, ToolUseBlock
+from .messages import Msg, NonJsonNumber, ToolUseBlock, json_value
 from .transcript import render_transcript
 
 TOOL_NAME = "context_reload"
@@ -22,7 +21,12 @@ NOT_FOUND_ANSWER = "No offloaded context with that id in this session."
 
 def parse_offload_id(value: object) -> uuid.UUID:
     """A uuid from a string; `InvalidOffloadId` for an empty or malformed one."""
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):
+        raise InvalidOffloadId(
+            f"the offload id must be a string (the uuid from an offload tag), got "
+            f"{type(value).__name__}"
+        )
+    if not value.strip():
         raise InvalidOffloadId("the offload id is empty; pass the uuid from an offload tag")
     text = value.strip()
     try:
@@ -75,15 +79,36 @@ def answer_reload_call(
     page_chars: int,
 ) -> str:
     """Answer one `context_reload` call with text (never raises for a bad call)."""
-    try:
-        args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-    except ValueError:
-        return 'Invalid arguments: expected JSON like {"uuid": "..."}.'
+    if isinstance(arguments, str):
+        try:
+            args = json_value(arguments)
+        except NonJsonNumber:
+            return (
+                'Invalid arguments: NaN and Infinity are not JSON; pass {"uuid": "..."} '
+                "with an integer offset."
+            )
+        except RecursionError:
+            # A hostile nesting depth: Python's json recurses once per level.
+            return 'Invalid arguments: nested far too deep; expected JSON like {"uuid": "..."}.'
+        except ValueError:
+            return 'Invalid arguments: expected JSON like {"uuid": "..."}.'
+    elif isinstance(arguments, Mapping):
+        args = dict(arguments)
+    else:
+        return (
+            "Invalid arguments: expected a JSON object text or a dict like "
+            f'{{"uuid": "..."}}, got {type(arguments).__name__}.'
+        )
     if not isinstance(args, dict):
         return 'Invalid arguments: expected a JSON object like {"uuid": "..."}.'
     raw = args.get("uuid")
     if raw is None:
         return 'Missing uuid: pass the uuid of an offload tag as {"uuid": "..."}.'
+    if not isinstance(raw, str):
+        return (
+            f"Invalid uuid: it must be a string, got {type(raw).__name__}; copy the uuid that "
+            "follows 'uuid=' in an offload tag."
+        )
     if isinstance(raw, str) and not raw.strip():
         # Answers never spell out the tag or its marker word: they land in the context, where
         # either would read as an offload marker to the model and to the summary checks.
@@ -114,10 +139,15 @@ def answer_reload_call(
 
 
 def call_arguments(call: ToolUseBlock | Mapping[str, Any]) -> tuple[str, str | Mapping[str, Any]]:
-    """(tool name, arguments) of an OpenAI tool call dict or a `ToolUseBlock`."""
+    """(tool name, arguments) of an OpenAI tool call dict or a `ToolUseBlock`; a call of any
+    other shape names no tool (the handler then answers that it does not know it)."""
     if isinstance(call, ToolUseBlock):
         return call.name, call.arguments
+    if not isinstance(call, Mapping):
+        return "", {}
     fn = call.get("function", call)
     if not isinstance(fn, Mapping):
         return "", {}
-    return str(fn.get("name", "")), fn.get("arguments", "{}")
+    name = fn.get("name", "")
+    # Arguments of the wrong type are passed on as they are, for the answer to explain them.
+    return name if isinstance(name, str) else "", fn.get("arguments", "{}")

@@ -5,7 +5,7 @@
 
 A forked child runs a realistic agent loop (tool rounds with large outputs, compression with an
 OpenAI-compatible summariser on a local server that answers in 20-300 ms) and is killed with
-SIGKILL, in turn at each pause point (`AUTOCTX_PAUSE_AT`) and at random instants. After every
+SIGKILL, in turn inside each phase of tests/pauses.py and at random instants. After every
 kill the session is reopened with a fresh engine and checked: every acknowledged message present
 once, in order, with its content; the working context valid; totals equal to a recount; every
 offload and lineage row part of an applied event; no event half written. The next child

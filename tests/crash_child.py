@@ -4,7 +4,8 @@ A forked child runs a realistic agent loop on one session: it appends tool round
 outputs, one `add()` per unit (a user message, a tool group, or a final answer), writes an
 acknowledgement line (fsynced) after each `add()` returns, and calls `compress_if_needed()` with
 an `OpenAISummarizer` pointed at a local server that answers slowly. The parent kills it with
-SIGKILL, either at a random instant or when it reports a pause point (`AUTOCTX_PAUSE_AT`), then
+SIGKILL, either at a random instant or when it reports that it reached a phase (tests/pauses.py:
+event listeners on the child's engine and a pausing summariser, nothing inside autoctx), then
 opens the session with a fresh engine and checks that nothing was lost or half written
 (`check_after_kill`). The next child continues the same session.
 
@@ -34,8 +35,6 @@ import openai  # noqa: F401  (imported here so that forked children start warm)
 import sqlalchemy as sa
 
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
-from autoctx._faults import ENV as PAUSE_ENV
-from autoctx._faults import PHASES as PAUSE_PHASES
 from autoctx.memory import dispose_engines
 from autoctx.store.rows import msg_from_row
 from tests.dbsql import sql
@@ -43,9 +42,11 @@ from tests.invariants import (
     assert_consistent,
     assert_every_original_reachable,
 )
+from tests.pauses import PHASES as PAUSE_PHASES
+from tests.pauses import Pauser
 
 RANDOM = "random"
-#: Where a child can be killed: each pause point, and anywhere at all.
+#: Where a child can be killed: each phase of tests/pauses.py, and anywhere at all.
 KILL_PHASES: tuple[str, ...] = (*PAUSE_PHASES, RANDOM)
 
 #: Small thresholds, so that a few units of work push the session over its trigger and every
@@ -194,15 +195,19 @@ def child_main(work: Workload, generation: int, pause_at: str | None, pause_afte
     """The child's loop; runs until killed. `pause_at` is armed after `pause_after` steps, so
     pauses land at different places in the session's life."""
     dispose_engines()  # the parent's pooled connections are not ours to use
-    os.environ.pop(PAUSE_ENV, None)
+    pauser = Pauser()
     mem = AutoContextMemory.open(
-        work.session_id, work.db_url, CONFIG, summarizer=_summarizer(work, generation)
+        work.session_id,
+        work.db_url,
+        CONFIG,
+        summarizer=pauser.summarizer(_summarizer(work, generation)),
     )
+    pauser.install(mem.engine)
     step = next_step(mem)
     fd = os.open(work.ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     for done in range(100_000):
         if pause_at is not None and done == pause_after:
-            os.environ[PAUSE_ENV] = pause_at
+            pauser.arm(pause_at)
         stored = mem.add(unit(work.seed, step))
         os.write(fd, _ack_line(step, stored).encode())
         os.fsync(fd)
@@ -314,6 +319,31 @@ def _state(work: Workload) -> tuple[Any, ...]:
     return tuple(row) if row is not None else ()
 
 
+#: The phases inside a transaction that holds the session row lock (the others hold none: the
+#: summariser call in particular, SPEC.md section 5).
+LOCKED_PHASES = frozenset({"append.before_commit", "apply.after_lock", "apply.before_commit"})
+
+
+def _row_locked(work: Workload) -> bool:
+    """Whether another transaction holds the lock on the session row (checked without waiting),
+    so that a pause is known to be inside the transaction it names, or outside any."""
+    engine = sa.create_engine(work.db_url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            try:
+                conn.execute(
+                    sa.text("select 1 from sessions where session_id = :s for update nowait"),
+                    {"s": work.session_id},
+                )
+            except sa.exc.OperationalError:
+                return True
+            finally:
+                conn.rollback()
+    finally:
+        engine.dispose()
+    return False
+
+
 @dataclass
 class KillStats:
     """Counts per phase: kills, and steps committed so far."""
@@ -395,8 +425,10 @@ def kill_once(
     pause_timeout: float = 30.0,
 ) -> None:
     """Run one child and kill it in `phase`; raises `ChildFailed` if it died on its own or
-    never reached the phase. For a pause point, also checks that nothing of the paused
-    transaction is visible: the state seen while it is paused is the state after the kill."""
+    never reached the phase. For a paused phase, also checks that the pause is where it says
+    (the session row locked inside a transaction, free outside one) and that nothing of the
+    paused transaction is visible: the state seen while it is paused is the state after the
+    kill."""
     dispose_engines()  # nothing pooled may be shared with the child
     pause_at = None if phase == RANDOM else phase
     # A process's first append locks the session row and writes in a transaction; later ones
@@ -419,6 +451,10 @@ def kill_once(
                     f"the child never reached {pause_at}:\n{stderr.decode(errors='replace')}"
                 )
             before = _state(work)
+            locked = _row_locked(work)
+            assert locked == (pause_at in LOCKED_PHASES), (
+                f"paused at {pause_at}, the session row is {'' if locked else 'not '}locked"
+            )
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -8,6 +8,8 @@ opens, converts to valid OpenAI chat and has totals equal to a recount.
 from __future__ import annotations
 
 import dataclasses
+import random
+import string
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from autoctx import (
     InvalidSessionId,
     Msg,
     OffloadNotFound,
+    OpaqueBlock,
     SessionNotFound,
     TextBlock,
     ToolResultBlock,
@@ -87,6 +90,27 @@ TWENTY_MB = 20 * 1024 * 1024
 def _big_text(chars: int) -> str:
     unit = "2025-11-30T10:00:00Z INFO worker=17 request id=9f3a handled in 12 ms path=/v1/items\n"
     return (unit * (chars // len(unit) + 1))[:chars]
+
+
+#: Planted in the content of the newer cases: an error text must never repeat it (SPEC.md 6:
+#: errors name the session, the message and the problem, never the content).
+MARKER = "do-not-echo-7f3a"
+NAN = float("nan")
+INF = float("inf")
+#: Random letters and digits, which PostgreSQL cannot compress below its btree entry limit
+#: (about 2.7 KB): a repetitive name of that length would fit once compressed.
+THREE_KB = "".join(random.Random(5).choices(string.ascii_letters + string.digits, k=3000))
+
+
+def _msg(**fields: Any) -> Msg:
+    """A user message with some fields set to what the caller's type hints do not allow."""
+    return Msg(**{"role": "user", "content": (TextBlock(MARKER),), **fields})
+
+
+def _tenant(tenant: object) -> Callable[[Ctx], object]:
+    return lambda c: AutoContextMemory.open(
+        f"{c.mem.session_id}-tenant", c.db_url, tenant=cast(Any, tenant)
+    )
 
 
 def _open_call_elsewhere(ctx: Ctx) -> None:
@@ -240,6 +264,147 @@ CASES: list[Case] = [
         InvalidMessage,
         "message 2",
     ),
+    # -- add(): numbers JSON has not, and keys PostgreSQL is handed as they are ---------------
+    Case(
+        "metadata_with_nan",
+        lambda c: c.mem.add(Msg.user(MARKER, metadata={"note": MARKER, "score": NAN})),
+        InvalidMessage,
+        "message 0 (user): the metadata holds a NaN or Infinity",
+    ),
+    Case(
+        "metadata_with_infinity",
+        lambda c: c.mem.add(Msg.user(MARKER, metadata={"bounds": [0, -INF]})),
+        InvalidMessage,
+        "NaN or Infinity",
+    ),
+    Case(
+        "openai_extra_key_with_nan",
+        lambda c: c.mem.add({"role": "user", "content": MARKER, "logprob": NAN}),
+        InvalidMessage,
+        "the metadata holds a NaN or Infinity",
+    ),
+    Case(
+        "opaque_part_with_infinity",
+        lambda c: c.mem.add(
+            {
+                "role": "user",
+                "content": [{"type": "input_audio", "note": MARKER, "seconds": INF}],
+            }
+        ),
+        InvalidMessage,
+        "an opaque content part holds a NaN or Infinity",
+    ),
+    Case(
+        "tool_call_extra_key_with_nan",
+        lambda c: c.mem.add(_assistant_calls({**_call("c12", f'{{"p": "{MARKER}"}}'), "i": NAN})),
+        InvalidMessage,
+        "tool call 'c12' (read_file) extra keys holds a NaN",
+    ),
+    Case(
+        "tool_call_extra_key_with_nul",
+        lambda c: c.mem.add(_assistant_calls({**_call("c13"), "note": f"{MARKER}\x00"})),
+        InvalidMessage,
+        "extra keys contains a NUL",
+    ),
+    Case(
+        "arguments_with_nan",
+        lambda c: c.mem.add(_assistant_calls(_call("c14", f'{{"p": "{MARKER}", "x": NaN}}'))),
+        InvalidMessage,
+        "arguments hold NaN or Infinity",
+    ),
+    Case(
+        "arguments_with_minus_infinity",
+        lambda c: c.mem.add(_assistant_calls(_call("c15", '{"x": [1, -Infinity]}'))),
+        InvalidMessage,
+        "arguments hold NaN or Infinity",
+    ),
+    # -- add(): a Msg built with fields of the wrong type --------------------------------------
+    Case("msg_role_a_number", lambda c: c.mem.add(_msg(role=3)), InvalidMessage, "unknown role 3"),
+    Case(
+        "msg_content_an_object",
+        lambda c: c.mem.add(_msg(content=object())),
+        InvalidMessage,
+        "message 0 (user): 'content' must be a tuple of blocks",
+    ),
+    Case(
+        "msg_content_a_string",
+        lambda c: c.mem.add(_msg(content=MARKER)),
+        InvalidMessage,
+        "'content' must be a tuple of blocks",
+    ),
+    Case(
+        "msg_tokens_a_string",
+        lambda c: c.mem.add(_msg(tokens="x")),
+        InvalidMessage,
+        "'tokens' must be an integer or None",
+    ),
+    Case("msg_id_a_string", lambda c: c.mem.add(_msg(id="7")), InvalidMessage, "'id' must be"),
+    Case(
+        "msg_pinned_maybe",
+        lambda c: c.mem.add(_msg(pinned="maybe")),
+        InvalidMessage,
+        "'pinned' must be True or False",
+    ),
+    Case(
+        "msg_name_a_number",
+        lambda c: c.mem.add(_msg(name=5)),
+        InvalidMessage,
+        "'name' must be a string or None",
+    ),
+    Case(
+        "msg_metadata_a_list",
+        lambda c: c.mem.add(_msg(metadata=[MARKER])),
+        InvalidMessage,
+        "'metadata' must be a dict",
+    ),
+    Case(
+        "msg_metadata_openai_key_a_number",
+        lambda c: c.mem.add(_msg(metadata={"openai": 5})),
+        InvalidMessage,
+        "metadata key 'openai' is reserved",
+    ),
+    Case(
+        "msg_metadata_openai_extra_a_list",
+        lambda c: c.mem.add(_msg(metadata={"openai": {"extra": [MARKER]}})),
+        InvalidMessage,
+        "metadata key 'openai' is reserved",
+    ),
+    Case(
+        "text_block_of_a_number",
+        lambda c: c.mem.add(_msg(content=(TextBlock(MARKER), TextBlock(cast(Any, 5))))),
+        InvalidMessage,
+        "content block 1 (TextBlock): 'text' must be a string",
+    ),
+    Case(
+        "tool_call_arguments_none",
+        lambda c: c.mem.add(Msg("assistant", (ToolUseBlock("c16", "read_file", cast(Any, None)),))),
+        InvalidMessage,
+        "(ToolUseBlock): 'arguments' must be a string",
+    ),
+    Case(
+        "tool_call_extra_none",
+        lambda c: c.mem.add(Msg("assistant", (ToolUseBlock("c17", "ls", "{}", cast(Any, None)),))),
+        InvalidMessage,
+        "'extra' must be a dict",
+    ),
+    Case(
+        "tool_result_output_a_number",
+        lambda c: c.mem.add(Msg("tool", (ToolResultBlock("call_0", cast(Any, 42)),))),
+        InvalidMessage,
+        "'output' must be a string or a tuple of TextBlocks",
+    ),
+    Case(
+        "opaque_block_of_a_list",
+        lambda c: c.mem.add(_msg(content=(OpaqueBlock(cast(Any, [MARKER])),))),
+        InvalidMessage,
+        "(OpaqueBlock): 'data' must be a dict",
+    ),
+    Case(
+        "a_string_as_a_block",
+        lambda c: c.mem.add(_msg(content=(MARKER,))),
+        InvalidMessage,
+        "a str is not a content block",
+    ),
     # -- add(): text PostgreSQL cannot hold, sizes ---------------------------------------------
     Case("nul_in_text", lambda c: c.mem.add(Msg.user("a\x00b")), InvalidMessage, "NUL"),
     Case(
@@ -293,6 +458,11 @@ CASES: list[Case] = [
     ),
     Case("session_id_with_nul", lambda c: c.open("a\x00b"), InvalidSessionId, "NUL"),
     Case("session_id_lone_surrogate", lambda c: c.open("a\udc80b"), InvalidSessionId, "surrogate"),
+    Case("tenant_with_nul", _tenant("acme\x00"), InvalidSessionId, "tenant contains a NUL"),
+    Case("tenant_lone_surrogate", _tenant("acme\udc80"), InvalidSessionId, "surrogate"),
+    Case("tenant_over_255", _tenant("t" * 256), InvalidSessionId, "limit is 255"),
+    Case("tenant_of_3_kb", _tenant(THREE_KB), InvalidSessionId, "limit is 255"),
+    Case("tenant_not_a_string", _tenant(42), InvalidSessionId, "must be a string or None"),
     Case(
         "unknown_session_without_create",
         lambda c: AutoContextMemory.open(f"nobody-{uuid.uuid4()}", c.db_url, create=False),
@@ -336,6 +506,12 @@ CASES: list[Case] = [
         lambda c: c.mem.reload(str(uuid.uuid4())),
         OffloadNotFound,
         "no offloaded context",
+    ),
+    Case(
+        "reload_id_not_a_string",
+        lambda c: c.mem.reload(cast(Any, 5)),
+        InvalidOffloadId,
+        "must be a string",
     ),
     Case(
         "reload_negative_offset",
@@ -440,6 +616,7 @@ def test_bad_input_is_refused_and_stores_nothing(case: Case, ctx: Ctx) -> None:
     with pytest.raises(case.error) as info:
         case.call(ctx)
     assert case.fragment.lower() in str(info.value).lower(), str(info.value)[:500]
+    assert MARKER not in str(info.value), "the error repeats message content"
     assert _picture(ctx) == before, "the failing call stored something"
     # The session still opens (in a fresh engine) and is whole.
     dispose_engines()
@@ -496,3 +673,88 @@ def test_developer_role_is_accepted_as_system(ctx: Ctx) -> None:
     (stored,) = ctx.mem.add({"role": "developer", "content": "Be terse."})
     assert stored.role == "system"
     assert ctx.mem.to_openai()[-1] == {"role": "developer", "content": "Be terse."}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A bad `context_reload` call: answered with a text that explains it, never raised."""
+
+    name: str
+    call: Callable[[AutoContextMemory], str]
+    #: A fragment of the answer that names the problem (case-insensitive).
+    fragment: str
+
+
+def _reload_call(arguments: Any) -> dict[str, Any]:
+    return {
+        "id": "call_r",
+        "type": "function",
+        "function": {"name": "context_reload", "arguments": arguments},
+    }
+
+
+SOME_UUID = "123e4567-e89b-12d3-a456-426614174000"
+
+REPLIES: list[Reply] = [
+    Reply("arguments_none", lambda m: m.answer_reload(cast(Any, None)), "got NoneType"),
+    Reply("arguments_a_number", lambda m: m.answer_reload(cast(Any, 3)), "got int"),
+    Reply("arguments_a_list", lambda m: m.answer_reload(cast(Any, [MARKER])), "got list"),
+    Reply(
+        "arguments_nested_100k_deep",
+        lambda m: m.answer_reload('{"a":' * 100_000 + "1" + "}" * 100_000),
+        "nested far too deep",
+    ),
+    Reply(
+        "reload_arguments_with_nan",
+        lambda m: m.answer_reload(f'{{"note": "{MARKER}", "uuid": NaN}}'),
+        "NaN and Infinity are not JSON",
+    ),
+    Reply(
+        "offset_infinity",
+        lambda m: m.answer_reload(f'{{"uuid": "{SOME_UUID}", "offset": Infinity}}'),
+        "NaN and Infinity are not JSON",
+    ),
+    Reply("uuid_a_number", lambda m: m.answer_reload({"uuid": 5}), "must be a string"),
+    Reply("call_none", lambda m: m.handle_tool_call(None), "Unknown tool"),
+    Reply("call_a_number", lambda m: m.handle_tool_call(3), "Unknown tool"),
+    Reply(
+        "call_arguments_none",
+        lambda m: m.handle_tool_call(_reload_call(None)),
+        "got NoneType",
+    ),
+    Reply(
+        "call_arguments_an_int",
+        lambda m: m.handle_tool_call(_reload_call(7)),
+        "got int",
+    ),
+    Reply(
+        "call_arguments_a_list",
+        lambda m: m.handle_tool_call(_reload_call([MARKER])),
+        "got list",
+    ),
+    Reply(
+        "call_arguments_nested_100k_deep",
+        lambda m: m.handle_tool_call(_reload_call("[" * 100_000 + "]" * 100_000)),
+        "nested far too deep",
+    ),
+    Reply(
+        "call_arguments_with_nan",
+        lambda m: m.handle_tool_call(_reload_call(f'{{"uuid": "{MARKER}", "offset": NaN}}')),
+        "NaN and Infinity are not JSON",
+    ),
+    Reply(
+        "tool_use_block_arguments_none",
+        lambda m: m.handle_tool_call(ToolUseBlock("c", "context_reload", cast(Any, None))),
+        "got NoneType",
+    ),
+]
+
+
+@pytest.mark.parametrize("reply", REPLIES, ids=[r.name for r in REPLIES])
+def test_a_bad_reload_call_is_answered_not_raised(reply: Reply, ctx: Ctx) -> None:
+    before = _picture(ctx)
+    answer = reply.call(ctx.mem)
+    assert isinstance(answer, str)
+    assert reply.fragment.lower() in answer.lower(), answer[:500]
+    assert MARKER not in answer, "the answer repeats the call's arguments"
+    assert _picture(ctx) == before, "answering a bad call changed the session"

@@ -194,6 +194,17 @@ def test_sessions_lists_and_filters(demo_id: str, db_url: str, store: Store) -> 
     assert none.exit_code == 0 and "no sessions" in none.stdout
 
 
+@pytest.mark.parametrize(
+    ("tenant", "needle"),
+    [("", "tenant is empty"), ("acme\udc80", "not valid Unicode"), ("t" * 256, "limit is 255")],
+)
+def test_sessions_refuses_a_tenant_filter_that_is_no_tenant_name(
+    db_url: str, tenant: str, needle: str
+) -> None:
+    # A lone surrogate reaches argv from a name that is not UTF-8 (Python's surrogateescape).
+    assert_one_line_error(invoke(["sessions", "--tenant", tenant, "-d", db_url]), needle)
+
+
 def test_show_lists_the_working_context(demo_id: str, db_url: str, store: Store) -> None:
     result = invoke(["show", demo_id, "--database-url", db_url])
     assert result.exit_code == 0, result.stderr

@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import multiprocessing
 import multiprocessing.synchronize
-import os
 import random
 import threading
 import time
@@ -26,12 +25,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from autoctx import AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
-from autoctx._faults import ENV as PAUSE_ENV
 from autoctx.memory import dispose_engines
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.invariants import assert_consistent, assert_every_original_reachable
 from tests.openai_server import OpenAIServer, Reply
+from tests.pauses import Pauser
 
 CTX = multiprocessing.get_context("fork")
 
@@ -244,18 +243,19 @@ def _fill(db_url: str, sid: str, seed: int) -> None:
     assert mem.needs_compression()
 
 
-def _hold_with_pause_point(db_url: str, sid: str, results: Any) -> None:
+def _hold_in_apply(db_url: str, sid: str, results: Any) -> None:
     """Child: compress session A and stop inside the apply transaction (row locked, rows
     written, not committed)."""
     dispose_engines()
-    os.environ[PAUSE_ENV] = "apply.before_commit"
     try:
-        AutoContextMemory.open(sid, db_url, CONFIG, create=False).compress_if_needed()
+        mem = AutoContextMemory.open(sid, db_url, CONFIG, create=False)
+        Pauser("apply.before_commit").install(mem.engine)
+        mem.compress_if_needed()
     except BaseException:
         results.put(("error", traceback.format_exc()))
 
 
-@pytest.mark.parametrize("holder", ["pause_point", "select_for_update"])
+@pytest.mark.parametrize("holder", ["paused_apply", "select_for_update"])
 def test_a_locked_session_never_blocks_another(db_url: str, holder: str) -> None:
     a, b = f"lock-a-{uuid.uuid4().hex[:8]}", f"lock-b-{uuid.uuid4().hex[:8]}"
     _fill(db_url, a, 31)
@@ -266,8 +266,8 @@ def test_a_locked_session_never_blocks_another(db_url: str, holder: str) -> None
     proc = None
     holding = engine.connect()
     try:
-        if holder == "pause_point":
-            proc = CTX.Process(target=_hold_with_pause_point, args=(db_url, a, results))
+        if holder == "paused_apply":
+            proc = CTX.Process(target=_hold_in_apply, args=(db_url, a, results))
             proc.start()
             _wait_until_locked(engine, a, proc)
         else:

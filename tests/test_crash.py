@@ -1,5 +1,5 @@
 """Crash safety (SPEC.md section 5): a real child process killed with SIGKILL at random instants
-and inside each phase that has a pause point loses nothing and leaves no half-written compression.
+and inside each phase of tests/pauses.py loses nothing and leaves no half-written compression.
 
 The harness lives in tests/crash_child.py (bench/soak.py runs the same one with a thousand kills).
 After every kill the session is opened with a fresh engine and checked: every acknowledged
@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from autoctx import AutoContextMemory
-from autoctx._faults import PHASES
 from autoctx.memory import dispose_engines
 from tests.crash_child import (
     CONFIG,
@@ -30,10 +29,11 @@ from tests.crash_child import (
     run_kills,
 )
 from tests.openai_server import OpenAIServer, Reply
+from tests.pauses import PHASES
 
 #: Two rounds of work before the first kill: the session starts near its trigger.
 PREFILL_STEPS = 14
-#: Kills per phase in CI: 4 pause points x 4 + 6 random, and 5 more in the mixed test: 27 kills
+#: Kills per phase in CI: 5 phases x 4 + 6 random, and 6 more in the mixed test: 32 kills
 #: (bench/soak.py runs the same harness with a thousand).
 KILLS = {**{p: 4 for p in PHASES}, RANDOM: 6}
 

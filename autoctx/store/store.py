@@ -27,7 +27,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 
-from .._faults import pause_point
 from .._gc import paused_gc
 from ..config import AutoContextConfig
 from ..errors import InvalidMessage, OffloadNotFound, SessionNotFound
@@ -371,7 +370,6 @@ class Store:
                     done = self._append_at(conn, session_id, version, open_calls, bound)
                 if done is not None:
                     self._appended_committed(session_id, version, open_calls, done)
-                    pause_point("append.after_commit")
                     return done.msgs
         with self._begin() as conn:
             row = self._lock(conn, session_id)
@@ -379,11 +377,9 @@ class Store:
             bound = bind(prepared, open_calls, session_id=session_id)
             done = self._append_at(conn, session_id, row.version, open_calls, bound)
             assert done is not None  # the row is locked at that version
-            pause_point("append.before_commit")
         # Only now that it committed: an append interrupted before its commit must leave no
         # trace in what the next append trusts.
         self._appended_committed(session_id, row.version, open_calls, done)
-        pause_point("append.after_commit")
         return done.msgs
 
     def _appended_committed(
@@ -727,7 +723,6 @@ class Store:
             return ApplyOutcome([], False)
         with self._begin() as conn:
             row = self._lock(conn, session_id)
-            pause_point("apply.after_lock")
             positions = self._check_ranges(conn, session_id, [r.edit for r in replacements])
             conflicts = [r for r, pos in zip(replacements, positions, strict=True) if pos is None]
             if not conflicts:
@@ -938,7 +933,6 @@ class Store:
                 updated_at=sa.func.now(),
             )
         )
-        pause_point("apply.before_commit")
         return [
             Event(
                 session_id=session_id,
