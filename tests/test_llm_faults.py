@@ -80,7 +80,7 @@ FAULTS = [
     Fault("empty_streaming", Reply.empty(), "empty", stream=True),
     Fault("whitespace", Reply.whitespace(), "empty", detail="whitespace"),
     Fault("only_the_offload_tag", Reply.tag_only(), "tag_in_answer"),
-    Fault("refusal_field", Reply.refusal(), "refusal", detail="can't help"),
+    Fault("refusal_field", Reply.refusal(), "refusal", detail="refused"),
     Fault("refusal_streaming", Reply.refusal(), "refusal", stream=True),
     Fault("content_filter", Reply.text("partial", finish_reason="content_filter"), "refusal"),
     Fault("not_a_completion", Reply.raw_json({"object": "list", "data": []}), "bad_response"),
