@@ -34,6 +34,7 @@ from .messages import (
 )
 from .store.database import upgrade as _upgrade
 from .summarizers import (
+    AsyncSummarizer,
     OfflineSummarizer,
     OpenAISummarizer,
     Summarizer,
@@ -53,6 +54,7 @@ def upgrade_database(database_url: str | None = None) -> str:
 
 __all__ = [
     "AsyncAutoContextMemory",
+    "AsyncSummarizer",
     "AutoContextConfig",
     "AutoContextMemory",
     "AutoctxError",

@@ -25,7 +25,7 @@ from .prompts import RELOAD_SNIPPET
 from .store.database import check_connection, create_engine, ensure_schema, resolve_url
 from .store.rows import SessionInfo
 from .store.store import Store
-from .summarizers import Summarizer, default_summarizer
+from .summarizers import AsyncSummarizer, Summarizer, default_summarizer
 from .tokens import TokenCounter
 from .tools import (
     TOOL_NAME,
@@ -179,12 +179,17 @@ class AutoContextMemory:
 
     def compress_if_needed(self) -> list[Event]:
         """Run the compression loop if the trigger holds; returns this call's events."""
+        compressor, info = self._compression()
+        return compressor.run(info)
+
+    def _compression(self) -> tuple[Compressor, SessionInfo]:
+        """The compressor of one `compress_if_needed()` call and the totals it starts from."""
         self._check_open()
         info = self._store.totals(self.session_id)
         compressor = Compressor(
             self._store, self.session_id, self.config, self._counter, self._summarizer
         )
-        return compressor.run(info)
+        return compressor, info
 
     def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
         """Take the last working message out of the working context and return it.
@@ -394,7 +399,12 @@ class AsyncAutoContextMemory:
         return self.sync.appended_over_trigger()  # no I/O: nothing to run in a thread
 
     async def compress_if_needed(self) -> list[Event]:
-        return await asyncio.to_thread(self.sync.compress_if_needed)
+        summarizer = self.sync.summarizer
+        if not isinstance(summarizer, AsyncSummarizer):
+            return await asyncio.to_thread(self.sync.compress_if_needed)
+        # The database steps run in a worker thread; the LLM call is awaited and holds none.
+        compressor, info = await asyncio.to_thread(self.sync._compression)
+        return await compressor.arun(info, summarizer)
 
     async def events(self) -> list[Event]:
         return await asyncio.to_thread(self.sync.events)
