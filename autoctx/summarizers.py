@@ -582,9 +582,14 @@ class OpenAISummarizer:
             try:
                 answer = self._attempt(call)
             except openai.OpenAIError as err:
-                time.sleep(call.retry_delay(err))
-                continue
-            return call.result(answer, self.model)
+                wait = call.after(err)
+            else:
+                return call.result(answer, self.model)
+            # Raised outside the handler, so that the client's error (whose text may quote
+            # what the server sent) is neither its cause nor its context.
+            if isinstance(wait, SummarizerError):
+                raise wait
+            time.sleep(wait)
 
     def _attempt(self, call: _Call) -> _Answer:
         client = self.client.with_options(timeout=call.next_timeout(), max_retries=0)
@@ -640,11 +645,14 @@ class OpenAISummarizer:
                 async with asyncio.timeout(call.remaining()):
                     answer = await self._aattempt(client, call)
             except openai.OpenAIError as err:
-                await asyncio.sleep(call.retry_delay(err))
-                continue
+                wait = call.after(err)
             except TimeoutError:
-                raise call.expired() from None
-            return call.result(answer, self.model)
+                wait = call.expired()
+            else:
+                return call.result(answer, self.model)
+            if isinstance(wait, SummarizerError):
+                raise wait  # outside the handler, as in `summarize`
+            await asyncio.sleep(wait)
 
     async def _aattempt(self, client: openai.AsyncOpenAI, call: _Call) -> _Answer:
         attempt = client.with_options(timeout=call.next_timeout(), max_retries=0)
@@ -757,20 +765,20 @@ class _Call:
         connect, read, write, pool = (cut(p) for p in parts)
         return openai.Timeout(connect=connect, read=read, write=write, pool=pool)
 
-    def retry_delay(self, err: openai.OpenAIError) -> float:
-        """Seconds to wait before the next attempt; raises the `SummarizerError` of `err` when
-        there is none (not worth retrying, no attempt left, or the deadline comes first)."""
+    def after(self, err: openai.OpenAIError) -> float | SummarizerError:
+        """Seconds to wait before the next attempt, or the `SummarizerError` that ends the
+        call (not worth retrying, no attempt left, or the deadline comes first)."""
         import openai
 
         if isinstance(err, openai.APITimeoutError) and self.cut:
-            raise self.expired() from err
+            return self.expired()
         failure = _failure(err, self.where)
         self.last = failure.reason
         delay = _retry_after(err)
         if self.made >= self.attempts or delay is None:
-            raise failure from err
+            return failure
         if delay >= self.remaining():
-            raise self.expired() from err
+            return self.expired()
         return delay if delay > 0 else _backoff(self.made)
 
     def result(self, answer: _Answer, model: str) -> SummaryResult:
