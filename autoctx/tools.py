@@ -30,8 +30,8 @@ def parse_offload_id(value: object) -> uuid.UUID:
     except ValueError:
         # Not quoted: what a model passes here may be any text of the conversation.
         raise InvalidOffloadId(
-            f"the offload id ({len(text)} characters) is not a uuid (expected one such as "
-            "'123e4567-e89b-12d3-a456-426614174000', from an offload tag)"
+            f"the value given ({len(text)} characters) is not an offload id (expected a uuid "
+            "such as '123e4567-e89b-12d3-a456-426614174000', from an offload tag)"
         ) from None
     if str(parsed) != text.lower() and parsed.hex != text.lower():
         raise InvalidOffloadId("the offload id is not a canonical uuid; copy it from the tag")
