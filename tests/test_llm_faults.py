@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 
 from autoctx import (
+    AutoContextConfig,
     AutoContextMemory,
+    ConfigError,
     Msg,
     OpenAISummarizer,
     SummarizerError,
@@ -320,3 +322,19 @@ def test_an_answer_after_the_call_deadline_is_never_a_summary(open_memory: Open)
     assert all(e.error is not None and e.error.startswith("deadline:") for e in failed)
     assert not [m for m in mem.messages() if "too late" in m.text]
     assert mem.token_count < CONFIG.max_tokens
+
+
+@pytest.mark.parametrize("name", ["summarizer_deadline_s", "compress_deadline_s"])
+@pytest.mark.parametrize("value", [0, -1.5, float("inf"), float("nan"), True, "10"])
+def test_deadlines_are_validated(name: str, value: Any) -> None:
+    with pytest.raises(ConfigError, match=name):
+        AutoContextConfig(**{name: value})
+
+
+def test_deadlines_are_recorded_with_the_thresholds() -> None:
+    config = AutoContextConfig(summarizer_deadline_s=30, compress_deadline_s=90.5)
+    data = config.to_json()
+    assert (data["summarizer_deadline_s"], data["compress_deadline_s"]) == (30, 90.5)
+    assert AutoContextConfig.from_json(data) == config
+    defaults = AutoContextConfig()
+    assert (defaults.summarizer_deadline_s, defaults.compress_deadline_s) == (120.0, 300.0)
