@@ -37,6 +37,7 @@ from .messages import (
 from .store import tenancy as _tenancy
 from .store.database import upgrade as _upgrade
 from .summarizers import (
+    AsyncSummarizer,
     OfflineSummarizer,
     OpenAISummarizer,
     Summarizer,
@@ -79,6 +80,7 @@ def revoke_tenant(role: str, tenant: str, database_url: str | None = None) -> bo
 
 __all__ = [
     "AsyncAutoContextMemory",
+    "AsyncSummarizer",
     "AutoContextClient",
     "AutoContextConfig",
     "AutoContextMemory",

@@ -1021,10 +1021,12 @@ def _resolve_offload(engine: Engine, session_id: str, text: str) -> uuid.UUID:
     """A full uuid, or a unique prefix of one of the session's offloads (as history shows)."""
     try:
         return parse_offload_id(text)
-    except InvalidOffloadId:
+    except InvalidOffloadId as exc:
         prefix = text.strip().lower()
         if len(prefix) < 4 or not re.fullmatch(r"[0-9a-f-]+", prefix):
-            raise
+            # The library's error does not quote the id (a model may pass any text there);
+            # the operator typed this one, so the CLI names it.
+            raise InvalidOffloadId(f"{text!r}: {exc}") from None
     found = inspect_db.offloads_matching(engine, session_id, prefix)
     if not found:
         raise OffloadNotFound(

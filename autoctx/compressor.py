@@ -2,16 +2,25 @@
 
 check the trigger (session row) -> snapshot -> strategies in order -> summariser (no lock held)
 -> `Store.apply` (one transaction) -> re-check, until under the target or no progress.
+
+The loop knows no summariser I/O: `Compressor.steps` is a generator that yields each
+`SummaryRequest` and is sent the `SummaryResult` (or has the summariser's exception thrown in).
+`Compressor.run` drives it in the calling thread; `Compressor.arun` runs its database steps in a
+worker thread and awaits an `AsyncSummarizer`, so that no thread waits on the LLM.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeAlias, TypeVar
 
 from .config import AutoContextConfig
 from .errors import SummarizerError
@@ -25,7 +34,14 @@ from .store.store import Replacement, Store
 from .strategies import plan as plan_strategy
 from .strategies._common import Layouts, layout_of
 from .strategies.s7_fold import STRATEGY as FOLD
-from .summarizers import OfflineSummarizer, Summarizer, check_answer
+from .summarizers import (
+    AsyncSummarizer,
+    OfflineSummarizer,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+    check_answer,
+)
 from .tokens import TokenCounter
 
 logger = logging.getLogger("autoctx")
@@ -49,6 +65,10 @@ _FALLBACK_STRATEGIES: Final = (FOLD, 5, 6)
 FALLBACK_MODEL: Final = "offline"
 #: Tokens of an offload tag and its newline, for the estimate of what a summary costs.
 _TAG_TOKENS: Final = 24
+
+_T = TypeVar("_T")
+#: A step of the loop that may ask the summariser: it yields a request and is sent the result.
+Steps: TypeAlias = Generator[SummaryRequest, SummaryResult, _T]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +116,11 @@ class _CallState:
     history_quiet: bool | None = None
     #: (strategy, replaced ids) the offline fallback already tried in this call.
     fell_back: set[tuple[int, tuple[int, ...]]] = field(default_factory=set)
+    #: The `time.monotonic()` instant after which no summariser call starts (and the one in
+    #: flight is cut): `compress_deadline_s` from the start of the call.
+    deadline: float = float("inf")
+    #: The deadline was found passed (said once in the log).
+    out_of_time: bool = False
 
 
 @dataclass
@@ -128,6 +153,42 @@ class Compressor:
         self.session = session if session is not None else SessionState()
 
     def run(self, info: SessionInfo) -> list[Event]:
+        """One `compress_if_needed()` call; the summariser is called in this thread."""
+        steps = self.steps(info)
+        with contextlib.closing(steps):
+            step = _advance(steps, None)
+            while isinstance(step, SummaryRequest):
+                step = _advance(steps, _answer_of(self.summarizer.summarize, step))
+            return step.events
+
+    async def arun(
+        self,
+        info: SessionInfo,
+        summarizer: AsyncSummarizer,
+        guard: AbstractContextManager[object] | None = None,
+    ) -> list[Event]:
+        """`run` for asyncio: each database step runs in a worker thread (inside `guard`, the
+        memory's lock, so that no other call of the memory runs beside a step), and the
+        summariser is awaited on the event loop (bounded by the request's deadline), holding
+        no thread and no lock."""
+
+        held = guard if guard is not None else contextlib.nullcontext()
+
+        def advance(answer: SummaryResult | Exception | None) -> SummaryRequest | _Done:
+            with held:
+                return _advance(steps, answer)
+
+        steps = self.steps(info)
+        with contextlib.closing(steps):
+            step = await asyncio.to_thread(advance, None)
+            while isinstance(step, SummaryRequest):
+                answer = await _awaited_answer(summarizer, step)
+                step = await asyncio.to_thread(advance, answer)
+            return step.events
+
+    def steps(self, info: SessionInfo) -> Steps[list[Event]]:
+        """The loop, as a generator of summariser requests (see the module docstring); it
+        returns the events of the call."""
         cfg = self.config
         trigger = trigger_of(info.message_count, info.token_count, cfg)
         if not trigger.fired:
@@ -136,12 +197,16 @@ class Compressor:
             # An earlier call at this very version could not reach the target: nothing new
             # to try until the session changes.
             return []
-        state = _CallState(plan=info.plan, by_tokens=trigger.by_tokens)
+        state = _CallState(
+            plan=info.plan,
+            by_tokens=trigger.by_tokens,
+            deadline=time.monotonic() + cfg.compress_deadline_s,
+        )
         for _ in range(cfg.max_passes):
             snap = self.store.snapshot(self.session_id)
             if under_target(snap.message_count, snap.token_count, cfg):
                 return state.events
-            outcome = self._pass(snap, state)
+            outcome = yield from self._pass(snap, state)
             if outcome == "conflict":
                 state.history_quiet = None  # another writer: nothing known about the new state
                 continue  # plan again from a new snapshot
@@ -153,7 +218,7 @@ class Compressor:
         if final.token_count >= cfg.max_tokens:
             # The bound (SPEC.md section 2): whatever stopped the ladder (a failing summariser,
             # a spent budget), the offline summariser writes what is left to write.
-            self._fallback(state)
+            yield from self._fallback(state)
             final = self.store.totals(self.session_id)
         if not under_target(final.message_count, final.token_count, cfg):
             if final.token_count >= cfg.max_tokens:
@@ -174,7 +239,7 @@ class Compressor:
             return snap.token_count >= self.config.token_target
         return True  # S5 and S6 check the token trigger themselves (`PlanContext.token_pressure`)
 
-    def _pass(self, snap: Snapshot, state: _CallState) -> str:
+    def _pass(self, snap: Snapshot, state: _CallState) -> Steps[str]:
         """Try S1..S6 in order and apply the first that finds work.
 
         Returns "progress" when working tokens fell, "conflict" when the apply lost a race,
@@ -226,7 +291,7 @@ class Compressor:
             ):
                 yielded = True
                 continue
-            replacements = self._build(snap, edits, state, reason)
+            replacements = yield from self._build(snap, edits, state, reason)
             if not replacements:
                 if strategy == FOLD and yielded:
                     # The fold that S1 or S4 gave way to failed: they get their turn in a new
@@ -251,9 +316,27 @@ class Compressor:
         if not edits or not edits[0].llm:
             return edits  # one strategy's edits are all LLM or all previews
         left = self.config.max_llm_calls - state.llm_calls
-        if left <= 0:
+        if left <= 0 or self._out_of_time(state):
             return []
         return edits[: max(1, left - _RESERVED_AFTER.get(strategy, 0))]
+
+    def _out_of_time(self, state: _CallState) -> bool:
+        """Whether the call's deadline has passed: no summariser call starts after it; the
+        previews and the offline fallback, which need none, still keep the bound."""
+        if time.monotonic() < state.deadline:
+            return False
+        if not state.out_of_time:
+            state.out_of_time = True
+            logger.info(
+                "autoctx: session %r: the compress deadline of %s s passed; no more summariser "
+                "calls in this compress_if_needed()",
+                self.session_id,
+                self.config.compress_deadline_s,
+            )
+        return True
+
+    def _request_deadline(self, state: _CallState) -> float:
+        return min(time.monotonic() + self.config.summarizer_deadline_s, state.deadline)
 
     def _build(
         self,
@@ -262,7 +345,7 @@ class Compressor:
         state: _CallState,
         reason: str,
         fallback: Summarizer | None = None,
-    ) -> list[Replacement]:
+    ) -> Steps[list[Replacement]]:
         """The replacements of `edits` (previews, or summaries: from `fallback` when given,
         which is then not counted against the LLM budget)."""
         ids = [i for e in edits for i in e.replaced_ids]
@@ -281,7 +364,9 @@ class Compressor:
                 continue
             if fallback is None:
                 state.llm_calls += 1
-            replacement = self._summarise(snap, edit, msgs, offload, state, reason, fallback)
+            replacement = yield from self._summarise(
+                snap, edit, msgs, offload, state, reason, fallback
+            )
             if replacement is not None:
                 out.append(replacement)
         return out
@@ -295,7 +380,7 @@ class Compressor:
         state: _CallState,
         reason: str,
         fallback: Summarizer | None = None,
-    ) -> Replacement | None:
+    ) -> Steps[Replacement | None]:
         prefix = ""
         to_summarise = msgs
         if edit.verbatim_prefix_id is not None:
@@ -314,13 +399,16 @@ class Compressor:
             char_budget=edit.char_budget,
             token_budget=edit.token_budget,
             plan=state.plan,
+            deadline=None if fallback is not None else self._request_deadline(state),
         )
-        summarizer = fallback if fallback is not None else self.summarizer
         try:
-            result = summarizer.summarize(request)
             if fallback is not None:
-                # Recorded under the fallback's own name (SPEC.md section 2).
-                result = replace(result, model=FALLBACK_MODEL)
+                # Offline and local: called here, not yielded to the driver. Recorded under
+                # the fallback's own name (SPEC.md section 2).
+                result = replace(fallback.summarize(request), model=FALLBACK_MODEL)
+            else:
+                result = yield request
+                self._check_in_time(request)
             text = check_answer(result.text)
         except SummarizerError as exc:
             self._fail(edit, state, reason, exc.reason, exc.detail)
@@ -328,7 +416,8 @@ class Compressor:
         except Exception as exc:  # a caller's summariser may raise anything
             if self.config.strict:
                 raise
-            self._fail(edit, state, reason, "error", f"{type(exc).__name__}: {exc}")
+            # Only the type: a caller's exception text may quote the transcript.
+            self._fail(edit, state, reason, "error", f"the summariser raised {type(exc).__name__}")
             return None
         usage: dict[str, Any] = {
             "model": result.model,
@@ -384,9 +473,20 @@ class Compressor:
             latency_ms=result.latency_ms,
         )
 
+    def _check_in_time(self, request: SummaryRequest) -> None:
+        """An answer that came after its deadline is never a summary, whichever summariser
+        wrote it (a caller's may not know about deadlines)."""
+        if request.deadline is not None and time.monotonic() > request.deadline:
+            cfg = self.config
+            raise SummarizerError(
+                "deadline",
+                f"the summariser answered after the call's deadline (summarizer_deadline_s="
+                f"{cfg.summarizer_deadline_s}, compress_deadline_s={cfg.compress_deadline_s})",
+            )
+
     # -- the bound -----------------------------------------------------------------------------
 
-    def _fallback(self, state: _CallState) -> None:
+    def _fallback(self, state: _CallState) -> Steps[None]:
         """Over the window at the end of a call: the fold, S5 and S6 written by the offline
         summariser (no network, no LLM budget), recorded with reason 'fallback', until the
         context is under the target or they find nothing more (SPEC.md section 2)."""
@@ -409,7 +509,9 @@ class Compressor:
                 if not edits:
                     continue
                 state.fell_back.update((e.strategy, e.replaced_ids) for e in edits)
-                replacements = self._build(snap, edits, state, "fallback", fallback=offline)
+                replacements = yield from self._build(
+                    snap, edits, state, "fallback", fallback=offline
+                )
                 if not replacements:
                     continue
                 outcome = self.store.apply(
@@ -488,6 +590,47 @@ class Compressor:
 
     def _prepare(self, msg: Msg, final: bool) -> Prepared:
         return Prepared(msg, count_tokens(msg, self.counter), msg.payload_chars, final)
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    events: list[Event]
+
+
+def _advance(
+    steps: Steps[list[Event]], answer: SummaryResult | Exception | None
+) -> SummaryRequest | _Done:
+    """Step the loop to its next summariser request, or to its end (a `StopIteration` cannot
+    cross a worker thread's future, so the end comes back as a value)."""
+    try:
+        if isinstance(answer, Exception):
+            return steps.throw(answer)
+        return steps.send(answer)  # type: ignore[arg-type]  # None starts the generator
+    except StopIteration as stop:
+        return _Done(stop.value)
+
+
+def _answer_of(
+    summarize: Callable[[SummaryRequest], SummaryResult], request: SummaryRequest
+) -> SummaryResult | Exception:
+    try:
+        return summarize(request)
+    except Exception as exc:  # handed to the loop, which records it (or raises, when strict)
+        return exc
+
+
+async def _awaited_answer(
+    summarizer: AsyncSummarizer, request: SummaryRequest
+) -> SummaryResult | Exception:
+    left = None if request.deadline is None else max(0.0, request.deadline - time.monotonic())
+    try:
+        # The deadline holds even for a caller's async summariser that knows nothing of it.
+        async with asyncio.timeout(left):
+            return await summarizer.asummarize(request)
+    except TimeoutError:
+        return SummarizerError("deadline", "the summariser did not answer within the deadline")
+    except Exception as exc:
+        return exc
 
 
 def _budget_margin(budget: int) -> int:

@@ -10,6 +10,7 @@ two ratios) adapt to it. Only values the caller set can be refused.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -31,6 +32,13 @@ _RELOAD_PAGE_CHARS: Final = 4000
 #: within this share of it.
 _FOLD_KEEP_SHARE: Final = 0.25
 _FOLD_BUDGET_SHARE: Final = 0.1
+#: A real LLM writing the fold's budget (about 7,900 tokens at the reference window) takes
+#: over a minute at common output speeds; two minutes leave room for that and for a retry
+#: after a fast failure, and still bound what a stalled endpoint costs one call.
+DEFAULT_SUMMARIZER_DEADLINE_S: Final = 120.0
+#: Room for the fold's call and a few shorter S1/S4/S5/S6 calls around it. When it passes,
+#: the ladder stops calling the summariser and the offline fallback keeps the bound.
+DEFAULT_COMPRESS_DEADLINE_S: Final = 300.0
 
 
 class _Derived(int):
@@ -110,6 +118,13 @@ class AutoContextConfig:
     max_passes: int = 10
     #: Summariser calls per `compress_if_needed()` call.
     max_llm_calls: int = 8
+    #: Seconds one summariser call may take in all (every retry and a slow stream included);
+    #: a call past it is a `failed` event, never a summary.
+    summarizer_deadline_s: float = DEFAULT_SUMMARIZER_DEADLINE_S
+    #: Seconds one `compress_if_needed()` call may spend on summariser calls; past it, no
+    #: further call starts (a call in flight is cut at it) and the offline fallback keeps the
+    #: context under the window.
+    compress_deadline_s: float = DEFAULT_COMPRESS_DEADLINE_S
     #: Largest payload (characters of text, tool input and output) one message may carry.
     max_message_chars: int = 2_000_000
     #: Page size, in characters, of a `context_reload` answer (default 4000, at most
@@ -135,6 +150,8 @@ class AutoContextConfig:
         for name in ("last_keep", "min_tool_run", "max_llm_calls"):
             _check_int(name, getattr(self, name), minimum=0)
         _check_ratio("current_round_ratio", self.current_round_ratio)
+        for name in ("summarizer_deadline_s", "compress_deadline_s"):
+            _check_seconds(name, getattr(self, name))
         self._derive_ratios()
         self._derive_payload_sizes()
         self._derive_window_sizes()
@@ -289,4 +306,16 @@ def _check_ratio(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
         raise ConfigError(
             f"AutoContextConfig.{name} must be a number strictly between 0 and 1, got {value!r}"
+        )
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigError(
+            f"AutoContextConfig.{name} must be a positive, finite number of seconds, got {value!r}"
         )

@@ -312,7 +312,7 @@ def _check_blocks(msg: Msg, where: str) -> str:
         elif isinstance(block, OpaqueBlock):
             _checked_json_text(dict(block.data), where, "an opaque content part")
         else:
-            raise InvalidMessage(f"{where}: unknown content block {block!r:.80}")
+            raise InvalidMessage(f"{where}: unknown content block {type(block).__name__}")
     return metadata_json
 
 

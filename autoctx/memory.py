@@ -15,6 +15,7 @@ import functools
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
@@ -31,7 +32,7 @@ from .messages import Msg, coerce_messages, to_openai_messages
 from .prompts import RELOAD_SNIPPET
 from .store.rows import SessionInfo
 from .store.store import Store
-from .summarizers import Summarizer, default_summarizer
+from .summarizers import AsyncSummarizer, Summarizer, default_summarizer
 from .tokens import TokenCounter
 from .tools import (
     TOOL_NAME,
@@ -199,6 +200,12 @@ class AutoContextMemory:
     @_serialised
     def compress_if_needed(self) -> list[Event]:
         """Run the compression loop if the trigger holds; returns this call's events."""
+        compressor, info = self._compression()
+        return compressor.run(info)
+
+    @_serialised
+    def _compression(self) -> tuple[Compressor, SessionInfo]:
+        """The compressor of one `compress_if_needed()` call and the totals it starts from."""
         self._check_open()
         info = self._store.totals(self.session_id)
         compressor = Compressor(
@@ -209,7 +216,7 @@ class AutoContextMemory:
             self._summarizer,
             self._session,
         )
-        return compressor.run(info)
+        return compressor, info
 
     @_serialised
     def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
@@ -450,6 +457,9 @@ class AsyncAutoContextMemory:
     def __init__(self, sync: AutoContextMemory) -> None:
         self.sync = sync
         self.session_id = sync.session_id
+        self._compress_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
     async def open(
@@ -486,7 +496,24 @@ class AsyncAutoContextMemory:
         return self.sync.appended_over_trigger()  # no I/O: nothing to run in a thread
 
     async def compress_if_needed(self) -> list[Event]:
-        return await asyncio.to_thread(self.sync.compress_if_needed)
+        summarizer = self.sync.summarizer
+        if not isinstance(summarizer, AsyncSummarizer):
+            return await asyncio.to_thread(self.sync.compress_if_needed)
+        # The database steps run in a worker thread, each under the memory's lock; the LLM call
+        # is awaited and holds neither a thread nor the lock, so other calls go on meanwhile.
+        # Compressions of this memory run one at a time (the loop's lock), so none pays the
+        # summariser for a range another one already replaced.
+        async with self._compress_lock():
+            compressor, info = await asyncio.to_thread(self.sync._compression)
+            return await compressor.arun(info, summarizer, self.sync._lock)
+
+    def _compress_lock(self) -> asyncio.Lock:
+        # An asyncio lock belongs to one event loop: one per loop that uses this memory.
+        loop = asyncio.get_running_loop()
+        lock = self._compress_locks.get(loop)
+        if lock is None:
+            lock = self._compress_locks[loop] = asyncio.Lock()
+        return lock
 
     async def events(self) -> list[Event]:
         return await asyncio.to_thread(self.sync.events)

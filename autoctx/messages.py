@@ -278,7 +278,7 @@ def _content_blocks(content: Any, where: str) -> tuple[tuple[Block, ...], str]:
             if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
                 raise InvalidMessage(
                     f"{where}: content part {j} must be an object with a string 'type', "
-                    f"got {part!r:.80}"
+                    f"got {type(part).__name__}"
                 )
             if set(part) == {"type", "text"} and part["type"] == "text":
                 if not isinstance(part["text"], str):

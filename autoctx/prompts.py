@@ -159,11 +159,13 @@ def build_request(
     char_budget: int | None = None,
     token_budget: int | None = None,
     plan: Mapping[str, Any] | None = None,
+    deadline: float | None = None,
 ) -> SummaryRequest:
     """The summariser request for `messages` under `strategy`.
 
     Fills the plain-text transcript, the original size (characters of text, tool-input JSON and
-    outputs), the character budget and the plan hint. Raises `ConfigError` for a strategy with
+    outputs), the character budget, the plan hint and the deadline (a `time.monotonic()`
+    instant). Raises `ConfigError` for a strategy with
     no prompt and `autoctx.errors.InvalidPlan` for a malformed plan.
     """
     if char_budget is not None and char_budget <= 0:
@@ -178,4 +180,5 @@ def build_request(
         char_budget=char_budget,
         plan_hint=plan_hint(plan),
         token_budget=token_budget,
+        deadline=deadline,
     )

@@ -32,12 +32,13 @@ def parse_offload_id(value: object) -> uuid.UUID:
     try:
         parsed = uuid.UUID(text)
     except ValueError:
+        # Not quoted: what a model passes here may be any text of the conversation.
         raise InvalidOffloadId(
-            f"{text[:80]!r} is not an offload id (expected a uuid such as "
-            "'123e4567-e89b-12d3-a456-426614174000', from an offload tag)"
+            f"the value given ({len(text)} characters) is not an offload id (expected a uuid "
+            "such as '123e4567-e89b-12d3-a456-426614174000', from an offload tag)"
         ) from None
     if str(parsed) != text.lower() and parsed.hex != text.lower():
-        raise InvalidOffloadId(f"{text[:80]!r} is not a canonical uuid; copy it from the tag")
+        raise InvalidOffloadId("the offload id is not a canonical uuid; copy it from the tag")
     return parsed
 
 

@@ -162,7 +162,8 @@ def _text_field(value: object, where: str, *, required: bool) -> str:
     if value is None and not required:
         return ""
     if not isinstance(value, str) or (required and not value.strip()):
-        raise InvalidPlan(f"{where} must be a non-empty string, got {value!r:.80}")
+        got = "an empty string" if isinstance(value, str) else type(value).__name__
+        raise InvalidPlan(f"{where} must be a non-empty string, got {got}")
     return value
 
 
@@ -202,7 +203,9 @@ def validate_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
         title = _text_field(step.get("title"), f"{where}['title']", required=True)
         state = step.get("state", "pending")
         if state not in PLAN_STATES:
-            raise InvalidPlan(f"{where}['state'] is {state!r}; use one of {', '.join(PLAN_STATES)}")
+            raise InvalidPlan(
+                f"{where}['state'] is not a state; use one of {', '.join(PLAN_STATES)}"
+            )
         steps.append({"title": title, "state": state})
     return {"goal": goal, "steps": steps, "expected_outcome": outcome}
 

@@ -37,7 +37,7 @@ from typing import Any, Literal, TypeAlias
 
 __all__ = ["OpenAIServer", "Reply", "ReplySource", "default_answer"]
 
-Behaviour: TypeAlias = Literal["answer", "error", "drop", "stall"]
+Behaviour: TypeAlias = Literal["answer", "error", "drop", "stall", "drip"]
 ReplySource: TypeAlias = "Reply | Callable[[dict[str, Any]], Reply]"
 
 _TAG_RE = re.compile(r"<!--.*?-->", re.DOTALL)
@@ -96,6 +96,8 @@ class Reply:
     clean_close: bool = False
     #: Characters of content per streamed chunk.
     chunk_chars: int = 16
+    #: drip: seconds between two pieces of the answer.
+    interval: float = 0.0
 
     # -- answers --------------------------------------------------------------------------
 
@@ -229,6 +231,13 @@ class Reply:
         client gives up or the server closes."""
         return cls(behaviour="stall", after_chunks=after_chunks)
 
+    @classmethod
+    def drip(cls, interval: float, content: str | None = None, *, chunk_chars: int = 16) -> Reply:
+        """Answer slowly but steadily: streaming, one chunk every `interval` seconds;
+        non-streaming, the JSON body `chunk_chars` bytes every `interval` seconds. No single
+        read waits long, so only an overall deadline ends it early."""
+        return cls(content=content, behaviour="drip", interval=interval, chunk_chars=chunk_chars)
+
     def with_delay(self, seconds: float) -> Reply:
         return replace(self, delay=seconds)
 
@@ -321,6 +330,14 @@ class _Handler(BaseHTTPRequestHandler):
         if not stream:
             if reply.behaviour == "answer":
                 self._send_json(reply.status, completion)
+            elif reply.behaviour == "drip":
+                data = json.dumps(completion).encode()
+                self._start(200, "application/json", {"Content-Length": str(len(data))})
+                for piece in range(0, len(data), reply.chunk_chars):
+                    if piece and owner._stopped.wait(reply.interval):
+                        return
+                    self.wfile.write(data[piece : piece + reply.chunk_chars])
+                    self.wfile.flush()
             elif reply.behaviour == "drop":
                 data = json.dumps(completion).encode()
                 self._start(200, "application/json", {"Content-Length": str(len(data))})
@@ -344,7 +361,10 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._hang_up()
             return
-        for chunk in chunks:
+        for k, chunk in enumerate(chunks):
+            if reply.behaviour == "drip" and k and owner._stopped.wait(reply.interval):
+                self._hang_up()
+                return
             self._send_event(chunk)
         if include_usage:
             self._send_event(

@@ -10,6 +10,7 @@ unless the config says `strict=True` (then `SummarizerError`, and nothing change
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +18,14 @@ from typing import Any
 import pytest
 
 from autoctx import (
+    AutoContextConfig,
     AutoContextMemory,
+    ConfigError,
+    Msg,
     OpenAISummarizer,
     SummarizerError,
+    SummaryRequest,
+    SummaryResult,
 )
 from tests.histories import SMALL, multi_round
 from tests.invariants import assert_consistent, assert_every_original_reachable
@@ -80,7 +86,7 @@ FAULTS = [
     Fault("empty_streaming", Reply.empty(), "empty", stream=True),
     Fault("whitespace", Reply.whitespace(), "empty", detail="whitespace"),
     Fault("only_the_offload_tag", Reply.tag_only(), "tag_in_answer"),
-    Fault("refusal_field", Reply.refusal(), "refusal", detail="can't help"),
+    Fault("refusal_field", Reply.refusal(), "refusal", detail="refused"),
     Fault("refusal_streaming", Reply.refusal(), "refusal", stream=True),
     Fault("content_filter", Reply.text("partial", finish_reason="content_filter"), "refusal"),
     Fault("not_a_completion", Reply.raw_json({"object": "list", "data": []}), "bad_response"),
@@ -231,3 +237,104 @@ def test_a_plain_text_refusal_never_becomes_a_summary(
         server.set_default(Reply.text())
     texts = [m.text for m in mem.messages() if m.kind in LLM_KINDS]
     assert not [t for t in texts if REFUSAL_TEXT in t], texts
+
+
+# ---------------------------------------------------------------------------------------------
+# Deadlines (SPEC.md section 6): a stalled endpoint costs a compress_if_needed() its deadline
+# ---------------------------------------------------------------------------------------------
+
+#: What a busy two-core machine may add to a deadline (the database work around the LLM calls
+#: and the offline fallback included) before the call returns: generous, so that the bound
+#: cannot flake, and far below what the stalled endpoint alone would cost.
+SLACK_S = 10.0
+
+
+def _chat(rounds: int) -> list[Msg]:
+    """Rounds of plain talk, every message under the large-payload size: over the window, and
+    nothing a preview can shorten, so only summaries (or the fallback) keep the bound."""
+    msgs = [Msg.system("You are a helpful assistant.")]
+    for r in range(rounds):
+        words = " ".join(f"point{r}_{k} is settled" for k in range(90))
+        msgs += [Msg.user(f"Question {r}: {words}"), Msg.assistant(f"Answer {r}: {words}")]
+    return msgs
+
+
+def _over_the_window(open_memory: Open, summarizer: Any, **config: Any) -> AutoContextMemory:
+    mem = open_memory(config=dataclasses.replace(CONFIG, **config), summarizer=summarizer)
+    mem.add(_chat(rounds=45))
+    assert mem.token_count >= CONFIG.max_tokens
+    return mem
+
+
+def test_the_compress_deadline_cuts_the_ladder_and_the_fallback_keeps_the_bound(
+    open_memory: Open, server: OpenAIServer
+) -> None:
+    """An endpoint that takes a minute per answer, a per-call deadline of a minute and a
+    compress deadline of 3 s: the call in flight is cut at 3 s, no other call starts, and the
+    offline fallback brings the context under the window."""
+    summarizer = OpenAISummarizer(
+        base_url=server.base_url, api_key="test", timeout=120, max_retries=2
+    )
+    mem = _over_the_window(
+        open_memory, summarizer, summarizer_deadline_s=60, compress_deadline_s=3, max_llm_calls=8
+    )
+    server.reset()
+    server.set_default(Reply.slow(60))
+    try:
+        started = time.monotonic()
+        events = mem.compress_if_needed()
+        elapsed = time.monotonic() - started
+    finally:
+        server.set_default(Reply.text())
+    print(f"compress_if_needed with a 3 s deadline took {elapsed:.2f} s")
+    assert elapsed < 3 + SLACK_S
+    failed = [e for e in events if e.status == "failed"]
+    assert len(failed) == 1 and len(server.requests) == 1, [(e.strategy, e.error) for e in events]
+    assert failed[0].error is not None and failed[0].error.startswith("deadline:")
+    fallback = [e for e in events if e.status == "applied" and e.reason == "fallback"]
+    assert fallback and all(e.model == "offline" for e in fallback)
+    assert mem.token_count < CONFIG.max_tokens
+    # Every event of the call is recorded.
+    assert [e.id for e in mem.events()][-len(events) :] == [e.id for e in events]
+    assert_consistent(mem)
+    assert_every_original_reachable(mem)
+
+
+class _LateSummarizer:
+    """A caller's summariser that knows nothing of deadlines: it answers after `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.calls = 0
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.calls += 1
+        time.sleep(self.seconds)
+        return SummaryResult(text="A fine summary, but too late.", model="late")
+
+
+def test_an_answer_after_the_call_deadline_is_never_a_summary(open_memory: Open) -> None:
+    late = _LateSummarizer(1.5)
+    mem = _over_the_window(open_memory, late, summarizer_deadline_s=0.5, max_llm_calls=2)
+    events = mem.compress_if_needed()
+    failed = [e for e in events if e.status == "failed"]
+    assert failed and len(failed) == late.calls
+    assert all(e.error is not None and e.error.startswith("deadline:") for e in failed)
+    assert not [m for m in mem.messages() if "too late" in m.text]
+    assert mem.token_count < CONFIG.max_tokens
+
+
+@pytest.mark.parametrize("name", ["summarizer_deadline_s", "compress_deadline_s"])
+@pytest.mark.parametrize("value", [0, -1.5, float("inf"), float("nan"), True, "10"])
+def test_deadlines_are_validated(name: str, value: Any) -> None:
+    with pytest.raises(ConfigError, match=name):
+        AutoContextConfig(**{name: value})
+
+
+def test_deadlines_are_recorded_with_the_thresholds() -> None:
+    config = AutoContextConfig(summarizer_deadline_s=30, compress_deadline_s=90.5)
+    data = config.to_json()
+    assert (data["summarizer_deadline_s"], data["compress_deadline_s"]) == (30, 90.5)
+    assert AutoContextConfig.from_json(data) == config
+    defaults = AutoContextConfig()
+    assert (defaults.summarizer_deadline_s, defaults.compress_deadline_s) == (120.0, 300.0)

@@ -149,6 +149,17 @@ class _Counting:
         return self.inner.summarize(request)
 
 
+class _AsyncCounting(_Counting):
+    """The same, awaitable: the async memory then waits for it on the event loop, with other
+    tasks' calls going on meanwhile."""
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResult:
+        with self._lock:
+            self.calls += 1
+        await asyncio.sleep(0.005)
+        return self.inner.summarize(request)
+
+
 def _sharing_config() -> AutoContextConfig:
     return AutoContextConfig(max_tokens=6000, msg_threshold=60, large_payload_chars=1500)
 
@@ -203,8 +214,9 @@ def test_one_memory_shared_by_eight_threads(open_memory: Open) -> None:
     _assert_serialised(mem, summarizer)
 
 
-def test_one_async_memory_shared_by_64_gathered_tasks(open_memory: Open) -> None:
-    summarizer = _Counting()
+@pytest.mark.parametrize("awaitable", [False, True], ids=["in-a-thread", "awaited"])
+def test_one_async_memory_shared_by_64_gathered_tasks(open_memory: Open, awaitable: bool) -> None:
+    summarizer = _AsyncCounting() if awaitable else _Counting()
     mem = AsyncAutoContextMemory(open_memory(config=_sharing_config(), summarizer=summarizer))
 
     async def task(worker: int) -> None:
