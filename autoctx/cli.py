@@ -35,7 +35,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, Final, ParamSpec, TypeVar
 
-import click
 import sqlalchemy as sa
 import typer
 from rich import box
@@ -565,6 +564,7 @@ def _quiet_library() -> Iterator[None]:
 @app.command()
 @friendly_errors
 def demo(
+    ctx: typer.Context,
     rounds: Annotated[
         int, typer.Option(min=0, max=200, help="User rounds (ReAct loops) before the long task.")
     ] = demo_mod.DEFAULT_ROUNDS,
@@ -725,10 +725,10 @@ def demo(
     deepest = _deepest_summary(events)
     # A URL given on the command line goes into every hint, so that each can be pasted as is
     # (one from the environment is still there when the hint runs).
-    given = click.get_current_context().get_parameter_source("database_url")
+    given = ctx.get_parameter_source("database_url")
     url = (
         f" --database-url {shlex.quote(database_url)}"
-        if database_url is not None and given is click.core.ParameterSource.COMMANDLINE
+        if database_url is not None and given is not None and given.name == "COMMANDLINE"
         else ""
     )
     for command in (
@@ -739,7 +739,8 @@ def demo(
         f"autoctx plot {session_id} -o tokens.png",
         f"autoctx export {session_id} -o {session_id}.json",
     ):
-        console.print(Text(f"  {command}{url}", style="cyan"))
+        # Soft-wrapped: a terminal narrower than the line folds it, but a copy stays one line.
+        console.print(Text(f"  {command}{url}", style="cyan"), soft_wrap=True)
 
 
 def _deepest_summary(events: Sequence[Event]) -> int | None:
