@@ -21,6 +21,7 @@ import functools
 import json
 import logging
 import re
+import shlex
 import sys
 import time
 import uuid
@@ -30,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, Final, ParamSpec, TypeVar
 
@@ -86,6 +88,9 @@ R = TypeVar("R")
 
 #: Characters of content `show` prints per message.
 PREVIEW_CHARS: Final = 100
+#: Characters of an offload uuid `reload` needs at least: the 8 `history` prints. Fewer would
+#: match by luck today and become ambiguous as the session grows.
+MIN_PREFIX: Final = 8
 #: Events `demo` repeats in its closing history table (the rest: `autoctx history`).
 DEMO_HISTORY_ROWS: Final = 12
 
@@ -113,10 +118,37 @@ db_app = typer.Typer(
 app.add_typer(db_app, name="db")
 
 
+#: The name autoctx is installed under (the index's `autoctx` is an unrelated project).
+DISTRIBUTION: Final = "autoctx-pg"
+
+
+def _version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        # Run from a source tree that was never installed: no metadata to read.
+        return f"unknown ({DISTRIBUTION} is not installed; `pip install -e .` records it)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"autoctx {_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log autoctx's progress (INFO) to stderr.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the installed version and exit.",
+        ),
     ] = False,
 ) -> None:
     if verbose:
@@ -136,6 +168,12 @@ DatabaseUrl = Annotated[
     ),
 ]
 SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="The session id.")]
+AsJson = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print JSON instead of a table: whole ids, ISO times, content as stored."
+    ),
+]
 
 
 class CliError(AutoctxError):
@@ -152,6 +190,15 @@ def _console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
+def _print_whole(console: Console, table: Table) -> None:
+    """Print `table`; into a pipe or file, at its natural width, so that nothing is cut to an
+    assumed 80 columns (a terminal keeps its width, and the table wraps what may wrap)."""
+    if not console.is_terminal:
+        unbounded = console.options.update_width(sys.maxsize)
+        console.width = max(console.width, console.measure(table, options=unbounded).maximum)
+    console.print(table)
+
+
 def _one_line(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
@@ -166,6 +213,86 @@ def _shown(text: str) -> str:
     """`text` with the control characters a terminal would act on written as escapes (CRLF
     line ends read as newlines)."""
     return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"cannot export {type(value).__name__}")
+
+
+#: What `json.dumps(ensure_ascii=False)` leaves raw although a terminal may act on it (DEL and
+#: the C1 range; C0 it escapes itself). Escaped, the document stays valid and lossless.
+_JSON_RAW_CONTROL_RE: Final = re.compile(r"[\x7f-\x9f]")
+
+
+def _json_text(document: Any) -> str:
+    """`document` as indented JSON: ISO times, uuids as strings, every control character
+    escaped, everything else (any script) as is."""
+    text = json.dumps(document, default=_jsonable, ensure_ascii=False, indent=2)
+    return _JSON_RAW_CONTROL_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _print_json(document: Any) -> None:
+    sys.stdout.write(_json_text(document) + "\n")
+
+
+def _session_json(info: SessionInfo, *, full: bool) -> dict[str, Any]:
+    """The session row; without `full`, only what `autoctx sessions` lists."""
+    row: dict[str, Any] = {
+        "session_id": info.session_id,
+        "tenant": info.tenant,
+        "version": info.version,
+        "message_count": info.message_count,
+        "token_count": info.token_count,
+    }
+    if full:
+        row |= {
+            "model": info.model,
+            "encoding": info.encoding,
+            "config": info.config,
+            "plan": info.plan,
+            "created_at": info.created_at,
+        }
+    return row | {"updated_at": info.updated_at}
+
+
+def _event_json(e: Event) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "strategy": e.strategy,
+        "status": e.status,
+        "reason": e.reason,
+        "messages_before": e.messages_before,
+        "messages_after": e.messages_after,
+        "tokens_before": e.tokens_before,
+        "tokens_after": e.tokens_after,
+        "replaced_ids": list(e.replaced_ids),
+        "summary_message_id": e.summary_message_id,
+        "offload_uuid": e.offload_uuid,
+        "model": e.model,
+        "prompt_tokens": e.prompt_tokens,
+        "completion_tokens": e.completion_tokens,
+        "latency_ms": e.latency_ms,
+        "error": e.error,
+        "session_version": e.session_version,
+        "created_at": e.created_at,
+    }
+
+
+def _working_json(index: int, msg: Msg) -> dict[str, Any]:
+    """A working message as `autoctx show` lists it (the offload uuid whole)."""
+    return {
+        "index": index,
+        "id": msg.id,
+        "role": msg.role,
+        "kind": msg.kind,
+        "pinned": msg.pinned,
+        "tokens": msg.tokens,
+        "offload_uuid": _offload_of(msg) or None,
+    }
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -443,6 +570,7 @@ def _quiet_library() -> Iterator[None]:
 @app.command()
 @friendly_errors
 def demo(
+    ctx: typer.Context,
     rounds: Annotated[
         int, typer.Option(min=0, max=200, help="User rounds (ReAct loops) before the long task.")
     ] = demo_mod.DEFAULT_ROUNDS,
@@ -479,9 +607,11 @@ def demo(
 
     Examples:
 
-        autoctx demo
-        autoctx demo --rounds 2 --steps 40
-        autoctx demo --seed 7 --session demo-mine --database-url postgresql://localhost/agents
+    ```
+    autoctx demo
+    autoctx demo --rounds 2 --steps 40
+    autoctx demo --seed 7 --session demo-mine --database-url postgresql://localhost/agents
+    ```
     """
     console = _console()
     started = time.perf_counter()
@@ -599,6 +729,14 @@ def demo(
     console.print(f"\ndone in {time.perf_counter() - started:.1f} s. Look further:")
     first_offload = next((e.offload_uuid for e in events if e.offload_uuid is not None), None)
     deepest = _deepest_summary(events)
+    # A URL given on the command line goes into every hint, so that each can be pasted as is
+    # (one from the environment is still there when the hint runs).
+    given = ctx.get_parameter_source("database_url")
+    url = (
+        f" --database-url {shlex.quote(database_url)}"
+        if database_url is not None and given is not None and given.name == "COMMANDLINE"
+        else ""
+    )
     for command in (
         f"autoctx history {session_id}",
         f"autoctx show {session_id}",
@@ -607,7 +745,8 @@ def demo(
         f"autoctx plot {session_id} -o tokens.png",
         f"autoctx export {session_id} -o {session_id}.json",
     ):
-        console.print(Text(f"  {command}", style="cyan"))
+        # Soft-wrapped: a terminal narrower than the line folds it, but a copy stays one line.
+        console.print(Text(f"  {command}{url}", style="cyan"), soft_wrap=True)
 
 
 def _deepest_summary(events: Sequence[Event]) -> int | None:
@@ -710,8 +849,10 @@ def db_upgrade(database_url: DatabaseUrl = None) -> None:
 
     Examples:
 
-        autoctx db upgrade
-        autoctx db upgrade --database-url postgresql://agent@db.internal/agents
+    ```
+    autoctx db upgrade
+    autoctx db upgrade --database-url postgresql://agent@db.internal/agents
+    ```
     """
     with engine_for(database_url) as engine:
         check_connection(engine)
@@ -736,8 +877,10 @@ def db_current(
 
     Examples:
 
-        autoctx db current
-        autoctx db current --check && echo ready
+    ```
+    autoctx db current
+    autoctx db current --check && echo ready
+    ```
     """
     with engine_for(database_url) as engine:
         check_connection(engine)
@@ -770,8 +913,10 @@ def db_grant_tenant(role: RoleArg, tenant: TenantArg, database_url: DatabaseUrl 
 
     Examples:
 
-        autoctx db grant-tenant acme_agent acme
-        autoctx db grant-tenant acme_agent acme --database-url postgresql://owner@db/agents
+    ```
+    autoctx db grant-tenant acme_agent acme
+    autoctx db grant-tenant acme_agent acme --database-url postgresql://owner@db/agents
+    ```
     """
     with engine_for(database_url) as engine:
         check_connection(engine)
@@ -789,7 +934,9 @@ def db_revoke_tenant(role: RoleArg, tenant: TenantArg, database_url: DatabaseUrl
 
     Examples:
 
-        autoctx db revoke-tenant acme_agent acme
+    ```
+    autoctx db revoke-tenant acme_agent acme
+    ```
     """
     with engine_for(database_url) as engine:
         check_connection(engine)
@@ -813,22 +960,37 @@ def sessions(
         str | None, typer.Option("--prefix", "-p", help="Only ids starting with this.")
     ] = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's sessions.")] = None,
+    as_json: AsJson = False,
     database_url: DatabaseUrl = None,
 ) -> None:
     """List sessions, most recently updated first.
 
+    Ids are printed whole (piped, the table is as wide as it needs to be), so that they can be
+    copied into the other commands.
+
     Examples:
 
-        autoctx sessions
-        autoctx sessions --prefix demo-
+    ```
+    autoctx sessions
+    autoctx sessions --prefix demo-
+    autoctx sessions --json | jq -r '.[].session_id'
+    ```
     """
     rows = Store(_engine(database_url)).list_sessions(tenant=validate_tenant(tenant), prefix=prefix)
+    if as_json:
+        _print_json([_session_json(s, full=False) for s in rows])
+        return
     console = _console()
     if not rows:
         console.print("no sessions" + (f" starting with {prefix!r}" if prefix else ""))
         return
     table = _table(f"{len(rows)} session(s)")
-    _add_columns(table, "id", "tenant", ">messages", ">tokens", ">version", "updated", wrap="id")
+    # The id is what a user copies: it never wraps or shrinks; tenant and time wrap instead.
+    table.add_column("id", no_wrap=True, min_width=max(len(s.session_id) for s in rows))
+    table.add_column("tenant", overflow="fold")
+    for name in ("messages", "tokens", "version"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("updated", min_width=10)
     for s in rows:
         table.add_row(
             Text(s.session_id),
@@ -838,7 +1000,7 @@ def sessions(
             str(s.version),
             _fmt_time(s.updated_at),
         )
-    console.print(table)
+    _print_whole(console, table)
 
 
 @app.command()
@@ -846,6 +1008,7 @@ def sessions(
 def show(
     session: SessionArg,
     full: Annotated[bool, typer.Option("--full", help="Print every message in full.")] = False,
+    as_json: AsJson = False,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Show a session's working context: what the model would be sent now.
@@ -856,12 +1019,24 @@ def show(
 
     Examples:
 
-        autoctx show demo-20261130-101500-1a2b
-        autoctx show demo-20261130-101500-1a2b --full | less -R
+    ```
+    autoctx show demo-20261130-101500-1a2b
+    autoctx show demo-20261130-101500-1a2b --full | less -R
+    ```
     """
     store = Store(_engine(database_url))
     info = _session(store, session)
     msgs = store.load_working(session)
+    if as_json:
+        _print_json(
+            {
+                "session": _session_json(info, full=False),
+                "messages": [
+                    _working_json(k, m) | {"message": m.to_openai()} for k, m in enumerate(msgs)
+                ],
+            }
+        )
+        return
     console = _console()
     max_tokens = int(info.config.get("max_tokens", 0)) or None
     share = f" ({info.token_count / max_tokens:.0%} of {max_tokens:,})" if max_tokens else ""
@@ -895,7 +1070,7 @@ def show(
 
 @app.command()
 @friendly_errors
-def history(session: SessionArg, database_url: DatabaseUrl = None) -> None:
+def history(session: SessionArg, as_json: AsJson = False, database_url: DatabaseUrl = None) -> None:
     """Show a session's compression events, oldest first, and totals per strategy.
 
     Each row is one attempt: the strategy, whether it applied (or failed, and why), which
@@ -905,11 +1080,16 @@ def history(session: SessionArg, database_url: DatabaseUrl = None) -> None:
 
     Examples:
 
-        autoctx history demo-20261130-101500-1a2b
+    ```
+    autoctx history demo-20261130-101500-1a2b
+    ```
     """
     store = Store(_engine(database_url))
     _session(store, session)
     events = store.events(session)
+    if as_json:
+        _print_json([_event_json(e) for e in events])
+        return
     console = _console()
     if not events:
         console.print(f"{session}: no compression events yet")
@@ -942,8 +1122,10 @@ def lineage(
 
     Examples:
 
-        autoctx lineage demo-20261130-101500-1a2b 812
-        autoctx lineage demo-20261130-101500-1a2b 812 --depth 1
+    ```
+    autoctx lineage demo-20261130-101500-1a2b 812
+    autoctx lineage demo-20261130-101500-1a2b 812 --depth 1
+    ```
     """
     engine = _engine(database_url)
     store = Store(engine)
@@ -1023,10 +1205,15 @@ def _resolve_offload(engine: Engine, session_id: str, text: str) -> uuid.UUID:
         return parse_offload_id(text)
     except InvalidOffloadId as exc:
         prefix = text.strip().lower()
-        if len(prefix) < 4 or not re.fullmatch(r"[0-9a-f-]+", prefix):
+        if not re.fullmatch(r"[0-9a-f-]+", prefix):
             # The library's error does not quote the id (a model may pass any text there);
             # the operator typed this one, so the CLI names it.
             raise InvalidOffloadId(f"{text!r}: {exc}") from None
+    if len(prefix) < MIN_PREFIX:
+        raise CliError(
+            f"offload prefix {prefix!r} is too short: give at least {MIN_PREFIX} characters of "
+            f"the uuid, as the offload column of `autoctx history {session_id}` shows them"
+        )
     found = inspect_db.offloads_matching(engine, session_id, prefix)
     if not found:
         raise OffloadNotFound(
@@ -1060,8 +1247,10 @@ def reload(
 
     Examples:
 
-        autoctx reload demo-20261130-101500-1a2b 3f2a9c1e
-        autoctx reload demo-20261130-101500-1a2b 3f2a9c1e-0b1d-4c55-9a5e-2b7c0f1d2e3a --json
+    ```
+    autoctx reload demo-20261130-101500-1a2b 3f2a9c1e
+    autoctx reload demo-20261130-101500-1a2b 3f2a9c1e-0b1d-4c55-9a5e-2b7c0f1d2e3a --json
+    ```
     """
     engine = _engine(database_url)
     store = Store(engine)
@@ -1069,7 +1258,7 @@ def reload(
     offload_id = _resolve_offload(engine, session, offload)
     msgs = store.reload(session, offload_id)
     if as_json:
-        typer.echo(json.dumps(to_openai_messages(msgs), ensure_ascii=False, indent=2))
+        _print_json(to_openai_messages(msgs))
         return
     row = next(r for r in inspect_db.offload_rows(engine, session) if r.uuid == offload_id)
     console = _console()
@@ -1118,8 +1307,10 @@ def plot(
 
     Examples:
 
-        autoctx plot demo-20261130-101500-1a2b -o tokens.png
-        autoctx plot demo-20261130-101500-1a2b -o tokens-time.png --x time
+    ```
+    autoctx plot demo-20261130-101500-1a2b -o tokens.png
+    autoctx plot demo-20261130-101500-1a2b -o tokens-time.png --x time
+    ```
     """
     from .plot import reconstruct, render
 
@@ -1145,14 +1336,6 @@ def plot(
     )
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    raise TypeError(f"cannot export {type(value).__name__}")
-
-
 @app.command()
 @friendly_errors
 def export(
@@ -1170,8 +1353,10 @@ def export(
 
     Examples:
 
-        autoctx export demo-20261130-101500-1a2b -o session.json
-        autoctx export demo-20261130-101500-1a2b | jq '.events | length'
+    ```
+    autoctx export demo-20261130-101500-1a2b -o session.json
+    autoctx export demo-20261130-101500-1a2b | jq '.events | length'
+    ```
     """
     engine = _engine(database_url)
     store = Store(engine)
@@ -1181,47 +1366,10 @@ def export(
     held = store.load_messages(session, {i for o in offloads for i in o.message_ids})
     document = {
         "format": "autoctx-export/1",
-        "session": {
-            "session_id": info.session_id,
-            "tenant": info.tenant,
-            "version": info.version,
-            "message_count": info.message_count,
-            "token_count": info.token_count,
-            "model": info.model,
-            "encoding": info.encoding,
-            "config": info.config,
-            "plan": info.plan,
-            "created_at": info.created_at,
-            "updated_at": info.updated_at,
-        },
+        "session": _session_json(info, full=True),
         "working_context": to_openai_messages(working),
-        "working_messages": [
-            {"index": k, "id": m.id, "role": m.role, "kind": m.kind, "tokens": m.tokens}
-            for k, m in enumerate(working)
-        ],
-        "events": [
-            {
-                "id": e.id,
-                "strategy": e.strategy,
-                "status": e.status,
-                "reason": e.reason,
-                "messages_before": e.messages_before,
-                "messages_after": e.messages_after,
-                "tokens_before": e.tokens_before,
-                "tokens_after": e.tokens_after,
-                "replaced_ids": list(e.replaced_ids),
-                "summary_message_id": e.summary_message_id,
-                "offload_uuid": e.offload_uuid,
-                "model": e.model,
-                "prompt_tokens": e.prompt_tokens,
-                "completion_tokens": e.completion_tokens,
-                "latency_ms": e.latency_ms,
-                "error": e.error,
-                "session_version": e.session_version,
-                "created_at": e.created_at,
-            }
-            for e in store.events(session)
-        ],
+        "working_messages": [_working_json(k, m) for k, m in enumerate(working)],
+        "events": [_event_json(e) for e in store.events(session)],
         "offloads": [
             {
                 "uuid": o.uuid,
@@ -1237,11 +1385,10 @@ def export(
             for o in offloads
         ],
     }
-    text = json.dumps(document, default=_jsonable, ensure_ascii=False, indent=2)
     if output == "-":
-        sys.stdout.write(text + "\n")
+        _print_json(document)
         return
-    Path(output).write_text(text + "\n", encoding="utf-8")
+    Path(output).write_text(_json_text(document) + "\n", encoding="utf-8")
     typer.echo(
         f"wrote {output}: {len(working)} working messages, {len(document['events'])} events, "
         f"{len(offloads)} offloads"

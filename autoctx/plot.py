@@ -57,6 +57,9 @@ STRATEGY_COLORS: Final[Mapping[int, str]] = {
 
 XAxis = Literal["step", "time"]
 
+#: Resolution of the saved PNG; marker sizes in pixels follow from it.
+DPI: Final = 110
+
 
 @dataclass(frozen=True, slots=True)
 class Point:
@@ -153,6 +156,74 @@ def _mark(e: Event, step: int, at: datetime | None) -> Mark:
     )
 
 
+def _clusters(points: Sequence[tuple[float, float]], radius: float) -> list[list[int]]:
+    """Indices of `points` grouped so that two points closer than `radius` share a group
+    (single linkage): every pair from different groups is at least `radius` apart."""
+    parent = list(range(len(points)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    order = sorted(range(len(points)), key=lambda i: points[i][0])
+    for a, i in enumerate(order):
+        xi, yi = points[i]
+        for j in order[a + 1 :]:
+            xj, yj = points[j]
+            if xj - xi >= radius:
+                break
+            if (xj - xi) ** 2 + (yj - yi) ** 2 < radius**2:
+                parent[root(j)] = root(i)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(points)):
+        groups.setdefault(root(i), []).append(i)
+    return sorted(groups.values(), key=lambda g: points[g[0]][0])
+
+
+def _merge_overlapping(ax: Any, collection: Any) -> None:
+    """Replace the markers of `collection` that would touch one another by one marker, at the
+    highest of them (where a cascade of compressions began), labelled with how many it
+    stands for; a lone marker stays as it is.
+
+    A strategy that fires several times in a row at one step (S5 working through a backlog of
+    large messages) would otherwise draw a column of overlapping markers that cannot be
+    counted.
+    """
+    offsets = collection.get_offsets()
+    if len(offsets) < 2:
+        return
+    sizes = collection.get_sizes()
+    # Marker area is in points squared; its diameter in pixels at the figure's resolution
+    # (the one it is saved at, so what is apart here is apart in the PNG).
+    diameter = (float(max(sizes)) ** 0.5) * ax.figure.dpi / 72.0
+    shown = ax.transData.transform(offsets)
+    pixels = [(float(px), float(py)) for px, py in shown]
+    groups = _clusters(pixels, 2 * diameter)
+    if len(groups) == len(pixels):
+        return
+    from matplotlib.patheffects import withStroke
+
+    keep = [max(g, key=lambda i: pixels[i][1]) for g in groups]
+    collection.set_offsets(offsets[keep])
+    if len(sizes) > 1:
+        collection.set_sizes(sizes[keep])
+    for group, i in zip(groups, keep, strict=True):
+        if len(group) > 1:
+            ax.annotate(
+                f"x{len(group)}",
+                xy=(offsets[i][0], offsets[i][1]),
+                xytext=(diameter * 0.45 + 1, 2),
+                textcoords="offset pixels",
+                fontsize=7,
+                color="#222222",
+                gid="autoctx-count",
+                # A white halo keeps the count legible where it crosses the curve.
+                path_effects=[withStroke(linewidth=2, foreground="white")],
+            )
+
+
 def _pyplot_free_figure() -> Any:
     # The Figure class needs no GUI backend, so plotting never touches the caller's
     # matplotlib state (pyplot would pick or switch a global backend).
@@ -163,7 +234,7 @@ def _pyplot_free_figure() -> Any:
             "plotting needs matplotlib, which is not installed; install the extra with "
             "`pip install 'autoctx-pg[plot]'` (in a checkout: `pip install -e '.[plot]'`)"
         ) from None
-    return Figure(figsize=(13, 7.5), layout="constrained")
+    return Figure(figsize=(13, 7.5), dpi=DPI, layout="constrained")
 
 
 def render(
@@ -288,5 +359,12 @@ def render(
     ax_msg.set_xlabel("original messages appended" if x == "step" else "time (UTC)")
 
     path = Path(out)
-    fig.savefig(path, dpi=110)
+    # Markers that would overlap can only be found once the layout fixed every axis' pixels.
+    fig.draw_without_rendering()
+    for ax in (ax_tok, ax_msg):
+        ax.set_xlim(ax.get_xlim())
+        ax.set_ylim(ax.get_ylim())
+        for collection in list(ax.collections):
+            _merge_overlapping(ax, collection)
+    fig.savefig(path, dpi=DPI)
     return path

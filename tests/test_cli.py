@@ -9,22 +9,28 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+import typer
 from click.testing import Result
+from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-from autoctx import AutoContextConfig, AutoContextMemory
+from autoctx import AutoContextConfig, AutoContextMemory, cli
 from autoctx.cli import app
 from autoctx.demo import generate
 from autoctx.memory import get_engine
-from autoctx.plot import reconstruct
+from autoctx.plot import Mark, Point, Series, reconstruct, render
 from autoctx.store.inspect import message_stamps
 from autoctx.store.store import Store
 from autoctx.summarizers import OfflineSummarizer
@@ -438,4 +444,198 @@ def test_show_and_reload_print_control_characters_as_escapes(db_url: str) -> Non
         assert result.exit_code == 0, result.output
         assert not set(result.stdout) & {"\x1b", "\x07", "\x9b"}, repr(result.stdout[:300])
     assert "\\x1b[2J" in outputs[2].stdout and "\\x07" in outputs[2].stdout
+    # JSON escapes every control character itself (C1 too) and gives the content back as stored.
+    for args in (
+        ["show", mem.session_id, "--json"],
+        ["reload", mem.session_id, str(offload), "--json"],
+    ):
+        result = invoke([*args, "-d", db_url])
+        assert result.exit_code == 0, result.output
+        assert not set(result.stdout) & {"\x1b", "\x07", "\x9b"}, repr(result.stdout[:300])
+    shown = json.loads(invoke(["show", mem.session_id, "--json", "-d", db_url]).stdout)
+    assert [m["message"] for m in shown["messages"]] == mem.to_openai()
+    reloaded = json.loads(
+        invoke(["reload", mem.session_id, str(offload), "--json", "-d", db_url]).stdout
+    )
+    assert any(hostile in str(m.get("content")) for m in reloaded)
     mem.delete()
+
+
+# -- issue 12: ids a user copies, JSON, version, help, prefixes, the plot --------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_demo_hints_keep_the_database_url(demo_run: tuple[str, Result], db_url: str) -> None:
+    session_id, result = demo_run
+    hints = [line.strip() for line in result.stdout.splitlines() if line.startswith("  autoctx ")]
+    assert len(hints) == 6, result.stdout
+    for hint in hints:
+        assert hint.startswith("autoctx ") and session_id in hint
+        assert hint.endswith(f" --database-url {shlex.quote(db_url)}"), hint
+
+
+def _long_session(db_url: str, length: int) -> str:
+    session_id = f"cli-long-{uuid.uuid4().hex}".ljust(length, "x")
+    mem = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
+    mem.add({"role": "user", "content": "hello"})
+    mem.close()
+    return session_id
+
+
+def test_sessions_prints_whole_ids_when_piped(db_url: str) -> None:
+    session_id = _long_session(db_url, 90)
+    result = invoke(["sessions", "--prefix", session_id[:20], "-d", db_url], {"COLUMNS": "80"})
+    assert result.exit_code == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if "cli-long-" in line)
+    assert session_id in row, result.stdout
+
+
+def test_sessions_keeps_ids_whole_in_a_narrow_terminal(db_url: str) -> None:
+    """In a terminal of 80 columns the tenant and time wrap so that the id need not."""
+    session_id = _long_session(db_url, 40)
+    result = invoke(
+        ["sessions", "--prefix", session_id[:20], "-d", db_url],
+        {"COLUMNS": "80", "TTY_COMPATIBLE": "1"},
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = [ANSI.sub("", line) for line in result.stdout.splitlines()]
+    assert max(len(line) for line in lines) <= 80
+    assert any(session_id in line for line in lines), "\n".join(lines)
+
+
+def test_sessions_history_and_show_print_json(demo_id: str, db_url: str, store: Store) -> None:
+    info = store.get_session(demo_id)
+    assert info is not None
+    listed = invoke(["sessions", "--prefix", demo_id, "--json", "-d", db_url])
+    assert listed.exit_code == 0, listed.stderr
+    assert json.loads(listed.stdout) == [
+        {
+            "session_id": demo_id,
+            "tenant": info.tenant,
+            "version": info.version,
+            "message_count": info.message_count,
+            "token_count": info.token_count,
+            "updated_at": info.updated_at.isoformat(),
+        }
+    ]
+
+    events = store.events(demo_id)
+    history = invoke(["history", demo_id, "--json", "-d", db_url])
+    assert history.exit_code == 0, history.stderr
+    rows = json.loads(history.stdout)
+    assert [r["id"] for r in rows] == [e.id for e in events]
+    for row, e in zip(rows, events, strict=True):
+        assert row["offload_uuid"] == (str(e.offload_uuid) if e.offload_uuid else None)
+        assert datetime.fromisoformat(row["created_at"]) == e.created_at
+        assert (row["strategy"], row["status"], row["reason"]) == (e.strategy, e.status, e.reason)
+        assert (row["tokens_before"], row["tokens_after"]) == (e.tokens_before, e.tokens_after)
+
+    working = store.load_working(demo_id)
+    shown = invoke(["show", demo_id, "--json", "-d", db_url])
+    assert shown.exit_code == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["session"]["token_count"] == info.token_count
+    assert [(m["index"], m["id"], m["role"], m["kind"], m["tokens"]) for m in doc["messages"]] == [
+        (k, m.id, m.role, m.kind, m.tokens) for k, m in enumerate(working)
+    ]
+    assert [m["message"] for m in doc["messages"]] == [m.to_openai() for m in working]
+    offloads = {m["offload_uuid"] for m in doc["messages"]} - {None}
+    assert offloads and all(uuid.UUID(u) for u in offloads)  # whole uuids, not prefixes
+
+
+def test_version_names_the_installed_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    result = invoke(["--version"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == f"autoctx {metadata.version('autoctx-pg')}\n"
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(cli.metadata, "version", missing)
+    bare = invoke(["--version"])
+    assert bare.exit_code == 0 and bare.stdout.startswith("autoctx unknown ("), bare.stdout
+
+
+def _leaf_commands(group: TyperGroup, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for name, command in group.commands.items():
+        if isinstance(command, TyperGroup):
+            yield from _leaf_commands(command, (*path, name))
+        else:
+            yield (*path, name)
+
+
+def test_help_keeps_every_example_on_its_own_line() -> None:
+    root = typer.main.get_command(app)
+    assert isinstance(root, TyperGroup)
+    commands = list(_leaf_commands(root))
+    assert ("sessions",) in commands and ("db", "current") in commands
+    for path in commands:
+        command = root
+        for name in path:
+            assert isinstance(command, TyperGroup)
+            command = command.commands[name]
+        examples = [
+            line.strip()
+            for line in (command.help or "").partition("Examples:")[2].splitlines()
+            if line.strip().startswith("autoctx ")
+        ]
+        assert examples, f"{' '.join(path)} has no examples"
+        page = invoke([*path, "--help"])
+        assert page.exit_code == 0
+        lines = {line.strip() for line in page.stdout.splitlines()}
+        for example in examples:
+            assert example in lines, f"{' '.join(path)} --help:\n{page.stdout}"
+
+
+def test_reload_refuses_a_prefix_shorter_than_eight(
+    demo_id: str, db_url: str, store: Store
+) -> None:
+    offload = str(next(e.offload_uuid for e in store.events(demo_id) if e.offload_uuid))
+    for prefix in (offload[:4], offload[:7]):
+        result = invoke(["reload", demo_id, prefix, "-d", db_url])
+        assert_one_line_error(result, prefix, "too short", "at least 8", "autoctx history")
+        assert "CONTEXT_OFFLOAD" not in result.stderr and len(result.stderr) < 300
+    assert invoke(["reload", demo_id, offload[:8], "-d", db_url]).exit_code == 0
+
+
+def test_plot_merges_dense_markers_into_counted_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cascade of S5 compressions at one step draws markers that do not touch, each
+    standing for a counted number of events, and together for all of them."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.figure import Figure
+
+    cascade = [
+        Mark(300 + k // 10, None, 5, "applied", 22_000 - 150 * k, 21_850 - 150 * k, 60 - k, 59 - k)
+        for k in range(24)
+    ]
+    lone = [Mark(100, None, 1, "applied", 24_500, 12_000, 80, 30)]
+    points = [Point(s, None, 12_000 + 30 * s, 30 + s // 10) for s in range(0, 400, 5)]
+    series = Series(points, lone + cascade)
+    config = {"max_tokens": 32_000, "token_ratio": 0.75, "target_ratio": 0.6, "msg_threshold": 120}
+    saved: list[Figure] = []
+    real_savefig = Figure.savefig
+
+    def keep(fig: Figure, *args: Any, **kwargs: Any) -> None:
+        saved.append(fig)
+        real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    render(series, config, tmp_path / "dense.png", title="dense")
+    (fig,) = saved
+    for ax in fig.axes:
+        markers = [c for c in ax.collections if isinstance(c, PathCollection)]
+        drawn = 0
+        for collection in markers:
+            shown = ax.transData.transform(collection.get_offsets())
+            diameter = float(max(collection.get_sizes())) ** 0.5 * fig.dpi / 72
+            drawn += len(shown)
+            for i in range(len(shown)):
+                for j in range(i + 1, len(shown)):
+                    gap = float(((shown[i] - shown[j]) ** 2).sum() ** 0.5)
+                    assert gap >= diameter, f"two markers {gap:.1f}px apart on {ax.get_ylabel()}"
+        counts = [int(t.get_text()[1:]) for t in ax.texts if re.fullmatch(r"x\d+", t.get_text())]
+        assert drawn - len(counts) + sum(counts) == len(series.marks), ax.get_ylabel()
+        assert counts, "the cascade is shown as counted markers"
