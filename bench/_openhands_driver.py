@@ -55,11 +55,12 @@ def main(argv: list[str]) -> None:
     from openhands.sdk.tool.schema import Observation
     from pydantic import SecretStr
 
-    class BenchObservation(Observation):
+    class BenchObservation(Observation):  # type: ignore[misc]  # (mypy runs without the SDK)
         """A tool's text output (the SDK's base observation renders `content` as it is)."""
 
     imported = time.perf_counter() - started
-    workload = json.loads(open(workload_path).read())
+    with open(workload_path) as src:
+        workload = json.load(src)
     messages: list[dict[str, Any]] = workload["messages"]
     points: set[int] = set(workload["model_calls"])
 

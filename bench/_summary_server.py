@@ -54,9 +54,7 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(
-            str(part.get("text", "")) for part in content if isinstance(part, Mapping)
-        )
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
     return ""
 
 

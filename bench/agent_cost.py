@@ -51,14 +51,13 @@ import math
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from _common import (
     TOOL_OUTPUT_KINDS,
@@ -298,14 +297,14 @@ class Tokens:
         text = m.get("content")
         if not isinstance(text, str):
             text = "\n".join(str(p.get("text", "")) for p in text or [] if isinstance(p, dict))
-        total = self.counter.count(text) + PER_MESSAGE_TOKENS
+        total = int(self.counter.count(text)) + PER_MESSAGE_TOKENS
         for call in m.get("tool_calls") or []:
             fn = call["function"]
-            total += self.counter.count(fn["name"]) + self.counter.count(fn["arguments"])
+            total += int(self.counter.count(fn["name"])) + int(self.counter.count(fn["arguments"]))
         return total
 
     def text(self, text: str) -> int:
-        return self.counter.count(text) + PER_MESSAGE_TOKENS
+        return int(self.counter.count(text)) + PER_MESSAGE_TOKENS
 
 
 @dataclass
@@ -349,7 +348,9 @@ def run_autoctx(db: BenchDatabase, server: SummaryServer, w: Workload) -> Run:
             # One add() per model response and its results: the shape rules want a call's
             # results right after it.
             if pending:
-                for k, stored in zip(originals, mem.add(from_openai_messages(pending)), strict=True):
+                for k, stored in zip(
+                    originals, mem.add(from_openai_messages(pending)), strict=True
+                ):
                     if stored.id is not None:
                         index_of[stored.id] = k
                 pending.clear()
@@ -430,7 +431,6 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
     from langchain_core.tools import InjectedToolCallId, StructuredTool
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.memory import InMemorySaver
-    from typing_extensions import Annotated
 
     run = Run("langchain", note="ChatOpenAI -> the summary server")
     msgs = w.messages
@@ -476,7 +476,9 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
             run.steps.append(keys)
             used = sum(_key_tokens(k, msgs, run.made, tokens) for k in keys)
             i = script.pop(0)
-            m = msgs[i] if i < len(msgs) else {"role": "assistant", "content": "(stopped)"}
+            m: dict[str, Any] = (
+                msgs[i] if i < len(msgs) else {"role": "assistant", "content": "(stopped)"}
+            )
             calls = [
                 {
                     "id": c["id"],
@@ -646,7 +648,9 @@ def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dic
     final_text = "\n".join(
         json.dumps(w.messages[k]) if isinstance(k, int) else run.made[k] for k in final
     )
-    all_facts = {f for m in w.messages if m["role"] == "tool" for f in FACT_RE.findall(m["content"] or "")}
+    all_facts = {
+        f for m in w.messages if m["role"] == "tool" for f in FACT_RE.findall(m["content"] or "")
+    }
     return {
         "system": run.system,
         "note": run.note,
@@ -707,7 +711,7 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(results)
-    fig, axes = plt.subplots(len(names), 1, figsize=(12, 3.6 * len(names)), squeeze=False)
+    fig, axes = plt.subplots(len(names), 1, figsize=(15, 3.4 * len(names)), squeeze=False)
     colors = {"autoctx": "tab:blue", "langchain": "tab:orange", "openhands": "tab:green"}
     for ax, name in zip(axes[:, 0], names, strict=True):
         res = results[name]
@@ -727,7 +731,8 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
         ax.set_ylabel("input tokens")
         top = max((max(f["inputs"], default=0) for f in res["systems"]), default=0)
         ax.set_ylim(0, max(top, res["window"]) * 1.08)
-        ax.legend(loc="lower right", fontsize=8)
+        # Beside the axes: inside, it hides the sawtooth it describes.
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -821,4 +826,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
