@@ -719,7 +719,8 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
             ax.plot(
                 range(1, len(f["inputs"]) + 1),
                 f["inputs"],
-                lw=0.9,
+                lw=0.7,
+                alpha=0.85,
                 color=colors[f["system"]],
                 label=f"{f['system']} (peak {f['peak_over_window']:.2f}x W, "
                 f"{f['summarizer_calls']} summariser calls)",
