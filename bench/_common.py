@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -39,6 +40,7 @@ from autoctx.store.database import (
     resolve_url,
     upgrade,
 )
+from autoctx.tokens import TokenCounter
 
 # ---------------------------------------------------------------------------------------------
 # The database
@@ -439,6 +441,90 @@ class TranscriptGenerator:
                 break
             out.extend(self.round(size))
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Workload pieces shared by bounded.py and agent_cost.py
+# ---------------------------------------------------------------------------------------------
+
+
+class Texts:
+    """Text of about N tokens, from the generator's line pools.
+
+    The brief of each workload is in tokens; the pools differ in characters per token (prose
+    about 5, JSON rows about 3), so each kind's ratio is measured once on a sample.
+    """
+
+    def __init__(self, gen: TranscriptGenerator) -> None:
+        self.gen = gen
+        counter = TokenCounter("gpt-4o")
+        # A fixed seed, not the run's: the calibration must not move with --seed.
+        sample = TranscriptGenerator(7)
+        self.chars_per_token: dict[str, float] = {}
+        for kind in sample.pools:
+            text = sample.text(kind, 100_000)
+            self.chars_per_token[kind] = len(text) / counter.count(text)
+
+    def text(self, kind: str, tokens: int) -> str:
+        return self.gen.text(kind, max(1, round(tokens * self.chars_per_token[kind])))
+
+
+def tool_arguments(r: random.Random, tool: str) -> str:
+    if tool in ("read_file", "list_dir"):
+        return json.dumps({"path": f"src/mod_{r.randrange(40)}/file_{r.randrange(200)}.py"})
+    if tool == "run_shell":
+        return json.dumps({"cmd": f"pytest -q tests/test_{r.randrange(60)}.py"})
+    if tool == "grep":
+        return json.dumps({"pattern": f"def f_{r.randrange(500)}", "path": "src/"})
+    if tool == "http_get":
+        return json.dumps({"url": f"https://api.example.com/v1/items?page={r.randrange(50)}"})
+    return json.dumps({"code": f"print(sum(range({r.randrange(10**6)})))"})
+
+
+class Calls:
+    """Call ids unique within a session."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def new(self, r: random.Random) -> ToolUseBlock:
+        self.n += 1
+        tool = r.choice(tuple(TOOL_OUTPUT_KINDS))
+        return ToolUseBlock(f"call_{self.n}", tool, tool_arguments(r, tool))
+
+
+def tool_turn(gen: TranscriptGenerator, texts: Texts, calls: Calls) -> tuple[str, list[Any]]:
+    """One Agents-SDK-like turn: the user's text, then the model's responses, each a list of
+    calls (1 or 2 in all, parallel or one by one) or a final text."""
+    r = gen.r
+    user = gen.user().text
+    made = [calls.new(r) for _ in range(r.choice((1, 2)))]
+    responses: list[Any] = [made] if len(made) == 1 or r.random() < 0.5 else [[c] for c in made]
+    responses.append(gen.answer().text)
+    return user, responses
+
+
+def trajectories(directory: Path) -> Iterator[dict[str, Any]]:
+    """The OpenAI-format chat messages of the trajectories in `directory`, file after file in
+    name order: each `.json` file a list of messages or {"messages": [...]}, each `.jsonl` file
+    one such list (or one message) per line."""
+    files = sorted(p for p in directory.iterdir() if p.suffix in (".json", ".jsonl"))
+    if not files:
+        raise SystemExit(f"--trajectories: no .json or .jsonl file in {directory}")
+    for path in files:
+        if path.suffix == ".json":
+            documents = [json.loads(path.read_text())]
+        else:
+            lines = path.read_text().splitlines()
+            documents = [json.loads(line) for line in lines if line.strip()]
+        for data in documents:
+            if isinstance(data, dict) and "role" in data:
+                yield data  # a JSONL line that is one message
+                continue
+            messages = data.get("messages") if isinstance(data, dict) else data
+            if not isinstance(messages, list):
+                raise SystemExit(f"{path}: expected a list of messages or {{'messages': [...]}}")
+            yield from messages
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

@@ -47,7 +47,6 @@ import asyncio
 import datetime as dt
 import json
 import math
-import random
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -58,12 +57,16 @@ from typing import Any, TypeAlias
 from _common import (
     TOOL_OUTPUT_KINDS,
     BenchDatabase,
+    Calls,
+    Texts,
     TranscriptGenerator,
     add_database_argument,
     fresh_database,
     machine_description,
     percentile,
     secs,
+    tool_turn,
+    trajectories,
 )
 from rich.console import Console
 from rich.table import Table
@@ -77,9 +80,7 @@ from autoctx import (
     Summarizer,
     SummaryRequest,
     SummaryResult,
-    ToolUseBlock,
 )
-from autoctx.tokens import TokenCounter
 
 console = Console(width=200)
 
@@ -145,51 +146,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 # ---------------------------------------------------------------------------------------------
 
 
-class Texts:
-    """Text of about N tokens, from the generator's line pools.
-
-    The brief of each workload is in tokens; the pools differ in characters per token (prose
-    about 5, JSON rows about 3), so each kind's ratio is measured once on a sample.
-    """
-
-    def __init__(self, gen: TranscriptGenerator) -> None:
-        self.gen = gen
-        counter = TokenCounter("gpt-4o")
-        # A fixed seed, not the run's: the calibration must not move with --seed.
-        sample = TranscriptGenerator(7)
-        self.chars_per_token: dict[str, float] = {}
-        for kind in sample.pools:
-            text = sample.text(kind, 100_000)
-            self.chars_per_token[kind] = len(text) / counter.count(text)
-
-    def text(self, kind: str, tokens: int) -> str:
-        return self.gen.text(kind, max(1, round(tokens * self.chars_per_token[kind])))
-
-
-def _arguments(r: random.Random, tool: str) -> str:
-    if tool in ("read_file", "list_dir"):
-        return json.dumps({"path": f"src/mod_{r.randrange(40)}/file_{r.randrange(200)}.py"})
-    if tool == "run_shell":
-        return json.dumps({"cmd": f"pytest -q tests/test_{r.randrange(60)}.py"})
-    if tool == "grep":
-        return json.dumps({"pattern": f"def f_{r.randrange(500)}", "path": "src/"})
-    if tool == "http_get":
-        return json.dumps({"url": f"https://api.example.com/v1/items?page={r.randrange(50)}"})
-    return json.dumps({"code": f"print(sum(range({r.randrange(10**6)})))"})
-
-
-class Calls:
-    """Call ids unique within a session."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def new(self, r: random.Random) -> ToolUseBlock:
-        self.n += 1
-        tool = r.choice(tuple(TOOL_OUTPUT_KINDS))
-        return ToolUseBlock(f"call_{self.n}", tool, _arguments(r, tool))
-
-
 def _scaled(n: int, scale: float, least: int = 1) -> int:
     return max(least, round(n * scale))
 
@@ -206,17 +162,6 @@ def chat(seed: int, scale: float) -> Iterator[Msg]:
                 call.id, texts.text(TOOL_OUTPUT_KINDS[call.name], r.randint(100, 600)), call.name
             )
         yield Msg.assistant(texts.text("prose", r.randint(200, 1500)))
-
-
-def tool_turn(gen: TranscriptGenerator, texts: Texts, calls: Calls) -> tuple[str, list[Any]]:
-    """One Agents-SDK-like turn: the user's text, then the model's responses, each a list of
-    calls (1 or 2 in all, parallel or one by one) or a final text."""
-    r = gen.r
-    user = gen.user().text
-    made = [calls.new(r) for _ in range(r.choice((1, 2)))]
-    responses: list[Any] = [made] if len(made) == 1 or r.random() < 0.5 else [[c] for c in made]
-    responses.append(gen.answer().text)
-    return user, responses
 
 
 def toolchat(seed: int, scale: float) -> Iterator[Msg]:
@@ -265,18 +210,6 @@ def longtask(seed: int, scale: float) -> Iterator[Msg]:
     yield gen.user()
     for _ in range(_scaled(LONGTASK_STEPS, scale)):
         yield from _step_messages(gen)
-
-
-def trajectories(directory: Path) -> Iterator[dict[str, Any]]:
-    files = sorted(p for p in directory.iterdir() if p.suffix == ".json")
-    if not files:
-        raise SystemExit(f"--trajectories: no .json file in {directory}")
-    for path in files:
-        data = json.loads(path.read_text())
-        messages = data.get("messages") if isinstance(data, dict) else data
-        if not isinstance(messages, list):
-            raise SystemExit(f"{path}: expected a list of messages or {{'messages': [...]}}")
-        yield from messages
 
 
 # ---------------------------------------------------------------------------------------------

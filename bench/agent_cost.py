@@ -1,0 +1,830 @@
+"""What does an agent pay for its context, with autoctx and with its peers' compaction?
+
+The same seeded agent workloads are replayed, one model call at a time, through three systems
+driven as their frameworks drive them, with one shared deterministic summariser (autoctx's
+`OfflineSummarizer` behind a local OpenAI-protocol HTTP server, `_summary_server.py`, which
+every system reaches through its own client):
+
+- autoctx: `AutoContextMemory` with `AutoContextConfig(max_tokens=W)`, `compress_if_needed()`
+  before every model call, the summariser an `OpenAISummarizer` pointed at the server;
+- LangChain: `create_agent` with `SummarizationMiddleware(ChatOpenAI(base_url=server,
+  profile={"max_input_tokens": W}), trigger=("fraction", 0.75))` and its other defaults (keep
+  20 messages, trim 4,000 tokens to summarise, the approximate token counter), an in-memory
+  checkpointer (one thread, one `invoke` per user turn), a scripted chat model that replays the
+  workload's responses (with the usage a provider reports) and tools that return its outputs;
+- OpenHands: the SDK's `default_condenser()` settings (`LLMSummarizingCondenser`, max_size 80,
+  keep_first 4) with ``max_tokens`` 0.75 W, called through `prepare_llm_messages` as
+  `Agent.step` calls it, in a child process of a Python 3.12+ interpreter (`--openhands-python`,
+  see `_openhands_driver.py`).
+
+A system whose packages are not importable is skipped, and the output says so.
+
+Workloads (every tool output carries one unique fact marker, ``fact_id=F<n>-<hex>``, on a line
+at a random place in it): `toolchat` (400 Agents-SDK-like turns, W = 16,000), `longtask` (one
+task of 400 tool steps, W = 32,000), `multitask` (12 tasks of 10 to 120 steps in one session,
+W = 32,000), `chat` (600 small rounds, a quarter of them with one tool call, W = 16,000), and
+`trajectories` (`--trajectories DIR`: JSON/JSONL files of OpenAI-format chat messages, W from
+`--window`).
+
+Per system and workload: the peak of the model's input (x W) and the model calls over W;
+summariser calls and tokens in/out (counted by the server, tiktoken o200k_base); the agent's
+input summed over its model calls, and billed with an ideal prompt cache (the longest prefix,
+in whole messages, equal to the previous call's input billed at 10%); total cost = agent input
+billed + summariser input + 4 x summariser output (in input-token equivalents); the fact
+markers verbatim in the final input and, for autoctx, reachable by `mem.reload` of the offload
+ids in it (recursively); wall time. Every input is counted the same way for every system
+(tiktoken o200k_base over each message's text and tool calls, plus 4 per message).
+
+    python bench/agent_cost.py --database-url postgresql://postgres@127.0.0.1:5432/postgres \\
+        --openhands-python /path/to/py312-venv/bin/python --plot agent_cost.png
+    python bench/agent_cost.py --quick --systems autoctx
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import math
+import os
+import re
+import subprocess
+import tempfile
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from _common import (
+    TOOL_OUTPUT_KINDS,
+    BenchDatabase,
+    Calls,
+    Texts,
+    TranscriptGenerator,
+    add_database_argument,
+    fresh_database,
+    machine_description,
+    secs,
+    tool_turn,
+    trajectories,
+)
+from _summary_server import SummaryServer
+from rich.console import Console
+from rich.table import Table
+
+from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpenAISummarizer
+from autoctx.messages import from_openai_messages
+from autoctx.tokens import TokenCounter
+
+console = Console(width=220)
+
+WORKLOADS = ("toolchat", "longtask", "multitask", "chat")
+SYSTEMS = ("autoctx", "langchain", "openhands")
+WINDOWS = {"toolchat": 16_000, "longtask": 32_000, "multitask": 32_000, "chat": 16_000}
+# Full sizes, and --quick's.
+SIZES = {"toolchat": 400, "longtask": 400, "multitask": 12, "chat": 600}
+QUICK = {"toolchat": 60, "longtask": 80, "multitask": 3, "chat": 80}
+CACHED_PRICE = 0.1
+OUTPUT_PRICE = 4.0
+FACT_RE = re.compile(r"fact_id=F\d{5}-[0-9a-f]{6}")
+UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+PER_MESSAGE_TOKENS = 4
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_database_argument(parser)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--trajectories", type=Path, help="a directory of JSON/JSONL trajectories")
+    parser.add_argument("--window", type=int, default=32_000, help="W of the trajectories")
+    parser.add_argument(
+        "--openhands-python",
+        default=os.environ.get("OPENHANDS_PYTHON"),
+        help="a Python 3.12+ interpreter with openhands-sdk (default: $OPENHANDS_PYTHON)",
+    )
+    parser.add_argument("--plot", type=Path, help="write the input tokens per call to this PNG")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    if args.trajectories is not None and "trajectories" not in names:
+        names.append("trajectories")
+    unknown = [n for n in names if n not in (*WORKLOADS, "trajectories")]
+    if unknown:
+        parser.error(f"unknown workloads {', '.join(unknown)}")
+    if "trajectories" in names and args.trajectories is None:
+        parser.error("the trajectories workload needs --trajectories DIR")
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if bad := [s for s in systems if s not in SYSTEMS]:
+        parser.error(f"unknown systems {', '.join(bad)}")
+    args.names, args.system_names = names, systems
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# Workloads: OpenAI-format messages; the model is called before each assistant message
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    name: str
+    window: int
+    messages: list[dict[str, Any]]
+
+    @property
+    def model_calls(self) -> list[int]:
+        """Where the model is called: before each assistant message, which is its answer, and
+        at the end when the last message is not one (a trajectory cut short)."""
+        points = [i for i, m in enumerate(self.messages) if m["role"] == "assistant"]
+        if self.messages and self.messages[-1]["role"] != "assistant":
+            points.append(len(self.messages))
+        return points
+
+
+class Facts:
+    """Puts one unique marker into each tool output, on a line at a random place."""
+
+    def __init__(self, gen: TranscriptGenerator) -> None:
+        self.r = gen.r
+        self.n = 0
+
+    def mark(self, output: str) -> str:
+        self.n += 1
+        marker = f"fact_id=F{self.n:05d}-{self.r.getrandbits(24):06x}"
+        lines = output.split("\n")
+        lines.insert(self.r.randrange(len(lines) + 1), marker)
+        return "\n".join(lines)
+
+
+def _call_message(text: str | None, calls: Sequence[Any]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": text,
+        "tool_calls": [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for c in calls
+        ],
+    }
+
+
+def _tool_message(call_id: str, name: str, output: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": output}
+
+
+def _openai(msgs: Iterable[Msg]) -> Iterator[dict[str, Any]]:
+    from autoctx import to_openai_messages
+
+    yield from to_openai_messages(list(msgs))
+
+
+def _marked_step(gen: TranscriptGenerator, facts: Facts) -> list[dict[str, Any]]:
+    step = list(_openai(gen.step()))
+    for m in step[1:]:
+        m["content"] = facts.mark(m["content"])
+    return step
+
+
+def toolchat(seed: int, turns: int) -> list[dict[str, Any]]:
+    gen = TranscriptGenerator(seed)
+    texts, calls, facts = Texts(gen), Calls(), Facts(gen)
+    out: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful agent."}]
+    for _ in range(turns):
+        user, responses = tool_turn(gen, texts, calls)
+        out.append({"role": "user", "content": user})
+        for response in responses:
+            if isinstance(response, str):
+                out.append({"role": "assistant", "content": response})
+                continue
+            out.append(_call_message(None, response))
+            for call in response:
+                text = texts.text(TOOL_OUTPUT_KINDS[call.name], gen.r.randint(200, 800))
+                out.append(_tool_message(call.id, call.name, facts.mark(text)))
+    return out
+
+
+def longtask(seed: int, steps: int) -> list[dict[str, Any]]:
+    gen = TranscriptGenerator(seed)
+    texts, facts = Texts(gen), Facts(gen)
+    out = [
+        {"role": "system", "content": "You are a coding agent. " + texts.text("prose", 600)},
+        {"role": "user", "content": gen.user().text},
+    ]
+    for _ in range(steps):
+        out.extend(_marked_step(gen, facts))
+    out.append({"role": "assistant", "content": gen.answer().text})
+    return out
+
+
+def multitask(seed: int, tasks: int) -> list[dict[str, Any]]:
+    gen = TranscriptGenerator(seed)
+    texts, facts = Texts(gen), Facts(gen)
+    out = [{"role": "system", "content": "You are a coding agent. " + texts.text("prose", 800)}]
+    for _ in range(tasks):
+        out.append({"role": "user", "content": gen.user().text})
+        # Log-uniform lengths, as agent benchmarks' trajectories spread.
+        for _ in range(round(math.exp(gen.r.uniform(math.log(10), math.log(120))))):
+            out.extend(_marked_step(gen, facts))
+        out.append({"role": "assistant", "content": gen.answer().text})
+    return out
+
+
+def chat(seed: int, rounds: int) -> list[dict[str, Any]]:
+    gen = TranscriptGenerator(seed)
+    texts, r, calls, facts = Texts(gen), gen.r, Calls(), Facts(gen)
+    out: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."}]
+    for _ in range(rounds):
+        out.append({"role": "user", "content": texts.text("prose", r.randint(50, 300))})
+        if r.random() < 0.25:
+            call = calls.new(r)
+            out.append(_call_message(None, [call]))
+            text = texts.text(TOOL_OUTPUT_KINDS[call.name], r.randint(100, 600))
+            out.append(_tool_message(call.id, call.name, facts.mark(text)))
+        out.append({"role": "assistant", "content": texts.text("prose", r.randint(200, 1500))})
+    return out
+
+
+def from_trajectories(directory: Path) -> list[dict[str, Any]]:
+    """The trajectories as one session: the first system message leads, later ones are kept
+    as user notes (none of the three systems takes a system message mid-session the same
+    way), and a tool output without a marker gets one."""
+    gen = TranscriptGenerator(0)
+    facts = Facts(gen)
+    # from_openai_messages validates the shape (calls answered, ids) and normalises content.
+    msgs = list(_openai(from_openai_messages(list(trajectories(directory)))))
+    out: list[dict[str, Any]] = []
+    for m in msgs:
+        if m["role"] in ("system", "developer") and out:
+            m = {"role": "user", "content": f"[system note] {m.get('content') or ''}"}
+        if not isinstance(m.get("content"), str | None):
+            m["content"] = "\n".join(str(p.get("text", "")) for p in m["content"])
+        if m["role"] == "tool" and not FACT_RE.search(m["content"] or ""):
+            m["content"] = facts.mark(m["content"] or "")
+        out.append(m)
+    return out
+
+
+def build(args: argparse.Namespace, name: str) -> Workload:
+    sizes = QUICK if args.quick else SIZES
+    if name == "trajectories":
+        return Workload(name, args.window, from_trajectories(args.trajectories))
+    makers = {"toolchat": toolchat, "longtask": longtask, "multitask": multitask, "chat": chat}
+    return Workload(name, WINDOWS[name], makers[name](args.seed, sizes[name]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting: one tokenizer and one rule for every system
+# ---------------------------------------------------------------------------------------------
+
+
+class Tokens:
+    def __init__(self) -> None:
+        self.counter = TokenCounter("gpt-4o")
+
+    def message(self, m: dict[str, Any]) -> int:
+        text = m.get("content")
+        if not isinstance(text, str):
+            text = "\n".join(str(p.get("text", "")) for p in text or [] if isinstance(p, dict))
+        total = int(self.counter.count(text)) + PER_MESSAGE_TOKENS
+        for call in m.get("tool_calls") or []:
+            fn = call["function"]
+            total += int(self.counter.count(fn["name"])) + int(self.counter.count(fn["arguments"]))
+        return total
+
+    def text(self, text: str) -> int:
+        return int(self.counter.count(text)) + PER_MESSAGE_TOKENS
+
+
+@dataclass
+class Run:
+    """One system on one workload: the input of each model call, as message keys."""
+
+    system: str
+    steps: list[list[int | str]] = field(default_factory=list)
+    #: Texts of the messages the system made (summaries), by key.
+    made: dict[str, str] = field(default_factory=dict)
+    summarizer_calls: int = 0
+    summarizer_in: int = 0
+    summarizer_out: int = 0
+    seconds: float = 0.0
+    reachable_facts: int | None = None
+    note: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# autoctx
+# ---------------------------------------------------------------------------------------------
+
+
+def run_autoctx(db: BenchDatabase, server: SummaryServer, w: Workload) -> Run:
+    run = Run("autoctx", note="OpenAISummarizer -> the summary server")
+    summarizer = OpenAISummarizer(model="autoctx", base_url=server.base_url, api_key="bench")
+    mem = AutoContextMemory.open(
+        f"agent-cost-{w.name}",
+        database_url=db.url,
+        config=AutoContextConfig(max_tokens=w.window),
+        summarizer=summarizer,
+    )
+    index_of: dict[int, int] = {}
+    points = set(w.model_calls)
+    started = time.perf_counter()
+    try:
+        pending: list[dict[str, Any]] = []
+        originals: list[int] = []
+
+        def flush() -> None:
+            # One add() per model response and its results: the shape rules want a call's
+            # results right after it.
+            if pending:
+                for k, stored in zip(
+                    originals, mem.add(from_openai_messages(pending)), strict=True
+                ):
+                    if stored.id is not None:
+                        index_of[stored.id] = k
+                pending.clear()
+                originals.clear()
+
+        def model_call() -> None:
+            flush()
+            mem.compress_if_needed()
+            keys: list[int | str] = []
+            for m in mem.messages():
+                if m.id in index_of:
+                    keys.append(index_of[m.id])
+                else:
+                    key = f"a:{m.id}"
+                    run.made[key] = m.text or ""
+                    keys.append(key)
+            run.steps.append(keys)
+
+        for i, m in enumerate(w.messages):
+            if i in points:
+                model_call()
+            if m["role"] != "tool":
+                flush()
+            pending.append(m)
+            originals.append(i)
+        flush()
+        if len(w.messages) in points:
+            model_call()
+        run.seconds = time.perf_counter() - started
+        run.reachable_facts = len(_reachable(mem, run))
+    finally:
+        mem.close()
+        summarizer.close()
+    return run
+
+
+def _reachable(mem: AutoContextMemory, run: Run) -> set[str]:
+    """Fact markers in the final context and in every offload reachable from it."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    texts = [_msg_text(m) for m in mem.messages()]
+    while texts:
+        text = texts.pop()
+        found.update(FACT_RE.findall(text))
+        for uuid in UUID_RE.findall(text):
+            if uuid in seen:
+                continue
+            seen.add(uuid)
+            with contextlib.suppress(Exception):  # a uuid in a tool output is not an offload
+                texts.extend(_msg_text(m) for m in mem.reload(uuid))
+    return found
+
+
+def _msg_text(m: Msg) -> str:
+    from autoctx import to_openai_messages
+
+    return json.dumps(to_openai_messages([m]))
+
+
+# ---------------------------------------------------------------------------------------------
+# LangChain
+# ---------------------------------------------------------------------------------------------
+
+
+def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.callbacks import CallbackManagerForLLMRun
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import InjectedToolCallId, StructuredTool
+    from langchain_openai import ChatOpenAI
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    run = Run("langchain", note="ChatOpenAI -> the summary server")
+    msgs = w.messages
+    points = w.model_calls
+    call_index: dict[str, int] = {}
+    outputs: dict[str, str] = {}
+    for i, m in enumerate(msgs):
+        if m["role"] == "tool":
+            call_index[m["tool_call_id"]] = i
+            outputs[m["tool_call_id"]] = m["content"]
+    script: list[int] = []  # indices of the assistant messages still to play
+
+    def key_of(message: BaseMessage) -> int | str:
+        if isinstance(message, SystemMessage):
+            return 0
+        if isinstance(message, ToolMessage):
+            return call_index[message.tool_call_id]
+        ident = message.id or ""
+        if ident.startswith("m") and ident[1:].isdigit():
+            return int(ident[1:])
+        key = f"l:{hashlib.sha1(str(message.content).encode()).hexdigest()[:12]}"
+        run.made[key] = str(message.content)
+        return key
+
+    class ScriptedModel(BaseChatModel):
+        """Plays the workload's responses, and reports the usage a provider would."""
+
+        @property
+        def _llm_type(self) -> str:
+            return "bench-scripted"
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+        def _generate(
+            self,
+            messages: list[BaseMessage],
+            stop: list[str] | None = None,
+            run_manager: CallbackManagerForLLMRun | None = None,
+            **kwargs: Any,
+        ) -> ChatResult:
+            keys = [key_of(m) for m in messages]
+            run.steps.append(keys)
+            used = sum(_key_tokens(k, msgs, run.made, tokens) for k in keys)
+            i = script.pop(0)
+            m: dict[str, Any] = (
+                msgs[i] if i < len(msgs) else {"role": "assistant", "content": "(stopped)"}
+            )
+            calls = [
+                {
+                    "id": c["id"],
+                    "name": c["function"]["name"],
+                    "args": json.loads(c["function"]["arguments"] or "{}"),
+                    "type": "tool_call",
+                }
+                for c in m.get("tool_calls") or []
+            ]
+            out = tokens.message(m)
+            reply = AIMessage(
+                content=m.get("content") or "",
+                tool_calls=calls,
+                id=f"m{i}",
+                usage_metadata={
+                    "input_tokens": used,
+                    "output_tokens": out,
+                    "total_tokens": used + out,
+                },
+                response_metadata={"model_provider": "openai"},
+            )
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    def invoke(
+        tool_call_id: Annotated[str, InjectedToolCallId],
+        path: str | None = None,
+        cmd: str | None = None,
+        pattern: str | None = None,
+        url: str | None = None,
+        code: str | None = None,
+        content: str | None = None,
+    ) -> str:
+        return outputs[tool_call_id]
+
+    # This module's annotations are strings (postponed evaluation), which LangChain resolves in
+    # the module's globals, where the lazily imported names are not: give it the objects.
+    optional = str | None
+    invoke.__annotations__ = {
+        "tool_call_id": Annotated[str, InjectedToolCallId],
+        **dict.fromkeys(("path", "cmd", "pattern", "url", "code", "content"), optional),
+        "return": str,
+    }
+
+    names = sorted(
+        {c["function"]["name"] for m in msgs for c in m.get("tool_calls") or []}
+        | set(TOOL_OUTPUT_KINDS)
+    )
+    tools = [
+        StructuredTool.from_function(invoke, name=n, description=f"the {n} tool") for n in names
+    ]
+    summary_model = ChatOpenAI(
+        model="langchain",
+        base_url=server.base_url,
+        api_key="bench",  # type: ignore[arg-type]
+        max_retries=0,
+        profile={"max_input_tokens": w.window},
+    )
+    agent = create_agent(
+        ScriptedModel(),
+        tools=tools,
+        system_prompt=msgs[0]["content"] if msgs[0]["role"] == "system" else None,
+        middleware=[SummarizationMiddleware(summary_model, trigger=("fraction", 0.75))],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "bench"}, "recursion_limit": 10_000}
+    started = time.perf_counter()
+    # A turn: a user message and the model calls up to the next user message.
+    turn_starts = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+    for n, start in enumerate(turn_starts):
+        end = turn_starts[n + 1] if n + 1 < len(turn_starts) else len(msgs) + 1
+        script[:] = [p for p in points if start < p < end]
+        if script and (script[-1] >= len(msgs) or msgs[script[-1]].get("tool_calls")):
+            # A turn cut short: the agent loop needs a final answer to stop.
+            script.append(len(msgs) + 1 + n)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            agent.invoke(
+                {"messages": [HumanMessage(msgs[start]["content"], id=f"m{start}")]}, config
+            )
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenHands (a child process)
+# ---------------------------------------------------------------------------------------------
+
+
+def run_openhands(python: str, server: SummaryServer, w: Workload) -> Run:
+    run = Run("openhands", note="litellm -> the summary server")
+    driver = Path(__file__).with_name("_openhands_driver.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp, "workload.json"), Path(tmp, "out.json")
+        src.write_text(json.dumps({"messages": w.messages, "model_calls": w.model_calls}))
+        started = time.perf_counter()
+        proc = subprocess.run(
+            [python, str(driver), str(src), str(out), server.base_url, str(w.window)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode:
+            raise SystemExit(f"openhands driver failed:\n{proc.stderr[-4000:]}")
+        result = json.loads(out.read_text())
+        run.seconds = time.perf_counter() - started - result["import_seconds"]
+    run.steps = result["steps"]
+    run.made = result["summaries"]
+    run.note = f"litellm -> the summary server, Python {result['python']} child process"
+    return run
+
+
+def openhands_python(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The interpreter to run OpenHands with, or None and why not."""
+    python = args.openhands_python
+    if not python:
+        return None, "no --openhands-python (a Python 3.12+ with openhands-sdk) given"
+    probe = subprocess.run(
+        [python, "-c", "import openhands.sdk, sys; print(sys.version.split()[0])"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode:
+        return None, f"openhands-sdk is not importable by {python}"
+    return python, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------------
+
+
+def _key_tokens(
+    key: int | str, msgs: list[dict[str, Any]], made: dict[str, str], tokens: Tokens
+) -> int:
+    if isinstance(key, int):
+        return tokens.message(msgs[key])
+    return tokens.text(made[key])
+
+
+def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dict[str, Any]:
+    cache: dict[int | str, int] = {}
+
+    def count(key: int | str) -> int:
+        if key not in cache:
+            cache[key] = _key_tokens(key, w.messages, run.made, tokens)
+        return cache[key]
+
+    inputs: list[int] = []
+    billed = 0.0
+    previous: list[int | str] = []
+    for keys in run.steps:
+        total = sum(count(k) for k in keys)
+        prefix = 0
+        for a, b in zip(previous, keys, strict=False):
+            if a != b:
+                break
+            prefix += count(a)
+        billed += CACHED_PRICE * prefix + (total - prefix)
+        inputs.append(total)
+        previous = keys
+    usage = server.usage.get(
+        {"autoctx": "autoctx", "langchain": "langchain", "openhands": "openhands"}[run.system]
+    )
+    calls = usage.calls if usage else 0
+    s_in = usage.prompt_tokens if usage else 0
+    s_out = usage.completion_tokens if usage else 0
+    final = run.steps[-1] if run.steps else []
+    final_text = "\n".join(
+        json.dumps(w.messages[k]) if isinstance(k, int) else run.made[k] for k in final
+    )
+    all_facts = {
+        f for m in w.messages if m["role"] == "tool" for f in FACT_RE.findall(m["content"] or "")
+    }
+    return {
+        "system": run.system,
+        "note": run.note,
+        "model_calls": len(run.steps),
+        "peak_tokens": max(inputs, default=0),
+        "peak_over_window": max(inputs, default=0) / w.window,
+        "calls_over_window": sum(1 for x in inputs if x > w.window),
+        "summarizer_calls": calls,
+        "summarizer_tokens_in": s_in,
+        "summarizer_tokens_out": s_out,
+        "agent_input_tokens": sum(inputs),
+        "agent_input_billed": round(billed),
+        "total_cost": round(billed + s_in + OUTPUT_PRICE * s_out),
+        "facts": len(all_facts),
+        "facts_verbatim": len(set(FACT_RE.findall(final_text)) & all_facts),
+        "facts_reachable": run.reachable_facts,
+        "seconds": run.seconds,
+        "inputs": inputs,
+    }
+
+
+def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
+    table = Table(title=f"The agent's context and what it costs ({machine})")
+    headers = (
+        "workload", "W", "system", "calls", "peak (x W)", "calls > W", "summ. calls",
+        "summ. in / out", "agent input", "billed (cache)", "total cost", "facts verbatim",
+        "reachable", "wall",
+    )  # fmt: skip
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("workload", "system") else "right")
+    for name, res in results.items():
+        rows = res["systems"]
+        for n, f in enumerate(rows):
+            table.add_row(
+                name if n == 0 else "",
+                f"{res['window']:,}" if n == 0 else "",
+                f["system"],
+                f"{f['model_calls']:,}",
+                f"{f['peak_tokens']:,} ({f['peak_over_window']:.2f}x)",
+                f"{f['calls_over_window']:,}",
+                f"{f['summarizer_calls']:,}",
+                f"{f['summarizer_tokens_in']:,} / {f['summarizer_tokens_out']:,}",
+                f"{f['agent_input_tokens']:,}",
+                f"{f['agent_input_billed']:,}",
+                f"{f['total_cost']:,}",
+                f"{f['facts_verbatim']:,} of {f['facts']:,}",
+                "-" if f["facts_reachable"] is None else f"{f['facts_reachable']:,}",
+                secs(f["seconds"]),
+                end_section=n == len(rows) - 1,
+            )
+    console.print(table)
+
+
+def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    fig, axes = plt.subplots(len(names), 1, figsize=(15, 3.4 * len(names)), squeeze=False)
+    colors = {"autoctx": "tab:blue", "langchain": "tab:orange", "openhands": "tab:green"}
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        res = results[name]
+        for f in res["systems"]:
+            ax.plot(
+                range(1, len(f["inputs"]) + 1),
+                f["inputs"],
+                lw=0.7,
+                alpha=0.85,
+                color=colors[f["system"]],
+                label=f"{f['system']} (peak {f['peak_over_window']:.2f}x W, "
+                f"{f['summarizer_calls']} summariser calls)",
+            )
+        ax.axhline(res["window"], color="black", lw=0.9, label=f"window {res['window']:,}")
+        ax.axhline(res["window"] * 0.75, color="black", ls="--", lw=0.7, label="0.75 W")
+        ax.set_title(f"{name}: the model's input at each call")
+        ax.set_xlabel("model call")
+        ax.set_ylabel("input tokens")
+        top = max((max(f["inputs"], default=0) for f in res["systems"]), default=0)
+        ax.set_ylim(0, max(top, res["window"]) * 1.08)
+        # Beside the axes: inside, it hides the sawtooth it describes.
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+def available(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]:
+    """The systems to run (with what drives them) and the skipped ones (with why)."""
+    run: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    for system in args.system_names:
+        if system == "autoctx":
+            run[system] = ""
+        elif system == "langchain":
+            try:
+                import langchain.agents.middleware  # noqa: F401
+                import langchain_openai  # noqa: F401
+            except ImportError as err:
+                skipped[system] = f"not importable ({err}); pip install -e '.[peers]'"
+            else:
+                run[system] = ""
+        else:
+            python, why = openhands_python(args)
+            if python is None:
+                skipped[system] = why
+            else:
+                run[system] = python
+    return run, skipped
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    systems, skipped = available(args)
+    for system, why in skipped.items():
+        console.print(f"[bold]skipped {system}[/bold]: {why}", highlight=False)
+    tokens = Tokens()
+    results: dict[str, dict[str, Any]] = {}
+    with fresh_database(args.database_url, "autoctx_bench_agent_cost") as db:
+        machine = machine_description(db)
+        for name in args.names:
+            w = build(args, name)
+            results[name] = {"window": w.window, "messages": len(w.messages), "systems": []}
+            for system, python in systems.items():
+                # A server per system and workload: its usage is that run's alone.
+                with SummaryServer() as server:
+                    if system == "autoctx":
+                        r = run_autoctx(db, server, w)
+                    elif system == "langchain":
+                        r = run_langchain(server, w, tokens)
+                    else:
+                        r = run_openhands(python, server, w)
+                    f = figures(w, r, server, tokens)
+                results[name]["systems"].append(f)
+                console.print(
+                    f"  {name} / {system}: {f['model_calls']:,} model calls in "
+                    f"{secs(f['seconds'])} ({r.note})",
+                    highlight=False,
+                )
+    print_table(results, machine)
+    for system, why in skipped.items():
+        console.print(f"skipped {system}: {why}", highlight=False)
+    console.print(
+        f"cost in input-token equivalents: agent input billed with an ideal prompt cache "
+        f"(the prefix equal to the previous call's input at {CACHED_PRICE:.0%}) + summariser "
+        f"input + {OUTPUT_PRICE:g} x summariser output; total run time "
+        f"{secs(time.perf_counter() - started)}",
+        highlight=False,
+    )
+    if args.plot:
+        plot(results, args.plot)
+        console.print(f"plot {args.plot}", highlight=False)
+    return {
+        "date": dt.date.today().isoformat(),
+        "machine": machine,
+        "quick": args.quick,
+        "seed": args.seed,
+        "skipped": skipped,
+        "workloads": results,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    result = run(args)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
