@@ -10,6 +10,8 @@ two ratios) adapt to it. Only values the caller set can be refused.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -319,3 +321,25 @@ def _check_seconds(name: str, value: object) -> None:
         raise ConfigError(
             f"AutoContextConfig.{name} must be a positive, finite number of seconds, got {value!r}"
         )
+
+
+def _named_fields_only(init: Any) -> Any:
+    """Wrap the generated `__init__` so that a misspelt field (`max_token=`) is a `ConfigError`
+    that says which field was meant, not a bare `TypeError`."""
+
+    @functools.wraps(init)
+    def checked(self: AutoContextConfig, *args: Any, **kwargs: Any) -> None:
+        names = [f.name for f in dataclasses.fields(AutoContextConfig)]
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; the fields are {names}"
+                raise ConfigError(f"AutoContextConfig has no field {key!r}{hint}")
+        init(self, *args, **kwargs)
+
+    return checked
+
+
+# The dataclass writes `__init__`; the check goes around it (`dataclasses.replace` passes
+# through it too, with known names only).
+AutoContextConfig.__init__ = _named_fields_only(AutoContextConfig.__init__)  # type: ignore[method-assign]

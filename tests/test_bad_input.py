@@ -528,6 +528,12 @@ CASES: list[Case] = [
     ),
     Case("zero_max_tokens", lambda c: AutoContextConfig(max_tokens=0), ConfigError, "max_tokens"),
     Case(
+        "misspelt_config_field",
+        lambda c: AutoContextConfig(max_token=16_000),  # type: ignore[call-arg]
+        ConfigError,
+        "did you mean 'max_tokens'",
+    ),
+    Case(
         "negative_min_compress_tokens",
         lambda c: AutoContextConfig(min_compress_tokens=-5),
         ConfigError,
