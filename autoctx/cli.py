@@ -52,6 +52,7 @@ from rich.tree import Tree
 from sqlalchemy.engine import Engine
 
 from . import demo as demo_mod
+from .compressor import FALLBACK_MODEL
 from .config import AutoContextConfig
 from .errors import AutoctxError, InvalidOffloadId, OffloadNotFound, SessionNotFound
 from .events import Event
@@ -77,7 +78,7 @@ from .store.database import (
 )
 from .store.rows import SessionInfo
 from .store.store import Store
-from .summarizers import OfflineSummarizer, Summarizer, default_summarizer
+from .summarizers import OFFLINE_MODEL, OfflineSummarizer, Summarizer, default_summarizer
 from .tools import TOOL_NAME, parse_offload_id
 from .transcript import OFFLOAD_TAG_RE, render_transcript
 
@@ -497,6 +498,12 @@ def _events_table(events: Sequence[Event], title: str | None, width: int) -> Tab
     return table
 
 
+def _is_llm_call(event: Event) -> bool:
+    """An answer received from an LLM: the offline summariser (configured, or standing in as
+    the fallback) calls none (the same rule as `autoctx_session_cost.llm_calls`)."""
+    return event.model is not None and event.model not in (OFFLINE_MODEL, FALLBACK_MODEL)
+
+
 def _per_strategy_table(events: Sequence[Event]) -> Table:
     table = _table("events per strategy")
     _add_columns(
@@ -520,7 +527,7 @@ def _per_strategy_table(events: Sequence[Event]) -> Table:
             str(sum(e.status == "conflict" for e in mine)),
             f"{sum(e.tokens_saved for e in applied):,}",
             f"{sum(e.messages_before - e.messages_after for e in applied):,}",
-            str(sum(e.model is not None for e in mine)),
+            str(sum(_is_llm_call(e) for e in mine)),
         )
     return table
 

@@ -41,7 +41,9 @@ from autoctx.store.database import (
     normalize_url,
     upgrade,
 )
+from autoctx.summarizers import OFFLINE_MODEL
 from tests.dbsql import sql
+from tests.histories import long_task
 from tests.invariants import AUDIT_VIEWS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "audit.md"
@@ -752,3 +754,16 @@ def test_downgrade_to_0001_drops_the_views_and_upgrade_restores_them(empty_db_ur
                 conn.execute(sa.text(f"SELECT * FROM {view} LIMIT 1"))
     finally:
         engine.dispose()
+
+
+def test_the_offline_summariser_is_no_llm_call(db_url: str, session_id: str) -> None:
+    """A session summarised offline used to report every offline summary as an "LLM call"."""
+    config = AutoContextConfig(max_tokens=8_000, msg_threshold=40)
+    mem = AutoContextMemory.open(session_id, db_url, config, summarizer=OfflineSummarizer())
+    mem.add(long_task(7, steps=60))
+    events = mem.compress_if_needed()
+    assert [e for e in events if e.status == "applied" and e.model == OFFLINE_MODEL]
+    (row,) = sql(
+        mem, "SELECT llm_calls FROM autoctx_session_cost WHERE session_id = :s", s=session_id
+    )
+    assert row.llm_calls == 0
