@@ -187,8 +187,9 @@ class AutoContextMemory:
     def add(self, messages: MessageInput) -> list[Msg]:
         """Validate, count and append messages atomically; returns them as stored.
 
-        Accepts a `Msg`, an OpenAI chat message dict, or a list mixing both. A rejected list
-        stores none of its messages. Never compresses (call `compress_if_needed()`).
+        Accepts a `Msg`, an OpenAI chat message dict, the `openai` client's own message object
+        (`response.choices[0].message`), or a list mixing them. A rejected list stores none of
+        its messages. Never compresses (call `compress_if_needed()`).
         """
         self._check_open()
         msgs = coerce_messages(messages)
@@ -331,7 +332,8 @@ class AutoContextMemory:
         return reload_tool_definition(self.config.reload_page_chars)
 
     def handle_tool_call(self, call: Any) -> str:
-        """Answer a model's `context_reload` call (OpenAI tool-call dict or `ToolUseBlock`)."""
+        """Answer a model's `context_reload` call (an OpenAI tool-call dict, the `openai`
+        client's tool-call object, or a `ToolUseBlock`); never raises."""
         name, arguments = call_arguments(call)
         if name != TOOL_NAME:
             return f"Unknown tool {name!r}: this handler answers {TOOL_NAME} only."

@@ -460,10 +460,23 @@ def to_openai_messages(messages: Iterable[Msg]) -> list[dict[str, Any]]:
     return out
 
 
+def as_openai_dict(value: object) -> Any:
+    """The official `openai` client's own objects (pydantic models: a response's message, a
+    tool call) as the dicts of the wire format, so that they are taken wherever a dict is;
+    anything else unchanged. Fields the server did not send, or sent as null, are left out,
+    as the wire format reads absent and null alike."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and hasattr(type(value), "model_fields"):
+        return dump(mode="json", exclude_none=True)
+    return value
+
+
 def coerce_messages(
     value: Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]],
 ) -> list[Msg]:
-    """What `add()` accepts: one `Msg`, one OpenAI dict, or a list mixing both."""
+    """What `add()` accepts: one `Msg`, one OpenAI dict (or the `openai` client's message
+    object), or a list mixing them."""
+    value = as_openai_dict(value)
     if isinstance(value, Msg):
         return [value]
     if isinstance(value, Mapping):
@@ -480,6 +493,7 @@ def coerce_messages(
         )
     out: list[Msg] = []
     for i, item in enumerate(value):
+        item = as_openai_dict(item)
         if isinstance(item, Msg):
             out.append(item)
         elif isinstance(item, Mapping):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import InvalidOffloadId, OffloadNotFound
-from .messages import Msg, NonJsonNumber, ToolUseBlock, json_value
+from .messages import Msg, NonJsonNumber, ToolUseBlock, as_openai_dict, json_value
 from .transcript import render_transcript
 
 TOOL_NAME = "context_reload"
@@ -144,6 +144,7 @@ def call_arguments(call: ToolUseBlock | Mapping[str, Any]) -> tuple[str, str | M
     other shape names no tool (the handler then answers that it does not know it)."""
     if isinstance(call, ToolUseBlock):
         return call.name, call.arguments
+    call = as_openai_dict(call)  # the `openai` client's tool-call object
     if not isinstance(call, Mapping):
         return "", {}
     fn = call.get("function", call)
