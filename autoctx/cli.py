@@ -820,13 +820,13 @@ def _demo_restart(
     summarizer: Summarizer,
 ) -> None:
     """Close the memory and every pooled connection, reopen the session by id, compare."""
-    before = (mem.message_count, mem.token_count, mem.to_openai())
+    before = (mem.message_count(), mem.token_count(), mem.to_openai())
     mem.close()
     dispose_engines()
     again = AutoContextMemory.open(
         session_id, database_url, config, summarizer=summarizer, create=False
     )
-    after = (again.message_count, again.token_count, again.to_openai())
+    after = (again.message_count(), again.token_count(), again.to_openai())
     recount = sum(m.tokens or 0 for m in again.messages())
     ok = before == after and recount == after[1]
     console.print(

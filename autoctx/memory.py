@@ -270,18 +270,19 @@ class AutoContextMemory:
         self._info = self._store.totals(self.session_id)
         return self._info
 
-    @property
     def token_count(self) -> int:
         """Working tokens, from the session row (no recount)."""
         return self.refresh().token_count
 
-    @property
     def message_count(self) -> int:
         """Working messages, from the session row."""
         return self.refresh().message_count
 
-    @property
     def version(self) -> int:
+        """The session's version (one more with every committed write), from the session row.
+
+        `token_count()`, `message_count()` and `version()` are methods, in the sync memory as in
+        the async one: each reads the database."""
         return self.refresh().version
 
     @_serialised
@@ -486,10 +487,10 @@ class AsyncAutoContextMemory:
         return await asyncio.to_thread(self.sync.to_openai)
 
     async def token_count(self) -> int:
-        return await asyncio.to_thread(lambda: self.sync.token_count)
+        return await asyncio.to_thread(self.sync.token_count)
 
     async def message_count(self) -> int:
-        return await asyncio.to_thread(lambda: self.sync.message_count)
+        return await asyncio.to_thread(self.sync.message_count)
 
     async def needs_compression(self) -> bool:
         return await asyncio.to_thread(self.sync.needs_compression)
@@ -541,7 +542,7 @@ class AsyncAutoContextMemory:
         return await asyncio.to_thread(self.sync.refresh)
 
     async def version(self) -> int:
-        return await asyncio.to_thread(lambda: self.sync.version)
+        return await asyncio.to_thread(self.sync.version)
 
     @staticmethod
     def system_prompt_snippet() -> str:

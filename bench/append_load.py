@@ -298,9 +298,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             raise SystemExit(f"{label} loaded {len(loaded)}, not {len(msgs)}")
             expected_tokens = sum(row[-1] for row in raw.load())
             for side in sides:
-                if side.mem.token_count != expected_tokens:
+                if side.mem.token_count() != expected_tokens:
                     raise SystemExit(
-                        f"{_label(side)}: session tokens {side.mem.token_count} != "
+                        f"{_label(side)}: session tokens {side.mem.token_count()} != "
                         f"baseline {expected_tokens}"
                     )
         finally:

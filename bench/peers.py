@@ -314,8 +314,8 @@ async def run_sides(
                     raise SystemExit(f"{LABELS[name]}: cold get_items() differs from the input")
         mem = sides["autoctx_c"].memory()
         compressed = {
-            "working_messages": mem.message_count,
-            "working_tokens": mem.token_count,
+            "working_messages": mem.message_count(),
+            "working_tokens": mem.token_count(),
             "events_applied": sum(1 for e in mem.events() if e.status == "applied"),
         }
     finally:

@@ -364,8 +364,8 @@ def test_savings_equal_what_left_the_working_context(population: Population) -> 
             "FROM autoctx_savings_by_strategy WHERE session_id = :s",
             s=s.session_id,
         )[0]
-        assert row.saved == sum(s.original_tokens.values()) - mem.token_count
-        assert row.removed == len(s.original_tokens) - mem.message_count
+        assert row.saved == sum(s.original_tokens.values()) - mem.token_count()
+        assert row.removed == len(s.original_tokens) - mem.message_count()
 
 
 def test_savings_usage_matches_what_the_summariser_reported(population: Population) -> None:

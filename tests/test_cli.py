@@ -322,7 +322,7 @@ def test_export_writes_the_whole_session(
     doc = json.loads(out.read_text())
     mem = AutoContextMemory.open(demo_id, db_url, summarizer=OfflineSummarizer(), create=False)
     assert doc["working_context"] == mem.to_openai()
-    assert doc["session"]["token_count"] == mem.token_count
+    assert doc["session"]["token_count"] == mem.token_count()
     events = store.events(demo_id)
     assert [e["id"] for e in doc["events"]] == [e.id for e in events]
     with_offload = [e for e in events if e.offload_uuid is not None]

@@ -25,7 +25,7 @@ from autoctx import AutoContextMemory, Msg
 mem = AutoContextMemory.open(sys.argv[1])
 if sys.argv[2] == "write":
     mem.add([Msg.user("hello from " + str(os.getpid())), Msg.assistant("hi")])
-state = {"pid": os.getpid(), "messages": mem.to_openai(), "tokens": mem.token_count}
+state = {"pid": os.getpid(), "messages": mem.to_openai(), "tokens": mem.token_count()}
 print(json.dumps(state), flush=True)
 if sys.argv[2] == "hang":
     time.sleep(600)

@@ -138,9 +138,9 @@ def test_any_history_compresses_without_losing_anything(
         assert_valid_openai_chat(mem.to_openai())
         assert_totals_match(mem)
         # A second call with nothing new does nothing and asks no summariser.
-        calls, version = summarizer.calls, mem.version
+        calls, version = summarizer.calls, mem.version()
         assert mem.compress_if_needed() == []
-        assert (summarizer.calls, mem.version) == (calls, version)
+        assert (summarizer.calls, mem.version()) == (calls, version)
     assert_every_original_reachable(mem)
     stored = originals(mem)
     assert [m.id for m in stored] == [m.id for m in added]

@@ -130,7 +130,7 @@ def test_a_faulty_answer_never_becomes_a_summary(
     fault: Fault, open_memory: Open, server: OpenAIServer
 ) -> None:
     mem = _history_memory(open_memory, server, fault)
-    before_tokens = mem.token_count
+    before_tokens = mem.token_count()
     server.reset()
     server.set_default(fault.reply)
     try:
@@ -159,7 +159,7 @@ def test_a_faulty_answer_never_becomes_a_summary(
     assert all(e.tokens_after < e.tokens_before for e in applied)
     written = {e.summary_message_id for e in fallback}
     assert not [m for m in mem.messages() if m.kind in LLM_KINDS and m.id not in written]
-    assert mem.token_count < before_tokens
+    assert mem.token_count() < before_tokens
     assert_consistent(mem)
     assert_every_original_reachable(mem)
 
@@ -177,7 +177,7 @@ def test_strict_raises_summarizer_error_and_changes_nothing(
     fault: Fault, open_memory: Open, server: OpenAIServer
 ) -> None:
     mem = _history_memory(open_memory, server, fault, strict=True)
-    version, tokens = mem.version, mem.token_count
+    version, tokens = mem.version(), mem.token_count()
     server.set_default(fault.reply)
     try:
         with pytest.raises(SummarizerError) as info:
@@ -189,8 +189,8 @@ def test_strict_raises_summarizer_error_and_changes_nothing(
     # is only what the cheaper rungs before it did (previews, no LLM).
     events = mem.events()
     assert all(e.status == "applied" and e.strategy in (2, 3) for e in events), events
-    assert mem.version == version + len({e.session_version for e in events})
-    assert mem.token_count == (events[-1].tokens_after if events else tokens)
+    assert mem.version() == version + len({e.session_version for e in events})
+    assert mem.token_count() == (events[-1].tokens_after if events else tokens)
     assert not [m for m in mem.messages() if m.kind in LLM_KINDS]
     assert_consistent(mem)
 
@@ -262,7 +262,7 @@ def _chat(rounds: int) -> list[Msg]:
 def _over_the_window(open_memory: Open, summarizer: Any, **config: Any) -> AutoContextMemory:
     mem = open_memory(config=dataclasses.replace(CONFIG, **config), summarizer=summarizer)
     mem.add(_chat(rounds=45))
-    assert mem.token_count >= CONFIG.max_tokens
+    assert mem.token_count() >= CONFIG.max_tokens
     return mem
 
 
@@ -293,7 +293,7 @@ def test_the_compress_deadline_cuts_the_ladder_and_the_fallback_keeps_the_bound(
     assert failed[0].error is not None and failed[0].error.startswith("deadline:")
     fallback = [e for e in events if e.status == "applied" and e.reason == "fallback"]
     assert fallback and all(e.model == "offline" for e in fallback)
-    assert mem.token_count < CONFIG.max_tokens
+    assert mem.token_count() < CONFIG.max_tokens
     # Every event of the call is recorded.
     assert [e.id for e in mem.events()][-len(events) :] == [e.id for e in events]
     assert_consistent(mem)
@@ -321,7 +321,7 @@ def test_an_answer_after_the_call_deadline_is_never_a_summary(open_memory: Open)
     assert failed and len(failed) == late.calls
     assert all(e.error is not None and e.error.startswith("deadline:") for e in failed)
     assert not [m for m in mem.messages() if "too late" in m.text]
-    assert mem.token_count < CONFIG.max_tokens
+    assert mem.token_count() < CONFIG.max_tokens
 
 
 @pytest.mark.parametrize("name", ["summarizer_deadline_s", "compress_deadline_s"])

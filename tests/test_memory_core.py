@@ -37,7 +37,7 @@ def test_add_and_load_round_trip(open_memory: Open) -> None:
     stored = mem.add(varied_conversation())
     assert [m.id for m in stored] == list(range(1, len(stored) + 1))
     assert drop_none(mem.to_openai()) == drop_none(varied_conversation())
-    assert mem.message_count == len(varied_conversation())
+    assert mem.message_count() == len(varied_conversation())
 
 
 def test_round_trip_survives_a_new_process(open_memory: Open, db_url: str, session_id: str) -> None:
@@ -48,8 +48,8 @@ def test_round_trip_survives_a_new_process(open_memory: Open, db_url: str, sessi
         "import json, sys\n"
         "from autoctx import AutoContextMemory\n"
         "mem = AutoContextMemory.open(sys.argv[1], sys.argv[2], create=False)\n"
-        "print(json.dumps({'messages': mem.to_openai(), 'tokens': mem.token_count,"
-        " 'count': mem.message_count}))\n"
+        "print(json.dumps({'messages': mem.to_openai(), 'tokens': mem.token_count(),"
+        " 'count': mem.message_count()}))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script, session_id, db_url],
@@ -60,7 +60,7 @@ def test_round_trip_survives_a_new_process(open_memory: Open, db_url: str, sessi
     data = json.loads(out.stdout)
     assert drop_none(data["messages"]) == drop_none(varied_conversation())
     reopened = open_memory()
-    assert data["tokens"] == reopened.token_count == recount(reopened)
+    assert data["tokens"] == reopened.token_count() == recount(reopened)
     assert data["count"] == len(varied_conversation())
 
 
@@ -68,8 +68,8 @@ def test_totals_equal_a_recount_after_many_appends(open_memory: Open) -> None:
     mem = open_memory()
     for i in range(20):
         mem.add([Msg.user(f"question {i} " * (i + 1)), Msg.assistant(f"answer {i}")])
-    assert mem.message_count == 40
-    assert mem.token_count == recount(mem)
+    assert mem.message_count() == 40
+    assert mem.token_count() == recount(mem)
 
 
 def test_needs_compression_reads_only_the_session_row(open_memory: Open) -> None:
@@ -97,12 +97,12 @@ def test_needs_compression_reads_only_the_session_row(open_memory: Open) -> None
 def test_rejected_batch_stores_nothing(open_memory: Open) -> None:
     mem = open_memory()
     mem.add(Msg.user("keep me"))
-    before = (mem.message_count, mem.token_count, mem.version)
+    before = (mem.message_count(), mem.token_count(), mem.version())
     with pytest.raises(InvalidMessage, match="message 2"):
         mem.add([Msg.user("one"), Msg.assistant("two"), {"role": "wizard", "content": "x"}])
     with pytest.raises(InvalidMessage, match="answers no open call"):
         mem.add([Msg.assistant("ok"), Msg.tool("nope", "x")])
-    assert (mem.message_count, mem.token_count, mem.version) == before
+    assert (mem.message_count(), mem.token_count(), mem.version()) == before
     assert [m.text for m in mem.messages()] == ["keep me"]
     n = sql(mem, "select count(*) from messages where session_id = :s", s=mem.session_id)[0][0]
     assert n == 1
@@ -233,11 +233,11 @@ def test_an_empty_tenant_is_refused(db_url: str, tenant: str) -> None:
 def test_pop_last_takes_the_last_message_out_and_keeps_the_original(open_memory: Open) -> None:
     mem = open_memory()
     mem.add([Msg.user("q"), Msg.assistant(None, [ToolUseBlock("c1", "ls")]), Msg.tool("c1", "a b")])
-    before = mem.version
+    before = mem.version()
     popped = mem.pop_last()
     assert popped is not None and popped.tool_results[0].tool_use_id == "c1"
     assert [m.role for m in mem.messages()] == ["user", "assistant"]
-    assert mem.version == before + 1 and mem.token_count == recount(mem)
+    assert mem.version() == before + 1 and mem.token_count() == recount(mem)
     # The popped result reopened its call: the shape rules hold again.
     with pytest.raises(InvalidMessage, match="still unanswered"):
         mem.add(Msg.user("skip"))
@@ -265,7 +265,7 @@ def test_a_memory_appends_in_one_statement_after_its_own_write(open_memory: Open
     data = [s for s in statements if s.strip() != "select 1"]
     assert len(data) == 1 and "FOR UPDATE" not in data[0], data
     assert [m.text for m in mem.messages()] == ["first", "second", "third"]
-    assert mem.token_count == recount(mem)
+    assert mem.token_count() == recount(mem)
 
 
 def test_appends_interleaved_from_two_memories_fall_back_and_keep_order(open_memory: Open) -> None:
@@ -277,7 +277,7 @@ def test_appends_interleaved_from_two_memories_fall_back_and_keep_order(open_mem
     b.add(Msg.user("5"))
     assert [m.text for m in a.messages()] == ["1", "2", "3", "4", "5"]
     assert [m.id for m in a.messages()] == [1, 2, 3, 4, 5]
-    assert a.token_count == recount(a) and a.message_count == 5
+    assert a.token_count() == recount(a) and a.message_count() == 5
     # A batch that is only invalid against a stale view is judged against the truth.
     a.add(Msg.assistant(None, [ToolUseBlock("c9", "ls")]))
     b.add(Msg.tool("c9", "done"))  # b learns the open call from the locked path
@@ -306,4 +306,4 @@ def test_a_big_batch_after_its_own_write_is_one_statement(open_memory: Open) -> 
     back = mem.messages()
     assert [m.text for m in back] == ["first", tricky * 2_000, "b" * 40_000]
     assert back[-1].metadata == {"k": tricky}
-    assert mem.token_count == recount(mem)
+    assert mem.token_count() == recount(mem)

@@ -186,7 +186,7 @@ def test_an_add_under_the_trigger_is_one_statement_with_compression_on(
     items = varied_items()
     session.add_items_sync(copy.deepcopy(items[:3]))  # the first append locks (another path)
     mem = session.memory()
-    assert mem.store.totals_after_append(mem.session_id) == (mem.message_count, mem.token_count)
+    assert mem.store.totals_after_append(mem.session_id) == (mem.message_count(), mem.token_count())
     statements: list[str] = []
 
     def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -199,8 +199,8 @@ def test_an_add_under_the_trigger_is_one_statement_with_compression_on(
         sa.event.remove(mem.engine, "before_cursor_execute", capture)
     assert [s.split()[:2] for s in statements] == [["WITH", "s"]], statements
     assert mem.store.totals_after_append(mem.session_id) == (
-        mem.message_count,
-        mem.token_count,
+        mem.message_count(),
+        mem.token_count(),
     )
 
 
@@ -333,7 +333,7 @@ def test_the_plot_replays_pops_to_the_session_totals(
     run(session.add_items([{"type": "function_call_output", "call_id": "call_3", "output": "ok"}]))
     series = reconstruct(message_stamps(mem.engine, mem.session_id), mem.events())
     last = series.points[-1]
-    assert (last.tokens, last.messages) == (mem.token_count, mem.message_count)
+    assert (last.tokens, last.messages) == (mem.token_count(), mem.message_count())
     pops = [m for m in series.marks if m.strategy == 0]
     assert len(pops) == 4 and all(m.status == "applied" for m in pops)
 
@@ -385,7 +385,7 @@ def test_clear_session_empties_the_context_and_keeps_the_audit_trail(
     assert (event.strategy, event.status, event.reason) == (0, "applied", "clear")
     assert list(event.replaced_ids) == [r[0] for r in working]
     assert (event.messages_after, event.tokens_after) == (0, 0)
-    assert (mem.message_count, mem.token_count) == (0, 0)
+    assert (mem.message_count(), mem.token_count()) == (0, 0)
     again = [{"role": "user", "content": "hello again"}]
     run(session.add_items(again))
     assert run(session.get_items()) == again
@@ -539,7 +539,7 @@ def test_runner_compresses_along_the_way_and_reloads_an_offload(
             mem = session.memory()
             events = [e for e in mem.events() if e.status == "applied"]
             assert events, "the session never compressed"
-            assert mem.message_count < 20
+            assert mem.message_count() < 20
             for body in srv.requests:
                 assert_valid_chat_history(body["messages"])
             assert any("CONTEXT_OFFLOAD" in json.dumps(b["messages"]) for b in srv.requests)

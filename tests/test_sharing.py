@@ -59,7 +59,7 @@ def _stale_calls(mem: AutoContextMemory) -> list[tuple[str, Callable[[], object]
         ("messages", mem.messages),
         ("to_openai", mem.to_openai),
         ("refresh", mem.refresh),
-        ("token_count", lambda: mem.token_count),
+        ("token_count", lambda: mem.token_count()),
         ("needs_compression", mem.needs_compression),
         ("compress_if_needed", mem.compress_if_needed),
         ("events", mem.events),
@@ -88,7 +88,7 @@ def test_a_stale_memory_never_touches_the_session_created_again_under_its_id(
     # The new incarnation reaches the stale memory's version with other messages.
     new.add([Msg.user("second incarnation"), Msg.assistant("an answer")])
     before = new.to_openai()
-    assert new.version == 1 and stale.store.totals_after_append(session_id) is not None
+    assert new.version() == 1 and stale.store.totals_after_append(session_id) is not None
 
     for name, call in _stale_calls(stale):
         with pytest.raises(SessionNotFound):
@@ -124,7 +124,7 @@ def test_an_append_interrupted_before_its_commit_leaves_nothing_the_next_append_
 
     # Another writer reaches the version the interrupted append would have made.
     other.add(Msg.user("another writer's message"))
-    assert other.version == 1
+    assert other.version() == 1
 
     # c1 never committed: its result is an orphan, refused against the truth.
     with pytest.raises(InvalidMessage):

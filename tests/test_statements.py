@@ -181,7 +181,7 @@ def _scenario(db_url: str, rec: Recorder) -> set[int]:
     )
     mem.set_plan({"goal": "ship", "steps": [{"title": "fix", "state": "in_progress"}]})
     mem.to_openai()
-    _ = (mem.token_count, mem.message_count, mem.version)
+    _ = (mem.token_count(), mem.message_count(), mem.version())
     mem.compress_if_needed()  # settled: nothing to do
     mem.delete()
     # S2 then the fold (no run long enough for S1).

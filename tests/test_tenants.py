@@ -450,10 +450,10 @@ def test_the_acme_role_runs_a_memory_end_to_end(db_url: str, world: World, acme:
         assert e.offload_uuid is not None
         assert [m.id for m in mem.reload(str(e.offload_uuid))] == list(e.replaced_ids)
     assert [e.id for e in mem.events()] == [e.id for e in events]
-    assert len(mem.to_openai()) == mem.message_count
+    assert len(mem.to_openai()) == mem.message_count()
     # Its own rows through the views, in its tenant's scope.
     working = "select count(*) as n from working_set where session_id = :s"
-    assert sql(mem, working, s=sid)[0].n == mem.message_count
+    assert sql(mem, working, s=sid)[0].n == mem.message_count()
     cost = sql(mem, "select event_count from autoctx_session_cost where session_id = :s", s=sid)
     assert cost[0].event_count == len(events)
     lineage = sql(mem, "select count(*) as n from autoctx_lineage where session_id = :s", s=sid)
@@ -467,7 +467,7 @@ def test_the_acme_role_runs_a_memory_end_to_end(db_url: str, world: World, acme:
         again.reload(str(world.offload_of[world.b[0]]))
     # Checked as the owner: the role's rows are whole and consistent.
     checked = AutoContextMemory.open(sid, db_url, CONFIG, tenant="acme", create=False)
-    assert len(list(checked.messages())) == mem.message_count
+    assert len(list(checked.messages())) == mem.message_count()
     assert added[0].id is not None
     assert_consistent(checked)
     assert_every_original_reachable(checked)
