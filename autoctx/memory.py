@@ -60,17 +60,21 @@ def validate_session_id(session_id: object) -> str:
         raise InvalidSessionId(f"session id must be a string, got {type(session_id).__name__}")
     if not session_id:
         raise InvalidSessionId("session id is empty; pass a non-empty string such as 'agent-42'")
-    if len(session_id) > MAX_SESSION_ID:
-        raise InvalidSessionId(
-            f"session id is {len(session_id)} characters long; the limit is {MAX_SESSION_ID}"
-        )
-    if "\x00" in session_id:
-        raise InvalidSessionId("session id contains a NUL character; remove it")
-    try:
-        session_id.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidSessionId("session id is not valid Unicode (lone surrogate)") from None
+    _check_storable("session id", session_id, MAX_SESSION_ID)
     return session_id
+
+
+def _check_storable(what: str, name: str, limit: int) -> None:
+    """A name PostgreSQL can store and index: at most `limit` characters, no NUL, no lone
+    surrogate (the message never repeats the name)."""
+    if len(name) > limit:
+        raise InvalidSessionId(f"{what} is {len(name)} characters long; the limit is {limit}")
+    if "\x00" in name:
+        raise InvalidSessionId(f"{what} contains a NUL character; remove it")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSessionId(f"{what} is not valid Unicode (lone surrogate)") from None
 
 
 def validate_tenant(tenant: object) -> str | None:
@@ -89,16 +93,7 @@ def validate_tenant(tenant: object) -> str | None:
             "tenant is empty or blank, which is not a tenant name; pass a non-empty name, or "
             "None for a session without a tenant"
         )
-    if len(tenant) > MAX_TENANT:
-        raise InvalidSessionId(
-            f"tenant is {len(tenant)} characters long; the limit is {MAX_TENANT}"
-        )
-    if "\x00" in tenant:
-        raise InvalidSessionId("tenant contains a NUL character; remove it")
-    try:
-        tenant.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidSessionId("tenant is not valid Unicode (lone surrogate)") from None
+    _check_storable("tenant", tenant, MAX_TENANT)
     return tenant
 
 
