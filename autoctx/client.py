@@ -83,15 +83,6 @@ class AutoContextClient:
             if client._engine is not None:
                 client._engine.dispose()
 
-    @classmethod
-    def close_shared(cls) -> None:
-        """Close every shared client (and so every memory opened through one)."""
-        with cls._shared_lock:
-            clients = list(cls._shared.values())
-            cls._shared.clear()
-        for client in clients:
-            client.close()
-
     @property
     def engine(self) -> Engine:
         engine = self._engine

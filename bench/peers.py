@@ -57,6 +57,7 @@ from _common import (
     print_profile,
     raw_connection,
     secs,
+    tool_arguments,
 )
 from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
 from psycopg.types.json import Jsonb
@@ -117,14 +118,9 @@ class ItemGenerator:
 
     def _arguments(self, tool: str) -> str:
         r = self.r
-        if tool in ("read_file", "list_dir"):
-            return json.dumps({"path": f"src/mod_{r.randrange(40)}/file_{r.randrange(200)}.py"})
-        if tool == "run_shell":
-            return json.dumps({"cmd": f"pytest -q tests/test_{r.randrange(60)}.py"})
-        if tool == "grep":
-            return json.dumps({"pattern": f"def f_{r.randrange(500)}", "path": "src/"})
-        if tool == "http_get":
-            return json.dumps({"url": f"https://api.example.com/v1/items?page={r.randrange(50)}"})
+        if tool in ("read_file", "list_dir", "run_shell", "grep", "http_get"):
+            return tool_arguments(r, tool)
+        # Code arguments here are generated text, not a one-liner: the SDK stores them as is.
         return json.dumps({"code": self.gen.text("code", r.randrange(60, 400))})
 
     def turn(self) -> list[Item]:

@@ -295,3 +295,30 @@ def test_a_client_owns_its_pool_and_the_memories_opened_through_it(
     # The session outlives the client.
     later = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
     assert later.to_openai() == [{"role": "user", "content": "hello"}]
+
+
+def test_clearing_keeps_every_original_offload_and_lineage_row(open_memory: Open) -> None:
+    """SPEC.md section 5: clearing empties the working context, records an event, and keeps
+    every original, offload and lineage row; what was offloaded stays reloadable."""
+    mem = open_memory(config=_sharing_config())
+    for step in range(10):
+        mem.add(_group(0, step))
+    compressed = [e for e in mem.compress_if_needed() if e.status == "applied"]
+    assert compressed and all(e.offload_uuid is not None for e in compressed)
+
+    def counts() -> tuple[int, ...]:
+        return tuple(
+            sql(mem, f"select count(*) from {t} where session_id = :s", s=mem.session_id)[0][0]
+            for t in ("messages", "offloads", "lineage")
+        )
+
+    before = counts()
+    event = mem.clear()
+    assert (event.strategy, event.reason, event.messages_after) == (0, "clear", 0)
+    assert counts() == before
+    assert mem.messages() == [] and (mem.message_count(), mem.token_count()) == (0, 0)
+    for e in compressed:
+        assert [m.id for m in mem.reload(str(e.offload_uuid))] == list(e.replaced_ids)
+    # The session goes on after a clear.
+    mem.add(Msg.user("a new start"))
+    assert [m.text for m in mem.messages()] == ["a new start"]
