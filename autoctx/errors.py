@@ -14,10 +14,12 @@ class ConfigError(AutoctxError, ValueError):
     """An `AutoContextConfig` field, or a combination of fields, is invalid."""
 
 
-class InvalidMessage(AutoctxError, ValueError):
+class InvalidMessage(AutoctxError, ValueError, TypeError):
     """A message (or a list of messages) given to `add()` or to the OpenAI converter is invalid.
 
-    Nothing of the call that raised it was stored.
+    Nothing of the call that raised it was stored. It is also a `TypeError`, because that is
+    what the Agents SDK's own session stores raise for an item they cannot store, so code
+    written against them catches it unchanged.
     """
 
 

@@ -297,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self._path() != "/chat/completions":
+        if self._path() not in ("/chat/completions", "/responses/compact"):
             self._send_error(404, f"no route POST {self.path}", "not_found")
             return
         try:
@@ -306,6 +306,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(400, "the body is not JSON", "invalid_request_error")
             return
         owner = self.server.owner
+        if self._path() == "/responses/compact":
+            self._send_json(200, owner._compact(body))
+            return
         reply = owner._record_and_next(body, {k.lower(): v for k, v in self.headers.items()})
         try:
             self._serve(reply, body)
@@ -510,6 +513,8 @@ class OpenAIServer:
         self.default: ReplySource = default if default is not None else Reply.text()
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
+        #: Bodies of ``POST /v1/responses/compact`` requests, in order.
+        self.compactions: list[dict[str, Any]] = []
         self._script: deque[ReplySource] = deque()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -517,6 +522,37 @@ class OpenAIServer:
         self._ids = itertools.count(1)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+
+    # -- the Responses API's compaction (what the Agents SDK's compaction session calls) -----
+
+    def _compact(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /v1/responses/compact``: as the real endpoint answers, the input's user
+        messages followed by one opaque compaction item; the body goes to ``compactions``."""
+        with self._lock:
+            self.compactions.append(dict(body))
+            n = next(self._ids)
+        items = body.get("input") or []
+        users = [
+            dict(item)
+            for item in items
+            if isinstance(item, Mapping)
+            and item.get("role") == "user"
+            and item.get("type", "message") == "message"
+        ]
+        compaction = {"type": "compaction", "id": f"cmp_item_{n}", "encrypted_content": f"c{n}"}
+        return {
+            "id": f"cmp_{n}",
+            "object": "response.compaction",
+            "created_at": int(time.time()),
+            "output": [*users, compaction],
+            "usage": {
+                "input_tokens": 10 * len(items),
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 5,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 10 * len(items) + 5,
+            },
+        }
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
+from agents.memory.session_settings import SessionSettings
 from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 
@@ -160,7 +161,7 @@ def varied_items() -> list[dict[str, Any]]:
 def test_implements_the_sdk_session_protocol(make_session: Callable[..., AutoctxSession]) -> None:
     session = make_session()
     assert isinstance(session, Session)
-    assert session.session_settings is None
+    assert session.session_settings == SessionSettings()  # as the SDK's own stores default it
 
 
 def test_items_come_back_exactly_as_added(
@@ -384,6 +385,9 @@ def test_clear_session_empties_the_context_and_keeps_the_audit_trail(
     (event,) = mem.events()
     assert (event.strategy, event.status, event.reason) == (0, "applied", "clear")
     assert list(event.replaced_ids) == [r[0] for r in working]
+    # What was cleared stays reloadable through the event's offload.
+    assert event.offload_uuid is not None
+    assert [m.id for m in mem.reload(event.offload_uuid)] == [r[0] for r in working]
     assert (event.messages_after, event.tokens_after) == (0, 0)
     assert (mem.message_count(), mem.token_count()) == (0, 0)
     again = [{"role": "user", "content": "hello again"}]
@@ -421,13 +425,119 @@ def test_a_tenants_session_works_and_stays_its_own(
 
 
 def test_session_settings_limit_applies(make_session: Callable[..., AutoctxSession]) -> None:
-    from agents.memory.session_settings import SessionSettings
 
     items = varied_items()
     session = make_session(compress=False, session_settings=SessionSettings(limit=2))
     run(session.add_items(copy.deepcopy(items)))
     assert run(session.get_items()) == items[-2:]
     assert run(session.get_items(limit=4)) == items[-4:]
+
+
+def test_session_settings_given_as_a_dict_work_as_the_sdks_own_stores_take_them(
+    make_session: Callable[..., AutoctxSession],
+) -> None:
+
+    items = varied_items()
+    session = make_session(compress=False, session_settings={"limit": 2})
+    assert isinstance(session.session_settings, SessionSettings)
+    run(session.add_items(copy.deepcopy(items)))
+    assert run(session.get_items()) == items[-2:]
+    # Runner.run reads `session.session_settings.limit`; a dict crashed it there.
+    set_tracing_disabled(True)
+
+    async def scenario() -> None:
+        with OpenAIServer() as srv:
+            client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+            model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+            agent = Agent(name="worker", instructions="Answer.", model=model)
+            srv.script(Reply.text("done"))
+            result = await Runner.run(agent, "go on", session=session)
+            assert result.final_output == "done"
+            # The model saw the two latest stored items and the new input.
+            assert len(srv.requests[0]["messages"]) <= 1 + 2 + 1
+            await client.close()
+
+    run(scenario())
+    with pytest.raises(TypeError, match="Unknown session settings: limitt"):
+        make_session(session_settings={"limitt": 1})
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        ({"role": "user", "content": object()}, "content"),
+        ({"role": "user", "content": [{"type": "input_text", "text": b"x"}]}, "content[0].text"),
+        ({"type": "function_call_output", "call_id": "c1", "output": {1, 2}}, "output"),
+    ],
+)
+def test_an_unstorable_item_is_a_type_error_naming_its_field(
+    make_session: Callable[..., AutoctxSession], item: dict[str, Any], field: str
+) -> None:
+    from autoctx import InvalidMessage
+
+    session = make_session(compress=False)
+    run(session.add_items([{"role": "user", "content": "kept"}]))
+    # Caught as the SDK's own stores are (TypeError), and as autoctx's error.
+    with pytest.raises(TypeError) as caught:
+        run(session.add_items([{"role": "user", "content": "not kept"}, item]))
+    assert isinstance(caught.value, InvalidMessage)
+    assert f"item 1, field {field!r}" in str(caught.value)
+    assert "metadata" not in str(caught.value)
+    assert run(session.get_items()) == [{"role": "user", "content": "kept"}]
+
+
+def test_the_sdks_compaction_wrapper_keeps_every_original_reloadable(
+    make_session: Callable[..., AutoctxSession],
+) -> None:
+    """The SDK's OpenAIResponsesCompactionSession rewrites a store by clear_session() then
+    add_items(); over autoctx that must not lose an original (SPEC.md section 5)."""
+    from agents.memory import OpenAIResponsesCompactionSession
+
+    session = make_session(compress=False)
+    items = varied_items()
+    run(session.add_items(copy.deepcopy(items)))
+    mem = session.memory()
+    originals = {
+        r[0]: r[1]
+        for r in sql(
+            mem,
+            "select id, content::text from messages where session_id = :s and kind = 'original'",
+            s=mem.session_id,
+        )
+    }
+
+    async def compact() -> list[Any]:
+        with OpenAIServer() as srv:
+            client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+            wrapper = OpenAIResponsesCompactionSession(
+                session.session_id, session, client=client, model="gpt-4.1"
+            )
+            await wrapper.run_compaction({"compaction_mode": "input", "force": True})
+            assert len(srv.compactions) == 1
+            await client.close()
+            return await wrapper.get_items()
+
+    after = run(compact())
+    # The wrapper's rewrite is in place: the user messages and one compaction item.
+    assert after[-1]["type"] == "compaction"
+    assert [i for i in after if i.get("role") == "user"] == [
+        i for i in items if i.get("role") == "user"
+    ]
+    # Every original is still stored, unchanged, and reloadable through an offload.
+    stored = dict(
+        sql(
+            mem,
+            "select id, content::text from messages where session_id = :s and kind = 'original'",
+            s=mem.session_id,
+        )
+    )
+    assert {k: stored[k] for k in originals} == originals
+    reloadable: set[int] = set()
+    for event in mem.events():
+        if event.offload_uuid is not None:
+            reloadable.update(m.id for m in mem.reload(event.offload_uuid) if m.id is not None)
+    assert set(originals) <= reloadable
+    _assert_totals_match_a_recount(mem)
 
 
 def test_reload_tool_answers_plainly(make_session: Callable[..., AutoctxSession]) -> None:

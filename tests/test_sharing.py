@@ -313,9 +313,13 @@ def test_clearing_keeps_every_original_offload_and_lineage_row(open_memory: Open
         )
 
     before = counts()
+    working = [m.id for m in mem.messages()]
     event = mem.clear()
     assert (event.strategy, event.reason, event.messages_after) == (0, "clear", 0)
-    assert counts() == before
+    # Nothing is deleted; one offload is added, holding what the clear took out.
+    assert counts() == (before[0], before[1] + 1, before[2])
+    assert event.offload_uuid is not None
+    assert [m.id for m in mem.reload(event.offload_uuid)] == working
     assert mem.messages() == [] and (mem.message_count(), mem.token_count()) == (0, 0)
     for e in compressed:
         assert [m.id for m in mem.reload(str(e.offload_uuid))] == list(e.replaced_ids)

@@ -52,7 +52,11 @@ from typing import Any, cast
 
 try:
     from agents.items import TResponseInputItem
-    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
     from agents.tool import FunctionTool
     from agents.tool_context import ToolContext
 except ModuleNotFoundError as exc:
@@ -68,7 +72,7 @@ from sqlalchemy.engine import URL
 
 from .._gc import paused_gc
 from ..config import AutoContextConfig
-from ..errors import SessionNotFound
+from ..errors import InvalidMessage, SessionNotFound
 from ..memory import AutoContextMemory
 from ..messages import (
     Block,
@@ -246,14 +250,42 @@ def _classify(item: Mapping[str, Any]) -> str:
 
 def _as_dict(item: Any, index: int) -> Mapping[str, Any]:
     if isinstance(item, Mapping):
+        _check_plain_json(item, index)
         return item
     dump = getattr(item, "model_dump", None)
     if callable(dump):
         # The SDK's own item models, as the SDK itself turns them into input items.
         return cast(Mapping[str, Any], dump(exclude_unset=True, mode="json"))
-    raise TypeError(
+    raise InvalidMessage(
         f"item {index}: expected a Responses input item (a dict), got {type(item).__name__}"
     )
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _check_plain_json(item: Mapping[str, Any], index: int) -> None:
+    """Refuse, naming the field, a value the SDK's own stores could not serialise either
+    (they raise `TypeError` from `json.dumps`; `InvalidMessage` is one), before any of it is
+    split into blocks and metadata, where the error would name the wrong part."""
+    stack: list[tuple[Any, str]] = [(item, "")]
+    while stack:
+        node, field = stack.pop()
+        if isinstance(node, Mapping):
+            for key, child in node.items():
+                if not isinstance(key, str):
+                    raise InvalidMessage(
+                        f"item {index}, field {field or '(the item)'!r}: has a key of type "
+                        f"{type(key).__name__}; JSON keys are strings"
+                    )
+                stack.append((child, f"{field}.{key}" if field else key))
+        elif isinstance(node, list | tuple):
+            stack.extend((child, f"{field}[{i}]") for i, child in enumerate(node))
+        elif not isinstance(node, _JSON_SCALARS):
+            raise InvalidMessage(
+                f"item {index}, field {field!r}: holds a {type(node).__name__}, which is not "
+                "JSON-serialisable; pass JSON values (str, numbers, booleans, None, lists, dicts)"
+            )
 
 
 def _meta(skeletons: list[Item]) -> dict[str, Any]:
@@ -510,11 +542,17 @@ class AutoctxSession:
         summarizer: Summarizer | None = None,
         compress: bool = True,
         tenant: str | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
         self.compress = compress
-        self.session_settings = session_settings
+        # As the SDK's own stores do: a dict becomes `SessionSettings`, and an unknown key is a
+        # TypeError here rather than an AttributeError inside `Runner.run`.
+        self.session_settings = (
+            coerce_session_settings(cast(Any, session_settings))
+            if session_settings is not None
+            else SessionSettings()
+        )
         self._args = _OpenArgs(database_url, config, summarizer, tenant)
         self._mem: AutoContextMemory | None = None
         # Opening touches the database; it happens once, in whichever worker thread asks first.
@@ -531,7 +569,7 @@ class AutoctxSession:
         mem: AutoContextMemory,
         *,
         compress: bool = True,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> AutoctxSession:
         """A session over an open memory (its database, config, tenant and summariser)."""
         summarizer = mem.summarizer

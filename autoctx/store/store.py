@@ -633,7 +633,8 @@ class Store:
     def clear(self, session_id: str, *, config: Mapping[str, Any]) -> Event:
         """Empty the working context in one transaction, keeping every original, offload and
         lineage row (clearing is not deleting, SPEC.md section 5): an applied event of strategy
-        0 with reason 'clear' names what left the working set."""
+        0 with reason 'clear' names what left the working set, and an offload holds it, so that
+        what was cleared stays reloadable by the event's uuid like any compressed range."""
         with self._begin() as conn:
             row = self._lock(conn, session_id)
             removed = conn.execute(
@@ -642,6 +643,7 @@ class Store:
                 .returning(working_set.c.position, working_set.c.message_id)
             ).all()
             replaced = [message_id for _, message_id in sorted(removed)]
+            offload_uuid = uuid_mod.uuid4() if replaced else None
             version = row.version + 1
             created = conn.execute(
                 sa.insert(compression_events)
@@ -657,11 +659,21 @@ class Store:
                     tokens_after=0,
                     replaced_ids=replaced,
                     replaced_tokens=row.token_count,
+                    offload_uuid=offload_uuid,
                     session_version=version,
                     config=dict(config),
                 )
                 .returning(compression_events)
             ).one()
+            if offload_uuid is not None:
+                conn.execute(
+                    sa.insert(offloads).values(
+                        session_id=session_id,
+                        uuid=offload_uuid,
+                        event_id=row.next_event_id,
+                        message_ids=replaced,
+                    )
+                )
             conn.execute(
                 sa.update(sessions)
                 .where(self._this(session_id))
