@@ -11,7 +11,7 @@ messages = mem.to_openai()
 from .client import AutoContextClient
 from .config import AutoContextConfig
 from .errors import (
-    AutoctxError,
+    AutoContextError,
     ConfigError,
     DatabaseUnavailable,
     InvalidMessage,
@@ -83,8 +83,8 @@ __all__ = [
     "AsyncSummarizer",
     "AutoContextClient",
     "AutoContextConfig",
+    "AutoContextError",
     "AutoContextMemory",
-    "AutoctxError",
     "ConfigError",
     "DatabaseUnavailable",
     "Event",

@@ -54,7 +54,7 @@ from sqlalchemy.engine import Engine
 from . import demo as demo_mod
 from .compressor import FALLBACK_MODEL
 from .config import AutoContextConfig
-from .errors import AutoctxError, InvalidOffloadId, OffloadNotFound, SessionNotFound
+from .errors import AutoContextError, InvalidOffloadId, OffloadNotFound, SessionNotFound
 from .events import Event
 from .memory import (
     AutoContextMemory,
@@ -177,7 +177,7 @@ AsJson = Annotated[
 ]
 
 
-class CliError(AutoctxError):
+class CliError(AutoContextError):
     """A problem with the command line itself (for example an ambiguous uuid prefix)."""
 
 
@@ -308,7 +308,7 @@ def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
-        except AutoctxError as exc:
+        except AutoContextError as exc:
             raise _fail(str(exc)) from None
         except sa.exc.DBAPIError as exc:
             # A connection lost mid-command, a statement timeout, a permission missing: the
@@ -499,7 +499,7 @@ def _events_table(events: Sequence[Event], title: str | None, width: int) -> Tab
 
 
 def _is_llm_call(event: Event) -> bool:
-    """An answer received from an LLM: the offline summariser (configured, or standing in as
+    """An answer received from an LLM: the offline summarizer (configured, or standing in as
     the fallback) calls none (the same rule as `autoctx_session_cost.llm_calls`)."""
     return event.model is not None and event.model not in (OFFLINE_MODEL, FALLBACK_MODEL)
 
@@ -549,7 +549,7 @@ def _print_message(console: Console, index: int | None, msg: Msg) -> None:
 def _describe_summarizer(summarizer: Summarizer, forced: bool) -> str:
     if isinstance(summarizer, OfflineSummarizer):
         why = "--offline" if forced else "no OPENAI_BASE_URL or OPENAI_API_KEY set"
-        return f"offline extractive summariser ({why}; set one of them to use an LLM endpoint)"
+        return f"offline extractive summarizer ({why}; set one of them to use an LLM endpoint)"
     return f"LLM endpoint {summarizer!r}"
 
 
@@ -593,7 +593,7 @@ def demo(
     ),
     offline: Annotated[
         bool,
-        typer.Option("--offline", help="Use the offline summariser even if an endpoint is set."),
+        typer.Option("--offline", help="Use the offline summarizer even if an endpoint is set."),
     ] = False,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -610,7 +610,7 @@ def demo(
     identical).
 
     Summaries come from the LLM endpoint in OPENAI_BASE_URL / OPENAI_API_KEY when set, else
-    from the offline extractive summariser.
+    from the offline extractive summarizer.
 
     Examples:
 
@@ -642,7 +642,7 @@ def demo(
     if database_url is None:
         where = f"embedded PostgreSQL ({where}); set {ENV_URL} or --database-url for a server"
     console.print(Text(f"  database    {where}"))
-    console.print(Text(f"  summariser  {_describe_summarizer(summarizer, offline)}"))
+    console.print(Text(f"  summarizer  {_describe_summarizer(summarizer, offline)}"))
     console.print(
         f"  window      {config.max_tokens:,} tokens; compress at {config.token_trigger:,} tokens "
         f"or {config.msg_threshold} messages, down to {config.token_target:,} / "
@@ -705,7 +705,7 @@ def demo(
             )
         )
     )
-    # Compress rarely, and deeply (SPEC.md section 2): how often the summariser ran, and how
+    # Compress rarely, and deeply (SPEC.md section 2): how often the summarizer ran, and how
     # many of the calls that fired went all the way to the target.
     calls = sum(e.model is not None and e.reason != "fallback" for e in events)
     reached = sum(
@@ -715,12 +715,12 @@ def demo(
     console.print(
         Text(
             f"compression fired after {len(result.fired)} of {result.steps} steps and reached "
-            f"the target {reached} times; {calls} summariser calls "
+            f"the target {reached} times; {calls} summarizer calls "
             f"({calls / max(1, result.steps):.2f} per step)"
         )
     )
     # "Nothing lost" is checked, not claimed: every message added is stored as an original.
-    kept = mem.store.count_originals(session_id)
+    kept = mem._count_originals()
     added = len(result.originals)
     console.print(
         Text(
@@ -1083,7 +1083,7 @@ def history(session: SessionArg, as_json: AsJson = False, database_url: Database
     Each row is one attempt: the strategy, whether it applied (or failed, and why), which
     trigger held, the working tokens and messages before and after, how many messages it
     replaced, the offload uuid (its first 8 characters are enough for `autoctx reload`), the
-    summariser's model and latency.
+    summarizer's model and latency.
 
     Examples:
 

@@ -1,10 +1,10 @@
 """The compression loop (SPEC.md section 2): the only place that loops.
 
-check the trigger (session row) -> snapshot -> strategies in order -> summariser (no lock held)
+check the trigger (session row) -> snapshot -> strategies in order -> summarizer (no lock held)
 -> `Store.apply` (one transaction) -> re-check, until under the target or no progress.
 
-The loop knows no summariser I/O: `Compressor.steps` is a generator that yields each
-`SummaryRequest` and is sent the `SummaryResult` (or has the summariser's exception thrown in).
+The loop knows no summarizer I/O: `Compressor.steps` is a generator that yields each
+`SummaryRequest` and is sent the `SummaryResult` (or has the summarizer's exception thrown in).
 `Compressor.run` drives it in the calling thread; `Compressor.arun` runs its database steps in a
 worker thread and awaits an `AsyncSummarizer`, so that no thread waits on the LLM.
 """
@@ -51,12 +51,12 @@ STRATEGIES = (1, 2, 3, 4, FOLD, 5, 6)
 #: The strategies that act on what precedes the current round (the others rewrite only what
 #: follows the latest user message, the current user message included).
 HISTORY_STRATEGIES = frozenset({1, 2, 3, 4, FOLD})
-#: LLM strategies that summarise several ranges one call each, and how many single-call rungs
+#: LLM strategies that summarize several ranges one call each, and how many single-call rungs
 #: after them (the fold, S6) they leave a call of the budget for.
 _RESERVED_AFTER: Final = {1: 2, 4: 2, 5: 1}
 #: Rungs that give way to the fold when the fold has a range and they would need more than
 #: the fold's one call to reach the target: the fold takes their ranges into its one summary
-#: anyway, so summarising them one call each first would pay the summariser several times for
+#: anyway, so summarizing them one call each first would pay the summarizer several times for
 #: what one call does (and, short of the target, for work the same call then folds away).
 _YIELD_TO_FOLD: Final = frozenset({1, 4})
 #: The rungs the offline fallback may use, in ladder order (SPEC.md section 2).
@@ -67,7 +67,7 @@ FALLBACK_MODEL: Final = "offline"
 _TAG_TOKENS: Final = 24
 
 _T = TypeVar("_T")
-#: A step of the loop that may ask the summariser: it yields a request and is sent the result.
+#: A step of the loop that may ask the summarizer: it yields a request and is sent the result.
 Steps: TypeAlias = Generator[SummaryRequest, SummaryResult, _T]
 
 
@@ -116,7 +116,7 @@ class _CallState:
     history_quiet: bool | None = None
     #: (strategy, replaced ids) the offline fallback already tried in this call.
     fell_back: set[tuple[int, tuple[int, ...]]] = field(default_factory=set)
-    #: The `time.monotonic()` instant after which no summariser call starts (and the one in
+    #: The `time.monotonic()` instant after which no summarizer call starts (and the one in
     #: flight is cut): `compress_deadline_s` from the start of the call.
     deadline: float = float("inf")
     #: The deadline was found passed (said once in the log).
@@ -153,7 +153,7 @@ class Compressor:
         self.session = session if session is not None else SessionState()
 
     def run(self, info: SessionInfo) -> list[Event]:
-        """One `compress_if_needed()` call; the summariser is called in this thread."""
+        """One `compress_if_needed()` call; the summarizer is called in this thread."""
         steps = self.steps(info)
         with contextlib.closing(steps):
             step = _advance(steps, None)
@@ -169,7 +169,7 @@ class Compressor:
     ) -> list[Event]:
         """`run` for asyncio: each database step runs in a worker thread (inside `guard`, the
         memory's lock, so that no other call of the memory runs beside a step), and the
-        summariser is awaited on the event loop (bounded by the request's deadline), holding
+        summarizer is awaited on the event loop (bounded by the request's deadline), holding
         no thread and no lock."""
 
         held = guard if guard is not None else contextlib.nullcontext()
@@ -187,7 +187,7 @@ class Compressor:
             return step.events
 
     def steps(self, info: SessionInfo) -> Steps[list[Event]]:
-        """The loop, as a generator of summariser requests (see the module docstring); it
+        """The loop, as a generator of summarizer requests (see the module docstring); it
         returns the events of the call."""
         cfg = self.config
         trigger = trigger_of(info.message_count, info.token_count, cfg)
@@ -216,8 +216,8 @@ class Compressor:
                 break
         final = self.store.totals(self.session_id)
         if final.token_count >= cfg.max_tokens:
-            # The bound (SPEC.md section 2): whatever stopped the ladder (a failing summariser,
-            # a spent budget), the offline summariser writes what is left to write.
+            # The bound (SPEC.md section 2): whatever stopped the ladder (a failing summarizer,
+            # a spent budget), the offline summarizer writes what is left to write.
             yield from self._fallback(state)
             final = self.store.totals(self.session_id)
         if not under_target(final.message_count, final.token_count, cfg):
@@ -256,7 +256,7 @@ class Compressor:
         # (compress rarely, and deeply: SPEC.md section 2). Without the token trigger, S1, S4
         # and the fold act without their token floor while the message count is over its
         # target (count pressure); a call that goes on for tokens alone keeps the floor, so
-        # that it does not summarise every small round one by one.
+        # that it does not summarize every small round one by one.
         ctx = PlanContext(
             token_pressure=state.by_tokens and snap.token_count >= cfg.token_target,
             failed=frozenset(state.failed),
@@ -321,14 +321,14 @@ class Compressor:
         return edits[: max(1, left - _RESERVED_AFTER.get(strategy, 0))]
 
     def _out_of_time(self, state: _CallState) -> bool:
-        """Whether the call's deadline has passed: no summariser call starts after it; the
+        """Whether the call's deadline has passed: no summarizer call starts after it; the
         previews and the offline fallback, which need none, still keep the bound."""
         if time.monotonic() < state.deadline:
             return False
         if not state.out_of_time:
             state.out_of_time = True
             logger.info(
-                "autoctx: session %r: the compress deadline of %s s passed; no more summariser "
+                "autoctx: session %r: the compress deadline of %s s passed; no more summarizer "
                 "calls in this compress_if_needed()",
                 self.session_id,
                 self.config.compress_deadline_s,
@@ -364,14 +364,14 @@ class Compressor:
                 continue
             if fallback is None:
                 state.llm_calls += 1
-            replacement = yield from self._summarise(
+            replacement = yield from self._summarize(
                 snap, edit, msgs, offload, state, reason, fallback
             )
             if replacement is not None:
                 out.append(replacement)
         return out
 
-    def _summarise(
+    def _summarize(
         self,
         snap: Snapshot,
         edit: Edit,
@@ -382,19 +382,19 @@ class Compressor:
         fallback: Summarizer | None = None,
     ) -> Steps[Replacement | None]:
         prefix = ""
-        to_summarise = msgs
+        to_summarize = msgs
         if edit.verbatim_prefix_id is not None:
             # Kept verbatim, its own tag included, so the older originals stay reachable.
             prefix = msgs[0].text.rstrip()
-            to_summarise = msgs[1:]
+            to_summarize = msgs[1:]
         elif edit.strategy == 5 and msgs[0].role == "user":
-            # The current user message: its head stays verbatim, the rest is summarised.
+            # The current user message: its head stays verbatim, the rest is summarized.
             head = msgs[0].text[: self.config.preview_chars]
             prefix = head + "..."
-            to_summarise = [Msg.user(msgs[0].text[len(head) :])]
+            to_summarize = [Msg.user(msgs[0].text[len(head) :])]
         request = build_request(
             edit.strategy,
-            to_summarise,
+            to_summarize,
             prompts=self.config.prompts,
             char_budget=edit.char_budget,
             token_budget=edit.token_budget,
@@ -413,11 +413,11 @@ class Compressor:
         except SummarizerError as exc:
             self._fail(edit, state, reason, exc.reason, exc.detail)
             return None
-        except Exception as exc:  # a caller's summariser may raise anything
+        except Exception as exc:  # a caller's summarizer may raise anything
             if self.config.strict:
                 raise
             # Only the type: a caller's exception text may quote the transcript.
-            self._fail(edit, state, reason, "error", f"the summariser raised {type(exc).__name__}")
+            self._fail(edit, state, reason, "error", f"the summarizer raised {type(exc).__name__}")
             return None
         usage: dict[str, Any] = {
             "model": result.model,
@@ -445,7 +445,7 @@ class Compressor:
                 return None
         body = f"{prefix}\n\n{text}" if prefix else text
         if edit.strategy == 5:
-            new_msg = summarised_payload(msgs[0], body, offload)
+            new_msg = summarized_payload(msgs[0], body, offload)
             final = snap.messages[edit.start].final
         else:
             new_msg = Msg.assistant(f"{body}\n{offload_tag(str(offload))}", kind=edit.new_kind)
@@ -474,13 +474,13 @@ class Compressor:
         )
 
     def _check_in_time(self, request: SummaryRequest) -> None:
-        """An answer that came after its deadline is never a summary, whichever summariser
+        """An answer that came after its deadline is never a summary, whichever summarizer
         wrote it (a caller's may not know about deadlines)."""
         if request.deadline is not None and time.monotonic() > request.deadline:
             cfg = self.config
             raise SummarizerError(
                 "deadline",
-                f"the summariser answered after the call's deadline (summarizer_deadline_s="
+                f"the summarizer answered after the call's deadline (summarizer_deadline_s="
                 f"{cfg.summarizer_deadline_s}, compress_deadline_s={cfg.compress_deadline_s})",
             )
 
@@ -488,7 +488,7 @@ class Compressor:
 
     def _fallback(self, state: _CallState) -> Steps[None]:
         """Over the window at the end of a call: the fold, S5 and S6 written by the offline
-        summariser (no network, no LLM budget), recorded with reason 'fallback', until the
+        summarizer (no network, no LLM budget), recorded with reason 'fallback', until the
         context is under the target or they find nothing more (SPEC.md section 2)."""
         cfg = self.config
         offline = OfflineSummarizer()
@@ -496,7 +496,7 @@ class Compressor:
             snap = self.store.snapshot(self.session_id)
             if snap.token_count < cfg.token_target:
                 return
-            # Ranges that failed with the configured summariser are exactly what is retried.
+            # Ranges that failed with the configured summarizer are exactly what is retried.
             ctx = PlanContext(
                 token_pressure=True,
                 count_pressure=False,
@@ -600,7 +600,7 @@ class _Done:
 def _advance(
     steps: Steps[list[Event]], answer: SummaryResult | Exception | None
 ) -> SummaryRequest | _Done:
-    """Step the loop to its next summariser request, or to its end (a `StopIteration` cannot
+    """Step the loop to its next summarizer request, or to its end (a `StopIteration` cannot
     cross a worker thread's future, so the end comes back as a value)."""
     try:
         if isinstance(answer, Exception):
@@ -624,11 +624,11 @@ async def _awaited_answer(
 ) -> SummaryResult | Exception:
     left = None if request.deadline is None else max(0.0, request.deadline - time.monotonic())
     try:
-        # The deadline holds even for a caller's async summariser that knows nothing of it.
+        # The deadline holds even for a caller's async summarizer that knows nothing of it.
         async with asyncio.timeout(left):
             return await summarizer.asummarize(request)
     except TimeoutError:
-        return SummarizerError("deadline", "the summariser did not answer within the deadline")
+        return SummarizerError("deadline", "the summarizer did not answer within the deadline")
     except Exception as exc:
         return exc
 
@@ -679,7 +679,7 @@ def preview(msg: Msg, config: AutoContextConfig, offload: uuid.UUID) -> Msg:
     )
 
 
-def summarised_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:
+def summarized_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:
     """S5: only the text/output is replaced; every tool_use and tool_result keeps its id and name.
 
     Large tool-call arguments become a small JSON object pointing at the offload, so the call
@@ -692,7 +692,7 @@ def summarised_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:
         blocks: list[Block] = [
             ToolResultBlock(
                 r.tool_use_id,
-                tagged if k == len(results) - 1 else f"[summarised with the result of call {last}]",
+                tagged if k == len(results) - 1 else f"[summarized with the result of call {last}]",
                 r.name,
             )
             for k, r in enumerate(results)

@@ -30,7 +30,7 @@ _TOKEN_RATIO: Final = 0.75
 _TARGET_RATIO: Final = 0.6
 _PREVIEW_CHARS: Final = 200
 _RELOAD_PAGE_CHARS: Final = 4000
-#: The fold keeps recent rounds up to this share of the token target, and summarises the rest
+#: The fold keeps recent rounds up to this share of the token target, and summarizes the rest
 #: within this share of it.
 _FOLD_KEEP_SHARE: Final = 0.25
 _FOLD_BUDGET_SHARE: Final = 0.1
@@ -39,7 +39,7 @@ _FOLD_BUDGET_SHARE: Final = 0.1
 #: after a fast failure, and still bound what a stalled endpoint costs one call.
 DEFAULT_SUMMARIZER_DEADLINE_S: Final = 120.0
 #: Room for the fold's call and a few shorter S1/S4/S5/S6 calls around it. When it passes,
-#: the ladder stops calling the summariser and the offline fallback keeps the bound.
+#: the ladder stops calling the summarizer and the offline fallback keeps the bound.
 DEFAULT_COMPRESS_DEADLINE_S: Final = 300.0
 
 
@@ -118,12 +118,12 @@ class AutoContextConfig:
     model: str = "gpt-4o"
     #: Passes of the ladder per `compress_if_needed()` call (each applies one strategy).
     max_passes: int = 10
-    #: Summariser calls per `compress_if_needed()` call.
+    #: Summarizer calls per `compress_if_needed()` call.
     max_llm_calls: int = 8
-    #: Seconds one summariser call may take in all (every retry and a slow stream included);
+    #: Seconds one summarizer call may take in all (every retry and a slow stream included);
     #: a call past it is a `failed` event, never a summary.
     summarizer_deadline_s: float = DEFAULT_SUMMARIZER_DEADLINE_S
-    #: Seconds one `compress_if_needed()` call may spend on summariser calls; past it, no
+    #: Seconds one `compress_if_needed()` call may spend on summarizer calls; past it, no
     #: further call starts (a call in flight is cut at it) and the offline fallback keeps the
     #: context under the window.
     compress_deadline_s: float = DEFAULT_COMPRESS_DEADLINE_S
@@ -132,7 +132,7 @@ class AutoContextConfig:
     #: Page size, in characters, of a `context_reload` answer (default 4000, at most
     #: `large_payload_chars`).
     reload_page_chars: int = _UNSET
-    #: Raise summariser failures instead of recording them as `failed` events.
+    #: Raise summarizer failures instead of recording them as `failed` events.
     strict: bool = False
     #: Run the Alembic migrations when a memory opens a database whose schema is behind.
     auto_upgrade: bool = True

@@ -523,7 +523,7 @@ class DemoMemory(Protocol):
 
     def add(self, messages: list[OpenAIMessage]) -> Sequence[Msg]: ...
 
-    def appended_over_trigger(self) -> bool: ...
+    def needs_compression(self) -> bool: ...
 
     def compress_if_needed(self) -> list[Event]: ...
 
@@ -558,7 +558,7 @@ def run(
             result.tokens_added += msg.tokens or 0
         result.steps += 1
         events: list[Event] = []
-        if memory.appended_over_trigger():
+        if memory.needs_compression():
             events = memory.compress_if_needed()
             result.fired.append(
                 (events[-1].messages_after, events[-1].tokens_after) if events else None

@@ -6,15 +6,15 @@ Every message names the thing that is wrong (session, message index, field) and 
 from __future__ import annotations
 
 
-class AutoctxError(Exception):
+class AutoContextError(Exception):
     """Base class of every error autoctx raises on purpose."""
 
 
-class ConfigError(AutoctxError, ValueError):
+class ConfigError(AutoContextError, ValueError):
     """An `AutoContextConfig` field, or a combination of fields, is invalid."""
 
 
-class InvalidMessage(AutoctxError, ValueError, TypeError):
+class InvalidMessage(AutoContextError, ValueError, TypeError):
     """A message (or a list of messages) given to `add()` or to the OpenAI converter is invalid.
 
     Nothing of the call that raised it was stored. It is also a `TypeError`, because that is
@@ -23,32 +23,32 @@ class InvalidMessage(AutoctxError, ValueError, TypeError):
     """
 
 
-class InvalidSessionId(AutoctxError, ValueError):
+class InvalidSessionId(AutoContextError, ValueError):
     """A session id is empty, too long, or not storable text."""
 
 
-class SessionNotFound(AutoctxError, LookupError):
+class SessionNotFound(AutoContextError, LookupError):
     """No session with that id exists (for this tenant)."""
 
 
-class OffloadNotFound(AutoctxError, LookupError):
+class OffloadNotFound(AutoContextError, LookupError):
     """No offloaded context with that uuid exists in this session."""
 
 
-class InvalidOffloadId(AutoctxError, ValueError):
+class InvalidOffloadId(AutoContextError, ValueError):
     """An offload id is empty or not a uuid."""
 
 
-class DatabaseUnavailable(AutoctxError, ConnectionError):
+class DatabaseUnavailable(AutoContextError, ConnectionError):
     """The database cannot be reached, or the embedded server cannot be started."""
 
 
-class SchemaError(AutoctxError, RuntimeError):
+class SchemaError(AutoContextError, RuntimeError):
     """The database schema is missing, behind, or newer than this version of autoctx."""
 
 
-class SummarizerError(AutoctxError, RuntimeError):
-    """A summariser failed (timeout, HTTP error, empty or unusable answer).
+class SummarizerError(AutoContextError, RuntimeError):
+    """A summarizer failed (timeout, HTTP error, empty or unusable answer).
 
     Raised to the caller only with `AutoContextConfig(strict=True)`; otherwise recorded as a
     `failed` compression event.
@@ -60,7 +60,7 @@ class SummarizerError(AutoctxError, RuntimeError):
         self.detail = detail
 
 
-class InvalidPlan(AutoctxError, ValueError):
+class InvalidPlan(AutoContextError, ValueError):
     """A plan attached to a session does not have the documented shape.
 
     A plan is ``{"goal": str, "steps": [{"title": str, "state": "pending" | "in_progress" |
@@ -68,7 +68,7 @@ class InvalidPlan(AutoctxError, ValueError):
     """
 
 
-class TenantGrantError(AutoctxError, ValueError):
+class TenantGrantError(AutoContextError, ValueError):
     """A role or tenant given to `grant_tenant` or `revoke_tenant` is invalid, the role could not
     be confined to a tenant (a superuser, BYPASSRLS, or the tables' owner), or the caller may
     not grant (it does not own autoctx's tables)."""

@@ -20,7 +20,7 @@ class Event:
     strategy: int
     status: Status
     #: Why it ran: 'count' or 'tokens' (which trigger held), 'manual' (`pop_last`), or
-    #: 'fallback' (the offline summariser stood in to keep the bound, SPEC.md section 2).
+    #: 'fallback' (the offline summarizer stood in to keep the bound, SPEC.md section 2).
     reason: str
     messages_before: int
     messages_after: int

@@ -109,7 +109,7 @@ def _check_json_value(value: Any, where: str, what: str) -> None:
             f"{where}: {what} is nested deeper than {MAX_JSON_DEPTH} levels; flatten it"
         ) from None
     except (TypeError, ValueError) as exc:
-        raise InvalidMessage(f"{where}: {what} is not JSON-serialisable ({exc})") from None
+        raise InvalidMessage(f"{where}: {what} is not JSON-serializable ({exc})") from None
     try:
         json.dumps(value, allow_nan=False)
     except ValueError:

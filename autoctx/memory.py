@@ -4,7 +4,7 @@ The async twin runs the same sync code in a worker thread (`asyncio.to_thread`):
 truth, and psycopg's sync driver under it.
 
 One memory may be shared by threads and by asyncio tasks (SPEC.md section 5): each memory
-serialises its own calls with a lock, so they behave as if made one after the other, and its
+serializes its own calls with a lock, so they behave as if made one after the other, and its
 caches (in its store) only ever change under that lock.
 """
 
@@ -16,7 +16,7 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 
@@ -39,7 +39,7 @@ from .tools import (
     answer_reload_call,
     call_arguments,
     parse_offload_id,
-    reload_tool_definition,
+    tool_definitions,
 )
 from .transcript import validate_plan
 
@@ -108,7 +108,7 @@ def dispose_engines() -> None:
     AutoContextClient.forget_shared()
 
 
-def _serialised(method: Callable[_P, _R]) -> Callable[_P, _R]:
+def _serialized(method: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run the method under its memory's lock (reentrant: public methods call each other)."""
 
     @functools.wraps(method)
@@ -143,7 +143,7 @@ class AutoContextMemory:
         self.config = config
         self._counter = TokenCounter(config.model)
         self._summarizer = summarizer
-        #: The default summariser is the memory's to close; one passed in is the caller's.
+        #: The default summarizer is the memory's to close; one passed in is the caller's.
         self._owns_summarizer = owns_summarizer
         self._info = info
         self._closed = False
@@ -178,7 +178,7 @@ class AutoContextMemory:
 
     # -- writing ----------------------------------------------------------------------------
 
-    @_serialised
+    @_serialized
     def add(self, messages: MessageInput) -> list[Msg]:
         """Validate, count and append messages atomically; returns them as stored.
 
@@ -193,13 +193,13 @@ class AutoContextMemory:
         )
         return self._store.append(self.session_id, prepared)
 
-    @_serialised
+    @_serialized
     def compress_if_needed(self) -> list[Event]:
         """Run the compression loop if the trigger holds; returns this call's events."""
         compressor, info = self._compression()
         return compressor.run(info)
 
-    @_serialised
+    @_serialized
     def _compression(self) -> tuple[Compressor, SessionInfo]:
         """The compressor of one `compress_if_needed()` call and the totals it starts from."""
         self._check_open()
@@ -214,7 +214,7 @@ class AutoContextMemory:
         )
         return compressor, info
 
-    @_serialised
+    @_serialized
     def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
         """Take the last working message out of the working context and return it.
 
@@ -232,14 +232,14 @@ class AutoContextMemory:
 
         return self._store.pop_last(self.session_id, remainder, config=self.config.to_json())
 
-    @_serialised
+    @_serialized
     def clear(self) -> Event:
         """Empty the working context; every original, offload and lineage row stays (clearing
         is not deleting). Recorded as an applied event: strategy 0, reason 'clear'."""
         self._check_open()
         return self._store.clear(self.session_id, config=self.config.to_json())
 
-    @_serialised
+    @_serialized
     def set_plan(self, plan: Mapping[str, Any] | None) -> None:
         """Attach a plan (goal, steps with states, expected outcome) for the summaries' plan
         hint; None removes it."""
@@ -248,7 +248,7 @@ class AutoContextMemory:
 
     # -- reading ----------------------------------------------------------------------------
 
-    @_serialised
+    @_serialized
     def messages(self) -> list[Msg]:
         """The working context, in order."""
         self._check_open()
@@ -258,7 +258,7 @@ class AutoContextMemory:
         """The working context as OpenAI Chat Completions messages."""
         return to_openai_messages(self.messages())
 
-    @_serialised
+    @_serialized
     def refresh(self) -> SessionInfo:
         """Re-read the session row (one primary-key read)."""
         self._check_open()
@@ -280,8 +280,8 @@ class AutoContextMemory:
         the async one: each reads the database."""
         return self.refresh().version
 
-    @_serialised
-    def appended_over_trigger(self) -> bool:
+    @_serialized
+    def _appended_over_trigger(self) -> bool:
         """Whether this memory's latest `add()` left the session at or over its trigger, from
         the totals that append committed (no read). After an `add()`, `compress_if_needed()`
         only has work when this holds, so an agent loop can skip that call's read of the
@@ -289,13 +289,13 @@ class AutoContextMemory:
         totals = self._store.totals_after_append(self.session_id)
         return totals is None or trigger_of(*totals, self.config).fired
 
-    @_serialised
+    @_serialized
     def needs_compression(self) -> bool:
         """The trigger of SPEC.md section 2, from the session row: one indexed read."""
         info = self.refresh()
         return trigger_of(info.message_count, info.token_count, self.config).fired
 
-    @_serialised
+    @_serialized
     def events(self) -> list[Event]:
         """Every compression event of the session, oldest first."""
         self._check_open()
@@ -303,7 +303,7 @@ class AutoContextMemory:
 
     # -- reload -----------------------------------------------------------------------------
 
-    @_serialised
+    @_serialized
     def reload(
         self, offload_id: str | uuid.UUID, offset: int = 0, limit: int | None = None
     ) -> list[Msg]:
@@ -323,22 +323,21 @@ class AutoContextMemory:
         msgs = self._store.reload(self.session_id, parsed)
         return msgs[offset : None if limit is None else offset + limit]
 
-    def reload_tool(self) -> dict[str, Any]:
-        """The OpenAI function-tool definition of `context_reload`."""
-        return reload_tool_definition(self.config.reload_page_chars)
+    def tools(self) -> list[dict[str, Any]]:
+        """The OpenAI function-tool definitions of the memory's model tools (`context_reload`),
+        for a chat completion's `tools=`; `handle_tool_call()` answers a call of any of them."""
+        return tool_definitions(self.config)
 
+    @_serialized
     def handle_tool_call(self, call: Any) -> str:
-        """Answer a model's `context_reload` call (an OpenAI tool-call dict, the `openai`
-        client's tool-call object, or a `ToolUseBlock`); never raises."""
+        """Answer a model's call of one of `tools()` with text: an OpenAI tool-call dict, the
+        `openai` client's tool-call object, or a `ToolUseBlock`. Never raises for a bad call:
+        the model reads the answer, so a wrong uuid or malformed arguments are explained in it.
+        """
+        self._check_open()
         name, arguments = call_arguments(call)
         if name != TOOL_NAME:
             return f"Unknown tool {name!r}: this handler answers {TOOL_NAME} only."
-        return self.answer_reload(arguments)
-
-    @_serialised
-    def answer_reload(self, arguments: str | Mapping[str, Any]) -> str:
-        """Answer `context_reload` arguments (JSON text or a dict) with text; never raises."""
-        self._check_open()
         return answer_reload_call(
             arguments,
             lambda u: self._store.reload(self.session_id, u),
@@ -352,7 +351,7 @@ class AutoContextMemory:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    @_serialised
+    @_serialized
     def delete(self) -> None:
         """Delete the session and everything of it, and close the memory."""
         self._check_open()
@@ -360,7 +359,7 @@ class AutoContextMemory:
         self.close()
 
     def close(self) -> None:
-        """Close the memory: later calls raise `SessionNotFound`; a summariser the memory made
+        """Close the memory: later calls raise `SessionNotFound`; a summarizer the memory made
         itself (the default one) is closed with it. The session stays stored."""
         with self._lock:
             if self._closed:
@@ -380,6 +379,27 @@ class AutoContextMemory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- for autoctx's own integrations (the Agents SDK session, the CLI) ----------------------
+
+    @_serialized
+    def _working_ids(self, limit: int | None = None) -> tuple[uuid.UUID, list[int]]:
+        """The session's incarnation and its working message ids (the last `limit` of them)."""
+        self._check_open()
+        return self._store.incarnation(self.session_id), self._store.working_ids(
+            self.session_id, limit
+        )
+
+    @_serialized
+    def _message_documents(self, ids: Sequence[int]) -> list[tuple[int, str, str, Any, Any]]:
+        """Stored messages as (id, role, kind, content, metadata) JSON, for those ids."""
+        self._check_open()
+        return self._store.message_documents(self.session_id, ids)
+
+    @_serialized
+    def _count_originals(self) -> int:
+        self._check_open()
+        return self._store.count_originals(self.session_id)
+
     def _check_open(self) -> None:
         if self._closed:
             raise SessionNotFound(
@@ -389,11 +409,6 @@ class AutoContextMemory:
     @property
     def engine(self) -> Engine:
         return self._store.engine
-
-    @property
-    def store(self) -> Store:
-        """The store behind the memory (for integrations that read stored JSON directly)."""
-        return self._store
 
     @property
     def summarizer(self) -> Summarizer:
@@ -490,9 +505,6 @@ class AsyncAutoContextMemory:
     async def needs_compression(self) -> bool:
         return await asyncio.to_thread(self.sync.needs_compression)
 
-    def appended_over_trigger(self) -> bool:
-        return self.sync.appended_over_trigger()  # no I/O: nothing to run in a thread
-
     async def compress_if_needed(self) -> list[Event]:
         summarizer = self.sync.summarizer
         if not isinstance(summarizer, AsyncSummarizer):
@@ -500,7 +512,7 @@ class AsyncAutoContextMemory:
         # The database steps run in a worker thread, each under the memory's lock; the LLM call
         # is awaited and holds neither a thread nor the lock, so other calls go on meanwhile.
         # Compressions of this memory run one at a time (the loop's lock), so none pays the
-        # summariser for a range another one already replaced.
+        # summarizer for a range another one already replaced.
         async with self._compress_lock():
             compressor, info = await asyncio.to_thread(self.sync._compression)
             return await compressor.arun(info, summarizer, self.sync._lock)
@@ -524,9 +536,6 @@ class AsyncAutoContextMemory:
     async def handle_tool_call(self, call: Any) -> str:
         return await asyncio.to_thread(self.sync.handle_tool_call, call)
 
-    async def answer_reload(self, arguments: str | Mapping[str, Any]) -> str:
-        return await asyncio.to_thread(self.sync.answer_reload, arguments)
-
     async def clear(self) -> Event:
         return await asyncio.to_thread(self.sync.clear)
 
@@ -546,8 +555,8 @@ class AsyncAutoContextMemory:
     async def set_plan(self, plan: Mapping[str, Any] | None) -> None:
         await asyncio.to_thread(self.sync.set_plan, plan)
 
-    def reload_tool(self) -> dict[str, Any]:
-        return self.sync.reload_tool()
+    def tools(self) -> list[dict[str, Any]]:
+        return self.sync.tools()
 
     async def delete(self) -> None:
         await asyncio.to_thread(self.sync.delete)

@@ -48,13 +48,13 @@ class Edit:
     replaced_ids: tuple[int, ...]
     #: The kind of the message that replaces them.
     new_kind: Kind
-    #: Whether an LLM (summariser) writes the replacement.
+    #: Whether an LLM (summarizer) writes the replacement.
     llm: bool
     #: The tokens of the replaced messages (stored with them; messages never change, and apply
     #: checks the ids are still there).
     replaced_tokens: int
     #: S6 only: an earlier current-round summary at ``start`` whose text is kept verbatim as a
-    #: prefix; only ``start + 1 .. end`` is summarised.
+    #: prefix; only ``start + 1 .. end`` is summarized.
     verbatim_prefix_id: int | None = None
     #: S6 only: the summary's character budget.
     char_budget: int | None = None
@@ -90,7 +90,7 @@ class PlanContext:
     #: trigger, S1/S4 then act without their token floor. Without either, the call goes on
     #: only for tokens (over the token target, under the trigger), and the floor stays.
     count_pressure: bool = True
-    #: The call ends over the window and the offline summariser stands in (SPEC.md section 2):
+    #: The call ends over the window and the offline summarizer stands in (SPEC.md section 2):
     #: the fold keeps no recent rounds and no floor applies, so that the bound holds.
     fallback: bool = False
     #: The session's latest layout, the base of this snapshot's (see `strategies._common`):

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from .errors import AutoctxError
+from .errors import AutoContextError
 from .events import Event
 from .store.inspect import MessageStamp
 
@@ -230,7 +230,7 @@ def _pyplot_free_figure() -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise AutoctxError(
+        raise AutoContextError(
             "plotting needs matplotlib, which is not installed; install the extra with "
             "`pip install 'autoctx-pg[plot]'` (in a checkout: `pip install -e '.[plot]'`)"
         ) from None

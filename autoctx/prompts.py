@@ -161,7 +161,7 @@ def build_request(
     plan: Mapping[str, Any] | None = None,
     deadline: float | None = None,
 ) -> SummaryRequest:
-    """The summariser request for `messages` under `strategy`.
+    """The summarizer request for `messages` under `strategy`.
 
     Fills the plain-text transcript, the original size (characters of text, tool-input JSON and
     outputs), the character budget, the plan hint and the deadline (a `time.monotonic()`

@@ -1,6 +1,6 @@
-"""The summariser protocol and its implementations.
+"""The summarizer protocol and its implementations.
 
-A summariser turns one request (strategy, a plain-text transcript, a prompt, a character budget)
+A summarizer turns one request (strategy, a plain-text transcript, a prompt, a character budget)
 into text. It never sees raw tool_call/tool messages, holds no database lock and knows nothing of
 sessions. Failures raise `SummarizerError` with a short machine reason (one of
 `SUMMARIZER_REASONS`: ``timeout``, ``rate_limited``, ``http_error``, ``connection``,
@@ -62,7 +62,7 @@ class SummaryRequest:
     strategy: int
     #: The system prompt: what the summary must keep.
     prompt: str
-    #: The messages to summarise, as one plain-text transcript.
+    #: The messages to summarize, as one plain-text transcript.
     transcript: str
     #: Characters of the original (text, tool-input JSON and outputs).
     input_chars: int
@@ -75,13 +75,13 @@ class SummaryRequest:
     token_budget: int | None = None
     #: The `time.monotonic()` instant the answer must be in by, every retry and a slow stream
     #: included (the compressor sets it from the config's deadlines); None leaves the deadline
-    #: to the summariser.
+    #: to the summarizer.
     deadline: float | None = None
 
     def user_content(self) -> str:
         """The user message an LLM receives: the transcript, then the character budget when
         there is one, then the plan hint, always last (SPEC.md section 3)."""
-        parts = ["Transcript to summarise:", neutralise_tags(self.transcript)]
+        parts = ["Transcript to summarize:", neutralise_tags(self.transcript)]
         if self.char_budget is not None:
             parts.append(
                 f"Character budget: your answer must be at most {self.char_budget} characters "
@@ -99,7 +99,7 @@ class SummaryRequest:
 
 
 #: Characters per token a token budget is converted at, where characters are what is measured
-#: (the request's wording, the offline summariser): a cautious figure, since code, JSON and
+#: (the request's wording, the offline summarizer): a cautious figure, since code, JSON and
 #: ids take fewer characters per token than prose.
 _CHARS_PER_BUDGET_TOKEN: Final = 3
 
@@ -115,14 +115,14 @@ class SummaryResult:
 
 @runtime_checkable
 class Summarizer(Protocol):
-    """Anything with this method can summarise for autoctx."""
+    """Anything with this method can summarize for autoctx."""
 
     def summarize(self, request: SummaryRequest) -> SummaryResult: ...
 
 
 @runtime_checkable
 class AsyncSummarizer(Protocol):
-    """A summariser that can also be awaited: `AsyncAutoContextMemory` then waits for the LLM
+    """A summarizer that can also be awaited: `AsyncAutoContextMemory` then waits for the LLM
     on the event loop instead of holding a worker thread for the whole call."""
 
     def summarize(self, request: SummaryRequest) -> SummaryResult: ...
@@ -368,7 +368,7 @@ def _render(entries: list[_Entry], chosen: Mapping[tuple[int, int], str]) -> str
 
 
 class OfflineSummarizer:
-    """An extractive summariser: deterministic, no network, no model.
+    """An extractive summarizer: deterministic, no network, no model.
 
     It keeps, in order of importance: the tool calls (name, id, exact arguments; the first
     and the latest first when they do not all fit), every error line with the indented
@@ -445,7 +445,7 @@ def _extract(transcript: str, budget: int) -> str:
         # Only when even the note does not fit (a budget of a few characters).
         out = out[:budget]
     out = neutralise_tags(out)
-    return out if out.strip() else "(nothing to summarise)"[:budget]
+    return out if out.strip() else "(nothing to summarize)"[:budget]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,7 +558,7 @@ class OpenAISummarizer:
 
     @classmethod
     def from_env(cls) -> OpenAISummarizer | None:
-        """A summariser for the endpoint the environment names, or None when it names none."""
+        """A summarizer for the endpoint the environment names, or None when it names none."""
         if _env("OPENAI_BASE_URL") is None and _env("OPENAI_API_KEY") is None:
             return None
         return cls()
@@ -568,7 +568,7 @@ class OpenAISummarizer:
         return f"OpenAISummarizer(model={self.model!r}, base_url={base_url!r})"
 
     def close(self) -> None:
-        """Close the HTTP client, when this summariser created it."""
+        """Close the HTTP client, when this summarizer created it."""
         if self._owns_client:
             self.client.close()
 
@@ -631,7 +631,7 @@ class OpenAISummarizer:
         import openai
 
         # A client of its own per call: pooled async connections belong to the event loop that
-        # opened them, and a summariser may serve several loops (one per `asyncio.run`). One
+        # opened them, and a summarizer may serve several loops (one per `asyncio.run`). One
         # connection per summary costs little beside the seconds the summary takes.
         async with openai.AsyncOpenAI(**self._async_settings) as client:
             return await self._acall(client, request)
@@ -710,7 +710,7 @@ class OpenAISummarizer:
 
 @dataclass(slots=True)
 class _Call:
-    """One summariser call: its request, its deadline and its attempts (sync and async alike).
+    """One summarizer call: its request, its deadline and its attempts (sync and async alike).
 
     The client's timeout and retries hold per attempt; this object runs the attempts itself
     (the client makes none), cutting each one's timeout to the time left, so that neither a
@@ -1024,7 +1024,7 @@ _MARKER_SKELETON: Final = _skeleton(OFFLOAD_MARKER)
 def check_answer(text: str) -> str:
     """The answer, stripped, or `SummarizerError` when it cannot become a summary.
 
-    The compressor applies it to every summariser's answer, a caller's own included.
+    The compressor applies it to every summarizer's answer, a caller's own included.
     """
     answer = text.strip()
     if not answer:
@@ -1057,9 +1057,9 @@ def check_answer(text: str) -> str:
 
 
 def default_summarizer() -> Summarizer:
-    """The OpenAI-compatible summariser when the environment names an endpoint, else offline."""
+    """The OpenAI-compatible summarizer when the environment names an endpoint, else offline."""
     summarizer = OpenAISummarizer.from_env()
     if summarizer is None:
-        _log.info("autoctx: no OPENAI_BASE_URL or OPENAI_API_KEY set; using the offline summariser")
+        _log.info("autoctx: no OPENAI_BASE_URL or OPENAI_API_KEY set; using the offline summarizer")
         return OfflineSummarizer()
     return summarizer

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .config import AutoContextConfig
 from .errors import InvalidOffloadId, OffloadNotFound
 from .messages import Msg, NonJsonNumber, ToolUseBlock, as_openai_dict, json_value
 from .transcript import render_transcript
@@ -72,6 +73,11 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
             },
         },
     }
+
+
+def tool_definitions(config: AutoContextConfig) -> list[dict[str, Any]]:
+    """The OpenAI function-tool definitions of a memory's model tools, for `config`."""
+    return [reload_tool_definition(config.reload_page_chars)]
 
 
 def answer_reload_call(

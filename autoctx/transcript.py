@@ -1,10 +1,10 @@
 """Messages as one plain-text transcript, the offload tag, and the session plan as a hint.
 
-Every LLM request autoctx makes is plain text (SPEC.md section 3): the messages to summarise are
+Every LLM request autoctx makes is plain text (SPEC.md section 3): the messages to summarize are
 rendered here as a transcript, never sent as raw tool_call/tool messages, so that any
 OpenAI-compatible endpoint accepts the request and no pairing rule of the API can reject it.
 
-The offload tag lives here too because the transcript has to neutralise it: a summariser that
+The offload tag lives here too because the transcript has to neutralise it: a summarizer that
 sees ``<!-- CONTEXT_OFFLOAD: uuid=... -->`` in its input tends to copy it, and an answer that
 carries a tag is rejected (SPEC.md section 4). `autoctx.prompts` re-exports the tag helpers.
 """
@@ -53,7 +53,7 @@ def neutralise_tags(text: str) -> str:
     """Replace offload tags by ``[offloaded context <uuid>]`` and drop any stray marker.
 
     The reference to the offload survives (a reader can still reload it), but nothing that looks
-    like a tag reaches a summariser's input or output.
+    like a tag reaches a summarizer's input or output.
     """
     if OFFLOAD_MARKER not in text:
         return text
@@ -71,7 +71,7 @@ def _speaker(msg: Msg) -> str:
     if msg.name:
         speaker += f" ({msg.name})"
     if msg.kind != "original":
-        # The summariser should know it is reading an earlier summary, not a first-hand message.
+        # The summarizer should know it is reading an earlier summary, not a first-hand message.
         speaker += f", earlier {msg.kind.replace('_', ' ')}"
     return speaker
 
@@ -134,7 +134,7 @@ def render_transcript(messages: Sequence[Msg], *, keep_tags: bool = False) -> st
     separated by a blank line.
 
     Offload tags are neutralised (see `neutralise_tags`) unless ``keep_tags=True``: a
-    summariser must not see them, but an agent reading reloaded messages needs the tags of
+    summarizer must not see them, but an agent reading reloaded messages needs the tags of
     nested summaries to reload one level deeper.
     """
     text = "\n\n".join("\n".join(_render_message(m)) for m in messages)
@@ -168,7 +168,7 @@ def _text_field(value: object, where: str, *, required: bool) -> str:
 
 
 def validate_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """Check a plan's shape and return a normalised copy.
+    """Check a plan's shape and return a normalized copy.
 
     Shape: ``{"goal": str, "steps": [{"title": str, "state": "pending" | "in_progress" |
     "done"}], "expected_outcome": str}``. ``goal`` is required; ``steps`` defaults to none and
@@ -221,7 +221,7 @@ def plan_hint(plan: Mapping[str, Any] | None) -> str | None:
     """The session plan as a few lines of text appended to every LLM request, or None.
 
     It names the goal, the progress ("k of n steps done"), the steps in progress, the next
-    pending step and the expected outcome: enough for the summariser to judge what matters,
+    pending step and the expected outcome: enough for the summarizer to judge what matters,
     short enough to ride on every request. Raises `InvalidPlan` for a malformed plan.
     """
     if plan is None:

@@ -1,4 +1,4 @@
-"""One deterministic summariser for every system of agent_cost.py, behind the OpenAI protocol.
+"""One deterministic summarizer for every system of agent_cost.py, behind the OpenAI protocol.
 
 A real HTTP server on 127.0.0.1 (a free port, a background thread) that answers
 ``POST /v1/chat/completions`` with autoctx's `OfflineSummarizer` applied to the request, so
@@ -29,7 +29,7 @@ from typing import Any
 from autoctx import OfflineSummarizer, SummaryRequest
 from autoctx.tokens import TokenCounter
 
-_TRANSCRIPT_HEAD = "Transcript to summarise:\n\n"
+_TRANSCRIPT_HEAD = "Transcript to summarize:\n\n"
 _CHAR_BUDGET_RE = re.compile(
     r"\n\nCharacter budget: your answer must be at most (\d+) characters \(the original "
     r"content of the transcript is (\d+) characters\)\."
@@ -42,7 +42,7 @@ _TOKEN_BUDGET_RE = re.compile(
 
 @dataclass
 class Usage:
-    """What one client (one model name) asked of the summariser."""
+    """What one client (one model name) asked of the summarizer."""
 
     calls: int = 0
     prompt_tokens: int = 0
@@ -61,7 +61,7 @@ def _text(content: Any) -> str:
 def summary_request(messages: list[Mapping[str, Any]]) -> SummaryRequest:
     """The `SummaryRequest` a chat-completion request stands for: the system messages are the
     prompt, the last user message the transcript (with autoctx's framing and budgets read
-    back, so that autoctx through HTTP gets what the direct offline summariser would give)."""
+    back, so that autoctx through HTTP gets what the direct offline summarizer would give)."""
     prompt = "\n\n".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
     user = next(
         (_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""

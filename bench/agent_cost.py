@@ -1,15 +1,15 @@
 """What does an agent pay for its context, with autoctx and with its peers' compaction?
 
 The same seeded agent workloads are replayed, one model call at a time, through three systems
-driven as their frameworks drive them, with one shared deterministic summariser (autoctx's
+driven as their frameworks drive them, with one shared deterministic summarizer (autoctx's
 `OfflineSummarizer` behind a local OpenAI-protocol HTTP server, `_summary_server.py`, which
 every system reaches through its own client):
 
 - autoctx: `AutoContextMemory` with `AutoContextConfig(max_tokens=W)`, `compress_if_needed()`
-  before every model call, the summariser an `OpenAISummarizer` pointed at the server;
+  before every model call, the summarizer an `OpenAISummarizer` pointed at the server;
 - LangChain: `create_agent` with `SummarizationMiddleware(ChatOpenAI(base_url=server,
   profile={"max_input_tokens": W}), trigger=("fraction", 0.75))` and its other defaults (keep
-  20 messages, trim 4,000 tokens to summarise, the approximate token counter), an in-memory
+  20 messages, trim 4,000 tokens to summarize, the approximate token counter), an in-memory
   checkpointer (one thread, one `invoke` per user turn), a scripted chat model that replays the
   workload's responses (with the usage a provider reports) and tools that return its outputs;
 - OpenHands: the SDK's `default_condenser()` settings (`LLMSummarizingCondenser`, max_size 80,
@@ -27,10 +27,10 @@ W = 32,000), `chat` (600 small rounds, a quarter of them with one tool call, W =
 `--window`).
 
 Per system and workload: the peak of the model's input (x W) and the model calls over W;
-summariser calls and tokens in/out (counted by the server, tiktoken o200k_base); the agent's
+summarizer calls and tokens in/out (counted by the server, tiktoken o200k_base); the agent's
 input summed over its model calls, and billed with an ideal prompt cache (the longest prefix,
 in whole messages, equal to the previous call's input billed at 10%); total cost = agent input
-billed + summariser input + 4 x summariser output (in input-token equivalents); the fact
+billed + summarizer input + 4 x summarizer output (in input-token equivalents); the fact
 markers verbatim in the final input and, for autoctx, reachable by `mem.reload` of the offload
 ids in it (recursively); wall time. Every input is counted the same way for every system
 (tiktoken o200k_base over each message's text and tool calls, plus 4 per message).
@@ -262,7 +262,7 @@ def from_trajectories(directory: Path) -> list[dict[str, Any]]:
     way), and a tool output without a marker gets one."""
     gen = TranscriptGenerator(0)
     facts = Facts(gen)
-    # from_openai_messages validates the shape (calls answered, ids) and normalises content.
+    # from_openai_messages validates the shape (calls answered, ids) and normalizes content.
     msgs = list(_openai(from_openai_messages(list(trajectories(directory)))))
     out: list[dict[str, Any]] = []
     for m in msgs:
@@ -723,7 +723,7 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
                 alpha=0.85,
                 color=colors[f["system"]],
                 label=f"{f['system']} (peak {f['peak_over_window']:.2f}x W, "
-                f"{f['summarizer_calls']} summariser calls)",
+                f"{f['summarizer_calls']} summarizer calls)",
             )
         ax.axhline(res["window"], color="black", lw=0.9, label=f"window {res['window']:,}")
         ax.axhline(res["window"] * 0.75, color="black", ls="--", lw=0.7, label="0.75 W")
@@ -801,8 +801,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         console.print(f"skipped {system}: {why}", highlight=False)
     console.print(
         f"cost in input-token equivalents: agent input billed with an ideal prompt cache "
-        f"(the prefix equal to the previous call's input at {CACHED_PRICE:.0%}) + summariser "
-        f"input + {OUTPUT_PRICE:g} x summariser output; total run time "
+        f"(the prefix equal to the previous call's input at {CACHED_PRICE:.0%}) + summarizer "
+        f"input + {OUTPUT_PRICE:g} x summarizer output; total run time "
         f"{secs(time.perf_counter() - started)}",
         highlight=False,
     )

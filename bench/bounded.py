@@ -11,7 +11,7 @@ calls). Seeded: the same flags give the same messages, and the same figures but 
 - `toolchat`: 2,000 Agents-SDK-like turns (user, 1 or 2 tool calls, each with its own assistant
   message or both in one parallel message, outputs 200-800 tokens, an answer), W = 131,072;
 - `sdk-runner`: 800 turns of the same kind driven through the real Agents SDK `Runner.run`, with
-  `AutoctxSession` as the session (it compresses inside `add_items` itself) and a scripted,
+  `AutoContextSession` as the session (it compresses inside `add_items` itself) and a scripted,
   deterministic model (no network): 1 or 2 function calls, then a final text; W = 131,072. A
   step here is one `add_items` call of the SDK;
 - `multitask`: 15 agent trajectories in one session: tasks of 10 to 300 steps, each opening
@@ -26,7 +26,7 @@ calls). Seeded: the same flags give the same messages, and the same figures but 
 Printed, one row per workload for autoctx and one for "no compression" (the same messages, the
 tokens only grow): the window; the peak of the working tokens after each step's compression
 (and as a multiple of the window); the final tokens; the steps that end over the window (0
-when autoctx bounds the session); summariser calls in all and per step once saturated (from the
+when autoctx bounds the session); summarizer calls in all and per step once saturated (from the
 first step whose call applied something on); the fired calls (the token or count trigger held
 just before the call) and the share of them that ended under the token target; the call's
 p50/p95 per step, and its p50 over the first tenth of the steps against the last tenth (how
@@ -218,7 +218,7 @@ def longtask(seed: int, scale: float) -> Iterator[Msg]:
 
 
 class CountingSummarizer:
-    """Delegates to a summariser and counts its calls."""
+    """Delegates to a summarizer and counts its calls."""
 
     def __init__(self, inner: Summarizer) -> None:
         self.inner = inner
@@ -327,7 +327,7 @@ def _progress(trace: Trace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# sdk-runner: the real Agents SDK Runner over AutoctxSession, with a scripted model
+# sdk-runner: the real Agents SDK Runner over AutoContextSession, with a scripted model
 # ---------------------------------------------------------------------------------------------
 
 
@@ -348,7 +348,7 @@ async def _run_sdk(db: BenchDatabase, seed: int, scale: float) -> Trace:
         ResponseOutputText,
     )
 
-    from autoctx.integrations.openai_agents import AutoctxSession
+    from autoctx.integrations.openai_agents import AutoContextSession
 
     set_tracing_disabled(True)  # no trace export: no network
     gen = TranscriptGenerator(seed)
@@ -414,7 +414,7 @@ async def _run_sdk(db: BenchDatabase, seed: int, scale: float) -> Trace:
     agent = Agent(name="bench", instructions="You are a coding agent.", model=model, tools=tools)
 
     summarizer = CountingSummarizer(OfflineSummarizer())
-    session = AutoctxSession(
+    session = AutoContextSession(
         "bounded-sdk-runner",
         db.url,
         AutoContextConfig(max_tokens=WINDOWS["sdk-runner"]),
@@ -424,7 +424,7 @@ async def _run_sdk(db: BenchDatabase, seed: int, scale: float) -> Trace:
     trace = _new_trace("sdk-runner", mem.config)
     started = time.perf_counter()
 
-    # A step is one add_items call of the SDK. AutoctxSession compresses inside it, only when
+    # A step is one add_items call of the SDK. AutoContextSession compresses inside it, only when
     # its append left the session over the trigger; the wrappers below see that call.
     original_add, original_compress = mem.add, mem.compress_if_needed
     original_add_items = session.add_items_sync
@@ -461,7 +461,7 @@ async def _run_sdk(db: BenchDatabase, seed: int, scale: float) -> Trace:
         _progress(trace)
 
     step["grown"] = 0
-    # Instance attributes shadow the methods: AutoctxSession looks them up on each call.
+    # Instance attributes shadow the methods: AutoContextSession looks them up on each call.
     mem.add = add  # type: ignore[method-assign]
     mem.compress_if_needed = compress_if_needed  # type: ignore[method-assign]
     session.add_items_sync = add_items_sync  # type: ignore[method-assign]
@@ -638,7 +638,7 @@ def plot(trace: Trace, directory: Path) -> Path:
         s=6,
         color="tab:red",
         zorder=3,
-        label=f"summariser called ({sum(trace.calls):,} calls)",
+        label=f"summarizer called ({sum(trace.calls):,} calls)",
     )
     for value, label, style in (
         (trace.window, "window", "-"),

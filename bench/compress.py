@@ -2,10 +2,10 @@
 
 (a) `compress_if_needed()` doing previews (S2, then S3) over sessions of 10k, 50k and 100k
     messages holding the same number of large payloads, and twice that many: commit included,
-    offline summariser, no LLM call. Goal: under 3 s, growing with the number of previews, not
+    offline summarizer, no LLM call. Goal: under 3 s, growing with the number of previews, not
     with the session.
-(b) The apply transaction of one LLM-strategy compression (an S4 round summary), summariser
-    excluded: the replacement is written beforehand with the offline summariser and only
+(b) The apply transaction of one LLM-strategy compression (an S4 round summary), summarizer
+    excluded: the replacement is written beforehand with the offline summarizer and only
     `Store.apply` is timed, ~30 times per session size (1k, 10k, 100k). Goal: p50 under 20 ms
     and flat across sizes. The planning snapshot (`Store.snapshot`) is timed separately.
 
@@ -487,7 +487,7 @@ def _table_a(rows: list[dict[str, Any]], machine: str) -> Table:
 
 
 def _table_b(rows: list[dict[str, Any]], machine: str) -> Table:
-    table = Table(title=f"(b) Store.apply of one S4 round summary, summariser excluded ({machine})")
+    table = Table(title=f"(b) Store.apply of one S4 round summary, summarizer excluded ({machine})")
     for col in (
         "messages",
         "applies",

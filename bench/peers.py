@@ -6,9 +6,9 @@ The same workload, on the same PostgreSQL, through four writers:
   per batch), read back with one select: the floor of the database work;
 - the OpenAI Agents SDK's `SQLAlchemySession` (async engine, `postgresql+psycopg`), the
   Session backend the SDK ships for PostgreSQL;
-- `AutoctxSession` with compression off (the same work as the SDK's session: store and give
+- `AutoContextSession` with compression off (the same work as the SDK's session: store and give
   back items; autoctx also validates, counts tokens and keeps the working set);
-- `AutoctxSession` with compression on (default thresholds, the offline summariser).
+- `AutoContextSession` with compression on (default thresholds, the offline summarizer).
 
 The workload is N items of agent turns: a user message, 1 to 3 parallel function calls, their
 outputs (realistic text; sizes log-normal, median 800 characters, up to 20 KB) and an assistant
@@ -69,7 +69,7 @@ import autoctx.intake
 import autoctx.memory
 from autoctx import AutoContextConfig, OfflineSummarizer
 from autoctx.integrations import openai_agents as agents_mod
-from autoctx.integrations.openai_agents import AutoctxSession
+from autoctx.integrations.openai_agents import AutoContextSession
 
 Item = dict[str, Any]
 
@@ -79,8 +79,8 @@ SIDES = ("raw", "sdk", "autoctx", "autoctx_c")
 LABELS = {
     "raw": "raw psycopg",
     "sdk": "SDK SQLAlchemySession",
-    "autoctx": "AutoctxSession (compress off)",
-    "autoctx_c": "AutoctxSession (compress on)",
+    "autoctx": "AutoContextSession (compress off)",
+    "autoctx_c": "AutoContextSession (compress on)",
 }
 LIMIT = 100
 
@@ -251,10 +251,10 @@ async def run_sides(
     sides: dict[str, Side] = {
         "raw": RawSide(db, "bench-raw"),
         "sdk": SQLAlchemySession("bench-sdk", engine=sdk_engine, create_tables=True),
-        "autoctx": AutoctxSession(
+        "autoctx": AutoContextSession(
             "bench-autoctx", db.url, summarizer=OfflineSummarizer(), compress=False
         ),
-        "autoctx_c": AutoctxSession(
+        "autoctx_c": AutoContextSession(
             "bench-autoctx-c",
             db.url,
             AutoContextConfig(),
@@ -332,7 +332,7 @@ def _fresh_side(name: str, side: Side, db: BenchDatabase, sdk_engine: Any) -> Si
         return side
     if name == "sdk":
         return SQLAlchemySession(side.session_id, engine=sdk_engine)
-    fresh = AutoctxSession(side.session_id, db.url, side.config, summarizer=OfflineSummarizer())
+    fresh = AutoContextSession(side.session_id, db.url, side.config, summarizer=OfflineSummarizer())
     fresh.memory()  # opening (one read of the session row) is not part of the read
     return fresh
 
@@ -348,7 +348,9 @@ def split(db: BenchDatabase, parts: list[list[Item]]) -> dict[str, float]:
     round trip, the server), the rest; the worker-thread hop of the async call, measured bare;
     and the new-object read split into the working-id query, the content fetch and the
     conversion to items."""
-    session = AutoctxSession("bench-split", db.url, summarizer=OfflineSummarizer(), compress=False)
+    session = AutoContextSession(
+        "bench-split", db.url, summarizer=OfflineSummarizer(), compress=False
+    )
     engine = session.memory().engine
     watch = Stopwatch()
     phase = ["add"]
@@ -372,14 +374,14 @@ def split(db: BenchDatabase, parts: list[list[Item]]) -> dict[str, float]:
                 with watch.part("add"):
                     session.add_items_sync(batch)
             phase[0] = "get"
-            store = session.memory().store
+            store = session.memory()._store
             with (
                 patched(store, "working_ids", watch.wrap("ids", store.working_ids)),
                 patched(store, "message_documents", watch.wrap("docs", store.message_documents)),
             ):
                 for _ in range(3):
                     # The same memory (so the patched store), an empty item cache.
-                    fresh = AutoctxSession.from_memory(session.memory(), compress=False)
+                    fresh = AutoContextSession.from_memory(session.memory(), compress=False)
                     with watch.part("get"):
                         fresh.get_items_sync()
     finally:
@@ -412,7 +414,7 @@ def split(db: BenchDatabase, parts: list[list[Item]]) -> dict[str, float]:
 
 
 def profile(args: argparse.Namespace, db: BenchDatabase, parts: list[list[Item]]) -> None:
-    session = AutoctxSession(
+    session = AutoContextSession(
         "bench-profile", db.url, summarizer=OfflineSummarizer(), compress=False
     )
     profiler = cProfile.Profile()
@@ -429,7 +431,9 @@ def profile(args: argparse.Namespace, db: BenchDatabase, parts: list[list[Item]]
             session.get_items_sync()
         profiler.disable()
     print_profile(
-        console, profiler, f"cProfile of AutoctxSession {args.profile} (sync twin; times inflated)"
+        console,
+        profiler,
+        f"cProfile of AutoContextSession {args.profile} (sync twin; times inflated)",
     )
 
 

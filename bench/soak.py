@@ -4,7 +4,7 @@
     python bench/soak.py --kills 200 --database-url postgresql://postgres@127.0.0.1:5432/postgres
 
 A forked child runs a realistic agent loop (tool rounds with large outputs, compression with an
-OpenAI-compatible summariser on a local server that answers in 20-300 ms) and is killed with
+OpenAI-compatible summarizer on a local server that answers in 20-300 ms) and is killed with
 SIGKILL, in turn inside each phase of tests/pauses.py and at random instants. After every
 kill the session is reopened with a fresh engine and checked: every acknowledged message present
 once, in order, with its content; the working context valid; totals equal to a recount; every

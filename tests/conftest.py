@@ -107,7 +107,7 @@ def session_id(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def open_memory(db_url: str, session_id: str) -> Callable[..., AutoContextMemory]:
-    """Open (or create) a memory on this module's database with the offline summariser."""
+    """Open (or create) a memory on this module's database with the offline summarizer."""
 
     def _open(
         sid: str | None = None, config: AutoContextConfig | None = None, **kw: Any

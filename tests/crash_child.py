@@ -5,7 +5,7 @@ outputs, one `add()` per unit (a user message, a tool group, or a final answer),
 acknowledgement line (fsynced) after each `add()` returns, and calls `compress_if_needed()` with
 an `OpenAISummarizer` pointed at a local server that answers slowly. The parent kills it with
 SIGKILL, either at a random instant or when it reports that it reached a phase (tests/pauses.py:
-event listeners on the child's engine and a pausing summariser, nothing inside autoctx), then
+event listeners on the child's engine and a pausing summarizer, nothing inside autoctx), then
 opens the session with a fresh engine and checks that nothing was lost or half written
 (`check_after_kill`). The next child continues the same session.
 
@@ -320,7 +320,7 @@ def _state(work: Workload) -> tuple[Any, ...]:
 
 
 #: The phases inside a transaction that holds the session row lock (the others hold none: the
-#: summariser call in particular, SPEC.md section 5).
+#: summarizer call in particular, SPEC.md section 5).
 LOCKED_PHASES = frozenset({"append.before_commit", "apply.after_lock", "apply.before_commit"})
 
 

@@ -47,7 +47,7 @@ def default_answer(body: Mapping[str, Any]) -> str:
     """ "Summary: " and the first 200 characters of the last user message, whitespace collapsed.
 
     HTML comments and the offload marker are removed, so the default never trips the
-    summariser's tag check.
+    summarizer's tag check.
     """
     text = ""
     for message in reversed(body.get("messages") or []):

@@ -1,11 +1,11 @@
 """Pause a process inside a phase of its work, from outside the library, so that a test can kill it
 there (tests/crash_child.py, tests/test_concurrency.py).
 
-A `Pauser` installs SQLAlchemy event listeners on a memory's engine and wraps its summariser.
+A `Pauser` installs SQLAlchemy event listeners on a memory's engine and wraps its summarizer.
 Once armed with a phase, the process writes "PAUSED <phase>" to stderr when it reaches that phase
 and sleeps until killed. Unarmed, the listeners only note which statements a transaction ran.
 
-The phases are recognised by the statements the store sends (see `_is_append`, `_is_lock`,
+The phases are recognized by the statements the store sends (see `_is_append`, `_is_lock`,
 `_is_lineage`), not by hooks in autoctx: a production process has no switch that can hang it.
 """
 
@@ -28,7 +28,7 @@ PHASES: tuple[str, ...] = (
     # usual append is one autocommit statement
     "append.before_commit",
     "append.after_commit",  # every append: committed, not yet returned to the caller
-    "summarize.during",  # while the summariser call is in flight (no lock held)
+    "summarize.during",  # while the summarizer call is in flight (no lock held)
     "apply.after_lock",  # inside the apply transaction, session row locked, nothing written
     "apply.before_commit",  # inside the apply transaction, everything written, not committed
 )
@@ -163,7 +163,7 @@ class Pauser:
         if record.info.pop(_COMMITTED_APPEND, False):
             self._at("append.after_commit")
 
-    # -- the summariser ---------------------------------------------------------------------
+    # -- the summarizer ---------------------------------------------------------------------
 
     def summarizer(self, inner: Summarizer) -> Summarizer:
         """`inner`, pausing in "summarize.during" with its call in flight once armed."""

@@ -1,4 +1,4 @@
-"""The async twin awaits an async summariser (SPEC.md section 5): while the LLM call is in
+"""The async twin awaits an async summarizer (SPEC.md section 5): while the LLM call is in
 flight no executor thread waits on it, and the compression is the sync path's, event for event.
 
 Against a real local OpenAI-compatible server and the official async client.
@@ -105,7 +105,7 @@ def test_the_async_twin_holds_no_thread_during_the_llm_call(
         events, ticks = asyncio.run(scenario())
     finally:
         server.set_default(Reply.text())
-    assert arrivals, "no summariser call was made"
+    assert arrivals, "no summarizer call was made"
     assert any(
         e.status == "applied" and e.strategy in (1, 4, 5, 6, 7) and e.reason != "fallback"
         for e in events
@@ -131,10 +131,10 @@ def test_the_async_twin_holds_no_thread_during_the_llm_call(
     assert_consistent(sync_mem)
 
 
-def test_an_async_summariser_call_is_cut_at_the_compress_deadline(
+def test_an_async_summarizer_call_is_cut_at_the_compress_deadline(
     server: OpenAIServer, db_url: str, session_id: str
 ) -> None:
-    """A caller's async summariser that never answers: the async driver cuts it at the
+    """A caller's async summarizer that never answers: the async driver cuts it at the
     deadline (it cannot hold the loop), and the call ends under the window."""
 
     class Never:

@@ -1,7 +1,7 @@
 """The audit views of migration 0002 and the queries of docs/audit.md, on real compressions.
 
 One module-wide population: a multi-round chat with tool groups and large outputs (one of its
-summaries discarded for no gain), a long single-task run, a session whose summariser never
+summaries discarded for no gain), a long single-task run, a session whose summarizer never
 answers, a session where two memories compress at once (a real conflict), and a session that
 never compresses. Every view is checked against what
 the public API says happened (events, reload, the working context), not against the SQL that the
@@ -55,18 +55,18 @@ WORDS = (
 
 
 # ---------------------------------------------------------------------------------------------
-# Summarisers: real implementations of the protocol, as a caller would write them
+# Summarizers: real implementations of the protocol, as a caller would write them
 # ---------------------------------------------------------------------------------------------
 
 
 class CountingSummarizer:
-    """The offline summariser, reporting token usage the way an OpenAI endpoint does, so that
+    """The offline summarizer, reporting token usage the way an OpenAI endpoint does, so that
     the cost columns have figures to add up; keeps its own totals to compare with."""
 
     def __init__(self, model: str = "offline-counted", *, rambling_first: bool = False) -> None:
         self.inner = OfflineSummarizer()
         self.model = model
-        #: The first answer is longer than what it summarises: paid for, then discarded
+        #: The first answer is longer than what it summarizes: paid for, then discarded
         #: (a `failed` event with reason no_gain that still carries the usage).
         self.rambling_first = rambling_first
         self.calls = 0
@@ -368,7 +368,7 @@ def test_savings_equal_what_left_the_working_context(population: Population) -> 
         assert row.removed == len(s.original_tokens) - mem.message_count()
 
 
-def test_savings_usage_matches_what_the_summariser_reported(population: Population) -> None:
+def test_savings_usage_matches_what_the_summarizer_reported(population: Population) -> None:
     pop = population
     for s in (pop.chat, pop.task):
         assert isinstance(s.summarizer, CountingSummarizer)
@@ -422,7 +422,7 @@ def test_session_cost_counts_calls_tokens_and_time(population: Population) -> No
         assert row.event_count == len(events)
         assert row.applied_count == len(applied(events))
         assert row.failed_count == sum(e.status == "failed" for e in events)
-        # Each answer the summariser gave is on exactly one event (applied, or failed for
+        # Each answer the summarizer gave is on exactly one event (applied, or failed for
         # no_gain or over_budget).
         assert row.llm_calls == s.summarizer.calls
         assert row.prompt_tokens == s.summarizer.prompt_tokens
@@ -756,8 +756,8 @@ def test_downgrade_to_0001_drops_the_views_and_upgrade_restores_them(empty_db_ur
         engine.dispose()
 
 
-def test_the_offline_summariser_is_no_llm_call(db_url: str, session_id: str) -> None:
-    """A session summarised offline used to report every offline summary as an "LLM call"."""
+def test_the_offline_summarizer_is_no_llm_call(db_url: str, session_id: str) -> None:
+    """A session summarized offline used to report every offline summary as an "LLM call"."""
     config = AutoContextConfig(max_tokens=8_000, msg_threshold=40)
     mem = AutoContextMemory.open(session_id, db_url, config, summarizer=OfflineSummarizer())
     mem.add(long_task(7, steps=60))

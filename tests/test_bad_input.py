@@ -212,7 +212,7 @@ CASES: list[Case] = [
         "metadata_not_json",
         lambda c: c.mem.add(Msg.user("hi", metadata={"tags": {1, 2}})),
         InvalidMessage,
-        "not JSON-serialisable",
+        "not JSON-serializable",
     ),
     Case(
         "tool_call_on_a_user_message",
@@ -657,7 +657,7 @@ def test_metadata_that_only_looks_suspicious_is_stored_exactly(ctx: Ctx) -> None
         "deep": _nested(199),
     }
     (stored,) = ctx.mem.add(Msg.user("hi", metadata=metadata))
-    (back,) = ctx.mem.store.load_messages(ctx.mem.session_id, [cast(int, stored.id)]).values()
+    (back,) = ctx.mem._store.load_messages(ctx.mem.session_id, [cast(int, stored.id)]).values()
     assert back.metadata == metadata
     assert_totals_match(ctx.mem)
 
@@ -702,25 +702,39 @@ def _reload_call(arguments: Any) -> dict[str, Any]:
 SOME_UUID = "123e4567-e89b-12d3-a456-426614174000"
 
 REPLIES: list[Reply] = [
-    Reply("arguments_none", lambda m: m.answer_reload(cast(Any, None)), "got NoneType"),
-    Reply("arguments_a_number", lambda m: m.answer_reload(cast(Any, 3)), "got int"),
-    Reply("arguments_a_list", lambda m: m.answer_reload(cast(Any, [MARKER])), "got list"),
+    Reply(
+        "arguments_none",
+        lambda m: m.handle_tool_call(_reload_call(cast(Any, None))),
+        "got NoneType",
+    ),
+    Reply(
+        "arguments_a_number", lambda m: m.handle_tool_call(_reload_call(cast(Any, 3))), "got int"
+    ),
+    Reply(
+        "arguments_a_list",
+        lambda m: m.handle_tool_call(_reload_call(cast(Any, [MARKER]))),
+        "got list",
+    ),
     Reply(
         "arguments_nested_100k_deep",
-        lambda m: m.answer_reload('{"a":' * 100_000 + "1" + "}" * 100_000),
+        lambda m: m.handle_tool_call(_reload_call('{"a":' * 100_000 + "1" + "}" * 100_000)),
         "nested far too deep",
     ),
     Reply(
         "reload_arguments_with_nan",
-        lambda m: m.answer_reload(f'{{"note": "{MARKER}", "uuid": NaN}}'),
+        lambda m: m.handle_tool_call(_reload_call(f'{{"note": "{MARKER}", "uuid": NaN}}')),
         "NaN and Infinity are not JSON",
     ),
     Reply(
         "offset_infinity",
-        lambda m: m.answer_reload(f'{{"uuid": "{SOME_UUID}", "offset": Infinity}}'),
+        lambda m: m.handle_tool_call(
+            _reload_call(f'{{"uuid": "{SOME_UUID}", "offset": Infinity}}')
+        ),
         "NaN and Infinity are not JSON",
     ),
-    Reply("uuid_a_number", lambda m: m.answer_reload({"uuid": 5}), "must be a string"),
+    Reply(
+        "uuid_a_number", lambda m: m.handle_tool_call(_reload_call({"uuid": 5})), "must be a string"
+    ),
     Reply("call_none", lambda m: m.handle_tool_call(None), "Unknown tool"),
     Reply("call_a_number", lambda m: m.handle_tool_call(3), "Unknown tool"),
     Reply(

@@ -2,9 +2,9 @@
 
 After every `compress_if_needed()` the working context is under `max_tokens`, on random workloads
 of many shapes (chats of small rounds, tool chats, long single tasks, many tasks in one session,
-pinned groups, pasted logs, large tool outputs), with random valid configs and three summarisers:
+pinned groups, pasted logs, large tool outputs), with random valid configs and three summarizers:
 the offline one, one that answers exactly at the budget the request states, and one that fails
-on every call (then the fold or S6 must fall back to the offline summariser, recorded as such).
+on every call (then the fold or S6 must fall back to the offline summarizer, recorded as such).
 The one exception, protected messages alone over the window, has a test of its own.
 
 Run the strict property alone with `-k test_bound_holds_on_random_workloads`.
@@ -45,12 +45,12 @@ from tests.invariants import (
 
 #: Applied events per strategy over all examples of the strict property, checked at the end.
 EXERCISED: Counter[int] = Counter()
-#: Applied fallback events (the offline summariser standing in for a failed one), per strategy.
+#: Applied fallback events (the offline summarizer standing in for a failed one), per strategy.
 FALLBACKS: Counter[int] = Counter()
 EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "40"))
 NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
 
-#: Strategies whose text an LLM writes: under the failing summariser, any applied one of these
+#: Strategies whose text an LLM writes: under the failing summarizer, any applied one of these
 #: can only be the offline fallback.
 LLM_WRITTEN = frozenset({1, 4, 5, 6, 7})
 #: The model the offline fallback is recorded under (SPEC.md section 2).
@@ -66,7 +66,7 @@ CHARS_PER_TOKEN = 3
 
 COUNTER = TokenCounter(AutoContextConfig().model)
 
-# -- summarisers ----------------------------------------------------------------------------
+# -- summarizers ----------------------------------------------------------------------------
 
 
 class AtBudgetSummarizer:
@@ -164,7 +164,7 @@ class Workload:
 
 
 def filler(chars: int, seed: int, what: str) -> str:
-    """Varied text with facts in it (paths, ids, values), so summarisers have work to do."""
+    """Varied text with facts in it (paths, ids, values), so summarizers have work to do."""
     out: list[str] = []
     n = 0
     i = 0
@@ -428,9 +428,9 @@ def check_call(
         applied = [e for e in events if e.status == "applied"]
         for e in applied:
             if e.strategy in LLM_WRITTEN:
-                # The summariser never answered, so any LLM-written summary is the fallback's.
+                # The summarizer never answered, so any LLM-written summary is the fallback's.
                 assert e.reason == "fallback" and e.model == FALLBACK_MODEL, (
-                    f"{where}: S{e.strategy} applied with a failing summariser but not recorded "
+                    f"{where}: S{e.strategy} applied with a failing summarizer but not recorded "
                     f"as the offline fallback: {describe_events([e])}"
                 )
         # Where the rungs that need no LLM (previews) left the context over the window, only
@@ -439,7 +439,7 @@ def check_call(
         left = plain[-1].tokens_after if plain else tokens_at_start
         if left >= window:
             assert any(e.reason == "fallback" for e in applied), (
-                f"{where}: the summariser failed and the context was at {left:,} >= {window:,} "
+                f"{where}: the summarizer failed and the context was at {left:,} >= {window:,} "
                 f"after the non-LLM rungs, but no fallback event: {describe_events(events)}"
             )
     assert_valid_openai_chat(mem.to_openai())
@@ -481,7 +481,7 @@ def test_bound_holds_on_random_workloads(
         before = mem.refresh().token_count
         events = mem.compress_if_needed()
         where = (
-            f"{shape}; protected <= {protected:,} tokens; summariser {name}; "
+            f"{shape}; protected <= {protected:,} tokens; summarizer {name}; "
             f"after add {i + 1}/{len(batches)} ({batch[0].role}"
             f"{' tool group' if batch[0].tool_uses else ''})"
         )
@@ -533,4 +533,4 @@ def test_the_random_workloads_exercise_the_fold() -> None:
     print("fallback events per strategy:", dict(sorted(FALLBACKS.items())))
     assert EXERCISED, "no example compressed at all"
     assert EXERCISED[7] > 0, EXERCISED
-    assert FALLBACKS, "the failing summariser never led to an offline fallback"
+    assert FALLBACKS, "the failing summarizer never led to an offline fallback"

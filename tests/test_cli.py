@@ -89,7 +89,7 @@ def test_demo_runs_end_to_end_and_compresses(demo_run: tuple[str, Result], store
     # Every event was printed live with its offload's short id.
     for e in applied:
         assert str(e.offload_uuid)[:8] in out
-    assert "offline extractive summariser" in out
+    assert "offline extractive summarizer" in out
     # Window report: the final totals as stored.
     assert f"working context: {info.token_count:,} / 32,000 tokens" in out
     # Reload proof: the originals came back identical; restart proof: identical totals.
@@ -98,7 +98,7 @@ def test_demo_runs_end_to_end_and_compresses(demo_run: tuple[str, Result], store
     assert "working context identical" in out and "= session total" in out
     # How rarely and how deeply it compressed, from the same events.
     words = r"compression fired after (\d+) of (\d+) steps and reached the target (\d+) times; "
-    rate = re.search((words + r"(\d+) summariser calls").replace(" ", r"\s+"), out)
+    rate = re.search((words + r"(\d+) summarizer calls").replace(" ", r"\s+"), out)
     assert rate is not None, out
     fired, steps, reached, calls = (int(g) for g in rate.groups())
     assert 0 < reached <= fired < steps

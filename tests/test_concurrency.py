@@ -1,8 +1,8 @@
 """Concurrency (SPEC.md section 5): several real processes on one session, and sessions that
 never block each other.
 
-Writers of one session serialise on its row lock; the summariser call holds no lock; a
-compressor whose range changed while it was summarising gives up and records a `conflict`
+Writers of one session serialize on its row lock; the summarizer call holds no lock; a
+compressor whose range changed while it was summarizing gives up and records a `conflict`
 event. docs/scaling.md explains the locking decision; these tests are its evidence.
 """
 
@@ -42,7 +42,7 @@ BATCHES = 25
 
 @pytest.fixture(scope="module")
 def llm() -> Iterator[OpenAIServer]:
-    """A slow summariser endpoint whose first two requests wait for each other: the two
+    """A slow summarizer endpoint whose first two requests wait for each other: the two
     compressors are then both mid-summary on the same snapshot, so exactly one can win."""
     rendezvous = threading.Barrier(2, timeout=10)
     first_two = iter(range(2))

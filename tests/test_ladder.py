@@ -39,7 +39,7 @@ Open = Callable[..., AutoContextMemory]
 
 
 class CountingSummarizer:
-    """The offline summariser, counting its calls; optionally running a hook mid-call."""
+    """The offline summarizer, counting its calls; optionally running a hook mid-call."""
 
     def __init__(self, hook: Callable[[SummaryRequest], None] | None = None) -> None:
         self.inner = OfflineSummarizer()
@@ -202,7 +202,7 @@ def test_a_compression_that_lost_the_race_records_a_conflict(open_memory: Open) 
         rival.compress_if_needed()
 
     mem = open_memory(config=SMALL, summarizer=CountingSummarizer(hook=compress_meanwhile))
-    # Only LLM work: no large payloads, so S2/S3 find nothing and S1 asks the summariser.
+    # Only LLM work: no large payloads, so S2/S3 find nothing and S1 asks the summarizer.
     mem.add(multi_round(7, rounds=4, steps=8, big_every=10_000))
     events = mem.compress_if_needed()
     statuses = [e.status for e in events]
@@ -281,7 +281,7 @@ def test_reload_tool_answers_are_distinct_and_paged(open_memory: Open) -> None:
     assert len(pages) > 1
     full = render_transcript(mem.reload(str(big.offload_uuid)), keep_tags=True)
     assert "".join(pages) == full
-    tool = mem.reload_tool()
+    (tool,) = mem.tools()
     assert tool["function"]["name"] == "context_reload"
     assert tool["function"]["parameters"]["required"] == ["uuid"]
     # Reloading never changes the working context.
@@ -300,7 +300,7 @@ def test_reload_pages_by_message(open_memory: Open) -> None:
     assert mem.reload(str(event.offload_uuid), offset=1, limit=2) == everything[1:3]
 
 
-def test_plan_hint_reaches_the_summariser_last(open_memory: Open) -> None:
+def test_plan_hint_reaches_the_summarizer_last(open_memory: Open) -> None:
     summarizer = CountingSummarizer()
     mem = open_memory(config=SMALL, summarizer=summarizer)
     mem.set_plan(
@@ -409,7 +409,7 @@ def test_a_fold_around_kept_messages_keeps_the_snapshot_and_the_order(open_memor
 
 def test_s5_shortens_a_large_current_user_message_and_keeps_its_head(open_memory: Open) -> None:
     """SPEC.md section 3: a pasted log as the user's request: its first `preview_chars`
-    characters stay verbatim, the rest is summarised, and the tag reloads the original."""
+    characters stay verbatim, the rest is summarized, and the tag reloads the original."""
     config = dataclasses.replace(SMALL, max_tokens=6_000)
     summarizer = CountingSummarizer()
     mem = open_memory(config=config, summarizer=summarizer)
@@ -421,7 +421,7 @@ def test_s5_shortens_a_large_current_user_message_and_keeps_its_head(open_memory
     (shortened,) = mem.messages()
     assert (shortened.role, shortened.kind) == ("user", "large_summary")
     assert shortened.text.startswith(pasted[: config.preview_chars] + "...")
-    # Only the rest went to the summariser: the head is not in the request.
+    # Only the rest went to the summarizer: the head is not in the request.
     (request,) = summarizer.requests
     assert pasted[: config.preview_chars] not in request.transcript
     tag = OFFLOAD_TAG_RE.search(shortened.text.splitlines()[-1])
@@ -431,15 +431,15 @@ def test_s5_shortens_a_large_current_user_message_and_keeps_its_head(open_memory
     check_all(mem)
 
 
-def test_max_llm_calls_bounds_the_summariser_calls_of_one_call(open_memory: Open) -> None:
+def test_max_llm_calls_bounds_the_summarizer_calls_of_one_call(open_memory: Open) -> None:
     summarizer = CountingSummarizer()
     # Only LLM work (no large payloads) and room for many ranges: the budget is what stops it.
     mem = open_memory(config=dataclasses.replace(SMALL, max_llm_calls=1), summarizer=summarizer)
     mem.add(multi_round(14, rounds=6, steps=8, big_every=10_000))
     events = mem.compress_if_needed()
     assert summarizer.calls == 1
-    # One call of the summariser; what the budget left undone, if the context is still over
-    # the window, the offline fallback writes (no summariser call).
+    # One call of the summarizer; what the budget left undone, if the context is still over
+    # the window, the offline fallback writes (no summarizer call).
     assert len([e for e in events if e.strategy in (1, 4, 5, 6, 7) and e.reason != "fallback"]) == 1
 
 
@@ -535,7 +535,7 @@ def test_a_call_fired_by_tokens_goes_on_to_the_target_and_keeps_the_token_floor(
     """Once S5 has brought the tokens under the trigger (still over the target), the call goes
     on to the target (compress rarely, and deeply: SPEC.md section 2), with S6 this time; S1,
     S4 and the fold keep their `min_compress_tokens` floor, so the small rounds of the history
-    are not summarised one by one."""
+    are not summarized one by one."""
     msgs, config = _current_round_pressure(32)
     tokens = sum(count_tokens(m, TokenCounter(config.model)) for m in msgs)
     # S5's two summaries (about 3,000 tokens saved) take the session under the 75% trigger.
@@ -557,8 +557,8 @@ def test_a_call_fired_by_tokens_goes_on_to_the_target_and_keeps_the_token_floor(
 
 
 class LLMStandIn(CountingSummarizer):
-    """The offline summariser under another model's name: it stands for an LLM in the audit
-    (the offline summariser's own events are not LLM calls)."""
+    """The offline summarizer under another model's name: it stands for an LLM in the audit
+    (the offline summarizer's own events are not LLM calls)."""
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         return dataclasses.replace(super().summarize(request), model="stand-in-llm")
@@ -698,7 +698,7 @@ def test_compressions_store_the_final_answer_flag_of_the_kinds_table(open_memory
 
 
 class _AnswersWith:
-    """A summariser whose every answer carries `poison` (NUL, a lone surrogate)."""
+    """A summarizer whose every answer carries `poison` (NUL, a lone surrogate)."""
 
     def __init__(self, poison: str) -> None:
         self.inner = OfflineSummarizer()

@@ -4,7 +4,7 @@ Random histories (rounds, long single-task runs, parallel calls, large payloads,
 messages) and random valid configs; after every compression: the working context is valid
 OpenAI chat, every original is reachable through reload, the originals are unchanged and in
 order, totals equal the stored tokens and a fresh count, and a second call with no new message
-does nothing and calls no summariser.
+does nothing and calls no summarizer.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def test_any_history_compresses_without_losing_anything(
         mem.compress_if_needed()
         assert_valid_openai_chat(mem.to_openai())
         assert_totals_match(mem)
-        # A second call with nothing new does nothing and asks no summariser.
+        # A second call with nothing new does nothing and asks no summarizer.
         calls, version = summarizer.calls, mem.version()
         assert mem.compress_if_needed() == []
         assert (summarizer.calls, mem.version()) == (calls, version)

@@ -57,7 +57,7 @@ class Fault:
     detail: str = ""
 
 
-REFUSAL_TEXT = "I'm sorry, but I can't help with summarising this conversation."
+REFUSAL_TEXT = "I'm sorry, but I can't help with summarizing this conversation."
 
 FAULTS = [
     Fault(
@@ -215,7 +215,7 @@ def test_one_failure_then_good_answers_compress_with_the_llm(
         if e.status == "applied" and e.strategy in (1, 4, 5, 6, 7) and e.reason != "fallback"
     ]
     assert llm_applied, [(e.strategy, e.status, e.reason) for e in events]
-    # The failed range was not retried within the call (by the summariser).
+    # The failed range was not retried within the call (by the summarizer).
     later = events[events.index(first) + 1 :]
     assert all(
         e.replaced_ids != first.replaced_ids
@@ -301,7 +301,7 @@ def test_the_compress_deadline_cuts_the_ladder_and_the_fallback_keeps_the_bound(
 
 
 class _LateSummarizer:
-    """A caller's summariser that knows nothing of deadlines: it answers after `seconds`."""
+    """A caller's summarizer that knows nothing of deadlines: it answers after `seconds`."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds

@@ -175,14 +175,14 @@ def test_the_async_twin_runs_the_same_code(db_url: str, session_id: str) -> None
     ]
 
 
-def test_appended_over_trigger_follows_the_totals_of_the_memorys_own_append(
+def test_the_no_read_trigger_check_follows_the_totals_of_the_memorys_own_append(
     open_memory: Open,
 ) -> None:
     mem = open_memory(config=AutoContextConfig(msg_threshold=3))
     mem.add([Msg.user("a"), Msg.assistant("b")])  # the first append: the locking path
-    assert not mem.appended_over_trigger() and not mem.needs_compression()
+    assert not mem._appended_over_trigger() and not mem.needs_compression()
     mem.add(Msg.user("c"))  # one statement; the trigger (3 messages) now holds
-    assert mem.appended_over_trigger() and mem.needs_compression()
+    assert mem._appended_over_trigger() and mem.needs_compression()
 
 
 def test_the_async_twin_covers_every_public_method() -> None:
@@ -200,7 +200,8 @@ def test_the_async_twin_pops_and_answers_reloads(db_url: str, session_id: str) -
         async with await AsyncAutoContextMemory.open(session_id, db_url) as mem:
             await mem.add([Msg.user("hi"), Msg.assistant("hello")])
             popped = await mem.pop_last()
-            answer = await mem.answer_reload('{"uuid": ""}')
+            call = {"function": {"name": "context_reload", "arguments": '{"uuid": ""}'}}
+            answer = await mem.handle_tool_call(call)
             return popped, (await mem.refresh()).message_count, answer, await mem.version()
 
     popped, count, answer, version = asyncio.run(scenario())

@@ -39,7 +39,7 @@ def test_auto_upgrade_off_refuses_with_the_fix(empty_db_url: str) -> None:
         AutoContextMemory.open("s", empty_db_url, AutoContextConfig(auto_upgrade=False))
 
 
-def test_concurrent_upgrades_serialise_on_the_advisory_lock(empty_db_url: str) -> None:
+def test_concurrent_upgrades_serialize_on_the_advisory_lock(empty_db_url: str) -> None:
     engines = [create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool) for _ in range(4)]
     errors: list[BaseException] = []
 

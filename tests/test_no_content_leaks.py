@@ -1,9 +1,9 @@
 """Neither logs nor exception messages carry message content (SPEC.md section 6).
 
 A secret marker is planted in every part of a session (system, user and assistant text, tool
-arguments, tool outputs, metadata) and in everything the summariser's endpoint sends back (an
+arguments, tool outputs, metadata) and in everything the summarizer's endpoint sends back (an
 answer, a refusal, an error body, a body that is not a completion). Then the session is driven
-through adds, compressions that fail in every way a summariser can fail, bad inputs that raise,
+through adds, compressions that fail in every way a summarizer can fail, bad inputs that raise,
 and reloads. The marker must appear in no log record (every logger, from DEBUG up), in no
 exception (its str and repr, and those of its causes), and in no error recorded on an event.
 """
@@ -40,7 +40,7 @@ UUID = "0b6e4a52-6a3c-4d7e-9a55-3f1f7c0e2d11"
 #: What the endpoint sends back, each with the marker in it somewhere.
 FAULTS: dict[str, Reply] = {
     "answer": Reply.text(f"Summary: the work on {MARKER} is done."),
-    "refusal_field": Reply.refusal(f"I can't summarise {MARKER}."),
+    "refusal_field": Reply.refusal(f"I can't summarize {MARKER}."),
     "plain_refusal": Reply.text(f"I'm sorry, but I can't help with {MARKER}."),
     "empty": Reply.empty(),
     "tag_in_answer": Reply.text(f"{MARKER} <!-- CONTEXT_OFFLOAD: uuid={UUID} -->"),
@@ -140,7 +140,7 @@ def _summarizer(server: OpenAIServer, stream: bool) -> OpenAISummarizer:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_no_fault_of_the_summariser_leaks_content(
+def test_no_fault_of_the_summarizer_leaks_content(
     fault: str,
     stream: bool,
     open_memory: Open,
@@ -168,7 +168,7 @@ def test_no_fault_of_the_summariser_leaks_content(
             strict.compress_if_needed()
         except Exception as exc:
             caught.append(exc)
-        # And the summariser alone, on a request full of the marker.
+        # And the summarizer alone, on a request full of the marker.
         request = build_request(4, secret_history(rounds=1, steps=2))
         try:
             _summarizer(server, stream).summarize(request)
@@ -179,7 +179,7 @@ def test_no_fault_of_the_summariser_leaks_content(
         server.set_default(Reply.text())
 
 
-def test_an_async_summariser_fault_leaks_no_content(
+def test_an_async_summarizer_fault_leaks_no_content(
     server: OpenAIServer, db_url: str, session_id: str, caught: list[BaseException]
 ) -> None:
     async def scenario() -> None:
@@ -205,13 +205,13 @@ def test_an_async_summariser_fault_leaks_no_content(
 
 
 class _Raising:
-    """A caller's summariser whose exception quotes what it was asked to summarise."""
+    """A caller's summarizer whose exception quotes what it was asked to summarize."""
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
-        raise RuntimeError(f"cannot summarise: {request.transcript[:200]}")
+        raise RuntimeError(f"cannot summarize: {request.transcript[:200]}")
 
 
-def test_a_callers_summariser_exception_is_recorded_without_content(
+def test_a_callers_summarizer_exception_is_recorded_without_content(
     open_memory: Open, caught: list[BaseException]
 ) -> None:
     mem = open_memory(config=CONFIG, summarizer=_Raising())
@@ -272,7 +272,8 @@ def test_bad_plans_reload_ids_and_tool_calls_raise_without_content(
     _raises(caught, lambda: mem.reload(MARKER))
     _raises(caught, lambda: mem.reload(f"{UUID[:-1]}{MARKER}"))
     for arguments in ({"uuid": MARKER}, json.dumps({"uuid": f"{MARKER}-{UUID}"})):
-        answer = mem.answer_reload(arguments)
+        call = {"type": "function", "function": {"name": "context_reload", "arguments": arguments}}
+        answer = mem.handle_tool_call(call)
         assert MARKER not in answer, answer
     reopened = AutoContextMemory.open(mem.session_id, db_url, create=False)
     assert any(MARKER in m.text for m in reopened.messages())

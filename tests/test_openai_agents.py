@@ -1,4 +1,4 @@
-"""AutoctxSession: autoctx behind the OpenAI Agents SDK's `Session` protocol, with the real SDK.
+"""AutoContextSession: autoctx behind the OpenAI Agents SDK's `Session` protocol, with the real SDK.
 
 The unit tests drive the protocol methods directly; the Runner test runs a real `agents.Runner`
 whose model is the SDK's Chat Completions model pointed at the local OpenAI-compatible server
@@ -32,7 +32,7 @@ from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 
 from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer, SessionNotFound
-from autoctx.integrations.openai_agents import AutoctxSession, reload_tool
+from autoctx.integrations.openai_agents import AutoContextSession, context_tools
 from autoctx.plot import reconstruct
 from autoctx.store.inspect import message_stamps
 from autoctx.tools import NOT_FOUND_ANSWER
@@ -48,10 +48,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 @pytest.fixture
-def make_session(db_url: str, session_id: str) -> Callable[..., AutoctxSession]:
-    def _make(sid: str | None = None, **kw: Any) -> AutoctxSession:
+def make_session(db_url: str, session_id: str) -> Callable[..., AutoContextSession]:
+    def _make(sid: str | None = None, **kw: Any) -> AutoContextSession:
         kw.setdefault("summarizer", OfflineSummarizer())
-        return AutoctxSession(sid or session_id, db_url, **kw)
+        return AutoContextSession(sid or session_id, db_url, **kw)
 
     return _make
 
@@ -158,14 +158,16 @@ def varied_items() -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_implements_the_sdk_session_protocol(make_session: Callable[..., AutoctxSession]) -> None:
+def test_implements_the_sdk_session_protocol(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
     session = make_session()
     assert isinstance(session, Session)
     assert session.session_settings == SessionSettings()  # as the SDK's own stores default it
 
 
 def test_items_come_back_exactly_as_added(
-    make_session: Callable[..., AutoctxSession], session_id: str
+    make_session: Callable[..., AutoContextSession], session_id: str
 ) -> None:
     items = varied_items()
     session = make_session(compress=False)
@@ -179,7 +181,7 @@ def test_items_come_back_exactly_as_added(
 
 
 def test_an_add_under_the_trigger_is_one_statement_with_compression_on(
-    make_session: Callable[..., AutoctxSession],
+    make_session: Callable[..., AutoContextSession],
 ) -> None:
     """With compression on, an add that leaves the session under its trigger decides so from
     the totals its own statement returned: the append is the only statement of the call."""
@@ -187,7 +189,10 @@ def test_an_add_under_the_trigger_is_one_statement_with_compression_on(
     items = varied_items()
     session.add_items_sync(copy.deepcopy(items[:3]))  # the first append locks (another path)
     mem = session.memory()
-    assert mem.store.totals_after_append(mem.session_id) == (mem.message_count(), mem.token_count())
+    assert mem._store.totals_after_append(mem.session_id) == (
+        mem.message_count(),
+        mem.token_count(),
+    )
     statements: list[str] = []
 
     def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -199,14 +204,14 @@ def test_an_add_under_the_trigger_is_one_statement_with_compression_on(
     finally:
         sa.event.remove(mem.engine, "before_cursor_execute", capture)
     assert [s.split()[:2] for s in statements] == [["WITH", "s"]], statements
-    assert mem.store.totals_after_append(mem.session_id) == (
+    assert mem._store.totals_after_append(mem.session_id) == (
         mem.message_count(),
         mem.token_count(),
     )
 
 
 def test_items_added_in_small_batches_come_back_exactly(
-    make_session: Callable[..., AutoctxSession],
+    make_session: Callable[..., AutoContextSession],
 ) -> None:
     items = varied_items()
     session = make_session(compress=False)
@@ -219,7 +224,7 @@ def test_items_added_in_small_batches_come_back_exactly(
 
 
 def test_a_reasoning_item_and_parallel_calls_are_one_tool_group(
-    make_session: Callable[..., AutoctxSession],
+    make_session: Callable[..., AutoContextSession],
 ) -> None:
     session = make_session(compress=False)
     run(session.add_items(varied_items()))
@@ -242,7 +247,7 @@ def test_a_reasoning_item_and_parallel_calls_are_one_tool_group(
 
 
 def test_reads_follow_other_writers_and_never_hand_out_shared_items(
-    make_session: Callable[..., AutoctxSession], session_id: str
+    make_session: Callable[..., AutoContextSession], session_id: str
 ) -> None:
     items = varied_items()
     mine, other = make_session(compress=False), make_session(session_id, compress=False)
@@ -278,7 +283,7 @@ def test_reads_follow_other_writers_and_never_hand_out_shared_items(
 
 
 def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
-    make_session: Callable[..., AutoctxSession],
+    make_session: Callable[..., AutoContextSession],
 ) -> None:
     items = varied_items()
     session = make_session(compress=False)
@@ -320,7 +325,7 @@ def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
 
 
 def test_the_plot_replays_pops_to_the_session_totals(
-    make_session: Callable[..., AutoctxSession],
+    make_session: Callable[..., AutoContextSession],
 ) -> None:
     """A pop with nothing left in place writes an event and no message; the plot's replay
     must still take it into account (SPEC.md section 8: tokens over time)."""
@@ -340,7 +345,7 @@ def test_the_plot_replays_pops_to_the_session_totals(
 
 
 def test_popping_a_call_out_of_a_parallel_group_keeps_the_others(
-    make_session: Callable[..., AutoctxSession],
+    make_session: Callable[..., AutoContextSession],
 ) -> None:
     items = varied_items()[:7]  # up to and including the two parallel calls, no results yet
     session = make_session(compress=False)
@@ -361,7 +366,7 @@ def test_popping_a_call_out_of_a_parallel_group_keeps_the_others(
 
 
 def test_clear_session_empties_the_context_and_keeps_the_audit_trail(
-    make_session: Callable[..., AutoctxSession],
+    make_session: Callable[..., AutoContextSession],
 ) -> None:
     session = make_session(compress=False)
     items = varied_items()
@@ -394,14 +399,14 @@ def test_clear_session_empties_the_context_and_keeps_the_audit_trail(
     run(session.add_items(again))
     assert run(session.get_items()) == again
     # A session never used clears without error.
-    run(AutoctxSession(f"never-{uuid.uuid4().hex}", mem.engine.url).clear_session())
+    run(AutoContextSession(f"never-{uuid.uuid4().hex}", mem.engine.url).clear_session())
 
 
 def test_from_memory_shares_the_memory(
     open_memory: Callable[..., AutoContextMemory],
 ) -> None:
     mem = open_memory()
-    session = AutoctxSession.from_memory(mem, compress=False)
+    session = AutoContextSession.from_memory(mem, compress=False)
     run(session.add_items([{"role": "user", "content": "hi"}]))
     assert mem.to_openai() == [{"role": "user", "content": "hi"}]
     run(session.clear_session())
@@ -410,7 +415,7 @@ def test_from_memory_shares_the_memory(
 
 
 def test_a_tenants_session_works_and_stays_its_own(
-    make_session: Callable[..., AutoctxSession], session_id: str
+    make_session: Callable[..., AutoContextSession], session_id: str
 ) -> None:
     items = varied_items()[:4]
     session = make_session(compress=False, tenant="acme")
@@ -424,7 +429,7 @@ def test_a_tenants_session_works_and_stays_its_own(
         run(make_session(session_id, tenant="globex").get_items())
 
 
-def test_session_settings_limit_applies(make_session: Callable[..., AutoctxSession]) -> None:
+def test_session_settings_limit_applies(make_session: Callable[..., AutoContextSession]) -> None:
 
     items = varied_items()
     session = make_session(compress=False, session_settings=SessionSettings(limit=2))
@@ -434,7 +439,7 @@ def test_session_settings_limit_applies(make_session: Callable[..., AutoctxSessi
 
 
 def test_session_settings_given_as_a_dict_work_as_the_sdks_own_stores_take_them(
-    make_session: Callable[..., AutoctxSession],
+    make_session: Callable[..., AutoContextSession],
 ) -> None:
 
     items = varied_items()
@@ -471,7 +476,7 @@ def test_session_settings_given_as_a_dict_work_as_the_sdks_own_stores_take_them(
     ],
 )
 def test_an_unstorable_item_is_a_type_error_naming_its_field(
-    make_session: Callable[..., AutoctxSession], item: dict[str, Any], field: str
+    make_session: Callable[..., AutoContextSession], item: dict[str, Any], field: str
 ) -> None:
     from autoctx import InvalidMessage
 
@@ -487,7 +492,7 @@ def test_an_unstorable_item_is_a_type_error_naming_its_field(
 
 
 def test_the_sdks_compaction_wrapper_keeps_every_original_reloadable(
-    make_session: Callable[..., AutoctxSession],
+    make_session: Callable[..., AutoContextSession],
 ) -> None:
     """The SDK's OpenAIResponsesCompactionSession rewrites a store by clear_session() then
     add_items(); over autoctx that must not lose an original (SPEC.md section 5)."""
@@ -540,9 +545,9 @@ def test_the_sdks_compaction_wrapper_keeps_every_original_reloadable(
     _assert_totals_match_a_recount(mem)
 
 
-def test_reload_tool_answers_plainly(make_session: Callable[..., AutoctxSession]) -> None:
+def test_reload_tool_answers_plainly(make_session: Callable[..., AutoContextSession]) -> None:
     session = make_session()
-    tool = reload_tool(session)
+    (tool,) = context_tools(session)
     assert tool.name == "context_reload"
     assert tool.params_json_schema["required"] == ["uuid"]
 
@@ -605,7 +610,7 @@ def assert_valid_chat_history(messages: Sequence[Mapping[str, Any]]) -> None:
 
 
 def test_runner_compresses_along_the_way_and_reloads_an_offload(
-    make_session: Callable[..., AutoctxSession],
+    make_session: Callable[..., AutoContextSession],
 ) -> None:
     config = AutoContextConfig(
         msg_threshold=12,
@@ -637,7 +642,7 @@ def test_runner_compresses_along_the_way_and_reloads_an_offload(
                 name="worker",
                 instructions="Work. " + AutoContextMemory.system_prompt_snippet(),
                 model=model,
-                tools=[read_file, reload_tool(session)],
+                tools=[read_file, *context_tools(session)],
             )
             for prompt, replies in turns:
                 srv.script(*replies)

@@ -5,7 +5,7 @@
 - Caches only ever take what committed: an append interrupted before its commit leaves
   nothing the next append trusts.
 - One memory shared by threads, or by gathered asyncio tasks, behaves as if its calls were made
-  one after the other: no call fails, no conflict, no summariser call for a range another call
+  one after the other: no call fails, no conflict, no summarizer call for a range another call
   already replaced.
 - A process that forks does not share pooled connections with its child.
 - `AutoContextClient` owns the pool and the memories opened through it.
@@ -88,7 +88,7 @@ def test_a_stale_memory_never_touches_the_session_created_again_under_its_id(
     # The new incarnation reaches the stale memory's version with other messages.
     new.add([Msg.user("second incarnation"), Msg.assistant("an answer")])
     before = new.to_openai()
-    assert new.version() == 1 and stale.store.totals_after_append(session_id) is not None
+    assert new.version() == 1 and stale._store.totals_after_append(session_id) is not None
 
     for name, call in _stale_calls(stale):
         with pytest.raises(SessionNotFound):
@@ -134,7 +134,7 @@ def test_an_append_interrupted_before_its_commit_leaves_nothing_the_next_append_
 
 
 class _Counting:
-    """The offline summariser, counting its calls (thread-safe) and slow enough for other
+    """The offline summarizer, counting its calls (thread-safe) and slow enough for other
     callers to come in while a call is in flight."""
 
     def __init__(self) -> None:
@@ -164,10 +164,10 @@ def _sharing_config() -> AutoContextConfig:
     return AutoContextConfig(max_tokens=6000, msg_threshold=60, large_payload_chars=1500)
 
 
-def _assert_serialised(mem: AutoContextMemory, summarizer: _Counting) -> None:
+def _assert_serialized(mem: AutoContextMemory, summarizer: _Counting) -> None:
     events = mem.events()
     assert not [e for e in events if e.status == "conflict"]
-    # Every summariser call is accounted for by exactly one recorded attempt of this memory.
+    # Every summarizer call is accounted for by exactly one recorded attempt of this memory.
     with_model = [e for e in events if e.model is not None and e.strategy in (1, 4, 5, 6, 7)]
     assert summarizer.calls == len(with_model)
     assert any(e.status == "applied" for e in events)
@@ -211,7 +211,7 @@ def test_one_memory_shared_by_eight_threads(open_memory: Open) -> None:
         s=mem.session_id,
     )[0][0]
     assert originals == sum(len(_group(w, s)) for w in range(8) for s in range(12))
-    _assert_serialised(mem, summarizer)
+    _assert_serialized(mem, summarizer)
 
 
 @pytest.mark.parametrize("awaitable", [False, True], ids=["in-a-thread", "awaited"])
@@ -230,7 +230,7 @@ def test_one_async_memory_shared_by_64_gathered_tasks(open_memory: Open, awaitab
 
     results = asyncio.run(main())
     assert [r for r in results if r is not None] == []
-    _assert_serialised(mem.sync, summarizer)
+    _assert_serialized(mem.sync, summarizer)
 
 
 def _in_child(work: Callable[[], None]) -> int:

@@ -109,7 +109,7 @@ def recorder() -> Iterator[Recorder]:
 
 
 class FailOnce:
-    """The offline summariser, except that its first call fails (a `failed` event)."""
+    """The offline summarizer, except that its first call fails (a `failed` event)."""
 
     def __init__(self) -> None:
         self.inner = OfflineSummarizer()
@@ -123,7 +123,7 @@ class FailOnce:
 
 
 class RivalDuring:
-    """The offline summariser that lets a rival compress the same session mid-call (a
+    """The offline summarizer that lets a rival compress the same session mid-call (a
     `conflict` event for the loser)."""
 
     def __init__(self, rival: Callable[[], object]) -> None:
@@ -283,7 +283,7 @@ def _check(c: Captured) -> list[str]:
         return problems
     refs, pinned, problems = _pinned_aliases(c)
     if not refs:
-        problems.append("names a session table but no table reference was recognised")
+        problems.append("names a session table but no table reference was recognized")
     if refs - pinned:
         problems.append(f"tables not pinned to the session: {sorted(refs - pinned)}")
     return problems

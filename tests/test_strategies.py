@@ -194,7 +194,7 @@ def test_empty_snapshot_plans_nothing() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_s1_summarises_a_historical_run_of_whole_groups() -> None:
+def test_s1_summarizes_a_historical_run_of_whole_groups() -> None:
     h = Hist()
     h.system()
     h.user()
@@ -474,7 +474,7 @@ def test_s2_without_final_answer_or_long_task_plans_nothing() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_s4_summarises_previous_rounds_but_keeps_their_user_messages() -> None:
+def test_s4_summarizes_previous_rounds_but_keeps_their_user_messages() -> None:
     h = Hist()
     h.system()
     u1 = h.user()
@@ -521,7 +521,7 @@ def test_s4_skips_rounds_with_nothing_between_user_and_answer() -> None:
 
 def test_s4_keeps_earlier_round_and_current_round_summaries() -> None:
     """A round S6 compressed while it was current keeps that summary (it may be compressed again
-    only by S6); S4 summarises what follows it."""
+    only by S6); S4 summarizes what follows it."""
     h = Hist()
     h.user()
     crs = h.answer(kind="current_round_summary", tokens=300)
@@ -630,7 +630,7 @@ def test_s5_acts_only_under_token_pressure() -> None:
     assert s5(h.snap(), cfg(), COUNT_ONLY) == []
 
 
-def test_s5_summarises_large_originals_after_the_latest_user_message() -> None:
+def test_s5_summarizes_large_originals_after_the_latest_user_message() -> None:
     h, wanted = _current_round_with_large_messages()
     edits = s5(h.snap(), cfg(), PRESSURE)
     assert starts(edits) == wanted
@@ -670,7 +670,7 @@ def test_s6_acts_only_under_token_pressure() -> None:
     assert s6(h.snap(), cfg(), COUNT_ONLY) == []
 
 
-def test_s6_summarises_everything_after_the_user_message_with_a_budget() -> None:
+def test_s6_summarizes_everything_after_the_user_message_with_a_budget() -> None:
     h = Hist()
     h.user()
     h.answer()
@@ -692,7 +692,7 @@ def test_s6_budget_is_at_least_one() -> None:
 
 
 def test_s6_leaves_a_round_too_small_to_gain_on() -> None:
-    """SPEC.md section 2: no range is sent to the summariser when it cannot gain."""
+    """SPEC.md section 2: no range is sent to the summarizer when it cannot gain."""
     h = Hist()
     h.user()
     h.answer(tokens=MIN_LLM_RANGE_TOKENS - 1)
@@ -752,8 +752,8 @@ def test_s6_keeps_a_small_earlier_summary_as_verbatim_prefix() -> None:
     assert edits[0].char_budget == int(0.3 * 280)  # the prefix is not counted
 
 
-def test_s6_summarises_the_prefix_too_when_keeping_it_cannot_reach_the_target() -> None:
-    """Protected messages (the system prompts of many tasks) leave little room: summarising
+def test_s6_summarizes_the_prefix_too_when_keeping_it_cannot_reach_the_target() -> None:
+    """Protected messages (the system prompts of many tasks) leave little room: summarizing
     only the newest steps would shave a little at every call and never reach the target."""
     config = cfg(max_tokens=10_000, target_ratio=0.6)  # token target 6,000
     h = Hist()
@@ -768,8 +768,8 @@ def test_s6_summarises_the_prefix_too_when_keeping_it_cannot_reach_the_target() 
     assert s6(h.snap(), roomy, PRESSURE)[0].verbatim_prefix_id == h.msgs[u + 1].id
 
 
-def test_s6_summarises_an_oversized_prefix_too() -> None:
-    # token_target = 6000, current_round_ratio 0.3: a prefix above 1800 tokens is summarised.
+def test_s6_summarizes_an_oversized_prefix_too() -> None:
+    # token_target = 6000, current_round_ratio 0.3: a prefix above 1800 tokens is summarized.
     config = cfg(max_tokens=10_000, target_ratio=0.6, current_round_ratio=0.3)
     h = Hist()
     u = h.user()
@@ -788,7 +788,7 @@ def test_s6_summarises_an_oversized_prefix_too() -> None:
 
 
 @pytest.mark.parametrize("tokens", [10, 5000])
-def test_s6_never_resummarises_only_its_own_output(tokens: int) -> None:
+def test_s6_never_resummarizes_only_its_own_output(tokens: int) -> None:
     h = Hist()
     h.user()
     h.answer(kind="current_round_summary", tokens=tokens)
@@ -969,6 +969,6 @@ def test_fold_skips_a_failed_range_except_in_the_fallback() -> None:
     (edit,) = s7(h.snap(), _fold_cfg(), PRESSURE)
     failed = PlanContext(True, frozenset({edit.replaced_ids}))
     assert s7(h.snap(), _fold_cfg(), failed) == []
-    # The offline fallback retries exactly what failed with the configured summariser.
+    # The offline fallback retries exactly what failed with the configured summarizer.
     failed_fallback = PlanContext(True, failed.failed, count_pressure=False, fallback=True)
     assert s7(h.snap(), _fold_cfg(), failed_fallback) == [edit]

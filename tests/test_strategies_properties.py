@@ -37,7 +37,7 @@ NEW_KIND: dict[int, Kind] = {
     7: "history_summary",
 }
 PER_MESSAGE = (2, 3, 5)
-#: The strategies that summarise a range with an LLM, which must hold enough to gain on.
+#: The strategies that summarize a range with an LLM, which must hold enough to gain on.
 RANGE_LLM = (1, 4, 6, 7)
 #: What each range strategy may fold in (SPEC.md section 1's kinds table).
 ALLOWED_KINDS: dict[int, frozenset[Kind]] = {
@@ -287,7 +287,7 @@ def check_edits(
                 assert all(inside) or not any(inside), "a tool group is never cut"
             assert all(msgs[k].kind in ALLOWED_KINDS[strategy] for k in rng)
             body = members[1:] if e.verbatim_prefix_id is not None else members
-            assert body, "something besides a verbatim prefix is summarised"
+            assert body, "something besides a verbatim prefix is summarized"
             assert any(msgs[k].kind != e.new_kind for k in body), "never only its own output"
         if strategy == 6:
             assert e.char_budget is not None and e.char_budget >= 1
@@ -395,8 +395,8 @@ def test_a_strategy_does_not_rework_its_own_output(
         after = apply(msgs, edits)
         made = {m.id for m in after if m.id < 0}
         for e in planner(snapshot_of(after), config, ctx):
-            summarised = e.replaced_ids[1:] if e.verbatim_prefix_id is not None else e.replaced_ids
-            assert not set(summarised) <= made, f"S{strategy} reworked its own output"
+            summarized = e.replaced_ids[1:] if e.verbatim_prefix_id is not None else e.replaced_ids
+            assert not set(summarized) <= made, f"S{strategy} reworked its own output"
 
 
 @given(

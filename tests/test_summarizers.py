@@ -1,4 +1,4 @@
-"""The offline summariser, and the OpenAI one against a real local Chat Completions server."""
+"""The offline summarizer, and the OpenAI one against a real local Chat Completions server."""
 
 from __future__ import annotations
 
@@ -277,7 +277,7 @@ def test_request_is_plain_text_with_plan_last(srv: OpenAIServer, stream: bool) -
 
 def test_default_answer_and_no_plan(srv: OpenAIServer) -> None:
     result = summarizer(srv).summarize(small_request())
-    assert result.text.startswith("Summary: Transcript to summarise:")
+    assert result.text.startswith("Summary: Transcript to summarize:")
     assert result.model == "summary-model"  # the server echoes the requested model
     user = srv.requests[-1]["messages"][1]["content"]
     assert "Plan of this session" not in user and "Character budget" not in user
@@ -302,7 +302,7 @@ FAILURES: list[tuple[str, Reply, str]] = [
     ("tag-only", Reply.tag_only(UUID), "tag_in_answer"),
     ("tag-inside", Reply.text(f"Done.\n{offload_tag(UUID)}"), "tag_in_answer"),
     ("marker", Reply.text("see CONTEXT_OFFLOAD above"), "tag_in_answer"),
-    ("refusal", Reply.refusal("I won't summarise this."), "refusal"),
+    ("refusal", Reply.refusal("I won't summarize this."), "refusal"),
     ("content-filter", Reply.text("partial", finish_reason="content_filter"), "refusal"),
     ("tool-call-only", Reply.tool_call("deploy", {"env": "prod"}), "empty"),
 ]

@@ -82,7 +82,7 @@ _FAILED_EVENT = """
 insert into compression_events (session_id, id, strategy, status, reason, messages_before,
     messages_after, tokens_before, tokens_after, session_version, config, error)
 select session_id, next_event_id, 1, 'failed', 'manual', message_count, message_count,
-    token_count, token_count, version, config, 'summariser down (test)'
+    token_count, token_count, version, config, 'summarizer down (test)'
 from sessions where session_id = any(:s)
 """
 

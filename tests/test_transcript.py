@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoctx.config import LLM_STRATEGIES
-from autoctx.errors import AutoctxError, ConfigError, InvalidPlan
+from autoctx.errors import AutoContextError, ConfigError, InvalidPlan
 from autoctx.messages import Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from autoctx.prompts import (
     DEFAULT_PROMPTS,
@@ -194,7 +194,7 @@ PLAN: dict[str, Any] = {
 }
 
 
-def test_validate_plan_normalises() -> None:
+def test_validate_plan_normalizes() -> None:
     assert validate_plan(PLAN) == PLAN
     assert validate_plan({"goal": "g"}) == {"goal": "g", "steps": [], "expected_outcome": ""}
     assert validate_plan({"goal": "g", "steps": [{"title": "t"}]})["steps"] == [
@@ -223,7 +223,7 @@ def test_validate_plan_refuses(plan: dict[str, Any], fragment: str) -> None:
 
 
 def test_invalid_plan_is_an_autoctx_value_error() -> None:
-    assert issubclass(InvalidPlan, AutoctxError)
+    assert issubclass(InvalidPlan, AutoContextError)
     assert issubclass(InvalidPlan, ValueError)
     with pytest.raises(InvalidPlan):
         validate_plan(["not", "a", "mapping"])  # type: ignore[arg-type]
@@ -324,12 +324,12 @@ def test_user_content_order_plan_last() -> None:
     content = request.user_content()
     hint = plan_hint(PLAN)
     assert hint is not None
-    assert content.startswith("Transcript to summarise:\n\n[user] Fix the failing test.")
+    assert content.startswith("Transcript to summarize:\n\n[user] Fix the failing test.")
     assert content.endswith(hint)
     assert content.index(request.transcript) < content.index("at most 321 characters")
     assert content.index("at most 321 characters") < content.index(hint)
     no_extras = build_request(1, _conversation()[1:]).user_content()
-    assert no_extras == "Transcript to summarise:\n\n" + render_transcript(_conversation()[1:])
+    assert no_extras == "Transcript to summarize:\n\n" + render_transcript(_conversation()[1:])
 
 
 def test_reload_snippet() -> None:

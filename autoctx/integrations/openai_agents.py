@@ -1,17 +1,17 @@
 """autoctx as an OpenAI Agents SDK session: pass one object and an agent gets the memory.
 
     from agents import Agent, Runner
-    from autoctx.integrations.openai_agents import AutoctxSession, reload_tool
+    from autoctx.integrations.openai_agents import AutoContextSession, context_tools
 
-    session = AutoctxSession("agent-42", config=AutoContextConfig(max_tokens=128_000))
+    session = AutoContextSession("agent-42", config=AutoContextConfig(max_tokens=128_000))
     agent = Agent(
         name="worker",
         instructions="..." + AutoContextMemory.system_prompt_snippet(),
-        tools=[..., reload_tool(session)],
+        tools=[..., *context_tools(session)],
     )
     await Runner.run(agent, "Fix the failing test", session=session)
 
-`AutoctxSession` implements the SDK's `Session` protocol (`get_items`, `add_items`, `pop_item`,
+`AutoContextSession` implements the SDK's `Session` protocol (`get_items`, `add_items`, `pop_item`,
 `clear_session`, `session_id`, `session_settings`). The SDK speaks Responses-API input items;
 autoctx stores messages. The conversion is lossless: `get_items()` after `add_items(items)`
 gives back items equal to `items` (every key the conversion does not model is kept in the
@@ -31,7 +31,7 @@ Summaries and previews written by the compressions come back as plain items: an 
 message with string content for a summary (the form every model API and the SDK's Chat
 Completions converter accept without an item id), a `function_call_output` holding the preview
 for a previewed tool result, a user message for a previewed user message, and the calls of a
-summarised tool_use message as `function_call` items, so that the SDK always gets a history the
+summarized tool_use message as `function_call` items, so that the SDK always gets a history the
 model API accepts.
 
 A model response is saved by the SDK in one `add_items` call; autoctx refuses a batch that
@@ -83,9 +83,9 @@ from ..messages import (
     ToolUseBlock,
 )
 from ..summarizers import Summarizer
-from ..tools import TOOL_NAME, reload_tool_definition
+from ..tools import tool_definitions
 
-__all__ = ["META_KEY", "AutoctxSession", "items_to_messages", "message_items", "reload_tool"]
+__all__ = ["META_KEY", "AutoContextSession", "context_tools", "items_to_messages", "message_items"]
 
 #: Metadata key under which a message keeps what it needs to give its items back exactly.
 META_KEY = "agents"
@@ -265,7 +265,7 @@ _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
 def _check_plain_json(item: Mapping[str, Any], index: int) -> None:
-    """Refuse, naming the field, a value the SDK's own stores could not serialise either
+    """Refuse, naming the field, a value the SDK's own stores could not serialize either
     (they raise `TypeError` from `json.dumps`; `InvalidMessage` is one), before any of it is
     split into blocks and metadata, where the error would name the wrong part."""
     stack: list[tuple[Any, str]] = [(item, "")]
@@ -284,7 +284,7 @@ def _check_plain_json(item: Mapping[str, Any], index: int) -> None:
         elif not isinstance(node, _JSON_SCALARS):
             raise InvalidMessage(
                 f"item {index}, field {field!r}: holds a {type(node).__name__}, which is not "
-                "JSON-serialisable; pass JSON values (str, numbers, booleans, None, lists, dicts)"
+                "JSON-serializable; pass JSON values (str, numbers, booleans, None, lists, dicts)"
             )
 
 
@@ -522,12 +522,12 @@ class _OpenArgs:
     tenant: str | None
 
 
-class AutoctxSession:
+class AutoContextSession:
     """An OpenAI Agents SDK `Session` kept by autoctx in PostgreSQL.
 
-    `AutoctxSession(session_id, database_url=None, config=None, *, summarizer=None,
+    `AutoContextSession(session_id, database_url=None, config=None, *, summarizer=None,
     compress=True, tenant=None)` opens (or creates) the autoctx session on first use;
-    `AutoctxSession.from_memory(mem)` wraps a memory already open. With `compress=True`,
+    `AutoContextSession.from_memory(mem)` wraps a memory already open. With `compress=True`,
     `add_items` runs autoctx's compression loop whenever the trigger holds after the append.
     """
 
@@ -570,8 +570,8 @@ class AutoctxSession:
         *,
         compress: bool = True,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
-    ) -> AutoctxSession:
-        """A session over an open memory (its database, config, tenant and summariser)."""
+    ) -> AutoContextSession:
+        """A session over an open memory (its database, config, tenant and summarizer)."""
         summarizer = mem.summarizer
         session = cls(
             mem.session_id,
@@ -649,8 +649,7 @@ class AutoctxSession:
         mem = self.memory()
         # Every message gives at least one item, so the latest `limit` messages hold the latest
         # `limit` items: the read stays O(limit) on a session of any length.
-        ids = mem.store.working_ids(self.session_id, limit)
-        epoch = mem.store.incarnation(self.session_id)
+        epoch, ids = mem._working_ids(limit)
         with self._cache_lock:
             if epoch != self._cache_epoch:
                 self._cache_epoch, self._cache = epoch, {}
@@ -662,9 +661,7 @@ class AutoctxSession:
         # collection between two steps of it would walk them all.
         with paused_gc():
             if missing:
-                for msg_id, role, kind, content, metadata in mem.store.message_documents(
-                    self.session_id, missing
-                ):
+                for msg_id, role, kind, content, metadata in mem._message_documents(missing):
                     known[msg_id] = [
                         item for item, _ in _items_with_blocks(role, kind, content, metadata)
                     ]
@@ -695,7 +692,7 @@ class AutoctxSession:
                 for msg, (_, group) in zip(stored, converted, strict=True):
                     if msg.id is not None:
                         self._cache[msg.id] = [_copy(dict(item)) for item in group]
-        if self.compress and mem.appended_over_trigger():
+        if self.compress and mem._appended_over_trigger():
             mem.compress_if_needed()
 
     def pop_item_sync(self) -> TResponseInputItem | None:
@@ -761,30 +758,34 @@ def _remainder(last: Msg, keep: Sequence[int]) -> Msg:
 # ---------------------------------------------------------------------------------------------
 
 
-def reload_tool(session: AutoctxSession | AutoContextMemory) -> FunctionTool:
-    """`context_reload` as an Agents SDK function tool answering from `session`'s offloads.
+def context_tools(session: AutoContextSession | AutoContextMemory) -> list[FunctionTool]:
+    """The memory's model tools (`AutoContextMemory.tools()`: `context_reload`) as Agents SDK
+    function tools answering from `session`.
 
-    Add it to the agent's tools (and `AutoContextMemory.system_prompt_snippet()` to its
-    instructions) so that the model can read back what a compression offloaded. The answer is
+    Add them to the agent's tools (and `AutoContextMemory.system_prompt_snippet()` to its
+    instructions) so that the model can read back what a compression offloaded. Each answer is
     the memory's `handle_tool_call` answer: the originals as text, paged, and plain answers for
     an unknown, malformed or foreign id.
     """
-    definition = reload_tool_definition(session.config.reload_page_chars)["function"]
 
     def memory() -> AutoContextMemory:
         return session if isinstance(session, AutoContextMemory) else session.memory()
 
-    def answer(arguments: str) -> str:
-        return memory().answer_reload(arguments)
+    def tool(definition: Mapping[str, Any]) -> FunctionTool:
+        name = definition["name"]
 
-    async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
-        return await asyncio.to_thread(answer, arguments)
+        async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
+            call = {"type": "function", "function": {"name": name, "arguments": arguments}}
+            return await asyncio.to_thread(lambda: memory().handle_tool_call(call))
 
-    return FunctionTool(
-        name=TOOL_NAME,
-        description=definition["description"],
-        params_json_schema=definition["parameters"],
-        on_invoke_tool=on_invoke_tool,
-        # `offset` is optional, which strict mode (every property required) does not allow.
-        strict_json_schema=False,
-    )
+        return FunctionTool(
+            name=name,
+            description=definition["description"],
+            params_json_schema=definition["parameters"],
+            on_invoke_tool=on_invoke_tool,
+            # Optional parameters (`offset`), which strict mode (every property required) does
+            # not allow.
+            strict_json_schema=False,
+        )
+
+    return [tool(definition["function"]) for definition in tool_definitions(session.config)]

@@ -35,7 +35,7 @@ logger = logging.getLogger("autoctx")
 ENV_URL = "AUTOCTX_DATABASE_URL"
 ENV_EMBEDDED_DIR = "AUTOCTX_EMBEDDED_DIR"
 EMBEDDED_DATABASE = "autoctx"
-#: Serialises concurrent upgrades (several processes opening a fresh database at once).
+#: Serializes concurrent upgrades (several processes opening a fresh database at once).
 _MIGRATION_LOCK_KEY = int.from_bytes(
     hashlib.sha256(b"autoctx:migrations").digest()[:8], "big", signed=True
 )

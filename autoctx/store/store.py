@@ -1,9 +1,9 @@
 """The store: every SQL statement autoctx issues for a session lives here.
 
 Each public method is one unit of work (one transaction, or one statement in autocommit where a
-statement does it all). Writers of a session serialise on the session row (`SELECT ... FOR
+statement does it all). Writers of a session serialize on the session row (`SELECT ... FOR
 UPDATE`, or the `UPDATE` of the one-statement append): an append, an apply and an event record
-each lock it for the few milliseconds of their work, and nothing holds it across a summariser
+each lock it for the few milliseconds of their work, and nothing holds it across a summarizer
 call.
 Every statement filters on one session_id, so sessions never block each other and the schema can
 be sharded by session (docs/scaling.md).
@@ -349,7 +349,7 @@ class Store:
         it is still at the version the store expects and inserts the messages and their
         working-set rows from the same snapshot of it, so it either all happens or nothing
         does. When this store wrote the session's latest version itself (the usual case: one
-        agent loop, one memory), it runs alone, in autocommit: the update's row lock serialises
+        agent loop, one memory), it runs alone, in autocommit: the update's row lock serializes
         it with every other writer of the session. Otherwise (a process's first append, or
         another writer came in between) the store first locks the session row to learn its
         version and open calls, validates the batch against them, and runs the same statement

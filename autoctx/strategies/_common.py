@@ -31,7 +31,7 @@ from ..tools import TOOL_NAME
 
 Planner: TypeAlias = Callable[[Snapshot, AutoContextConfig, PlanContext], list[Edit]]
 
-#: The tool an agent reloads offloads with; S5 never summarises its results, so that an agent
+#: The tool an agent reloads offloads with; S5 never summarizes its results, so that an agent
 #: cannot loop reloading what was just compressed (SPEC.md section 4).
 RELOAD_TOOL_NAME: Final = TOOL_NAME
 
@@ -222,7 +222,7 @@ def compute_layout(
     )
 
 
-#: The fewest tokens a range sent to the summariser must hold: well more than a minimal
+#: The fewest tokens a range sent to the summarizer must hold: well more than a minimal
 #: summary and its offload tag (about 25 tokens), so that a summary of it can gain and
 #: `no_gain` failures stay rare events, not a per-turn cost (SPEC.md section 2).
 MIN_LLM_RANGE_TOKENS: Final = 256

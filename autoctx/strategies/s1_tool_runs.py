@@ -31,7 +31,7 @@ def plan_s1(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     edits: list[Edit] = []
     limit = min(lay.history_end, lay.tail_start)
     for start, end in tool_runs(lay, limit, longer_than=config.min_tool_run):
-        # A run of nothing but previews and summaries was compressed once already; summarising
+        # A run of nothing but previews and summaries was compressed once already; summarizing
         # it again would mostly re-word earlier output.
         if all(lay.metas[k].kind != "original" for k in range(start, end)):
             continue
@@ -89,7 +89,7 @@ def _exact_runs(
 
 
 def _is_run_group(lay: Layout, start: int, end: int) -> bool:
-    """A whole, answered, unpinned tool group whose members may be summarised by S1 (called on
+    """A whole, answered, unpinned tool group whose members may be summarized by S1 (called on
     groups that passed `tool_runs`'s cheap check: an assistant head with calls and answers)."""
     head = lay.metas[start]
     members = lay.metas[start:end]

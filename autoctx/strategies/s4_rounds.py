@@ -7,7 +7,7 @@ message that is neither system nor pinned (its final answer, when it has one).
 
 The kinds table of SPEC.md section 1 lets a round summary or a current-round summary be
 compressed again only inside a larger range (S6, the fold). A round that holds one keeps it,
-and S4 summarises only what follows the last of them.
+and S4 summarizes only what follows the last of them.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def round_range(lay: Layout, user: int, last: int) -> tuple[int, int] | None:
             break
     end = last + 1
     # Only the last message left (nothing between the user message, or a kept summary, and
-    # it): nothing to fold in. That is also how a round S4 already summarised looks.
+    # it): nothing to fold in. That is also how a round S4 already summarized looks.
     if end - start < 2:
         return None
     if not lay.holds_whole_groups(start, end) or lay.touches_pending(start, end):

@@ -1,10 +1,10 @@
 """S5: large messages in the current round -> conservative summary (LLM), under token pressure.
 
-Only the text/output of the message is summarised; its tool_use/tool_result ids and names stay,
+Only the text/output of the message is summarized; its tool_use/tool_result ids and names stay,
 so an edit here never breaks a tool group. The compressor builds the replacement that way.
 
 The current round's user message is a candidate too when it alone is large (a pasted log or
-file): its first `preview_chars` characters stay verbatim and the rest is summarised.
+file): its first `preview_chars` characters stay verbatim and the rest is summarized.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ def plan_s5(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     return [
         make_edit(snapshot, STRATEGY, i, i + 1, "large_summary")
         for i in lay.large_in(first, len(lay))
-        if _summarisable(lay, i) and not has_failed(snapshot, ctx, i, i + 1)
+        if _summarizable(lay, i) and not has_failed(snapshot, ctx, i, i + 1)
     ]
 
 
-def _summarisable(lay: Layout, i: int) -> bool:
-    """Whether large message `i` may be summarised alone."""
+def _summarizable(lay: Layout, i: int) -> bool:
+    """Whether large message `i` may be summarized alone."""
     m = lay.metas[i]
     return (
-        # Previews and summaries of every kind are never summarised alone again.
+        # Previews and summaries of every kind are never summarized alone again.
         m.kind == "original"
         # The current user message is protected from every other rule; S5 may shorten it
         # (SPEC.md section 3), unless the caller pinned it.

@@ -3,8 +3,8 @@
 The range is everything after the latest user message and after the last system or pinned
 message of the round, up to (not including) a trailing pending tool call group. An earlier S6
 summary at the start of the range is kept verbatim as a prefix, until that prefix alone grows
-past `current_round_ratio` of the token target; then it is summarised too, which keeps a task of
-any length bounded. It is summarised too when keeping it could not bring the context under the
+past `current_round_ratio` of the token target; then it is summarized too, which keeps a task of
+any length bounded. It is summarized too when keeping it could not bring the context under the
 target (protected messages, such as the system prompts of many tasks, leave little room):
 a call that fires goes on to the target (SPEC.md section 2), instead of shaving a few tokens off
 the newest steps at every turn.
@@ -33,14 +33,14 @@ def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     if prefix is not None and not _reaches_target_with_prefix(snapshot, lay, start, end, config):
         prefix = None
     body_start = start + 1 if prefix is not None else start
-    # Nothing new after the prefix, or nothing but earlier S6 output: summarising it would only
+    # Nothing new after the prefix, or nothing but earlier S6 output: summarizing it would only
     # re-word S6's own text.
     if body_start >= end or only_kind(lay.metas, body_start, end, "current_round_summary"):
         return []
     if has_failed(snapshot, ctx, start, end):
         return []
     # A round too small to gain on is left alone (SPEC.md section 2: no range is sent to the
-    # summariser when it cannot gain).
+    # summarizer when it cannot gain).
     if lay.tokens(body_start, end) < MIN_LLM_RANGE_TOKENS:
         return []
     body_chars = sum(m.chars for m in lay.metas[body_start:end])
@@ -58,7 +58,7 @@ def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
 
 
 def current_round_range(lay: Layout) -> tuple[int, int]:
-    """[start, end) of what S6 may summarise; empty when end <= start."""
+    """[start, end) of what S6 may summarize; empty when end <= start."""
     start = lay.latest_user + 1 if lay.latest_user is not None else lay.round_start
     # S6 acts only after the last system or pinned message of the round, even one inside the
     # trailing pending group: those messages keep their place after everything before them.
@@ -73,7 +73,7 @@ def current_round_range(lay: Layout) -> tuple[int, int]:
 def _reaches_target_with_prefix(
     snapshot: Snapshot, lay: Layout, start: int, end: int, config: AutoContextConfig
 ) -> bool:
-    """Whether summarising only what follows the prefix at `start`, at `current_round_ratio` of
+    """Whether summarizing only what follows the prefix at `start`, at `current_round_ratio` of
     its size, would bring the context under the token target."""
     body = lay.tokens(start + 1, end)
     return snapshot.token_count - body * (1 - config.current_round_ratio) < config.token_target

@@ -74,7 +74,7 @@ def upgrade() -> None:
         sa.Column("final", sa.Boolean, nullable=False, server_default=sa.false()),
         sa.Column("tokens", sa.Integer, nullable=False),
         sa.Column("chars", sa.Integer, nullable=False),
-        # Denormalised from content so that planning reads metadata only.
+        # Denormalized from content so that planning reads metadata only.
         sa.Column("call_ids", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
         sa.Column("result_ids", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
         sa.Column("tool_names", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),

@@ -28,7 +28,7 @@ down_revision = "0001"
 branch_labels = None
 depends_on = None
 
-#: The strategies whose replacement text a summariser writes (SPEC.md section 3).
+#: The strategies whose replacement text a summarizer writes (SPEC.md section 3).
 _LLM_STRATEGIES = "(1, 4, 5, 6)"
 
 SAVINGS_BY_STRATEGY = """

@@ -1,10 +1,10 @@
 """The fold (strategy 7) and the offline fallback: a strategy, a message kind, an event reason.
 
 `autoctx_session_cost.llm_calls` counts the fold's calls too, and not the fallback's: the
-offline summariser that keeps the bound when the configured one fails calls no LLM.
+offline summarizer that keeps the bound when the configured one fails calls no LLM.
 
 `history_summary` is the kind of the one rolling summary the fold keeps of a session's history
-(SPEC.md section 3); `fallback` is the reason of a summary the offline summariser wrote because
+(SPEC.md section 3); `fallback` is the reason of a summary the offline summarizer wrote because
 the configured one failed and the context was still over the window (SPEC.md section 2).
 
 Revision ID: 0004

@@ -1,8 +1,8 @@
 """`autoctx_session_cost.llm_calls` counts calls to an LLM only.
 
-The built-in offline summariser (model `autoctx-offline`, or `offline` when it stands in as the
+The built-in offline summarizer (model `autoctx-offline`, or `offline` when it stands in as the
 fallback) writes summaries without any network call; counting its events as LLM calls made a
-session summarised offline report hundreds of "LLM calls" at zero tokens. The view is replaced
+session summarized offline report hundreds of "LLM calls" at zero tokens. The view is replaced
 in place (`CREATE OR REPLACE`), so the privileges granted on it (`autoctx db grant-tenant`) and
 its `security_invoker` option stay.
 
