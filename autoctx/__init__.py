@@ -8,14 +8,15 @@ events = mem.compress_if_needed()
 messages = mem.to_openai()
 """
 
-from .client import AutoContextClient
-from .config import AutoContextConfig
-from .errors import (
+from ._client import AutoContextClient
+from ._config import AutoContextConfig
+from ._errors import (
     AutoContextError,
     ConfigError,
     DatabaseUnavailable,
     InvalidMessage,
     InvalidOffloadId,
+    InvalidPlan,
     InvalidSessionId,
     OffloadNotFound,
     SchemaError,
@@ -23,9 +24,9 @@ from .errors import (
     SummarizerError,
     TenantGrantError,
 )
-from .events import Event
-from .memory import AsyncAutoContextMemory, AutoContextMemory
-from .messages import (
+from ._events import Event
+from ._memory import AsyncAutoContextMemory, AutoContextMemory
+from ._messages import (
     Msg,
     OpaqueBlock,
     TextBlock,
@@ -34,9 +35,10 @@ from .messages import (
     from_openai_messages,
     to_openai_messages,
 )
-from .store import tenancy as _tenancy
-from .store.database import upgrade as _upgrade
-from .summarizers import (
+from ._store import tenancy as _tenancy
+from ._store.database import upgrade as _upgrade
+from ._store.rows import SessionInfo
+from ._summarizers import (
     AsyncSummarizer,
     OfflineSummarizer,
     OpenAISummarizer,
@@ -49,7 +51,7 @@ from .summarizers import (
 def upgrade_database(database_url: str | None = None) -> str:
     """Run autoctx's migrations on `database_url` (default: AUTOCTX_DATABASE_URL, else the
     embedded PostgreSQL); returns the schema revision."""
-    from .store.database import engine_for
+    from ._store.database import engine_for
 
     with engine_for(database_url) as engine:
         return _upgrade(engine)
@@ -63,7 +65,7 @@ def grant_tenant(role: str, tenant: str, database_url: str | None = None) -> boo
 
         grant_tenant("acme_agent", "acme")   # then connect as acme_agent, open tenant="acme"
     """
-    from .store.database import engine_for
+    from ._store.database import engine_for
 
     with engine_for(database_url) as engine:
         return _tenancy.grant_tenant(engine, role, tenant)
@@ -72,7 +74,7 @@ def grant_tenant(role: str, tenant: str, database_url: str | None = None) -> boo
 def revoke_tenant(role: str, tenant: str, database_url: str | None = None) -> bool:
     """Take `tenant` away from `role`; returns True if it held it. With its last tenant gone,
     the role loses every privilege on autoctx's tables and views."""
-    from .store.database import engine_for
+    from ._store.database import engine_for
 
     with engine_for(database_url) as engine:
         return _tenancy.revoke_tenant(engine, role, tenant)
@@ -90,6 +92,7 @@ __all__ = [
     "Event",
     "InvalidMessage",
     "InvalidOffloadId",
+    "InvalidPlan",
     "InvalidSessionId",
     "Msg",
     "OfflineSummarizer",
@@ -97,6 +100,7 @@ __all__ = [
     "OpaqueBlock",
     "OpenAISummarizer",
     "SchemaError",
+    "SessionInfo",
     "SessionNotFound",
     "Summarizer",
     "SummarizerError",

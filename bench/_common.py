@@ -30,9 +30,9 @@ from psycopg.conninfo import make_conninfo
 from rich.console import Console
 from sqlalchemy.engine import URL
 
-from autoctx.memory import dispose_engines
-from autoctx.messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
-from autoctx.store.database import (
+from autoctx import Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from autoctx._memory import dispose_engines
+from autoctx._store.database import (
     ENV_URL,
     create_engine,
     ensure_database,
@@ -40,7 +40,7 @@ from autoctx.store.database import (
     resolve_url,
     upgrade,
 )
-from autoctx.tokens import TokenCounter
+from autoctx._tokens import TokenCounter
 
 # ---------------------------------------------------------------------------------------------
 # The database

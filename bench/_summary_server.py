@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from autoctx import OfflineSummarizer, SummaryRequest
-from autoctx.tokens import TokenCounter
+from autoctx._tokens import TokenCounter
 
 _TRANSCRIPT_HEAD = "Transcript to summarize:\n\n"
 _CHAR_BUDGET_RE = re.compile(

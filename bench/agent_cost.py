@@ -76,9 +76,14 @@ from _summary_server import SummaryServer
 from rich.console import Console
 from rich.table import Table
 
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpenAISummarizer
-from autoctx.messages import from_openai_messages
-from autoctx.tokens import TokenCounter
+from autoctx import (
+    AutoContextConfig,
+    AutoContextMemory,
+    Msg,
+    OpenAISummarizer,
+    from_openai_messages,
+)
+from autoctx._tokens import TokenCounter
 
 console = Console(width=220)
 

@@ -11,7 +11,7 @@ The baseline writes the same rows autoctx writes, in the same batches (one trans
 batch, as `add()` does): into tables created `LIKE messages` / `LIKE working_set INCLUDING ALL`
 (same columns, defaults, checks, primary keys and indexes; `LIKE` copies no foreign keys), every
 column of each message plus its working-set row. It counts tokens exactly as autoctx does
-(`autoctx.intake.count_tokens`), so that the ratio measures the store, not tiktoken. Two
+(`autoctx._intake.count_tokens`), so that the ratio measures the store, not tiktoken. Two
 baselines are run: `executemany` (what a hand-written store would issue) and COPY (the fastest
 way into PostgreSQL). The raw load is the same read autoctx makes: the working set joined to its
 messages, in position order, fetched with a plain psycopg cursor. Batches alternate which side
@@ -51,12 +51,12 @@ from psycopg.types.json import Jsonb
 from rich.console import Console
 from rich.table import Table
 
-import autoctx.intake
-import autoctx.memory
+import autoctx._intake
+import autoctx._memory
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
-from autoctx.intake import count_tokens
-from autoctx.store.store import Store
-from autoctx.tokens import TokenCounter
+from autoctx._intake import count_tokens
+from autoctx._store.store import Store
+from autoctx._tokens import TokenCounter
 
 SESSION = "bench-append"
 RAW_TABLES = ("bench_raw", "bench_copy")
@@ -144,8 +144,8 @@ def instrumented(engine: sa.Engine) -> Iterator[None]:
     sa.event.listen(engine, "after_cursor_execute", after)
     try:
         with (
-            patched(autoctx.memory, "prepare", timed("prepare", autoctx.memory.prepare)),
-            patched(autoctx.intake, "count_tokens", timed("count", autoctx.intake.count_tokens)),
+            patched(autoctx._memory, "prepare", timed("prepare", autoctx._memory.prepare)),
+            patched(autoctx._intake, "count_tokens", timed("count", autoctx._intake.count_tokens)),
             patched(Store, "append", timed("store", Store.append)),
             # The commit's round trip (and WAL flush) is database time too.
             patched(engine.dialect, "do_commit", timed("commit", engine.dialect.do_commit)),

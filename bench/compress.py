@@ -52,19 +52,18 @@ from _common import (
 from rich.console import Console
 from rich.table import Table
 
-import autoctx.compressor
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
-from autoctx.compressor import Compressor, preview
-from autoctx.intake import Prepared, count_tokens, prepare
-from autoctx.memory import get_engine
-from autoctx.messages import ToolResultBlock
-from autoctx.plans import PlanContext, Snapshot
-from autoctx.prompts import build_request, offload_tag
-from autoctx.store.store import Replacement, Store
-from autoctx.store.tables import messages, sessions, working_set
-from autoctx.strategies import plan_s2, plan_s3, plan_s4
-from autoctx.structure import meta_of
-from autoctx.tokens import TokenCounter
+import autoctx._compressor
+from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer, ToolResultBlock
+from autoctx._compressor import Compressor, preview
+from autoctx._intake import Prepared, count_tokens, prepare
+from autoctx._memory import get_engine
+from autoctx._plans import PlanContext, Snapshot
+from autoctx._prompts import build_request, offload_tag
+from autoctx._store.store import Replacement, Store
+from autoctx._store.tables import messages, sessions, working_set
+from autoctx._strategies import plan_s2, plan_s3, plan_s4
+from autoctx._structure import meta_of
+from autoctx._tokens import TokenCounter
 
 console = Console(width=120)
 APPEND_BATCH = 1000
@@ -267,9 +266,9 @@ def _compress_once(
         patched(Store, "apply", watch.wrap("apply", Store.apply)),
         patched(Compressor, "_build", watch.wrap("build", Compressor._build)),
         patched(
-            autoctx.compressor,
+            autoctx._compressor,
             "plan_strategy",
-            watch.wrap("plan", autoctx.compressor.plan_strategy),
+            watch.wrap("plan", autoctx._compressor.plan_strategy),
         ),
         sql,
     ):

@@ -65,8 +65,8 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.ext.asyncio import create_async_engine
 
-import autoctx.intake
-import autoctx.memory
+import autoctx._intake
+import autoctx._memory
 from autoctx import AutoContextConfig, OfflineSummarizer
 from autoctx.integrations import openai_agents as agents_mod
 from autoctx.integrations.openai_agents import AutoContextSession
@@ -361,14 +361,14 @@ def split(db: BenchDatabase, parts: list[list[Item]]) -> dict[str, float]:
     def after(conn: Any, *args: Any) -> None:
         watch.add(phase[0] + " sql", time.perf_counter() - conn.info.pop("bench_started"))
 
-    count_tokens = autoctx.intake.count_tokens
+    count_tokens = autoctx._intake.count_tokens
     sa.event.listen(engine, "before_cursor_execute", before)
     sa.event.listen(engine, "after_cursor_execute", after)
     try:
         with (
             patched(agents_mod, "_convert", watch.wrap("convert", agents_mod._convert)),
-            patched(autoctx.memory, "prepare", watch.wrap("prepare", autoctx.intake.prepare)),
-            patched(autoctx.intake, "count_tokens", watch.wrap("count", count_tokens)),
+            patched(autoctx._memory, "prepare", watch.wrap("prepare", autoctx._intake.prepare)),
+            patched(autoctx._intake, "count_tokens", watch.wrap("count", count_tokens)),
         ):
             for batch in parts:
                 with watch.part("add"):

@@ -34,7 +34,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    from autoctx.store.database import normalize_url
+    from autoctx._store.database import normalize_url
 
     engine = sa.create_engine(normalize_url(_url()), poolclass=sa.NullPool)
     with engine.connect() as conn:

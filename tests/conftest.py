@@ -18,9 +18,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from autoctx import AutoContextConfig, AutoContextMemory
-from autoctx.memory import dispose_engines
-from autoctx.store.database import (
+from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer
+from autoctx._memory import dispose_engines
+from autoctx._store.database import (
     create_engine,
     embedded_url,
     ensure_database,
@@ -28,7 +28,6 @@ from autoctx.store.database import (
     start_embedded,
     upgrade,
 )
-from autoctx.summarizers import OfflineSummarizer
 
 ENV_TEST_URL = "AUTOCTX_TEST_DATABASE_URL"
 

@@ -35,8 +35,8 @@ import openai  # noqa: F401  (imported here so that forked children start warm)
 import sqlalchemy as sa
 
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
-from autoctx.memory import dispose_engines
-from autoctx.store.rows import msg_from_row
+from autoctx._memory import dispose_engines
+from autoctx._store.rows import msg_from_row
 from tests.dbsql import sql
 from tests.invariants import (
     assert_consistent,

@@ -13,11 +13,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from autoctx import AutoContextMemory, Msg
-from autoctx.intake import count_tokens
-from autoctx.store.rows import msg_from_row
-from autoctx.store.tables import messages as messages_table
-from autoctx.store.tables import offloads, working_set
-from autoctx.tokens import TokenCounter
+from autoctx._intake import count_tokens
+from autoctx._store.rows import msg_from_row
+from autoctx._store.tables import messages as messages_table
+from autoctx._store.tables import offloads, working_set
+from autoctx._tokens import TokenCounter
 from tests.dbsql import sql
 
 #: The audit views migration 0002 creates (SPEC.md section 7).

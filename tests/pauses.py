@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from autoctx.summarizers import Summarizer, SummaryRequest, SummaryResult
+from autoctx import Summarizer, SummaryRequest, SummaryResult
 
 #: The phases a process can be paused in.
 PHASES: tuple[str, ...] = (

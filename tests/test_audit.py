@@ -34,14 +34,14 @@ from autoctx import (
     SummaryResult,
     ToolUseBlock,
 )
-from autoctx.store.database import (
+from autoctx._store.database import (
     alembic_config,
     create_engine,
     current_revision,
     normalize_url,
     upgrade,
 )
-from autoctx.summarizers import OFFLINE_MODEL
+from autoctx._summarizers import OFFLINE_MODEL
 from tests.dbsql import sql
 from tests.histories import long_task
 from tests.invariants import AUDIT_VIEWS

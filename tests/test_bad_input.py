@@ -27,6 +27,7 @@ from autoctx import (
     InvalidOffloadId,
     InvalidSessionId,
     Msg,
+    OfflineSummarizer,
     OffloadNotFound,
     OpaqueBlock,
     SessionNotFound,
@@ -34,10 +35,9 @@ from autoctx import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from autoctx.errors import InvalidPlan
-from autoctx.memory import dispose_engines
-from autoctx.store.tables import SESSION_TABLES
-from autoctx.summarizers import OfflineSummarizer
+from autoctx._errors import InvalidPlan
+from autoctx._memory import dispose_engines
+from autoctx._store.tables import SESSION_TABLES
 from tests.invariants import assert_totals_match, assert_valid_openai_chat
 
 

@@ -24,18 +24,21 @@ from typing import Literal
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, ToolUseBlock
-from autoctx.errors import SummarizerError
-from autoctx.events import Event
-from autoctx.intake import count_tokens
-from autoctx.summarizers import (
+from autoctx import (
+    AutoContextConfig,
+    AutoContextMemory,
+    Event,
+    Msg,
     OfflineSummarizer,
     Summarizer,
+    SummarizerError,
     SummaryRequest,
     SummaryResult,
+    ToolUseBlock,
 )
-from autoctx.tokens import TokenCounter
-from autoctx.transcript import neutralise_tags
+from autoctx._intake import count_tokens
+from autoctx._tokens import TokenCounter
+from autoctx._transcript import neutralise_tags
 from tests.invariants import (
     assert_every_original_reachable,
     assert_totals_match,

@@ -26,14 +26,14 @@ from click.testing import Result
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-from autoctx import AutoContextConfig, AutoContextMemory, cli
-from autoctx.cli import app
-from autoctx.demo import generate
-from autoctx.memory import get_engine
-from autoctx.plot import Mark, Point, Series, reconstruct, render
-from autoctx.store.inspect import message_stamps
-from autoctx.store.store import Store
-from autoctx.summarizers import OfflineSummarizer
+from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer
+from autoctx import _cli as cli
+from autoctx._cli import app
+from autoctx._demo import generate
+from autoctx._memory import get_engine
+from autoctx._plot import Mark, Point, Series, reconstruct, render
+from autoctx._store.inspect import message_stamps
+from autoctx._store.store import Store
 
 UNREACHABLE = "postgresql://x@127.0.0.1:1/db"
 # Wide enough that no table column is cut short; the narrow layout has its own test.
@@ -379,7 +379,7 @@ def test_console_script_exits_non_zero_without_traceback() -> None:
         [
             sys.executable,
             "-c",
-            "from autoctx.cli import main; main()",
+            "from autoctx._cli import main; main()",
             "sessions",
             "-d",
             UNREACHABLE,

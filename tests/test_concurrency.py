@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from autoctx import AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
-from autoctx.memory import dispose_engines
+from autoctx._memory import dispose_engines
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.invariants import assert_consistent, assert_every_original_reachable

@@ -14,10 +14,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from autoctx import AutoContextMemory, Msg
-from autoctx.memory import dispose_engines
-from autoctx.store import database
-from autoctx.summarizers import OfflineSummarizer
+from autoctx import AutoContextMemory, Msg, OfflineSummarizer
+from autoctx._memory import dispose_engines
+from autoctx._store import database
 from tests.invariants import assert_totals_match
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from autoctx import AutoContextMemory
-from autoctx.memory import dispose_engines
+from autoctx._memory import dispose_engines
 from tests.crash_child import (
     CONFIG,
     KILL_PHASES,

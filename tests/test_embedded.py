@@ -39,7 +39,7 @@ def embedded_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     env["AUTOCTX_EMBEDDED_DIR"] = str(data_dir)
     yield env
     # Stop the server this test started, whatever state the children left it in.
-    from autoctx.store.database import prune_stale_handles
+    from autoctx._store.database import prune_stale_handles
 
     if (data_dir / "postmaster.pid").exists():
         prune_stale_handles(data_dir)

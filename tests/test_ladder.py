@@ -21,11 +21,11 @@ from autoctx import (
     SummaryResult,
     compressor,
 )
-from autoctx.intake import count_tokens
-from autoctx.prompts import OFFLOAD_TAG_RE
-from autoctx.strategies import PLANNERS
-from autoctx.tokens import TokenCounter
-from autoctx.transcript import render_transcript
+from autoctx._intake import count_tokens
+from autoctx._prompts import OFFLOAD_TAG_RE
+from autoctx._strategies import PLANNERS
+from autoctx._tokens import TokenCounter
+from autoctx._transcript import render_transcript
 from tests.dbsql import sql
 from tests.histories import SMALL, file_dump, long_task, multi_round, one_heavy_round, tool_group
 from tests.invariants import (
@@ -334,7 +334,7 @@ def test_compression_survives_a_restart(open_memory: Open, session_id: str) -> N
 def test_the_kept_snapshot_always_equals_a_fresh_read(open_memory: Open) -> None:
     """The store keeps its last snapshot and splices its own applies into it; whatever happens
     (appends, compressions, another writer's compression), it must equal a full read."""
-    from autoctx.store.store import Store
+    from autoctx._store.store import Store
 
     mem = open_memory(config=SMALL)
     rival = open_memory(config=SMALL)
@@ -360,7 +360,7 @@ def test_a_fold_around_kept_messages_keeps_the_snapshot_and_the_order(open_memor
     replaces the history around them with one summary at the place of the last folded message,
     and the store's spliced snapshot (with the working-set positions it keeps) equals a full
     read."""
-    from autoctx.store.store import Store
+    from autoctx._store.store import Store
 
     config = dataclasses.replace(SMALL, max_tokens=12_000, large_payload_chars=100_000)
     mem = open_memory(config=config)

@@ -8,16 +8,24 @@ from typing import Any
 
 import pytest
 
-from autoctx import AutoContextConfig, InvalidMessage, Msg, from_openai_messages, to_openai_messages
-from autoctx.intake import OpenCalls, bind, count_tokens, prepare
-from autoctx.messages import OpaqueBlock, TextBlock, ToolUseBlock
-from autoctx.structure import (
+from autoctx import (
+    AutoContextConfig,
+    InvalidMessage,
+    Msg,
+    OpaqueBlock,
+    TextBlock,
+    ToolUseBlock,
+    from_openai_messages,
+    to_openai_messages,
+)
+from autoctx._intake import OpenCalls, bind, count_tokens, prepare
+from autoctx._structure import (
     current_round_start,
     latest_final_index,
     meta_of,
     tool_group_spans,
 )
-from autoctx.tokens import TokenCounter, get_encoding
+from autoctx._tokens import TokenCounter, get_encoding
 
 
 def drop_none(value: Any) -> Any:

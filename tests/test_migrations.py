@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, SchemaError
-from autoctx.store import tables
-from autoctx.store.database import (
+from autoctx._store import tables
+from autoctx._store.database import (
     create_engine,
     current_revision,
     ensure_database,

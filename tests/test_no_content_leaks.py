@@ -28,7 +28,7 @@ from autoctx import (
     SummaryResult,
     ToolUseBlock,
 )
-from autoctx.prompts import build_request
+from autoctx._prompts import build_request
 from tests.histories import SMALL
 from tests.openai_server import OpenAIServer, Reply
 

@@ -32,13 +32,12 @@ from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 
 from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer, SessionNotFound
+from autoctx._plot import reconstruct
+from autoctx._store.inspect import message_stamps
+from autoctx._tools import NOT_FOUND_ANSWER
 from autoctx.integrations.openai_agents import AutoContextSession, context_tools
-from autoctx.plot import reconstruct
-from autoctx.store.inspect import message_stamps
-from autoctx.tools import NOT_FOUND_ANSWER
 from tests.dbsql import sql
-
-from .openai_server import OpenAIServer, Reply
+from tests.openai_server import OpenAIServer, Reply
 
 T = TypeVar("T")
 

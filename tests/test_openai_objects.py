@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from autoctx import AutoContextMemory
-from autoctx.tools import NOT_FOUND_ANSWER
+from autoctx._tools import NOT_FOUND_ANSWER
 from tests.openai_server import OpenAIServer, Reply
 
 Open = Callable[..., AutoContextMemory]

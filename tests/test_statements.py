@@ -44,8 +44,8 @@ from autoctx import (
     SummaryResult,
     ToolUseBlock,
 )
-from autoctx.memory import dispose_engines
-from autoctx.store.tables import SESSION_TABLES
+from autoctx._memory import dispose_engines
+from autoctx._store.tables import SESSION_TABLES
 from tests.histories import SMALL, long_task, multi_round, one_heavy_round
 
 TABLES = tuple(t.name for t in SESSION_TABLES)

@@ -7,19 +7,19 @@ from typing import Any
 
 import pytest
 
-from autoctx.config import AutoContextConfig
-from autoctx.messages import Kind, Role
-from autoctx.plans import Edit, PlanContext, Snapshot
-from autoctx.strategies import PLANNERS, RELOAD_TOOL_NAME, plan
-from autoctx.strategies import plan_s1 as s1
-from autoctx.strategies import plan_s2 as s2
-from autoctx.strategies import plan_s3 as s3
-from autoctx.strategies import plan_s4 as s4
-from autoctx.strategies import plan_s5 as s5
-from autoctx.strategies import plan_s6 as s6
-from autoctx.strategies import plan_s7 as s7
-from autoctx.strategies._common import MIN_LLM_RANGE_TOKENS
-from autoctx.structure import MsgMeta
+from autoctx import AutoContextConfig
+from autoctx._messages import Kind, Role
+from autoctx._plans import Edit, PlanContext, Snapshot
+from autoctx._strategies import PLANNERS, RELOAD_TOOL_NAME, plan
+from autoctx._strategies import plan_s1 as s1
+from autoctx._strategies import plan_s2 as s2
+from autoctx._strategies import plan_s3 as s3
+from autoctx._strategies import plan_s4 as s4
+from autoctx._strategies import plan_s5 as s5
+from autoctx._strategies import plan_s6 as s6
+from autoctx._strategies import plan_s7 as s7
+from autoctx._strategies._common import MIN_LLM_RANGE_TOKENS
+from autoctx._structure import MsgMeta
 
 PRESSURE = PlanContext(token_pressure=True)
 COUNT_ONLY = PlanContext(token_pressure=False)

@@ -7,12 +7,12 @@ from dataclasses import replace
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from autoctx.config import AutoContextConfig
-from autoctx.messages import Kind, Role
-from autoctx.plans import Edit, PlanContext, Snapshot
-from autoctx.strategies import PLANNERS, RELOAD_TOOL_NAME
-from autoctx.strategies._common import MIN_LLM_RANGE_TOKENS, compute_layout
-from autoctx.structure import (
+from autoctx import AutoContextConfig
+from autoctx._messages import Kind, Role
+from autoctx._plans import Edit, PlanContext, Snapshot
+from autoctx._strategies import PLANNERS, RELOAD_TOOL_NAME
+from autoctx._strategies._common import MIN_LLM_RANGE_TOKENS, compute_layout
+from autoctx._structure import (
     MsgMeta,
     effective_pinned,
     latest_final_index,

@@ -14,10 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoctx.errors import ConfigError, SummarizerError
-from autoctx.messages import Msg, ToolUseBlock
-from autoctx.prompts import DEFAULT_PROMPTS, build_request, offload_tag
-from autoctx.summarizers import (
+from autoctx import ConfigError, Msg, SummarizerError, ToolUseBlock
+from autoctx._prompts import DEFAULT_PROMPTS, build_request, offload_tag
+from autoctx._summarizers import (
     OFFLINE_MAX_CHARS,
     SUMMARIZER_REASONS,
     AsyncSummarizer,
@@ -29,7 +28,7 @@ from autoctx.summarizers import (
     check_answer,
     default_summarizer,
 )
-from autoctx.transcript import plan_hint
+from autoctx._transcript import plan_hint
 from tests.openai_server import OpenAIServer, Reply
 
 UUID = "9a8b7c6d-1234-4abc-8def-0123456789ab"

@@ -33,9 +33,9 @@ from autoctx import (
     OffloadNotFound,
     SessionNotFound,
 )
-from autoctx.cli import app
-from autoctx.memory import dispose_engines
-from autoctx.store.database import (
+from autoctx._cli import app
+from autoctx._memory import dispose_engines
+from autoctx._store.database import (
     alembic_config,
     create_engine,
     current_revision,
@@ -43,7 +43,7 @@ from autoctx.store.database import (
     normalize_url,
     upgrade,
 )
-from autoctx.store.tables import SESSION_TABLES
+from autoctx._store.tables import SESSION_TABLES
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.invariants import AUDIT_VIEWS, assert_consistent, assert_every_original_reachable

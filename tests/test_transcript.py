@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoctx.config import LLM_STRATEGIES
-from autoctx.errors import AutoContextError, ConfigError, InvalidPlan
-from autoctx.messages import Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from autoctx.prompts import (
+from autoctx import Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from autoctx._config import LLM_STRATEGIES
+from autoctx._errors import AutoContextError, ConfigError, InvalidPlan
+from autoctx._prompts import (
     DEFAULT_PROMPTS,
     OFFLOAD_TAG_RE,
     RELOAD_SNIPPET,
@@ -20,7 +20,7 @@ from autoctx.prompts import (
     offload_tag,
     prompt_for,
 )
-from autoctx.transcript import (
+from autoctx._transcript import (
     neutralise_tags,
     original_chars,
     plan_hint,

@@ -70,11 +70,11 @@ except ModuleNotFoundError as exc:
     ) from None
 from sqlalchemy.engine import URL
 
+from .._config import AutoContextConfig
+from .._errors import InvalidMessage, SessionNotFound
 from .._gc import paused_gc
-from ..config import AutoContextConfig
-from ..errors import InvalidMessage, SessionNotFound
-from ..memory import AutoContextMemory
-from ..messages import (
+from .._memory import AutoContextMemory
+from .._messages import (
     Block,
     Msg,
     OpaqueBlock,
@@ -82,8 +82,8 @@ from ..messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from ..summarizers import Summarizer
-from ..tools import tool_definitions
+from .._summarizers import Summarizer
+from .._tools import tool_definitions
 
 __all__ = ["META_KEY", "AutoContextSession", "context_tools", "items_to_messages", "message_items"]
 

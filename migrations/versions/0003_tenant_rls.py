@@ -36,7 +36,7 @@ branch_labels = None
 depends_on = None
 
 POLICY = "autoctx_tenant_isolation"
-#: The setting autoctx's store sets per transaction (autoctx.store.store.Store._scope).
+#: The setting autoctx's store sets per transaction (autoctx._store.store.Store._scope).
 #: `missing_ok = true`: unset reads as NULL instead of raising; both unset and '' mean "no tenant".
 CURRENT_TENANT = "coalesce(current_setting('autoctx.tenant', true), '')"
 SESSION_VISIBLE = f"coalesce(tenant, '') = {CURRENT_TENANT}"

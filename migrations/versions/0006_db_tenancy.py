@@ -7,7 +7,7 @@ tenant's rows by naming the tenant. The setting stays, because it is how autoctx
 transactions (application tenancy, SPEC.md section 5), but it is no longer enough:
 
 - `autoctx_tenant_grants` lists which role may use which tenant. Only the tables' owner writes
-  it (`autoctx db grant-tenant` / `revoke-tenant`, autoctx.store.tenancy); a granted role may
+  it (`autoctx db grant-tenant` / `revoke-tenant`, autoctx._store.tenancy); a granted role may
   read it, and its own row-level security shows each role only the grants it holds.
 - Every session table's policy now also asks that the current role hold the tenant: it is a
   role granted the tenant, or one whose privileges it has (`pg_has_role(current_user, ..,

@@ -1,0 +1,153 @@
+"""`AutoContextClient`: what the memories of one database share in a process, with one owner.
+
+A client holds the connection pool (a SQLAlchemy engine), has checked the schema once, and
+knows the memories opened through it, so that `close()` releases the pool and closes them. Like
+an `httpx.Client` or a psycopg pool, one per database per process is the usual shape:
+`AutoContextMemory.open(session_id, url)` uses the process's shared client for that URL
+(`AutoContextClient.shared`), and an application that wants to decide when connections go
+away makes its own and opens memories from it.
+
+A process that forks does not share pooled connections with its child (SPEC.md section 5):
+in the child, every client forgets the connections it inherited (without closing them: they
+are the parent's) and opens its own on next use, and every memory gets fresh locks.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import TYPE_CHECKING, ClassVar
+
+from sqlalchemy.engine import URL, Engine
+
+from ._store.database import check_connection, create_engine, ensure_schema, resolve_url
+
+if TYPE_CHECKING:
+    from ._config import AutoContextConfig
+    from ._memory import AutoContextMemory
+    from ._summarizers import Summarizer
+
+
+class AutoContextClient:
+    """The connection pool, the schema check and the open memories of one database.
+
+    >>> with AutoContextClient("postgresql+psycopg://localhost/app") as client:  # doctest: +SKIP
+    ...     mem = client.open("agent-42")
+    """
+
+    #: The process-wide client of each URL (see `shared`).
+    _shared: ClassVar[dict[str, AutoContextClient]] = {}
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+    #: Every client alive in the process, for the at-fork handler.
+    _live: ClassVar[weakref.WeakSet[AutoContextClient]] = weakref.WeakSet()
+
+    def __init__(self, database_url: str | URL | None = None, *, auto_upgrade: bool = True) -> None:
+        """Connect to `database_url` (default: `AUTOCTX_DATABASE_URL`, else the embedded
+        PostgreSQL) and check its schema, upgrading it when `auto_upgrade`."""
+        self.url = resolve_url(database_url)
+        engine = create_engine(self.url)
+        try:
+            check_connection(engine)
+            ensure_schema(engine, auto_upgrade=auto_upgrade)
+        except BaseException:
+            engine.dispose()
+            raise
+        self._engine: Engine | None = engine
+        self._memories: weakref.WeakSet[AutoContextMemory] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        AutoContextClient._live.add(self)
+
+    @classmethod
+    def shared(cls, database_url: str | URL | None, *, auto_upgrade: bool) -> AutoContextClient:
+        """The process's client for `database_url`: opening many memories must not open many
+        pools. A closed one is replaced by a new one."""
+        url = resolve_url(database_url)
+        key = url.render_as_string(hide_password=False)
+        with cls._shared_lock:
+            client = cls._shared.get(key)
+            if client is None or client.closed:
+                client = cls(url, auto_upgrade=auto_upgrade)
+                cls._shared[key] = client
+            return client
+
+    @classmethod
+    def forget_shared(cls) -> None:
+        """Release the pooled connections of every shared client and forget the clients, so
+        that the next open connects and checks the schema again. Memories already open keep
+        working: their pools reconnect on next use."""
+        with cls._shared_lock:
+            clients = list(cls._shared.values())
+            cls._shared.clear()
+        for client in clients:
+            if client._engine is not None:
+                client._engine.dispose()
+
+    @property
+    def engine(self) -> Engine:
+        engine = self._engine
+        if engine is None:
+            raise RuntimeError(
+                "this AutoContextClient is closed; create a new one (or use "
+                "AutoContextMemory.open, which opens the shared client again)"
+            )
+        return engine
+
+    @property
+    def closed(self) -> bool:
+        return self._engine is None
+
+    def open(
+        self,
+        session_id: str,
+        config: AutoContextConfig | None = None,
+        *,
+        tenant: str | None = None,
+        summarizer: Summarizer | None = None,
+        create: bool = True,
+    ) -> AutoContextMemory:
+        """Open a session's memory through this client (see `AutoContextMemory.open`)."""
+        from ._memory import open_memory  # the memory module imports this one
+
+        mem = open_memory(
+            self, session_id, config, tenant=tenant, summarizer=summarizer, create=create
+        )
+        with self._lock:
+            self._memories.add(mem)
+        return mem
+
+    def close(self) -> None:
+        """Close the memories opened through this client and every pooled connection."""
+        with self._lock:
+            engine, self._engine = self._engine, None
+            memories = list(self._memories)
+            self._memories.clear()
+        for mem in memories:
+            mem.close()
+        if engine is not None:
+            engine.dispose()
+
+    def __enter__(self) -> AutoContextClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's connections stay the parent's: forget them without closing them
+        # (SQLAlchemy's documented pattern for a pool inherited across fork).
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+        self._lock = threading.Lock()
+        for mem in list(self._memories):
+            mem._after_fork_in_child()
+
+
+def _after_fork_in_child() -> None:
+    AutoContextClient._shared_lock = threading.Lock()
+    for client in list(AutoContextClient._live):
+        client._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)

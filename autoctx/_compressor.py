@@ -1,0 +1,718 @@
+"""The compression loop (SPEC.md section 2): the only place that loops.
+
+check the trigger (session row) -> snapshot -> strategies in order -> summarizer (no lock held)
+-> `Store.apply` (one transaction) -> re-check, until under the target or no progress.
+
+The loop knows no summarizer I/O: `Compressor.steps` is a generator that yields each
+`SummaryRequest` and is sent the `SummaryResult` (or has the summarizer's exception thrown in).
+`Compressor.run` drives it in the calling thread; `Compressor.arun` runs its database steps in a
+worker thread and awaits an `AsyncSummarizer`, so that no thread waits on the LLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, TypeAlias, TypeVar
+
+from ._config import AutoContextConfig
+from ._errors import SummarizerError
+from ._events import Event
+from ._intake import Prepared, count_tokens
+from ._messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from ._plans import Edit, PlanContext, Snapshot
+from ._prompts import build_request, offload_tag
+from ._store.rows import SessionInfo
+from ._store.store import Replacement, Store
+from ._strategies import plan as plan_strategy
+from ._strategies._common import Layouts, layout_of
+from ._strategies.s7_fold import STRATEGY as FOLD
+from ._summarizers import (
+    AsyncSummarizer,
+    OfflineSummarizer,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+    check_answer,
+)
+from ._tokens import TokenCounter
+
+logger = logging.getLogger("autoctx")
+
+#: The order of a pass (SPEC.md section 3): the fold (7) before S5 and S6.
+STRATEGIES = (1, 2, 3, 4, FOLD, 5, 6)
+#: The strategies that act on what precedes the current round (the others rewrite only what
+#: follows the latest user message, the current user message included).
+HISTORY_STRATEGIES = frozenset({1, 2, 3, 4, FOLD})
+#: LLM strategies that summarize several ranges one call each, and how many single-call rungs
+#: after them (the fold, S6) they leave a call of the budget for.
+_RESERVED_AFTER: Final = {1: 2, 4: 2, 5: 1}
+#: Rungs that give way to the fold when the fold has a range and they would need more than
+#: the fold's one call to reach the target: the fold takes their ranges into its one summary
+#: anyway, so summarizing them one call each first would pay the summarizer several times for
+#: what one call does (and, short of the target, for work the same call then folds away).
+_YIELD_TO_FOLD: Final = frozenset({1, 4})
+#: The rungs the offline fallback may use, in ladder order (SPEC.md section 2).
+_FALLBACK_STRATEGIES: Final = (FOLD, 5, 6)
+#: The model recorded on the events of the offline fallback.
+FALLBACK_MODEL: Final = "offline"
+#: Tokens of an offload tag and its newline, for the estimate of what a summary costs.
+_TAG_TOKENS: Final = 24
+
+_T = TypeVar("_T")
+#: A step of the loop that may ask the summarizer: it yields a request and is sent the result.
+Steps: TypeAlias = Generator[SummaryRequest, SummaryResult, _T]
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    by_count: bool
+    by_tokens: bool
+
+    @property
+    def fired(self) -> bool:
+        return self.by_count or self.by_tokens
+
+    @property
+    def reason(self) -> str:
+        return "tokens" if self.by_tokens else "count"
+
+
+def trigger_of(message_count: int, token_count: int, config: AutoContextConfig) -> Trigger:
+    return Trigger(
+        by_count=message_count >= config.msg_threshold,
+        by_tokens=token_count >= config.token_trigger,
+    )
+
+
+def under_target(message_count: int, token_count: int, config: AutoContextConfig) -> bool:
+    return token_count < config.token_target and message_count < config.msg_target
+
+
+@dataclass
+class _CallState:
+    """Budgets and memory of one `compress_if_needed()` call."""
+
+    #: The plan attached to the session (for the summaries' plan hint), read once per call.
+    plan: Mapping[str, Any] | None = None
+    #: The token trigger fired this call: S5 and S6 may then act until the target is reached.
+    by_tokens: bool = False
+    llm_calls: int = 0
+    failed: set[tuple[int, ...]] = field(default_factory=set)
+    events: list[Event] = field(default_factory=list)
+    #: Whether the token floor was waived when S1 to S4 last planned nothing, if only S5 or S6
+    #: have applied since (else None). Those two rewrite only what follows the latest user
+    #: message and only lower the totals, which can only take candidates away from S1 to S4
+    #: (their ranges end below the current round; S2 and S3 need tokens over the target), so
+    #: with the same floor the history strategies would find nothing again: the next pass
+    #: skips them.
+    history_quiet: bool | None = None
+    #: (strategy, replaced ids) the offline fallback already tried in this call.
+    fell_back: set[tuple[int, tuple[int, ...]]] = field(default_factory=set)
+    #: The `time.monotonic()` instant after which no summarizer call starts (and the one in
+    #: flight is cut): `compress_deadline_s` from the start of the call.
+    deadline: float = float("inf")
+    #: The deadline was found passed (said once in the log).
+    out_of_time: bool = False
+
+
+@dataclass
+class SessionState:
+    """What the compressor keeps about one session between calls, owned by its memory (so that
+    nothing of it lives in module globals): the latest layout, the incremental base of the
+    next one; and whether the over-window warning was logged (once per memory: it would
+    otherwise repeat on every call, since each append moves the session to a new version and
+    the ladder tries again)."""
+
+    layouts: Layouts = field(default_factory=Layouts)
+    warned_over_window: bool = False
+
+
+class Compressor:
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        config: AutoContextConfig,
+        counter: TokenCounter,
+        summarizer: Summarizer,
+        session: SessionState | None = None,
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.config = config
+        self.counter = counter
+        self.summarizer = summarizer
+        self.session = session if session is not None else SessionState()
+
+    def run(self, info: SessionInfo) -> list[Event]:
+        """One `compress_if_needed()` call; the summarizer is called in this thread."""
+        steps = self.steps(info)
+        with contextlib.closing(steps):
+            step = _advance(steps, None)
+            while isinstance(step, SummaryRequest):
+                step = _advance(steps, _answer_of(self.summarizer.summarize, step))
+            return step.events
+
+    async def arun(
+        self,
+        info: SessionInfo,
+        summarizer: AsyncSummarizer,
+        guard: AbstractContextManager[object] | None = None,
+    ) -> list[Event]:
+        """`run` for asyncio: each database step runs in a worker thread (inside `guard`, the
+        memory's lock, so that no other call of the memory runs beside a step), and the
+        summarizer is awaited on the event loop (bounded by the request's deadline), holding
+        no thread and no lock."""
+
+        held = guard if guard is not None else contextlib.nullcontext()
+
+        def advance(answer: SummaryResult | Exception | None) -> SummaryRequest | _Done:
+            with held:
+                return _advance(steps, answer)
+
+        steps = self.steps(info)
+        with contextlib.closing(steps):
+            step = await asyncio.to_thread(advance, None)
+            while isinstance(step, SummaryRequest):
+                answer = await _awaited_answer(summarizer, step)
+                step = await asyncio.to_thread(advance, answer)
+            return step.events
+
+    def steps(self, info: SessionInfo) -> Steps[list[Event]]:
+        """The loop, as a generator of summarizer requests (see the module docstring); it
+        returns the events of the call."""
+        cfg = self.config
+        trigger = trigger_of(info.message_count, info.token_count, cfg)
+        if not trigger.fired:
+            return []
+        if info.settled_version == info.version:
+            # An earlier call at this very version could not reach the target: nothing new
+            # to try until the session changes.
+            return []
+        state = _CallState(
+            plan=info.plan,
+            by_tokens=trigger.by_tokens,
+            deadline=time.monotonic() + cfg.compress_deadline_s,
+        )
+        for _ in range(cfg.max_passes):
+            snap = self.store.snapshot(self.session_id)
+            if under_target(snap.message_count, snap.token_count, cfg):
+                return state.events
+            outcome = yield from self._pass(snap, state)
+            if outcome == "conflict":
+                state.history_quiet = None  # another writer: nothing known about the new state
+                continue  # plan again from a new snapshot
+            if outcome == "replan":
+                continue
+            if outcome == "stalled":
+                break
+        final = self.store.totals(self.session_id)
+        if final.token_count >= cfg.max_tokens:
+            # The bound (SPEC.md section 2): whatever stopped the ladder (a failing summarizer,
+            # a spent budget), the offline summarizer writes what is left to write.
+            yield from self._fallback(state)
+            final = self.store.totals(self.session_id)
+        if not under_target(final.message_count, final.token_count, cfg):
+            if final.token_count >= cfg.max_tokens:
+                self._report_over_window(state)  # an event: the version stays
+            self.store.settle(self.session_id, final.version)
+        return state.events
+
+    # -- one pass -----------------------------------------------------------------------------
+
+    def _allowed(self, strategy: int, snap: Snapshot) -> bool:
+        """Which rungs may act at this pressure (SPEC.md section 2).
+
+        S1 and S4 shrink the message count and may always act; previews (S2, S3) only save
+        tokens, so they act while tokens are over the target; S5 and S6 only while the token
+        trigger itself holds.
+        """
+        if strategy in (2, 3):
+            return snap.token_count >= self.config.token_target
+        return True  # S5 and S6 check the token trigger themselves (`PlanContext.token_pressure`)
+
+    def _pass(self, snap: Snapshot, state: _CallState) -> Steps[str]:
+        """Try S1..S6 in order and apply the first that finds work.
+
+        Returns "progress" when working tokens fell, "conflict" when the apply lost a race,
+        "replan" when the fold failed after cheaper rungs gave way to it, "stalled" otherwise.
+        """
+        cfg = self.config
+        trig = trigger_of(snap.message_count, snap.token_count, cfg)
+        reason = (
+            trig.reason
+            if trig.fired
+            else ("tokens" if snap.token_count >= cfg.token_target else "count")
+        )
+        # Once the token trigger fired, every rung may act until the target is reached
+        # (compress rarely, and deeply: SPEC.md section 2). Without the token trigger, S1, S4
+        # and the fold act without their token floor while the message count is over its
+        # target (count pressure); a call that goes on for tokens alone keeps the floor, so
+        # that it does not summarize every small round one by one.
+        ctx = PlanContext(
+            token_pressure=state.by_tokens and snap.token_count >= cfg.token_target,
+            failed=frozenset(state.failed),
+            count_pressure=snap.message_count >= cfg.msg_target,
+            layouts=self.session.layouts,
+        )
+        skip_history = state.history_quiet == ctx.floor_waived
+        history_found = False
+        # Planned once a pass: S1 and S4 ask for it before it is the fold's turn.
+        planned: dict[int, list[Edit]] = {}
+
+        def planned_by(strategy: int) -> list[Edit]:
+            if strategy not in planned:
+                planned[strategy] = plan_strategy(strategy, snap, cfg, ctx)
+            return planned[strategy]
+
+        yielded = False
+        for strategy in STRATEGIES:
+            if strategy in HISTORY_STRATEGIES and skip_history:
+                continue
+            if not self._allowed(strategy, snap):
+                continue
+            edits = self._affordable(strategy, planned_by(strategy), state)
+            if not edits:
+                continue
+            if strategy in HISTORY_STRATEGIES:
+                history_found = True
+            if (
+                strategy in _YIELD_TO_FOLD
+                and (len(edits) > 1 or not _reaches_target(snap, edits, cfg))
+                and planned_by(FOLD)
+            ):
+                yielded = True
+                continue
+            replacements = yield from self._build(snap, edits, state, reason)
+            if not replacements:
+                if strategy == FOLD and yielded:
+                    # The fold that S1 or S4 gave way to failed: they get their turn in a new
+                    # pass (the failed fold is not planned again in this call).
+                    return "replan"
+                continue  # every range failed: the ladder moves on
+            outcome = self.store.apply(
+                self.session_id, replacements, reason=reason, config=cfg.to_json()
+            )
+            state.events.extend(outcome.events)
+            if outcome.conflict:
+                return "conflict"
+            state.history_quiet = None if history_found else ctx.floor_waived
+            applied = outcome.events
+            fell = bool(applied) and applied[-1].tokens_after < applied[0].tokens_before
+            return "progress" if fell else "stalled"
+        return "stalled"
+
+    def _affordable(self, strategy: int, edits: list[Edit], state: _CallState) -> list[Edit]:
+        """The edits the call's LLM budget pays for: S1, S4 and S5 plan every candidate, and
+        leave a call for each single-call rung after them (the fold, S6) while they can."""
+        if not edits or not edits[0].llm:
+            return edits  # one strategy's edits are all LLM or all previews
+        left = self.config.max_llm_calls - state.llm_calls
+        if left <= 0 or self._out_of_time(state):
+            return []
+        return edits[: max(1, left - _RESERVED_AFTER.get(strategy, 0))]
+
+    def _out_of_time(self, state: _CallState) -> bool:
+        """Whether the call's deadline has passed: no summarizer call starts after it; the
+        previews and the offline fallback, which need none, still keep the bound."""
+        if time.monotonic() < state.deadline:
+            return False
+        if not state.out_of_time:
+            state.out_of_time = True
+            logger.info(
+                "autoctx: session %r: the compress deadline of %s s passed; no more summarizer "
+                "calls in this compress_if_needed()",
+                self.session_id,
+                self.config.compress_deadline_s,
+            )
+        return True
+
+    def _request_deadline(self, state: _CallState) -> float:
+        return min(time.monotonic() + self.config.summarizer_deadline_s, state.deadline)
+
+    def _build(
+        self,
+        snap: Snapshot,
+        edits: Sequence[Edit],
+        state: _CallState,
+        reason: str,
+        fallback: Summarizer | None = None,
+    ) -> Steps[list[Replacement]]:
+        """The replacements of `edits` (previews, or summaries: from `fallback` when given,
+        which is then not counted against the LLM budget)."""
+        ids = [i for e in edits for i in e.replaced_ids]
+        originals = self.store.load_messages(self.session_id, ids)
+        out: list[Replacement] = []
+        for edit in edits:
+            msgs = [originals[i] for i in edit.replaced_ids]
+            offload = uuid.uuid4()
+            if not edit.llm:
+                final = snap.messages[edit.start].final
+                out.append(
+                    Replacement(
+                        edit, self._prepare(preview(msgs[0], self.config, offload), final), offload
+                    )
+                )
+                continue
+            if fallback is None:
+                state.llm_calls += 1
+            replacement = yield from self._summarize(
+                snap, edit, msgs, offload, state, reason, fallback
+            )
+            if replacement is not None:
+                out.append(replacement)
+        return out
+
+    def _summarize(
+        self,
+        snap: Snapshot,
+        edit: Edit,
+        msgs: list[Msg],
+        offload: uuid.UUID,
+        state: _CallState,
+        reason: str,
+        fallback: Summarizer | None = None,
+    ) -> Steps[Replacement | None]:
+        prefix = ""
+        to_summarize = msgs
+        if edit.verbatim_prefix_id is not None:
+            # Kept verbatim, its own tag included, so the older originals stay reachable.
+            prefix = msgs[0].text.rstrip()
+            to_summarize = msgs[1:]
+        elif edit.strategy == 5 and msgs[0].role == "user":
+            # The current user message: its head stays verbatim, the rest is summarized.
+            head = msgs[0].text[: self.config.preview_chars]
+            prefix = head + "..."
+            to_summarize = [Msg.user(msgs[0].text[len(head) :])]
+        request = build_request(
+            edit.strategy,
+            to_summarize,
+            prompts=self.config.prompts,
+            char_budget=edit.char_budget,
+            token_budget=edit.token_budget,
+            plan=state.plan,
+            deadline=None if fallback is not None else self._request_deadline(state),
+        )
+        try:
+            if fallback is not None:
+                # Offline and local: called here, not yielded to the driver. Recorded under
+                # the fallback's own name (SPEC.md section 2).
+                result = replace(fallback.summarize(request), model=FALLBACK_MODEL)
+            else:
+                result = yield request
+                self._check_in_time(request)
+            text = check_answer(result.text)
+        except SummarizerError as exc:
+            self._fail(edit, state, reason, exc.reason, exc.detail)
+            return None
+        except Exception as exc:  # a caller's summarizer may raise anything
+            if self.config.strict:
+                raise
+            # Only the type: a caller's exception text may quote the transcript.
+            self._fail(edit, state, reason, "error", f"the summarizer raised {type(exc).__name__}")
+            return None
+        usage: dict[str, Any] = {
+            "model": result.model,
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "latency_ms": result.latency_ms,
+        }
+        if edit.token_budget is not None:
+            answer_tokens = self.counter.count(text)
+            allowed = edit.token_budget + _budget_margin(edit.token_budget)
+            if answer_tokens > allowed and fallback is not None:
+                # The fallback is there to keep the bound: its extract is cut to the budget
+                # (it estimates tokens from characters) rather than thrown away.
+                text = self.counter.clip(text, edit.token_budget).rstrip()
+            elif answer_tokens > allowed:
+                self._fail(
+                    edit,
+                    state,
+                    reason,
+                    "over_budget",
+                    f"the summary has {answer_tokens} tokens; the request allowed "
+                    f"{edit.token_budget} (and a margin to {allowed})",
+                    **usage,
+                )
+                return None
+        body = f"{prefix}\n\n{text}" if prefix else text
+        if edit.strategy == 5:
+            new_msg = summarized_payload(msgs[0], body, offload)
+            final = snap.messages[edit.start].final
+        else:
+            new_msg = Msg.assistant(f"{body}\n{offload_tag(str(offload))}", kind=edit.new_kind)
+            final = edit.new_kind in ("round_summary", "history_summary")
+        new = self._prepare(new_msg, final)
+        replaced_tokens = edit.replaced_tokens
+        if new.tokens >= replaced_tokens:
+            self._fail(
+                edit,
+                state,
+                reason,
+                "no_gain",
+                f"the summary has {new.tokens} tokens, not fewer than the {replaced_tokens} "
+                "it would replace",
+                **usage,
+            )
+            return None
+        return Replacement(
+            edit,
+            new,
+            offload,
+            model=result.model,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            latency_ms=result.latency_ms,
+        )
+
+    def _check_in_time(self, request: SummaryRequest) -> None:
+        """An answer that came after its deadline is never a summary, whichever summarizer
+        wrote it (a caller's may not know about deadlines)."""
+        if request.deadline is not None and time.monotonic() > request.deadline:
+            cfg = self.config
+            raise SummarizerError(
+                "deadline",
+                f"the summarizer answered after the call's deadline (summarizer_deadline_s="
+                f"{cfg.summarizer_deadline_s}, compress_deadline_s={cfg.compress_deadline_s})",
+            )
+
+    # -- the bound -----------------------------------------------------------------------------
+
+    def _fallback(self, state: _CallState) -> Steps[None]:
+        """Over the window at the end of a call: the fold, S5 and S6 written by the offline
+        summarizer (no network, no LLM budget), recorded with reason 'fallback', until the
+        context is under the target or they find nothing more (SPEC.md section 2)."""
+        cfg = self.config
+        offline = OfflineSummarizer()
+        for _ in range(2 * len(_FALLBACK_STRATEGIES)):
+            snap = self.store.snapshot(self.session_id)
+            if snap.token_count < cfg.token_target:
+                return
+            # Ranges that failed with the configured summarizer are exactly what is retried.
+            ctx = PlanContext(
+                token_pressure=True,
+                count_pressure=False,
+                fallback=True,
+                layouts=self.session.layouts,
+            )
+            for strategy in _FALLBACK_STRATEGIES:
+                edits = plan_strategy(strategy, snap, cfg, ctx)
+                edits = [e for e in edits if (e.strategy, e.replaced_ids) not in state.fell_back]
+                if not edits:
+                    continue
+                state.fell_back.update((e.strategy, e.replaced_ids) for e in edits)
+                replacements = yield from self._build(
+                    snap, edits, state, "fallback", fallback=offline
+                )
+                if not replacements:
+                    continue
+                outcome = self.store.apply(
+                    self.session_id, replacements, reason="fallback", config=cfg.to_json()
+                )
+                state.events.extend(outcome.events)
+                break
+            else:
+                return
+
+    def _report_over_window(self, state: _CallState) -> None:
+        """The one exception to the bound: the protected messages alone fill the window.
+        Said in a warning and in a `skipped` event of the fold (SPEC.md section 2)."""
+        cfg = self.config
+        snap = self.store.snapshot(self.session_id)
+        lay = layout_of(snap, cfg, self.session.layouts)
+        protected = sum(
+            m.tokens
+            for i, m in enumerate(lay.metas)
+            if lay.is_protected(i) or lay.touches_pending(i, i + 1)
+        )
+        detail = (
+            f"over_window: {snap.token_count} working tokens, over the window of "
+            f"{cfg.max_tokens}; the protected messages (system, pinned, the current user "
+            f"message, a pending tool call) hold {protected} of them and nothing else is left "
+            "to compress: shorten or unpin them"
+        )
+        if not self.session.warned_over_window:
+            self.session.warned_over_window = True
+            logger.warning(
+                "autoctx: session %r is over its window after compressing: %s (logged once per "
+                "memory)",
+                self.session_id,
+                detail,
+            )
+        event = self.store.record_event(
+            self.session_id,
+            strategy=FOLD,
+            status="skipped",
+            reason="tokens",
+            error=detail,
+            config=cfg.to_json(),
+        )
+        state.events.append(event)
+
+    def _fail(
+        self,
+        edit: Edit,
+        state: _CallState,
+        reason: str,
+        why: str,
+        detail: str,
+        **usage: object,
+    ) -> None:
+        state.failed.add(edit.replaced_ids)
+        if self.config.strict:
+            raise SummarizerError(why, detail)
+        logger.warning(
+            "autoctx: session %r strategy %d failed (%s): %s",
+            self.session_id,
+            edit.strategy,
+            why,
+            detail,
+        )
+        event = self.store.record_event(
+            self.session_id,
+            strategy=edit.strategy,
+            status="failed",
+            reason=reason,
+            replaced_ids=edit.replaced_ids,
+            error=f"{why}: {detail}",
+            config=self.config.to_json(),
+            **usage,  # type: ignore[arg-type]
+        )
+        state.events.append(event)
+
+    def _prepare(self, msg: Msg, final: bool) -> Prepared:
+        return Prepared(msg, count_tokens(msg, self.counter), msg.payload_chars, final)
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    events: list[Event]
+
+
+def _advance(
+    steps: Steps[list[Event]], answer: SummaryResult | Exception | None
+) -> SummaryRequest | _Done:
+    """Step the loop to its next summarizer request, or to its end (a `StopIteration` cannot
+    cross a worker thread's future, so the end comes back as a value)."""
+    try:
+        if isinstance(answer, Exception):
+            return steps.throw(answer)
+        return steps.send(answer)  # type: ignore[arg-type]  # None starts the generator
+    except StopIteration as stop:
+        return _Done(stop.value)
+
+
+def _answer_of(
+    summarize: Callable[[SummaryRequest], SummaryResult], request: SummaryRequest
+) -> SummaryResult | Exception:
+    try:
+        return summarize(request)
+    except Exception as exc:  # handed to the loop, which records it (or raises, when strict)
+        return exc
+
+
+async def _awaited_answer(
+    summarizer: AsyncSummarizer, request: SummaryRequest
+) -> SummaryResult | Exception:
+    left = None if request.deadline is None else max(0.0, request.deadline - time.monotonic())
+    try:
+        # The deadline holds even for a caller's async summarizer that knows nothing of it.
+        async with asyncio.timeout(left):
+            return await summarizer.asummarize(request)
+    except TimeoutError:
+        return SummarizerError("deadline", "the summarizer did not answer within the deadline")
+    except Exception as exc:
+        return exc
+
+
+def _budget_margin(budget: int) -> int:
+    """How far over its token budget an answer may go and still count as a summary."""
+    return max(16, budget // 10)
+
+
+def _reaches_target(snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig) -> bool:
+    """Whether applying `edits` would bring the context under its target, estimating each
+    summary at a quarter of what it replaces plus its tag."""
+    tokens = snap.token_count - sum(
+        e.replaced_tokens - (e.replaced_tokens // 4 + _TAG_TOKENS) for e in edits
+    )
+    count = snap.message_count - sum(len(e.replaced_ids) - 1 for e in edits)
+    return under_target(count, tokens, config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Replacement messages (pure)
+# ---------------------------------------------------------------------------------------------
+
+
+def _with_tag(text: str, offload: uuid.UUID) -> str:
+    return f"{text}\n{offload_tag(str(offload))}"
+
+
+def preview(msg: Msg, config: AutoContextConfig, offload: uuid.UUID) -> Msg:
+    """S2/S3: the first `preview_chars` characters, '...', a newline and the tag.
+
+    Role and name stay; a tool message keeps every result's call id and tool name (the tag goes
+    on the last one).
+    """
+    n = config.preview_chars
+    if msg.role == "tool":
+        results = msg.tool_results
+        blocks: list[Block] = []
+        for k, r in enumerate(results):
+            head = r.output_text[:n] + "..."
+            if k == len(results) - 1:
+                head = _with_tag(head, offload)
+            blocks.append(ToolResultBlock(r.tool_use_id, head, r.name))
+        return Msg("tool", tuple(blocks), name=msg.name, kind="preview")
+    text = msg.text or _opaque_text(msg)
+    return Msg(
+        msg.role, (TextBlock(_with_tag(text[:n] + "...", offload)),), name=msg.name, kind="preview"
+    )
+
+
+def summarized_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:
+    """S5: only the text/output is replaced; every tool_use and tool_result keeps its id and name.
+
+    Large tool-call arguments become a small JSON object pointing at the offload, so the call
+    stays valid JSON.
+    """
+    tagged = _with_tag(summary, offload)
+    if msg.role == "tool":
+        results = msg.tool_results
+        last = results[-1].tool_use_id
+        blocks: list[Block] = [
+            ToolResultBlock(
+                r.tool_use_id,
+                tagged if k == len(results) - 1 else f"[summarized with the result of call {last}]",
+                r.name,
+            )
+            for k, r in enumerate(results)
+        ]
+        return Msg("tool", tuple(blocks), name=msg.name, kind="large_summary")
+    out: list[Block] = [TextBlock(tagged)]
+    for b in msg.content:
+        if isinstance(b, ToolUseBlock):
+            args = b.arguments
+            if len(args) > _LARGE_ARGUMENTS_CHARS:
+                args = json.dumps({"offloaded_arguments": str(offload)})
+            out.append(ToolUseBlock(b.id, b.name, args, b.extra))
+    return Msg(msg.role, tuple(out), name=msg.name, kind="large_summary")
+
+
+#: Tool-call arguments longer than this are replaced by a pointer to the offload in S5: the
+#: call must stay valid JSON, and short arguments are worth keeping verbatim.
+_LARGE_ARGUMENTS_CHARS = 256
+
+
+def _opaque_text(msg: Msg) -> str:
+    kinds = [str(b.data.get("type", "opaque")) for b in msg.content if isinstance(b, OpaqueBlock)]
+    return "[" + ", ".join(kinds) + "]"

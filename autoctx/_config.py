@@ -1,0 +1,345 @@
+"""The thresholds of SPEC.md, validated when the config is built.
+
+Some defaults follow other fields (SPEC.md section 2, "defaults follow the window"): the sizes
+that are relative to the window (`min_compress_tokens`, `fold_keep_tokens`,
+`fold_budget_tokens`) follow `max_tokens`, and the defaults that must stay consistent with a
+field the caller set (`reload_page_chars` and `preview_chars` under `large_payload_chars`, the
+two ratios) adapt to it. Only values the caller set can be refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ._errors import ConfigError
+
+#: Strategies whose replacement text an LLM writes; their prompts are replaceable. 7 is the
+#: fold (SPEC.md section 3).
+LLM_STRATEGIES = (1, 4, 5, 6, 7)
+
+#: The window the fixed defaults of SPEC.md section 3 are stated for.
+REFERENCE_WINDOW: Final = 131072
+_MIN_COMPRESS_TOKENS_AT_REFERENCE: Final = 5000
+_TOKEN_RATIO: Final = 0.75
+_TARGET_RATIO: Final = 0.6
+_PREVIEW_CHARS: Final = 200
+_RELOAD_PAGE_CHARS: Final = 4000
+#: The fold keeps recent rounds up to this share of the token target, and summarizes the rest
+#: within this share of it.
+_FOLD_KEEP_SHARE: Final = 0.25
+_FOLD_BUDGET_SHARE: Final = 0.1
+#: A real LLM writing the fold's budget (about 7,900 tokens at the reference window) takes
+#: over a minute at common output speeds; two minutes leave room for that and for a retry
+#: after a fast failure, and still bound what a stalled endpoint costs one call.
+DEFAULT_SUMMARIZER_DEADLINE_S: Final = 120.0
+#: Room for the fold's call and a few shorter S1/S4/S5/S6 calls around it. When it passes,
+#: the ladder stops calling the summarizer and the offline fallback keeps the bound.
+DEFAULT_COMPRESS_DEADLINE_S: Final = 300.0
+
+
+class _Derived(int):
+    """An int the config derived from other fields rather than one the caller set.
+
+    It is what a derived field holds, so that ``dataclasses.replace(config, max_tokens=...)``
+    (which passes every field back in) derives it again instead of freezing the old value,
+    and so that a derived value never makes a `ConfigError` about a field the caller did not set.
+    """
+
+    __slots__ = ()
+
+
+class _DerivedRatio(float):
+    """The float counterpart of `_Derived` (for the two ratios)."""
+
+    __slots__ = ()
+
+
+#: The default of every derived field: "not set by the caller".
+_UNSET: Final = _Derived(0)
+_UNSET_RATIO: Final = _DerivedRatio(0.0)
+
+#: The fields whose defaults are derived, in the order they are derived.
+DERIVED_FIELDS: Final = (
+    "token_ratio",
+    "target_ratio",
+    "preview_chars",
+    "reload_page_chars",
+    "min_compress_tokens",
+    "fold_keep_tokens",
+    "fold_budget_tokens",
+)
+
+
+def _given(value: object) -> bool:
+    """Whether the caller set this value (None and the derived markers mean they did not)."""
+    return value is not None and not isinstance(value, _Derived | _DerivedRatio)
+
+
+@dataclass(frozen=True, slots=True)
+class AutoContextConfig:
+    """Every threshold of SPEC.md under SPEC.md's names, with SPEC.md's defaults.
+
+    Invalid values and combinations raise `ConfigError` naming the field, when the config is
+    built, so that a bad config never reaches a session. ``AutoContextConfig(max_tokens=16_000)``
+    alone is a sound config: the sizes relative to the window follow it.
+    """
+
+    #: Compress when the working context holds at least this many messages.
+    msg_threshold: int = 100
+    #: The model's context window, in tokens.
+    max_tokens: int = 131072
+    #: Compress when working tokens reach ``max_tokens * token_ratio`` (default 0.75; above
+    #: a `target_ratio` the caller set at 0.75 or more, halfway from it to 1).
+    token_ratio: float = _UNSET_RATIO
+    #: Compression goes on until tokens and messages are under this share of their triggers'
+    #: bases (default 0.6; under a `token_ratio` the caller set at 0.6 or less, 0.8 of it).
+    target_ratio: float = _UNSET_RATIO
+    large_payload_chars: int = 5120
+    #: Characters kept in a preview (default 200, at most half of `large_payload_chars`).
+    preview_chars: int = _UNSET
+    last_keep: int = 50
+    min_tool_run: int = 6
+    #: The floor under which S1, S4 and the fold leave a range alone (default 5000 at a
+    #: 131,072-token window, in proportion otherwise).
+    min_compress_tokens: int = _UNSET
+    current_round_ratio: float = 0.3
+    #: The fold keeps the most recent whole rounds within this many tokens (default a quarter
+    #: of the token target).
+    fold_keep_tokens: int = _UNSET
+    #: The fold's summary must fit in this many tokens (default a tenth of the token target).
+    fold_budget_tokens: int = _UNSET
+    #: Picks the token encoding; fixed when a session is created.
+    model: str = "gpt-4o"
+    #: Passes of the ladder per `compress_if_needed()` call (each applies one strategy).
+    max_passes: int = 10
+    #: Summarizer calls per `compress_if_needed()` call.
+    max_llm_calls: int = 8
+    #: Seconds one summarizer call may take in all (every retry and a slow stream included);
+    #: a call past it is a `failed` event, never a summary.
+    summarizer_deadline_s: float = DEFAULT_SUMMARIZER_DEADLINE_S
+    #: Seconds one `compress_if_needed()` call may spend on summarizer calls; past it, no
+    #: further call starts (a call in flight is cut at it) and the offline fallback keeps the
+    #: context under the window.
+    compress_deadline_s: float = DEFAULT_COMPRESS_DEADLINE_S
+    #: Largest payload (characters of text, tool input and output) one message may carry.
+    max_message_chars: int = 2_000_000
+    #: Page size, in characters, of a `context_reload` answer (default 4000, at most
+    #: `large_payload_chars`).
+    reload_page_chars: int = _UNSET
+    #: Raise summarizer failures instead of recording them as `failed` events.
+    strict: bool = False
+    #: Run the Alembic migrations when a memory opens a database whose schema is behind.
+    auto_upgrade: bool = True
+    #: Replacement prompts, by strategy number (1, 4, 5, 6 and 7, the fold).
+    prompts: Mapping[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        positive_ints = (
+            "msg_threshold",
+            "max_tokens",
+            "large_payload_chars",
+            "max_passes",
+            "max_message_chars",
+        )
+        for name in positive_ints:
+            _check_int(name, getattr(self, name), minimum=1)
+        for name in ("last_keep", "min_tool_run", "max_llm_calls"):
+            _check_int(name, getattr(self, name), minimum=0)
+        _check_ratio("current_round_ratio", self.current_round_ratio)
+        for name in ("summarizer_deadline_s", "compress_deadline_s"):
+            _check_seconds(name, getattr(self, name))
+        self._derive_ratios()
+        self._derive_payload_sizes()
+        self._derive_window_sizes()
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ConfigError("AutoContextConfig.model must be a non-empty model name")
+        if not isinstance(self.prompts, Mapping):
+            raise ConfigError("AutoContextConfig.prompts must be a mapping of strategy -> prompt")
+        for key, prompt in self.prompts.items():
+            if key not in LLM_STRATEGIES:
+                raise ConfigError(
+                    f"AutoContextConfig.prompts has key {key!r}; only the LLM strategies "
+                    f"{LLM_STRATEGIES} take prompts"
+                )
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise ConfigError(f"AutoContextConfig.prompts[{key}] must be a non-empty string")
+
+    # -- derived defaults -----------------------------------------------------------------------
+
+    def _set(self, name: str, value: int | float) -> None:
+        # The dataclass is frozen: the derived defaults are filled in once, here.
+        object.__setattr__(self, name, value)
+
+    def _derive_ratios(self) -> None:
+        trigger_given, target_given = _given(self.token_ratio), _given(self.target_ratio)
+        if trigger_given:
+            _check_ratio("token_ratio", self.token_ratio)
+        if target_given:
+            _check_ratio("target_ratio", self.target_ratio)
+        if trigger_given and target_given:
+            if self.target_ratio >= self.token_ratio:
+                raise ConfigError(
+                    f"AutoContextConfig.target_ratio ({self.target_ratio}) must be below "
+                    f"token_ratio ({self.token_ratio}): the target has to sit under the trigger"
+                )
+        elif trigger_given:
+            ratio = self.token_ratio
+            self._set("target_ratio", _DerivedRatio(min(_TARGET_RATIO, 0.8 * ratio)))
+        elif target_given:
+            ratio = self.target_ratio
+            trigger = _TOKEN_RATIO if ratio < _TOKEN_RATIO else (1 + ratio) / 2
+            self._set("token_ratio", _DerivedRatio(trigger))
+        else:
+            self._set("token_ratio", _DerivedRatio(_TOKEN_RATIO))
+            self._set("target_ratio", _DerivedRatio(_TARGET_RATIO))
+
+    def _derive_payload_sizes(self) -> None:
+        large = self.large_payload_chars
+        if _given(self.preview_chars):
+            _check_int("preview_chars", self.preview_chars, minimum=1)
+            if self.preview_chars >= large:
+                raise ConfigError(
+                    f"AutoContextConfig.preview_chars ({self.preview_chars}) must be smaller "
+                    f"than large_payload_chars ({large}): a preview longer than the large "
+                    "threshold would itself count as large"
+                )
+        else:
+            self._set("preview_chars", _Derived(max(1, min(_PREVIEW_CHARS, large // 2))))
+        if _given(self.reload_page_chars):
+            _check_int("reload_page_chars", self.reload_page_chars, minimum=1)
+            if self.reload_page_chars > large:
+                raise ConfigError(
+                    f"AutoContextConfig.reload_page_chars ({self.reload_page_chars}) must not "
+                    f"exceed large_payload_chars ({large}), or a reloaded page would be "
+                    "offloaded again"
+                )
+        else:
+            self._set("reload_page_chars", _Derived(min(_RELOAD_PAGE_CHARS, large)))
+
+    def _derive_window_sizes(self) -> None:
+        if _given(self.min_compress_tokens):
+            _check_int("min_compress_tokens", self.min_compress_tokens, minimum=0)
+        else:
+            floor = _MIN_COMPRESS_TOKENS_AT_REFERENCE * self.max_tokens / REFERENCE_WINDOW
+            self._set("min_compress_tokens", _Derived(round(floor)))
+        target = self.token_target
+        keep_given, budget_given = _given(self.fold_keep_tokens), _given(self.fold_budget_tokens)
+        if keep_given:
+            _check_int("fold_keep_tokens", self.fold_keep_tokens, minimum=0)
+        if budget_given:
+            _check_int("fold_budget_tokens", self.fold_budget_tokens, minimum=1)
+        if not keep_given:
+            room = target - (self.fold_budget_tokens if budget_given else 0) - 1
+            keep = min(int(target * _FOLD_KEEP_SHARE), room)
+            self._set("fold_keep_tokens", _Derived(max(0, keep)))
+        if not budget_given:
+            room = target - self.fold_keep_tokens - 1
+            budget = min(int(target * _FOLD_BUDGET_SHARE), room)
+            self._set("fold_budget_tokens", _Derived(max(1, budget)))
+        if self.fold_keep_tokens + self.fold_budget_tokens >= target:
+            names = [
+                n
+                for n, g in (("fold_keep_tokens", keep_given), ("fold_budget_tokens", budget_given))
+                if g
+            ]
+            raise ConfigError(
+                f"AutoContextConfig.{' + '.join(names)}: fold_keep_tokens "
+                f"({self.fold_keep_tokens}) plus fold_budget_tokens ({self.fold_budget_tokens}) "
+                f"must stay under the token target ({target} = max_tokens * target_ratio), or "
+                "a fold could never reach the target"
+            )
+
+    # -- what the thresholds mean ---------------------------------------------------------------
+
+    @property
+    def token_trigger(self) -> int:
+        """Working tokens at which compression starts."""
+        return int(self.max_tokens * self.token_ratio)
+
+    @property
+    def token_target(self) -> int:
+        """Working tokens under which compression stops."""
+        return int(self.max_tokens * self.target_ratio)
+
+    @property
+    def msg_target(self) -> int:
+        """Working messages under which compression stops."""
+        return int(self.msg_threshold * self.target_ratio)
+
+    @property
+    def derived(self) -> tuple[str, ...]:
+        """The fields whose values were derived (not set by the caller)."""
+        return tuple(n for n in DERIVED_FIELDS if not _given(getattr(self, n)))
+
+    def to_json(self) -> dict[str, Any]:
+        """The thresholds as recorded on the session row and on each event: every value in
+        force, and which of them were derived (so that `from_json` derives them again)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name in DERIVED_FIELDS:
+            value = data[name]
+            data[name] = float(value) if isinstance(value, float) else int(value)
+        data["prompts"] = {str(k): v for k, v in self.prompts.items()}
+        data["derived"] = list(self.derived)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AutoContextConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        derived = set(data.get("derived", ()))
+        kwargs = {k: v for k, v in data.items() if k in known and k not in derived}
+        if "prompts" in kwargs:
+            kwargs["prompts"] = {int(k): v for k, v in kwargs["prompts"].items()}
+        return cls(**kwargs)
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ConfigError(f"AutoContextConfig.{name} must be {rule}, got {value!r}")
+
+
+def _check_ratio(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ConfigError(
+            f"AutoContextConfig.{name} must be a number strictly between 0 and 1, got {value!r}"
+        )
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigError(
+            f"AutoContextConfig.{name} must be a positive, finite number of seconds, got {value!r}"
+        )
+
+
+def _named_fields_only(init: Any) -> Any:
+    """Wrap the generated `__init__` so that a misspelt field (`max_token=`) is a `ConfigError`
+    that says which field was meant, not a bare `TypeError`."""
+
+    @functools.wraps(init)
+    def checked(self: AutoContextConfig, *args: Any, **kwargs: Any) -> None:
+        names = [f.name for f in dataclasses.fields(AutoContextConfig)]
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; the fields are {names}"
+                raise ConfigError(f"AutoContextConfig has no field {key!r}{hint}")
+        init(self, *args, **kwargs)
+
+    return checked
+
+
+# The dataclass writes `__init__`; the check goes around it (`dataclasses.replace` passes
+# through it too, with known names only).
+AutoContextConfig.__init__ = _named_fields_only(AutoContextConfig.__init__)  # type: ignore[method-assign]

@@ -1,0 +1,571 @@
+"""The facade users import: `AutoContextMemory` and its async twin.
+
+The async twin runs the same sync code in a worker thread (`asyncio.to_thread`): one source of
+truth, and psycopg's sync driver under it.
+
+One memory may be shared by threads and by asyncio tasks (SPEC.md section 5): each memory
+serializes its own calls with a lock, so they behave as if made one after the other, and its
+caches (in its store) only ever change under that lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, ParamSpec, TypeVar
+
+from sqlalchemy.engine import URL, Engine
+
+from ._client import AutoContextClient
+from ._compressor import Compressor, SessionState, trigger_of
+from ._config import AutoContextConfig
+from ._errors import InvalidSessionId, SessionNotFound
+from ._events import Event
+from ._intake import Prepared, count_tokens, prepare
+from ._messages import Msg, coerce_messages, to_openai_messages
+from ._prompts import RELOAD_SNIPPET
+from ._store.rows import SessionInfo
+from ._store.store import Store
+from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer
+from ._tokens import TokenCounter
+from ._tools import (
+    TOOL_NAME,
+    answer_reload_call,
+    call_arguments,
+    parse_offload_id,
+    tool_definitions,
+)
+from ._transcript import validate_plan
+
+logger = logging.getLogger("autoctx")
+
+MAX_SESSION_ID = 255
+#: Tenant names are indexed with the session id; at 255 characters (4 bytes each at most in
+#: UTF-8) the pair stays far below PostgreSQL's btree entry limit of about 2.7 KB.
+MAX_TENANT = 255
+MessageInput = Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def validate_session_id(session_id: object) -> str:
+    if not isinstance(session_id, str):
+        raise InvalidSessionId(f"session id must be a string, got {type(session_id).__name__}")
+    if not session_id:
+        raise InvalidSessionId("session id is empty; pass a non-empty string such as 'agent-42'")
+    _check_storable("session id", session_id, MAX_SESSION_ID)
+    return session_id
+
+
+def _check_storable(what: str, name: str, limit: int) -> None:
+    """A name PostgreSQL can store and index: at most `limit` characters, no NUL, no lone
+    surrogate (the message never repeats the name)."""
+    if len(name) > limit:
+        raise InvalidSessionId(f"{what} is {len(name)} characters long; the limit is {limit}")
+    if "\x00" in name:
+        raise InvalidSessionId(f"{what} contains a NUL character; remove it")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSessionId(f"{what} is not valid Unicode (lone surrogate)") from None
+
+
+def validate_tenant(tenant: object) -> str | None:
+    """A tenant name as given, or None for a session without a tenant; `InvalidSessionId`
+    for one that is not storable (the message never repeats the name: it may be long)."""
+    if tenant is None:
+        return None
+    if not isinstance(tenant, str):
+        raise InvalidSessionId(
+            f"tenant must be a string or None, got {type(tenant).__name__}; pass a name such "
+            "as 'acme', or None for a session without a tenant"
+        )
+    if not tenant.strip():
+        # Under row-level security an empty tenant means "no tenant": refuse the ambiguity.
+        raise InvalidSessionId(
+            "tenant is empty or blank, which is not a tenant name; pass a non-empty name, or "
+            "None for a session without a tenant"
+        )
+    _check_storable("tenant", tenant, MAX_TENANT)
+    return tenant
+
+
+def get_engine(database_url: str | URL | None, *, auto_upgrade: bool) -> Engine:
+    """The engine of the process's shared client for a URL (or the embedded server)."""
+    return AutoContextClient.shared(database_url, auto_upgrade=auto_upgrade).engine
+
+
+def dispose_engines() -> None:
+    """Release every pooled connection of the shared clients and forget them (tests, and a
+    CLI command that is done with the database); open memories reconnect on next use."""
+    AutoContextClient.forget_shared()
+
+
+def _serialized(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run the method under its memory's lock (reentrant: public methods call each other)."""
+
+    @functools.wraps(method)
+    def locked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with args[0]._lock:  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+
+    return locked
+
+
+class AutoContextMemory:
+    """The working memory of one agent session, kept in PostgreSQL.
+
+    >>> mem = AutoContextMemory.open("agent-42")           # embedded PostgreSQL by default
+    >>> mem.add({"role": "user", "content": "hello"})
+    >>> mem.to_openai()                                     # the working context
+    >>> mem.compress_if_needed()                            # events of this call
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        info: SessionInfo,
+        config: AutoContextConfig,
+        summarizer: Summarizer,
+        *,
+        owns_summarizer: bool = False,
+    ) -> None:
+        self._store = store
+        self.session_id = info.session_id
+        self.tenant = info.tenant
+        self.config = config
+        self._counter = TokenCounter(config.model)
+        self._summarizer = summarizer
+        #: The default summarizer is the memory's to close; one passed in is the caller's.
+        self._owns_summarizer = owns_summarizer
+        self._info = info
+        self._closed = False
+        self._lock = threading.RLock()
+        self._session = SessionState()
+
+    @classmethod
+    def open(
+        cls,
+        session_id: str,
+        database_url: str | URL | None = None,
+        config: AutoContextConfig | None = None,
+        *,
+        tenant: str | None = None,
+        summarizer: Summarizer | None = None,
+        create: bool = True,
+    ) -> AutoContextMemory:
+        """Open the session `session_id`, creating it unless `create=False`.
+
+        The model (and so the token encoding) is fixed when the session is created: for an
+        existing session the stored model wins over `config.model` (with a warning). Reopening
+        without a config uses the thresholds stored with the session; with a config, the
+        session's record of the thresholds in force is updated. `database_url` defaults to
+        `AUTOCTX_DATABASE_URL`, else the embedded PostgreSQL.
+        """
+        validate_session_id(session_id)  # before anything connects
+        validate_tenant(tenant)
+        client = AutoContextClient.shared(
+            database_url, auto_upgrade=(config or AutoContextConfig()).auto_upgrade
+        )
+        return client.open(session_id, config, tenant=tenant, summarizer=summarizer, create=create)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    @_serialized
+    def add(self, messages: MessageInput) -> list[Msg]:
+        """Validate, count and append messages atomically; returns them as stored.
+
+        Accepts a `Msg`, an OpenAI chat message dict, the `openai` client's own message object
+        (`response.choices[0].message`), or a list mixing them. A rejected list stores none of
+        its messages. Never compresses (call `compress_if_needed()`).
+        """
+        self._check_open()
+        msgs = coerce_messages(messages)
+        prepared = prepare(
+            msgs, self._counter, max_chars=self.config.max_message_chars, session_id=self.session_id
+        )
+        return self._store.append(self.session_id, prepared)
+
+    @_serialized
+    def compress_if_needed(self) -> list[Event]:
+        """Run the compression loop if the trigger holds; returns this call's events."""
+        compressor, info = self._compression()
+        return compressor.run(info)
+
+    @_serialized
+    def _compression(self) -> tuple[Compressor, SessionInfo]:
+        """The compressor of one `compress_if_needed()` call and the totals it starts from."""
+        self._check_open()
+        info = self._store.totals(self.session_id)
+        compressor = Compressor(
+            self._store,
+            self.session_id,
+            self.config,
+            self._counter,
+            self._summarizer,
+            self._session,
+        )
+        return compressor, info
+
+    @_serialized
+    def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
+        """Take the last working message out of the working context and return it.
+
+        The original stays stored; the removal is an applied event (strategy 0, reason
+        'manual'). `split(last)` may return a message to stand in its place (for example the
+        rest of a message that held several items). Returns None when the context is empty.
+        """
+        self._check_open()
+
+        def remainder(last: Msg) -> Prepared | None:
+            rest = split(last) if split is not None else None
+            if rest is None:
+                return None
+            return Prepared(rest, count_tokens(rest, self._counter), rest.payload_chars, False)
+
+        return self._store.pop_last(self.session_id, remainder, config=self.config.to_json())
+
+    @_serialized
+    def clear(self) -> Event:
+        """Empty the working context; every original, offload and lineage row stays (clearing
+        is not deleting). Recorded as an applied event: strategy 0, reason 'clear'."""
+        self._check_open()
+        return self._store.clear(self.session_id, config=self.config.to_json())
+
+    @_serialized
+    def set_plan(self, plan: Mapping[str, Any] | None) -> None:
+        """Attach a plan (goal, steps with states, expected outcome) for the summaries' plan
+        hint; None removes it."""
+        self._check_open()
+        self._store.set_plan(self.session_id, validate_plan(plan) if plan is not None else None)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @_serialized
+    def messages(self) -> list[Msg]:
+        """The working context, in order."""
+        self._check_open()
+        return self._store.load_working(self.session_id)
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """The working context as OpenAI Chat Completions messages."""
+        return to_openai_messages(self.messages())
+
+    @_serialized
+    def refresh(self) -> SessionInfo:
+        """Re-read the session row (one primary-key read)."""
+        self._check_open()
+        self._info = self._store.totals(self.session_id)
+        return self._info
+
+    def token_count(self) -> int:
+        """Working tokens, from the session row (no recount)."""
+        return self.refresh().token_count
+
+    def message_count(self) -> int:
+        """Working messages, from the session row."""
+        return self.refresh().message_count
+
+    def version(self) -> int:
+        """The session's version (one more with every committed write), from the session row.
+
+        `token_count()`, `message_count()` and `version()` are methods, in the sync memory as in
+        the async one: each reads the database."""
+        return self.refresh().version
+
+    @_serialized
+    def _appended_over_trigger(self) -> bool:
+        """Whether this memory's latest `add()` left the session at or over its trigger, from
+        the totals that append committed (no read). After an `add()`, `compress_if_needed()`
+        only has work when this holds, so an agent loop can skip that call's read of the
+        session row; another writer's later appends are seen by the next check."""
+        totals = self._store.totals_after_append(self.session_id)
+        return totals is None or trigger_of(*totals, self.config).fired
+
+    @_serialized
+    def needs_compression(self) -> bool:
+        """The trigger of SPEC.md section 2, from the session row: one indexed read."""
+        info = self.refresh()
+        return trigger_of(info.message_count, info.token_count, self.config).fired
+
+    @_serialized
+    def events(self) -> list[Event]:
+        """Every compression event of the session, oldest first."""
+        self._check_open()
+        return self._store.events(self.session_id)
+
+    # -- reload -----------------------------------------------------------------------------
+
+    @_serialized
+    def reload(
+        self, offload_id: str | uuid.UUID, offset: int = 0, limit: int | None = None
+    ) -> list[Msg]:
+        """The messages an offload removed (one level deep), optionally a page of them.
+
+        Raises `InvalidOffloadId` for an empty or malformed id and `OffloadNotFound` for an id
+        unknown to this session.
+        """
+        self._check_open()
+        parsed = offload_id if isinstance(offload_id, uuid.UUID) else parse_offload_id(offload_id)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+        msgs = self._store.reload(self.session_id, parsed)
+        return msgs[offset : None if limit is None else offset + limit]
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The OpenAI function-tool definitions of the memory's model tools (`context_reload`),
+        for a chat completion's `tools=`; `handle_tool_call()` answers a call of any of them."""
+        return tool_definitions(self.config)
+
+    @_serialized
+    def handle_tool_call(self, call: Any) -> str:
+        """Answer a model's call of one of `tools()` with text: an OpenAI tool-call dict, the
+        `openai` client's tool-call object, or a `ToolUseBlock`. Never raises for a bad call:
+        the model reads the answer, so a wrong uuid or malformed arguments are explained in it.
+        """
+        self._check_open()
+        name, arguments = call_arguments(call)
+        if name != TOOL_NAME:
+            return f"Unknown tool {name!r}: this handler answers {TOOL_NAME} only."
+        return answer_reload_call(
+            arguments,
+            lambda u: self._store.reload(self.session_id, u),
+            self.config.reload_page_chars,
+        )
+
+    @staticmethod
+    def system_prompt_snippet() -> str:
+        """Text for the agent's system prompt that explains offload tags and reload."""
+        return RELOAD_SNIPPET
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @_serialized
+    def delete(self) -> None:
+        """Delete the session and everything of it, and close the memory."""
+        self._check_open()
+        self._store.delete_session(self.session_id, self.tenant)
+        self.close()
+
+    def close(self) -> None:
+        """Close the memory: later calls raise `SessionNotFound`; a summarizer the memory made
+        itself (the default one) is closed with it. The session stays stored."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        close = getattr(self._summarizer, "close", None)
+        if self._owns_summarizer and callable(close):
+            close()
+
+    def _after_fork_in_child(self) -> None:
+        # A lock another thread of the parent held at the fork would stay held in the child.
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> AutoContextMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- for autoctx's own integrations (the Agents SDK session, the CLI) ----------------------
+
+    @_serialized
+    def _working_ids(self, limit: int | None = None) -> tuple[uuid.UUID, list[int]]:
+        """The session's incarnation and its working message ids (the last `limit` of them)."""
+        self._check_open()
+        return self._store.incarnation(self.session_id), self._store.working_ids(
+            self.session_id, limit
+        )
+
+    @_serialized
+    def _message_documents(self, ids: Sequence[int]) -> list[tuple[int, str, str, Any, Any]]:
+        """Stored messages as (id, role, kind, content, metadata) JSON, for those ids."""
+        self._check_open()
+        return self._store.message_documents(self.session_id, ids)
+
+    @_serialized
+    def _count_originals(self) -> int:
+        self._check_open()
+        return self._store.count_originals(self.session_id)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionNotFound(
+                f"the memory of session {self.session_id!r} is closed; open it again"
+            )
+
+    @property
+    def engine(self) -> Engine:
+        return self._store.engine
+
+    @property
+    def summarizer(self) -> Summarizer:
+        return self._summarizer
+
+
+def open_memory(
+    client: AutoContextClient,
+    session_id: str,
+    config: AutoContextConfig | None,
+    *,
+    tenant: str | None,
+    summarizer: Summarizer | None,
+    create: bool,
+) -> AutoContextMemory:
+    """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls)."""
+    validate_session_id(session_id)
+    validate_tenant(tenant)
+    given = config
+    config = config or AutoContextConfig()
+    store = Store(client.engine, tenant)
+    info = store.get_session(session_id, tenant)
+    if info is None:
+        if not create:
+            raise SessionNotFound(
+                f"session {session_id!r} does not exist; open it with create=True to start it"
+            )
+        counter = TokenCounter(config.model)
+        info = store.create_session(
+            session_id, tenant=tenant, config=config, encoding=counter.encoding_name
+        )
+    elif given is None:
+        # Reopening without a config keeps the thresholds the session was run with.
+        config = AutoContextConfig.from_json(info.config)
+    if info.model != config.model:
+        config = _with_model(config, info)
+    if config.to_json() != info.config:
+        # The thresholds in force are recorded on the session (and on each event).
+        store.set_config(session_id, config.to_json())
+    if summarizer is not None:
+        return AutoContextMemory(store, info, config, summarizer)
+    return AutoContextMemory(store, info, config, default_summarizer(), owns_summarizer=True)
+
+
+def _with_model(config: AutoContextConfig, info: SessionInfo) -> AutoContextConfig:
+    # The encoding is fixed at creation: counts already stored were made with it.
+    logger.warning(
+        "autoctx: session %r was created for model %r; keeping it (config says %r)",
+        info.session_id,
+        info.model,
+        config.model,
+    )
+    return replace(config, model=info.model)
+
+
+class AsyncAutoContextMemory:
+    """`AutoContextMemory` for asyncio: the same code, run in a worker thread."""
+
+    def __init__(self, sync: AutoContextMemory) -> None:
+        self.sync = sync
+        self.session_id = sync.session_id
+        self._compress_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @classmethod
+    async def open(
+        cls,
+        session_id: str,
+        database_url: str | URL | None = None,
+        config: AutoContextConfig | None = None,
+        **kwargs: Any,
+    ) -> AsyncAutoContextMemory:
+        sync = await asyncio.to_thread(
+            AutoContextMemory.open, session_id, database_url, config, **kwargs
+        )
+        return cls(sync)
+
+    async def add(self, messages: MessageInput) -> list[Msg]:
+        return await asyncio.to_thread(self.sync.add, messages)
+
+    async def messages(self) -> list[Msg]:
+        return await asyncio.to_thread(self.sync.messages)
+
+    async def to_openai(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.to_openai)
+
+    async def token_count(self) -> int:
+        return await asyncio.to_thread(self.sync.token_count)
+
+    async def message_count(self) -> int:
+        return await asyncio.to_thread(self.sync.message_count)
+
+    async def needs_compression(self) -> bool:
+        return await asyncio.to_thread(self.sync.needs_compression)
+
+    async def compress_if_needed(self) -> list[Event]:
+        summarizer = self.sync.summarizer
+        if not isinstance(summarizer, AsyncSummarizer):
+            return await asyncio.to_thread(self.sync.compress_if_needed)
+        # The database steps run in a worker thread, each under the memory's lock; the LLM call
+        # is awaited and holds neither a thread nor the lock, so other calls go on meanwhile.
+        # Compressions of this memory run one at a time (the loop's lock), so none pays the
+        # summarizer for a range another one already replaced.
+        async with self._compress_lock():
+            compressor, info = await asyncio.to_thread(self.sync._compression)
+            return await compressor.arun(info, summarizer, self.sync._lock)
+
+    def _compress_lock(self) -> asyncio.Lock:
+        # An asyncio lock belongs to one event loop: one per loop that uses this memory.
+        loop = asyncio.get_running_loop()
+        lock = self._compress_locks.get(loop)
+        if lock is None:
+            lock = self._compress_locks[loop] = asyncio.Lock()
+        return lock
+
+    async def events(self) -> list[Event]:
+        return await asyncio.to_thread(self.sync.events)
+
+    async def reload(
+        self, offload_id: str | uuid.UUID, offset: int = 0, limit: int | None = None
+    ) -> list[Msg]:
+        return await asyncio.to_thread(self.sync.reload, offload_id, offset, limit)
+
+    async def handle_tool_call(self, call: Any) -> str:
+        return await asyncio.to_thread(self.sync.handle_tool_call, call)
+
+    async def clear(self) -> Event:
+        return await asyncio.to_thread(self.sync.clear)
+
+    async def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
+        return await asyncio.to_thread(self.sync.pop_last, split)
+
+    async def refresh(self) -> SessionInfo:
+        return await asyncio.to_thread(self.sync.refresh)
+
+    async def version(self) -> int:
+        return await asyncio.to_thread(self.sync.version)
+
+    @staticmethod
+    def system_prompt_snippet() -> str:
+        return AutoContextMemory.system_prompt_snippet()
+
+    async def set_plan(self, plan: Mapping[str, Any] | None) -> None:
+        await asyncio.to_thread(self.sync.set_plan, plan)
+
+    def tools(self) -> list[dict[str, Any]]:
+        return self.sync.tools()
+
+    async def delete(self) -> None:
+        await asyncio.to_thread(self.sync.delete)
+
+    async def close(self) -> None:
+        self.sync.close()
+
+    async def __aenter__(self) -> AsyncAutoContextMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,505 @@
+"""Messages and their blocks (SPEC.md section 1), and the OpenAI Chat Completions format.
+
+A `Msg` is immutable. It holds a role, an ordered tuple of blocks and free metadata, plus what
+autoctx records about it: its `kind` (original or one of the compressions' outputs), whether the
+caller pinned it, and once stored its per-session `id` and token count.
+
+OpenAI conversion is lossless: whatever autoctx does not model (unknown keys, the choice between
+string content and content parts, the `developer` role) is kept under the reserved metadata key
+``"openai"`` and given back by `Msg.to_openai()`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeAlias, cast
+
+from ._errors import InvalidMessage
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+Kind: TypeAlias = Literal[
+    "original",
+    "tool_run_summary",
+    "preview",
+    "round_summary",
+    "large_summary",
+    "current_round_summary",
+    "history_summary",
+]
+ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
+#: Metadata key under which autoctx keeps what the OpenAI format carries and the model does not.
+OPENAI_META = "openai"
+
+
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseBlock:
+    """One tool call. `arguments` is the call's JSON text exactly as the model wrote it."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    #: Keys of the OpenAI tool call that autoctx does not model (for example a non-function type).
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    type: Literal["tool_use"] = "tool_use"
+
+    @property
+    def input(self) -> Any:
+        """The arguments, parsed."""
+        return json.loads(self.arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultBlock:
+    """The answer to the call `tool_use_id`; `name` is that call's tool (filled in at `add()`)."""
+
+    tool_use_id: str
+    output: str | tuple[TextBlock, ...]
+    name: str = ""
+    type: Literal["tool_result"] = "tool_result"
+
+    @property
+    def output_text(self) -> str:
+        if isinstance(self.output, str):
+            return self.output
+        return "".join(part.text for part in self.output)
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueBlock:
+    """Anything else a model produces (images, audio, thinking): stored, counted, never dropped."""
+
+    data: Mapping[str, Any]
+    type: Literal["opaque"] = "opaque"
+
+
+Block: TypeAlias = TextBlock | ToolUseBlock | ToolResultBlock | OpaqueBlock
+
+
+@dataclass(frozen=True, slots=True)
+class Msg:
+    """One message of a session's history.
+
+    Build one with the constructors (`Msg.user("...")`, `Msg.assistant(...)`, `Msg.tool(...)`),
+    with `Msg.from_openai(dict)`, or directly from blocks.
+    """
+
+    role: Role
+    content: tuple[Block, ...] = ()
+    name: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    kind: Kind = "original"
+    #: Never compressed; the flag covers the whole tool group the message belongs to.
+    pinned: bool = False
+    #: Per-session id, set once stored.
+    id: int | None = None
+    #: Token count, set once stored (or counted).
+    tokens: int | None = None
+
+    # -- constructors -------------------------------------------------------------------------
+
+    @classmethod
+    def system(cls, text: str, **kw: Any) -> Msg:
+        return cls("system", (TextBlock(text),), **kw)
+
+    @classmethod
+    def user(cls, text: str, **kw: Any) -> Msg:
+        return cls("user", (TextBlock(text),), **kw)
+
+    @classmethod
+    def assistant(
+        cls,
+        text: str | None = None,
+        tool_calls: Sequence[ToolUseBlock] = (),
+        **kw: Any,
+    ) -> Msg:
+        blocks: list[Block] = [TextBlock(text)] if text is not None else []
+        blocks.extend(tool_calls)
+        return cls("assistant", tuple(blocks), **kw)
+
+    @classmethod
+    def tool(cls, call_id: str, output: str, name: str = "", **kw: Any) -> Msg:
+        return cls("tool", (ToolResultBlock(call_id, output, name),), **kw)
+
+    # -- views --------------------------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined (tool outputs not included)."""
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> tuple[ToolUseBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolUseBlock))
+
+    @property
+    def tool_results(self) -> tuple[ToolResultBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolResultBlock))
+
+    @property
+    def payload_chars(self) -> int:
+        """Characters of text, tool-input JSON, tool outputs and opaque blocks (their JSON)."""
+        total = 0
+        for b in self.content:
+            if isinstance(b, TextBlock):
+                total += len(b.text)
+            elif isinstance(b, ToolUseBlock):
+                total += len(b.arguments)
+            elif isinstance(b, ToolResultBlock):
+                total += len(b.output_text)
+            else:
+                total += len(json_text(b.data))
+        return total
+
+    def with_(self, **changes: Any) -> Msg:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    # -- OpenAI Chat Completions format ---------------------------------------------------------
+
+    @classmethod
+    def from_openai(cls, message: Mapping[str, Any], *, index: int | None = None) -> Msg:
+        """Convert one OpenAI Chat Completions message. Raises `InvalidMessage`."""
+        return _from_openai(message, index)
+
+    def to_openai(self) -> dict[str, Any]:
+        """This message as an OpenAI Chat Completions message."""
+        return _to_openai(self)
+
+    # -- storage form -------------------------------------------------------------------------
+
+    def content_json(self) -> list[dict[str, Any]]:
+        return [block_to_json(b) for b in self.content]
+
+
+def json_text(value: Any) -> str:
+    """A JSON value as autoctx stores it (compact, non-ASCII kept).
+
+    Raises ValueError for NaN or Infinity: JSON (and PostgreSQL's jsonb) has neither, and
+    `add()` refuses them before anything is written.
+    """
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+class NonJsonNumber(ValueError):
+    """NaN, Infinity or -Infinity in a JSON text: Python's json reads them, JSON has none."""
+
+
+def _refuse_constant(token: str) -> Any:
+    raise NonJsonNumber(token)
+
+
+def json_value(text: str) -> Any:
+    """A JSON text parsed as JSON defines it: NaN and Infinity raise `NonJsonNumber` (a
+    ValueError), as PostgreSQL and every other JSON reader would refuse them."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks <-> JSON (the JSONB form in the database)
+# ---------------------------------------------------------------------------------------------
+
+
+def block_to_json(block: Block) -> dict[str, Any]:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ToolUseBlock):
+        out: dict[str, Any] = {
+            "type": "tool_use",
+            "id": block.id,
+            "name": block.name,
+            "arguments": block.arguments,
+        }
+        if block.extra:
+            out["extra"] = dict(block.extra)
+        return out
+    if isinstance(block, ToolResultBlock):
+        output: Any = (
+            block.output
+            if isinstance(block.output, str)
+            else [{"type": "text", "text": p.text} for p in block.output]
+        )
+        return {
+            "type": "tool_result",
+            "tool_use_id": block.tool_use_id,
+            "name": block.name,
+            "output": output,
+        }
+    return {"type": "opaque", "data": dict(block.data)}
+
+
+def block_from_json(data: Mapping[str, Any]) -> Block:
+    kind = data["type"]
+    if kind == "text":
+        return TextBlock(data["text"])
+    if kind == "tool_use":
+        return ToolUseBlock(data["id"], data["name"], data["arguments"], data.get("extra") or {})
+    if kind == "tool_result":
+        raw = data["output"]
+        output = raw if isinstance(raw, str) else tuple(TextBlock(p["text"]) for p in raw)
+        return ToolResultBlock(data["tool_use_id"], output, data.get("name", ""))
+    return OpaqueBlock(data["data"])
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI conversion
+# ---------------------------------------------------------------------------------------------
+
+_ROLE_KEYS = {
+    "system": {"role", "content", "name"},
+    "developer": {"role", "content", "name"},
+    "user": {"role", "content", "name"},
+    "assistant": {"role", "content", "name", "tool_calls"},
+    "tool": {"role", "content", "tool_call_id"},
+}
+
+
+def _where(index: int | None, role: object = None) -> str:
+    where = "message" if index is None else f"message {index}"
+    return f"{where} ({role})" if role else where
+
+
+def _content_blocks(content: Any, where: str) -> tuple[tuple[Block, ...], str]:
+    """Blocks of a system/user/assistant content value and the form to give it back in."""
+    if isinstance(content, str):
+        return (TextBlock(content),), "string"
+    if content is None:
+        return (), "none"
+    if isinstance(content, list):
+        blocks: list[Block] = []
+        for j, part in enumerate(content):
+            if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+                raise InvalidMessage(
+                    f"{where}: content part {j} must be an object with a string 'type', "
+                    f"got {type(part).__name__}"
+                )
+            if set(part) == {"type", "text"} and part["type"] == "text":
+                if not isinstance(part["text"], str):
+                    raise InvalidMessage(f"{where}: content part {j} has a non-string 'text'")
+                blocks.append(TextBlock(part["text"]))
+            else:
+                blocks.append(OpaqueBlock(dict(part)))
+        return tuple(blocks), "parts"
+    raise InvalidMessage(
+        f"{where}: 'content' must be a string, a list of content parts or null, "
+        f"got {type(content).__name__}"
+    )
+
+
+def _tool_call(call: Any, j: int, where: str) -> ToolUseBlock:
+    if not isinstance(call, Mapping):
+        raise InvalidMessage(f"{where}: tool_calls[{j}] must be an object")
+    call_id = call.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise InvalidMessage(f"{where}: tool_calls[{j}] needs a non-empty string 'id'")
+    fn = call.get("function")
+    if not isinstance(fn, Mapping):
+        raise InvalidMessage(
+            f"{where}: tool_calls[{j}] (id {call_id!r}) needs a 'function' object with "
+            "'name' and 'arguments'"
+        )
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidMessage(f"{where}: tool_calls[{j}] (id {call_id!r}) needs a function name")
+    arguments = fn.get("arguments", "")
+    if not isinstance(arguments, str):
+        raise InvalidMessage(
+            f"{where}: tool_calls[{j}] (id {call_id!r}, {name}) 'arguments' must be a JSON "
+            f"string, got {type(arguments).__name__}; pass json.dumps(arguments)"
+        )
+    extra = {k: v for k, v in call.items() if k not in ("id", "function") and v is not None}
+    if extra.get("type") == "function":
+        del extra["type"]
+    fn_extra = {k: v for k, v in fn.items() if k not in ("name", "arguments") and v is not None}
+    if fn_extra:
+        extra["function_extra"] = fn_extra
+    if "arguments" not in fn:
+        extra["arguments_absent"] = True
+    return ToolUseBlock(call_id, name, arguments, extra)
+
+
+def _from_openai(message: Mapping[str, Any], index: int | None) -> Msg:
+    if not isinstance(message, Mapping):
+        raise InvalidMessage(
+            f"{_where(index)}: expected an OpenAI chat message (a dict with 'role'), "
+            f"got {type(message).__name__}"
+        )
+    role = message.get("role")
+    where = _where(index, role)
+    if role not in _ROLE_KEYS:
+        raise InvalidMessage(
+            f"{_where(index)}: unknown role {role!r}; use one of system, developer, user, "
+            "assistant, tool"
+        )
+    known = _ROLE_KEYS[role]
+    extra = {k: v for k, v in message.items() if k not in known and v is not None}
+    openai_meta: dict[str, Any] = {}
+    if extra:
+        openai_meta["extra"] = extra
+    name = message.get("name")
+    if name is not None and not isinstance(name, str):
+        raise InvalidMessage(f"{where}: 'name' must be a string")
+    content = message.get("content")
+
+    blocks: tuple[Block, ...]
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise InvalidMessage(f"{where}: a tool message needs a non-empty 'tool_call_id'")
+        output: str | tuple[TextBlock, ...]
+        if isinstance(content, str):
+            output = content
+        elif isinstance(content, list):
+            parts, _ = _content_blocks(content, where)
+            if not all(isinstance(p, TextBlock) for p in parts):
+                raise InvalidMessage(
+                    f"{where}: tool message content parts must all be text parts "
+                    "({'type': 'text', 'text': ...})"
+                )
+            output = cast(tuple[TextBlock, ...], parts)
+        else:
+            raise InvalidMessage(
+                f"{where}: tool message 'content' must be a string or a list of text parts"
+            )
+        blocks = (ToolResultBlock(call_id, output),)
+    else:
+        blocks, form = _content_blocks(content, where)
+        if form != "string":
+            openai_meta["content"] = form
+        if role == "assistant" and message.get("tool_calls") is not None:
+            calls = message["tool_calls"]
+            if not isinstance(calls, list):
+                raise InvalidMessage(f"{where}: 'tool_calls' must be a list")
+            blocks = blocks + tuple(_tool_call(c, j, where) for j, c in enumerate(calls))
+            if not calls:
+                openai_meta["empty_tool_calls"] = True
+        elif role != "assistant" and form == "none":
+            raise InvalidMessage(f"{where}: a {role} message needs 'content'")
+    if role == "developer":
+        openai_meta["role"] = "developer"
+        role = "system"
+    metadata = {OPENAI_META: openai_meta} if openai_meta else {}
+    return Msg(cast(Role, role), blocks, name=name, metadata=metadata)
+
+
+def _to_openai(msg: Msg) -> dict[str, Any]:
+    meta: Mapping[str, Any] = msg.metadata.get(OPENAI_META) or {}
+    out: dict[str, Any] = {"role": meta.get("role", msg.role)}
+    if msg.role == "tool":
+        results = msg.tool_results
+        if len(results) != 1:
+            # Several results in one message exist only in autoctx's own format; the OpenAI
+            # format needs one message per result (see `to_openai_messages`).
+            raise InvalidMessage(
+                f"message {msg.id} (tool) holds {len(results)} tool results; convert it with "
+                "to_openai_messages(), which gives one OpenAI tool message per result"
+            )
+        result = results[0]
+        out["content"] = (
+            result.output
+            if isinstance(result.output, str)
+            else [{"type": "text", "text": p.text} for p in result.output]
+        )
+        out["tool_call_id"] = result.tool_use_id
+    else:
+        content_blocks = [b for b in msg.content if not isinstance(b, ToolUseBlock)]
+        form = meta.get("content")
+        if form is None and len(content_blocks) == 1 and isinstance(content_blocks[0], TextBlock):
+            out["content"] = content_blocks[0].text
+        elif not content_blocks and form in (None, "none"):
+            out["content"] = None
+        else:
+            out["content"] = [
+                {"type": "text", "text": b.text} if isinstance(b, TextBlock) else dict(b.data)
+                for b in content_blocks
+                if isinstance(b, TextBlock | OpaqueBlock)
+            ]
+        if msg.name is not None:
+            out["name"] = msg.name
+        calls = msg.tool_uses
+        if calls or meta.get("empty_tool_calls"):
+            out["tool_calls"] = [_call_to_openai(c) for c in calls]
+    for key, value in (meta.get("extra") or {}).items():
+        out.setdefault(key, value)
+    return out
+
+
+def _call_to_openai(call: ToolUseBlock) -> dict[str, Any]:
+    extra = dict(call.extra)
+    fn: dict[str, Any] = {"name": call.name}
+    if not extra.pop("arguments_absent", False):
+        fn["arguments"] = call.arguments
+    fn.update(extra.pop("function_extra", {}))
+    out: dict[str, Any] = {"id": call.id, "type": extra.pop("type", "function"), "function": fn}
+    out.update(extra)
+    return out
+
+
+def from_openai_messages(messages: Iterable[Mapping[str, Any]]) -> list[Msg]:
+    """Convert a list of OpenAI chat messages. Raises `InvalidMessage` naming the bad one."""
+    return [Msg.from_openai(m, index=i) for i, m in enumerate(messages)]
+
+
+def to_openai_messages(messages: Iterable[Msg]) -> list[dict[str, Any]]:
+    """Convert messages to OpenAI chat messages; a message with several tool results (which
+    autoctx's own format allows) becomes one tool message per result."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "tool" and len(m.tool_results) > 1:
+            for r in m.tool_results:
+                out.append(_to_openai(m.with_(content=(r,))))
+        else:
+            out.append(_to_openai(m))
+    return out
+
+
+def as_openai_dict(value: object) -> Any:
+    """The official `openai` client's own objects (pydantic models: a response's message, a
+    tool call) as the dicts of the wire format, so that they are taken wherever a dict is;
+    anything else unchanged. Fields the server did not send, or sent as null, are left out,
+    as the wire format reads absent and null alike."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and hasattr(type(value), "model_fields"):
+        return dump(mode="json", exclude_none=True)
+    return value
+
+
+def coerce_messages(
+    value: Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]],
+) -> list[Msg]:
+    """What `add()` accepts: one `Msg`, one OpenAI dict (or the `openai` client's message
+    object), or a list mixing them."""
+    value = as_openai_dict(value)
+    if isinstance(value, Msg):
+        return [value]
+    if isinstance(value, Mapping):
+        return [Msg.from_openai(value, index=0)]
+    if isinstance(value, str | bytes):
+        raise InvalidMessage(
+            "add() takes a Msg, an OpenAI message dict or a list of them, not a string; "
+            "wrap text as Msg.user(text)"
+        )
+    if not isinstance(value, Iterable):
+        raise InvalidMessage(
+            f"add() takes a Msg, an OpenAI message dict or a list of them, got "
+            f"{type(value).__name__}"
+        )
+    out: list[Msg] = []
+    for i, item in enumerate(value):
+        item = as_openai_dict(item)
+        if isinstance(item, Msg):
+            out.append(item)
+        elif isinstance(item, Mapping):
+            out.append(Msg.from_openai(item, index=i))
+        else:
+            raise InvalidMessage(
+                f"message {i}: expected a Msg or an OpenAI message dict, got {type(item).__name__}"
+            )
+    return out

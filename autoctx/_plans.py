@@ -1,0 +1,103 @@
+"""What planning reads (a snapshot) and what it writes (a plan).
+
+Strategies are pure functions from a `Snapshot` and the config to a list of `Edit`s: no
+database, no network, no clock, no uuid inside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+from ._messages import Kind
+from ._structure import MsgMeta
+
+if TYPE_CHECKING:  # the planners import this module: no cycle at runtime
+    from ._strategies._common import Layouts
+
+Reason: TypeAlias = Literal["count", "tokens"]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The working context of a session at one version, metadata only."""
+
+    session_id: str
+    version: int
+    messages: tuple[MsgMeta, ...]
+    token_count: int
+    message_count: int
+
+    def ids(self, start: int, end: int) -> tuple[int, ...]:
+        return tuple(m.id for m in self.messages[start:end])
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """Replace working messages of ``snapshot.messages[start:end]`` by one new message.
+
+    Usually the edit replaces the whole span. The fold replaces only its `members` (the span
+    minus the system and pinned messages among them, which keep their places); the new message
+    then takes the place of the last member.
+    """
+
+    strategy: int
+    start: int
+    end: int
+    #: The ids of the replaced messages, in working order (checked again at apply time).
+    replaced_ids: tuple[int, ...]
+    #: The kind of the message that replaces them.
+    new_kind: Kind
+    #: Whether an LLM (summarizer) writes the replacement.
+    llm: bool
+    #: The tokens of the replaced messages (stored with them; messages never change, and apply
+    #: checks the ids are still there).
+    replaced_tokens: int
+    #: S6 only: an earlier current-round summary at ``start`` whose text is kept verbatim as a
+    #: prefix; only ``start + 1 .. end`` is summarized.
+    verbatim_prefix_id: int | None = None
+    #: S6 only: the summary's character budget.
+    char_budget: int | None = None
+    #: The fold only: the summary's token budget, stated in the request and enforced.
+    token_budget: int | None = None
+    #: The snapshot indices of the replaced messages when they are not the whole span (the
+    #: fold); None means every index of [start, end).
+    members: tuple[int, ...] | None = None
+    #: The ids of the whole span [start, end) when it holds more than the replaced messages:
+    #: what apply checks is still in the working set, in order, between the first and the last.
+    span_ids: tuple[int, ...] | None = None
+
+    @property
+    def member_indices(self) -> tuple[int, ...]:
+        """The snapshot indices of the replaced messages, in order."""
+        return self.members if self.members is not None else tuple(range(self.start, self.end))
+
+    @property
+    def expected_span(self) -> tuple[int, ...]:
+        """The working ids apply expects between the first and the last replaced message."""
+        return self.span_ids if self.span_ids is not None else self.replaced_ids
+
+
+@dataclass(frozen=True, slots=True)
+class PlanContext:
+    """What the compressor tells the planners beyond the snapshot and the config."""
+
+    #: The token trigger holds (S5 and S6 act only then; S1/S4 keep their token floor then).
+    token_pressure: bool
+    #: Ranges (by replaced ids) that failed earlier in this call: not planned again.
+    failed: frozenset[tuple[int, ...]] = field(default_factory=frozenset)
+    #: The working message count is at or over its target (`msg_target`): without the token
+    #: trigger, S1/S4 then act without their token floor. Without either, the call goes on
+    #: only for tokens (over the token target, under the trigger), and the floor stays.
+    count_pressure: bool = True
+    #: The call ends over the window and the offline summarizer stands in (SPEC.md section 2):
+    #: the fold keeps no recent rounds and no floor applies, so that the bound holds.
+    fallback: bool = False
+    #: The session's latest layout, the base of this snapshot's (see `strategies._common`):
+    #: the caller's own, so the planners keep no state of their own.
+    layouts: Layouts | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def floor_waived(self) -> bool:
+        """S1/S4 act without `min_compress_tokens`: the message count is the pressure."""
+        return self.fallback or (self.count_pressure and not self.token_pressure)

@@ -1,0 +1,147 @@
+"""Conversions between the store's rows and autoctx's objects (`SessionInfo`, `Msg`, `Event`).
+
+The SQL texts are in `sql.py`, the units of work in `store.py`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Row
+
+from .._events import Event
+from .._intake import Prepared
+from .._messages import Msg, block_from_json
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session row, without its messages."""
+
+    session_id: str
+    tenant: str | None
+    version: int
+    message_count: int
+    token_count: int
+    model: str
+    encoding: str
+    config: dict[str, Any]
+    plan: dict[str, Any] | None
+    settled_version: int | None
+    created_at: Any = None
+    updated_at: Any = None
+    #: Which creation of the id this is (SPEC.md section 5): a session deleted and created
+    #: again under the same id has another one.
+    incarnation: uuid.UUID | None = None
+
+
+def msg_from_columns(
+    id_: int,
+    role: Any,
+    name: str | None,
+    content: Any,
+    metadata: Any,
+    kind: Any,
+    pinned: bool,
+    tokens: int,
+) -> Msg:
+    """A `Msg` from the message columns, in the order `LOAD_WORKING` and `MESSAGES_BY_ID`
+    select them (a NULL metadata, as `LOAD_WORKING` writes an empty one, is empty)."""
+    return Msg(
+        role=role,
+        content=tuple(block_from_json(b) for b in content),
+        name=name,
+        metadata=metadata or {},
+        kind=kind,
+        pinned=pinned,
+        id=id_,
+        tokens=tokens,
+    )
+
+
+def msg_from_row(row: Any) -> Msg:
+    """A `Msg` from a row holding the message columns by name."""
+    return msg_from_columns(
+        row.id, row.role, row.name, row.content, row.metadata, row.kind, row.pinned, row.tokens
+    )
+
+
+def array_literal(items: Sequence[str]) -> str:
+    """A PostgreSQL text[] literal: per-row arrays travel as one text each through `unnest`
+    (a ragged list of lists is not a PostgreSQL array)."""
+    quoted = (s.replace("\\", "\\\\").replace('"', '\\"') for s in items)
+    return "{" + ",".join(f'"{q}"' for q in quoted) + "}"
+
+
+def stored(m: Msg, msg_id: int, tokens: int) -> Msg:
+    """`m` with its id and tokens (direct construction: `dataclasses.replace` costs more than
+    the rest of the row on the append path)."""
+    return Msg(m.role, m.content, m.name, m.metadata, m.kind, m.pinned, msg_id, tokens)
+
+
+def event_from_row(row: Row[Any]) -> Event:
+    return Event(
+        session_id=row.session_id,
+        id=row.id,
+        strategy=row.strategy,
+        status=row.status,
+        reason=row.reason,
+        messages_before=row.messages_before,
+        messages_after=row.messages_after,
+        tokens_before=row.tokens_before,
+        tokens_after=row.tokens_after,
+        replaced_ids=tuple(row.replaced_ids),
+        summary_message_id=row.summary_message_id,
+        offload_uuid=row.offload_uuid,
+        model=row.model,
+        prompt_tokens=row.prompt_tokens,
+        completion_tokens=row.completion_tokens,
+        latency_ms=row.latency_ms,
+        error=row.error,
+        session_version=row.session_version,
+        created_at=row.created_at,
+    )
+
+
+def message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None) -> dict[str, Any]:
+    m = p.msg
+    calls = m.tool_uses
+    results = m.tool_results
+    return {
+        "session_id": session_id,
+        "id": msg_id,
+        "role": m.role,
+        "name": m.name,
+        "content": m.content_json(),
+        "metadata": dict(m.metadata),
+        "kind": m.kind,
+        "pinned": m.pinned,
+        "final": p.final,
+        "tokens": p.tokens,
+        "chars": p.chars,
+        "call_ids": [c.id for c in calls],
+        "result_ids": [r.tool_use_id for r in results],
+        "tool_names": [c.name for c in calls] + [r.name for r in results],
+        "event_id": event_id,
+    }
+
+
+def session_info(row: Row[Any]) -> SessionInfo:
+    return SessionInfo(
+        session_id=row.session_id,
+        tenant=row.tenant,
+        version=row.version,
+        message_count=row.message_count,
+        token_count=row.token_count,
+        model=row.model,
+        encoding=row.encoding,
+        config=row.config,
+        plan=row.plan,
+        settled_version=row.settled_version,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        incarnation=row.incarnation,
+    )

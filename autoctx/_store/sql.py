@@ -1,0 +1,186 @@
+"""The SQL texts of the store's hot paths, and the small helpers that run them.
+
+Every raw statement of the store is written here with psycopg's `%(name)s` placeholders and run
+with `Connection.exec_driver_sql`; everything else is SQLAlchemy Core. The units of work that use
+them are in `store.py`, the row conversions in `rows.py`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.engine import Connection
+
+from .._messages import Msg
+from .rows import msg_from_columns
+
+#: The condition every read of a session's rows carries: the session is still the incarnation
+#: the store opened (SPEC.md section 5). Uncorrelated, so PostgreSQL checks it once per
+#: statement (one primary-key probe); an empty result is then told from a deleted session by
+#: `Store._check_alive`.
+ALIVE = (
+    "EXISTS (SELECT 1 FROM sessions s0 WHERE s0.session_id = %(sid)s AND s0.incarnation = %(inc)s)"
+)
+
+# The hot paths are plain SQL run through `exec_driver_sql`: SQLAlchemy's events still see every
+# statement (the sharding test captures them all) but no per-row parameter or result
+# processing is done in Python.
+
+#: The whole append in one statement, guarded by the session version the store expects.
+#: Every part reads the same snapshot of `s`: if the guard fails, `s` is empty and the inserts,
+#: which select from it, insert nothing.
+#: Claims `n` ids and positions and moves the totals on, if the session is still at `version`.
+CLAIM_AT_VERSION = """
+UPDATE sessions
+SET next_message_id = next_message_id + %(n)s, next_position = next_position + %(n)s,
+    message_count = message_count + %(n)s, token_count = token_count + %(added_tokens)s,
+    version = version + 1, open_calls = %(open_calls)s::jsonb, updated_at = now()
+WHERE sessions.session_id = %(sid)s AND sessions.incarnation = %(inc)s
+  AND sessions.version = %(version)s
+RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos,
+          message_count, token_count
+"""
+
+APPEND_AT_VERSION = f"""
+WITH s AS ({CLAIM_AT_VERSION}), m AS (
+    INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
+                          tokens, chars, call_ids, result_ids, tool_names)
+    SELECT %(sid)s, s.first_id + u.ord - 1, u.role, u.name, u.content::jsonb, u.metadata::jsonb,
+           u.kind, u.pinned, u.final, u.tokens, u.chars, u.call_ids::text[],
+           u.result_ids::text[], u.tool_names::text[]
+    FROM s, unnest(%(role)b::text[], %(name)b::text[], %(content)b::text[],
+                   %(metadata)b::text[], %(kind)b::text[], %(pinned)b::bool[], %(final)b::bool[],
+                   %(tokens)b::int[], %(chars)b::int[], %(call_ids)b::text[],
+                   %(result_ids)b::text[], %(tool_names)b::text[])
+         WITH ORDINALITY AS u(role, name, content, metadata, kind, pinned, final, tokens, chars,
+                              call_ids, result_ids, tool_names, ord)
+), w AS (
+    INSERT INTO working_set (session_id, position, message_id)
+    SELECT %(sid)s, s.first_pos + g, s.first_id + g FROM s, generate_series(0, %(n)s - 1) AS g
+)
+SELECT first_id, message_count, token_count FROM s
+"""
+
+LOAD_WORKING = f"""
+SELECT m.id, m.role, m.name, m.content, NULLIF(m.metadata, '{{}}'::jsonb), m.kind, m.pinned,
+       m.tokens
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s AND {ALIVE} ORDER BY w.position
+"""
+
+SNAPSHOT = """
+SELECT w.position, m.id, m.role, m.kind, m.final, m.pinned, m.tokens, m.chars,
+       m.call_ids, m.result_ids, m.tool_names
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s AND w.position > %(after)s ORDER BY w.position
+"""
+
+
+# Messages by id: a join on the unnested ids, not `id = ANY(:ids)`, which PostgreSQL applies as
+# a filter scanning the whole array for every row (quadratic for a big offload or S6 range).
+MESSAGES_BY_ID = f"""
+SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
+FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+WHERE {ALIVE}
+"""
+DOCUMENTS_BY_ID = f"""
+SELECT m.id, m.role, m.kind, m.content, m.metadata
+FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+WHERE {ALIVE}
+"""
+#: The session's latest `n` working message ids, in order (all of them when `n` is NULL:
+#: PostgreSQL reads LIMIT NULL as no limit); no row once the incarnation is gone.
+WORKING_IDS = """
+SELECT coalesce((SELECT array_agg(x.message_id ORDER BY x.position)
+                 FROM (SELECT w.message_id, w.position FROM working_set w
+                       WHERE w.session_id = s.session_id
+                       ORDER BY w.position DESC LIMIT %(n)s) x), '{}')
+FROM sessions s WHERE s.session_id = %(sid)s AND s.incarnation = %(inc)s
+"""
+LAST_WORKING = """
+SELECT w.position, m.id, m.final
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT 1
+"""
+TAIL_CALLS = """
+SELECT m.role, m.call_ids, m.result_ids, m.tool_names
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT %(n)s
+"""
+
+
+def messages_by_id(
+    conn: Connection, session_id: str, incarnation: uuid.UUID, ids: list[int]
+) -> dict[int, Msg]:
+    rows = conn.exec_driver_sql(MESSAGES_BY_ID, {"sid": session_id, "inc": incarnation, "ids": ids})
+    return {r[0]: msg_from_columns(*r) for r in rows}
+
+
+def avoid_nested_loops(conn: Connection) -> None:
+    """Keep the planner off nested loops for the whole-session reads of this transaction.
+
+    Before ANALYZE has seen a fast-growing session, PostgreSQL estimates its working set at a
+    few rows and joins it to messages with a nested loop that is quadratic in the session's
+    size (seconds at 5k messages, hours at 100k); a hash or merge join is always right here.
+    """
+    conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
+
+
+#: Sets the tenant for the row-level security policies, local to the transaction, so that a
+#: pooled connection never carries a tenant over.
+SET_TENANT = "SELECT set_config('autoctx.tenant', %(t)s, true)"
+
+#: For each planned edit (its first and last replaced ids, in order), the working positions of
+#: its span: the apply re-checks that each span is still what the plan saw.
+CHECK_RANGES = """
+SELECT e.ord, max(w.position) AS last_position, array_agg(w.message_id ORDER BY w.position) AS ids
+FROM unnest(%(firsts)s::bigint[], %(lasts)s::bigint[]) WITH ORDINALITY AS e(first_id, last_id, ord)
+JOIN working_set wf ON wf.session_id = %(sid)s AND wf.message_id = e.first_id
+JOIN working_set wl ON wl.session_id = %(sid)s AND wl.message_id = e.last_id
+JOIN working_set w ON w.session_id = %(sid)s AND w.position BETWEEN wf.position AND wl.position
+GROUP BY e.ord
+"""
+
+#: The lineage below a message, down to the originals.
+LINEAGE_DOWN = """
+WITH RECURSIVE down(summary_id, ordinal, replaced_id, event_id, depth) AS (
+    SELECT l.summary_id, l.ordinal, l.replaced_id, l.event_id, 1
+    FROM lineage l
+    WHERE l.session_id = %(sid)s AND l.summary_id = %(mid)s
+  UNION ALL
+    SELECT l.summary_id, l.ordinal, l.replaced_id, l.event_id, d.depth + 1
+    FROM lineage l
+    JOIN down d ON l.session_id = %(sid)s AND l.summary_id = d.replaced_id
+)
+SELECT summary_id, ordinal, replaced_id, event_id, depth
+FROM down
+ORDER BY depth, summary_id, ordinal
+"""
+
+#: The summaries above a message, nearest first.
+COVERING_CHAIN = """
+WITH RECURSIVE up(summary_id, depth) AS (
+    SELECT l.summary_id, 1 FROM lineage l
+    WHERE l.session_id = %(sid)s AND l.replaced_id = %(mid)s
+  UNION ALL
+    SELECT l.summary_id, u.depth + 1 FROM lineage l
+    JOIN up u ON l.session_id = %(sid)s AND l.replaced_id = u.summary_id
+)
+SELECT summary_id FROM up ORDER BY depth
+"""
+
+#: The schema and owner of autoctx's tables, and whether the current role may grant on them.
+TABLES_OWNER = """
+SELECT n.nspname, c.relowner::regrole::text AS owner,
+       pg_has_role(current_user, c.relowner, 'USAGE') AS owns, current_user AS me
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass('sessions')
+"""
+
+#: Whether a role is a superuser, bypasses row-level security, or owns autoctx's tables.
+ROLE_INFO = """
+SELECT r.rolsuper AS superuser, r.rolbypassrls AS bypassrls,
+       pg_has_role(r.oid, c.relowner, 'USAGE') AS owner
+FROM pg_roles r, pg_class c
+WHERE r.rolname = %(role)s AND c.oid = to_regclass('sessions')
+"""

@@ -1,0 +1,1037 @@
+"""The store: every SQL statement autoctx issues for a session lives here.
+
+Each public method is one unit of work (one transaction, or one statement in autocommit where a
+statement does it all). Writers of a session serialize on the session row (`SELECT ... FOR
+UPDATE`, or the `UPDATE` of the one-statement append): an append, an apply and an event record
+each lock it for the few milliseconds of their work, and nothing holds it across a summarizer
+call.
+Every statement filters on one session_id, so sessions never block each other and the schema can
+be sharded by session (docs/scaling.md).
+
+A store binds each session id to the incarnation it first saw (SPEC.md section 5): every
+statement names it too, so once the session is deleted (and perhaps created again under the same
+id, by anyone, for any tenant) each call raises `SessionNotFound` and nothing of the new session
+is read or written. An incarnation belongs to one tenant, so this also scopes every statement
+to the tenant the session was opened for. The store's caches are keyed the same way and only
+ever take what committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid as uuid_mod
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine, Row
+
+from .._config import AutoContextConfig
+from .._errors import InvalidMessage, OffloadNotFound, SessionNotFound
+from .._events import Event
+from .._gc import paused_gc
+from .._intake import OpenCalls, Prepared, bind
+from .._messages import Msg, json_text
+from .._plans import Edit, Snapshot
+from .._structure import MsgMeta, is_final_answer, meta_of
+from .rows import (
+    SessionInfo,
+    array_literal,
+    event_from_row,
+    message_row,
+    msg_from_columns,
+    session_info,
+    stored,
+)
+from .sql import (
+    APPEND_AT_VERSION,
+    CHECK_RANGES,
+    DOCUMENTS_BY_ID,
+    LAST_WORKING,
+    LOAD_WORKING,
+    SET_TENANT,
+    SNAPSHOT,
+    TAIL_CALLS,
+    WORKING_IDS,
+    avoid_nested_loops,
+    messages_by_id,
+)
+from .tables import compression_events, lineage, messages, offloads, sessions, working_set
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """One planned edit with the message that replaces its range, ready to apply."""
+
+    edit: Edit
+    #: The new message; its `final` is already what the kinds table says (previews and large
+    #: summaries inherit it from what they replace).
+    new: Prepared
+    offload_uuid: uuid_mod.UUID
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOutcome:
+    events: list[Event]
+    conflict: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _CachedSnapshot:
+    snapshot: Snapshot
+    #: Working-set position of each message of the snapshot.
+    positions: tuple[int, ...]
+    #: The session's event counter when read: an unchanged one means only appends since.
+    next_event_id: int
+    #: The incarnation the snapshot was read from.
+    incarnation: uuid_mod.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class _Appended:
+    """What a committed one-statement append returns: the messages and the new totals."""
+
+    msgs: list[Msg]
+    message_count: int
+    token_count: int
+
+
+#: PostgreSQL's SQLSTATE for a row a row-level security policy refuses (and other missing rights).
+_INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def _gone(session_id: str) -> SessionNotFound:
+    return SessionNotFound(
+        f"session {session_id!r} does not exist any more (it was deleted, and the id may have "
+        "been created again since); open the session again to work on what now has that id"
+    )
+
+
+def _columns(session_id: str, bound: Sequence[Prepared]) -> dict[str, list[Any]]:
+    """The batch as one list per column (the arrays `APPEND_AT_VERSION` unnests): JSON
+    documents as their text, and each row's id arrays as one array literal (a ragged list of
+    lists is not a PostgreSQL array)."""
+    rows = [message_row(session_id, 0, p, None) for p in bound]
+    scalars = ("role", "name", "kind", "pinned", "final", "tokens", "chars")
+    columns: dict[str, list[Any]] = {key: [r[key] for r in rows] for key in scalars}
+    columns["content"] = [json_text(r["content"]) for r in rows]
+    columns["metadata"] = [
+        p.metadata_json if p.metadata_json is not None else json_text(r["metadata"])
+        for p, r in zip(bound, rows, strict=True)
+    ]
+    for key in ("call_ids", "result_ids", "tool_names"):
+        columns[key] = [array_literal(r[key]) for r in rows]
+    return columns
+
+
+class Store:
+    """SQL for sessions, messages, the working set, offloads, lineage and events."""
+
+    def __init__(self, engine: Engine, tenant: str | None = None) -> None:
+        self.engine = engine
+        self.tenant = tenant
+        #: The same pool, each statement its own transaction: one round trip for a
+        #: one-statement read or write, where a transaction would add BEGIN and COMMIT.
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._snapshots: dict[str, _CachedSnapshot] = {}
+        #: Per session, the version this store's last write produced and the open calls then:
+        #: what the one-statement append checks against.
+        self._tails: dict[str, tuple[int, dict[str, str]]] = {}
+        #: Per session, the working (message, token) totals this store's latest append
+        #: committed (see `totals_after_append`).
+        self._appended: dict[str, tuple[int, int]] = {}
+        #: The incarnation of each session id this store has seen (see the module docstring).
+        self._incarnations: dict[str, uuid_mod.UUID] = {}
+
+    @contextlib.contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        """A transaction; with a tenant, scoped to it for the row-level security policies."""
+        with self.engine.begin() as conn:
+            self._scope(conn)
+            yield conn
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            self._scope(conn)
+            yield conn
+
+    @contextlib.contextmanager
+    def _single(self) -> Iterator[Connection]:
+        """A connection for ONE statement (atomic on its own): autocommit, unless a tenant
+        scope must be set first, which lasts only as long as its transaction."""
+        if self.tenant is not None:
+            with self._begin() as conn:
+                yield conn
+        else:
+            with self._autocommit.connect() as conn:
+                yield conn
+
+    def _scope(self, conn: Connection) -> None:
+        if self.tenant is not None:
+            conn.exec_driver_sql(SET_TENANT, {"t": self.tenant})
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    def _session_where(self, session_id: str, tenant: str | None) -> Any:
+        cond = sessions.c.session_id == session_id
+        if tenant is not None:
+            cond = sa.and_(cond, sessions.c.tenant == tenant)
+        return cond
+
+    def get_session(self, session_id: str, tenant: str | None = None) -> SessionInfo | None:
+        """The session row, or None for an unknown id (or another tenant's session). The first
+        row seen binds the id to its incarnation; a later one of another incarnation raises
+        `SessionNotFound`."""
+        with self._single() as conn:
+            row = conn.execute(
+                sa.select(sessions).where(self._session_where(session_id, tenant))
+            ).one_or_none()
+        if row is None:
+            if session_id in self._incarnations:
+                raise _gone(session_id)
+            return None
+        return self._bind(session_info(row))
+
+    def _bind(self, info: SessionInfo) -> SessionInfo:
+        assert info.incarnation is not None
+        known = self._incarnations.setdefault(info.session_id, info.incarnation)
+        if known != info.incarnation:
+            raise _gone(info.session_id)
+        return info
+
+    def incarnation(self, session_id: str) -> uuid_mod.UUID:
+        """The incarnation this store works on for `session_id` (read once if not yet seen)."""
+        known = self._incarnations.get(session_id)
+        if known is not None:
+            return known
+        info = self.get_session(session_id)
+        if info is None or info.incarnation is None:
+            raise SessionNotFound(f"session {session_id!r} does not exist")
+        return info.incarnation
+
+    def _guard(self, session_id: str) -> Any:
+        """The condition a Core statement on a session's rows carries: still its incarnation."""
+        return sa.exists().where(
+            sessions.c.session_id == session_id,
+            sessions.c.incarnation == self.incarnation(session_id),
+        )
+
+    def _check_alive(self, conn: Connection, session_id: str) -> None:
+        """Tell an empty result from a session that is gone (an empty read is rare: this costs
+        nothing on the usual path)."""
+        if not conn.execute(sa.select(self._guard(session_id))).scalar_one():
+            raise _gone(session_id)
+
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        tenant: str | None,
+        config: AutoContextConfig,
+        encoding: str,
+    ) -> SessionInfo:
+        """Create the session unless it exists; returns the row either way."""
+        stmt = (
+            sa.dialects.postgresql.insert(sessions)
+            .values(
+                session_id=session_id,
+                tenant=tenant,
+                model=config.model,
+                encoding=encoding,
+                config=config.to_json(),
+            )
+            .on_conflict_do_nothing(index_elements=["session_id"])
+        )
+        try:
+            with self._begin() as conn:
+                conn.execute(stmt)
+                row = conn.execute(
+                    sa.select(sessions).where(sessions.c.session_id == session_id)
+                ).one_or_none()
+        except sa.exc.ProgrammingError as exc:
+            if getattr(exc.orig, "sqlstate", None) != _INSUFFICIENT_PRIVILEGE:
+                raise
+            # Database tenancy: the policies refused a session of a tenant this role is not
+            # granted (or one without a tenant).
+            raise SessionNotFound(
+                f"session {session_id!r} cannot be created for tenant {tenant!r}: this database "
+                "role is not granted that tenant; the tables' owner grants it with "
+                "`autoctx db grant-tenant ROLE TENANT`"
+            ) from None
+        # None: the id is taken by a session that row-level security hides from this role
+        # (another tenant's), so the insert did nothing and the row cannot be read back.
+        info = None if row is None else session_info(row)
+        if info is None or (tenant is not None and info.tenant != tenant):
+            # Another tenant's session must look exactly like an unknown one; ids are global,
+            # so this id cannot be created either.
+            raise SessionNotFound(
+                f"session {session_id!r} does not exist for tenant {tenant!r} and the id is "
+                "not available; choose another session id"
+            )
+        return self._bind(info)
+
+    def list_sessions(
+        self, tenant: str | None = None, prefix: str | None = None
+    ) -> list[SessionInfo]:
+        stmt = sa.select(sessions).order_by(sessions.c.updated_at.desc())
+        if tenant is not None:
+            stmt = stmt.where(sessions.c.tenant == tenant)
+        if prefix:
+            stmt = stmt.where(sessions.c.session_id.startswith(prefix, autoescape=True))
+        with self._single() as conn:
+            return [session_info(r) for r in conn.execute(stmt)]
+
+    def delete_session(self, session_id: str, tenant: str | None = None) -> None:
+        """Delete a session and everything of it (the foreign keys cascade): the incarnation
+        this store works on, never one created since under the same id (`SessionNotFound`
+        when it is already gone)."""
+        where = sa.and_(
+            self._session_where(session_id, tenant),
+            sessions.c.incarnation == self.incarnation(session_id),
+        )
+        with self._begin() as conn:
+            result = conn.execute(sa.delete(sessions).where(where))
+        self._tails.pop(session_id, None)
+        self._snapshots.pop(session_id, None)
+        self._appended.pop(session_id, None)
+        if not result.rowcount:
+            raise _gone(session_id)
+
+    def _this(self, session_id: str) -> Any:
+        """The session row of the incarnation this store works on."""
+        return sa.and_(
+            sessions.c.session_id == session_id,
+            sessions.c.incarnation == self.incarnation(session_id),
+        )
+
+    def _update_session(self, session_id: str, **values: Any) -> None:
+        with self._single() as conn:
+            result = conn.execute(sa.update(sessions).where(self._this(session_id)).values(values))
+        if not result.rowcount:
+            raise _gone(session_id)
+
+    def set_plan(self, session_id: str, plan: Mapping[str, Any] | None) -> None:
+        plan_value = dict(plan) if plan is not None else sa.null()
+        self._update_session(session_id, plan=plan_value, updated_at=sa.func.now())
+
+    def set_config(self, session_id: str, config: Mapping[str, Any]) -> None:
+        """Record the thresholds now in force for the session."""
+        self._update_session(session_id, config=dict(config), updated_at=sa.func.now())
+
+    def settle(self, session_id: str, version: int) -> None:
+        """Remember that compression at `version` could not reach its target (SPEC.md 2)."""
+        with self._single() as conn:
+            conn.execute(
+                sa.update(sessions)
+                .where(self._this(session_id), sessions.c.version == version)
+                .values(settled_version=version)
+            )
+
+    # -- append and load ------------------------------------------------------------------------
+
+    def _lock(self, conn: Connection, session_id: str) -> Row[Any]:
+        row = conn.execute(
+            sa.select(sessions).where(self._this(session_id)).with_for_update()
+        ).one_or_none()
+        if row is None:
+            raise _gone(session_id)
+        return row
+
+    def append(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg]:
+        """Append validated messages atomically; returns them with ids and tokens.
+
+        The append is one statement (`APPEND_AT_VERSION`): it updates the session row only if
+        it is still at the version the store expects and inserts the messages and their
+        working-set rows from the same snapshot of it, so it either all happens or nothing
+        does. When this store wrote the session's latest version itself (the usual case: one
+        agent loop, one memory), it runs alone, in autocommit: the update's row lock serializes
+        it with every other writer of the session. Otherwise (a process's first append, or
+        another writer came in between) the store first locks the session row to learn its
+        version and open calls, validates the batch against them, and runs the same statement
+        in that transaction.
+        """
+        if not prepared:
+            return []
+        tail = self._tails.pop(session_id, None)
+        if tail is not None:
+            version, calls = tail
+            open_calls = OpenCalls(calls)
+            try:
+                bound = bind(prepared, open_calls, session_id=session_id)
+            except InvalidMessage:
+                pass  # maybe stale: the locked path validates against the truth
+            else:
+                with self._single() as conn:
+                    done = self._append_at(conn, session_id, version, open_calls, bound)
+                if done is not None:
+                    self._appended_committed(session_id, version, open_calls, done)
+                    return done.msgs
+        with self._begin() as conn:
+            row = self._lock(conn, session_id)
+            open_calls = OpenCalls(row.open_calls)
+            bound = bind(prepared, open_calls, session_id=session_id)
+            done = self._append_at(conn, session_id, row.version, open_calls, bound)
+            assert done is not None  # the row is locked at that version
+        # Only now that it committed: an append interrupted before its commit must leave no
+        # trace in what the next append trusts.
+        self._appended_committed(session_id, row.version, open_calls, done)
+        return done.msgs
+
+    def _appended_committed(
+        self, session_id: str, version: int, open_calls: OpenCalls, done: _Appended
+    ) -> None:
+        self._tails[session_id] = (version + 1, open_calls.to_json())
+        self._appended[session_id] = (done.message_count, done.token_count)
+
+    def _append_at(
+        self,
+        conn: Connection,
+        session_id: str,
+        version: int,
+        open_calls: OpenCalls,
+        bound: Sequence[Prepared],
+    ) -> _Appended | None:
+        """Run the one-statement append if the session is at `version`; None if it is not."""
+        params = {
+            "sid": session_id,
+            "inc": self.incarnation(session_id),
+            "version": version,
+            "n": len(bound),
+            "added_tokens": sum(p.tokens for p in bound),
+            "open_calls": json_text(open_calls.to_json()),
+            **_columns(session_id, bound),
+        }
+        claimed = conn.exec_driver_sql(APPEND_AT_VERSION, params).one_or_none()
+        if claimed is None:
+            return None  # another writer moved the session on
+        first_id, message_count, token_count = claimed
+        msgs = [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
+        return _Appended(msgs, message_count, token_count)
+
+    def count_originals(self, session_id: str) -> int:
+        """How many originals the session stores (the demo's "nothing lost" check)."""
+        stmt = (
+            sa.select(sa.func.count())
+            .select_from(messages)
+            .where(
+                messages.c.session_id == session_id,
+                messages.c.kind == "original",
+                self._guard(session_id),
+            )
+        )
+        with self._single() as conn:
+            count = int(conn.execute(stmt).scalar_one())
+            if not count:
+                self._check_alive(conn, session_id)
+        return count
+
+    def totals_after_append(self, session_id: str) -> tuple[int, int] | None:
+        """The working (message, token) totals as this store's latest append of the session
+        committed them, without a read; None if it has not appended to it.
+
+        Exact at that commit; a later write by anyone else is not in them. Right after an
+        append, that is what deciding whether the append calls for a compression needs.
+        """
+        return self._appended.get(session_id)
+
+    def load_working(self, session_id: str) -> list[Msg]:
+        """The working context, in order."""
+        params = {"sid": session_id, "inc": self.incarnation(session_id)}
+        with paused_gc():
+            with self._connect() as conn:
+                avoid_nested_loops(conn)
+                rows = conn.exec_driver_sql(LOAD_WORKING, params).all()
+                if not rows:
+                    self._check_alive(conn, session_id)
+            return [msg_from_columns(*r) for r in rows]
+
+    def snapshot(self, session_id: str) -> Snapshot:
+        """The working context, metadata only, at one version (read in one transaction).
+
+        Kept per store and reused: a snapshot at the same version is returned as is; when only
+        appends happened since (no event was written: every compression, failed attempt or
+        conflict writes one), only the rows past the last known position are read; after this
+        store's own apply the snapshot is spliced locally (see `apply`). So the compressor's
+        passes over a 100k-message session read it once, not once per pass.
+        """
+        # REPEATABLE READ makes the session row and the working set one consistent view.
+        repeatable = self.engine.execution_options(isolation_level="REPEATABLE READ")
+        with repeatable.begin() as conn:
+            self._scope(conn)
+            info = conn.execute(
+                sa.select(
+                    sessions.c.version,
+                    sessions.c.message_count,
+                    sessions.c.token_count,
+                    sessions.c.next_event_id,
+                    sessions.c.incarnation,
+                ).where(self._this(session_id))
+            ).one_or_none()
+            if info is None:
+                raise _gone(session_id)
+            cached = self._snapshots.get(session_id)
+            usable = (
+                cached is not None
+                and cached.next_event_id == info.next_event_id
+                and cached.incarnation == info.incarnation
+                and cached.snapshot.version <= info.version
+            )
+            if usable and cached is not None and cached.snapshot.version == info.version:
+                return cached.snapshot
+            after = (
+                cached.positions[-1] if usable and cached is not None and cached.positions else 0
+            )
+            avoid_nested_loops(conn)
+            with paused_gc():
+                rows = conn.exec_driver_sql(SNAPSHOT, {"sid": session_id, "after": after}).all()
+        with paused_gc():
+            positions = tuple(r[0] for r in rows)
+            metas = tuple(
+                MsgMeta(id_, role, kind, final, pinned, tokens, chars, tuple(c), tuple(r), tuple(t))
+                for _, id_, role, kind, final, pinned, tokens, chars, c, r, t in rows
+            )
+        if usable and cached is not None:
+            positions = cached.positions + positions
+            metas = cached.snapshot.messages + metas
+        snap = Snapshot(session_id, info.version, metas, info.token_count, info.message_count)
+        self._snapshots[session_id] = _CachedSnapshot(
+            snap, positions, info.next_event_id, info.incarnation
+        )
+        return snap
+
+    def load_messages(self, session_id: str, ids: Iterable[int]) -> dict[int, Msg]:
+        """Stored messages by id (any, working or not)."""
+        id_list = list(ids)
+        if not id_list:
+            return {}
+        with self._single() as conn:
+            found = messages_by_id(conn, session_id, self.incarnation(session_id), id_list)
+            if not found:
+                self._check_alive(conn, session_id)
+        return found
+
+    def message_documents(
+        self, session_id: str, ids: Sequence[int]
+    ) -> list[tuple[int, str, str, Any, Any]]:
+        """(id, role, kind, content JSON, metadata JSON) of stored messages, for integrations
+        that decode the stored JSON themselves."""
+        if not ids:
+            return []
+        params = {"sid": session_id, "inc": self.incarnation(session_id), "ids": list(ids)}
+        with paused_gc(), self._single() as conn:
+            docs = [
+                (r[0], r[1], r[2], r[3], r[4])
+                for r in conn.exec_driver_sql(DOCUMENTS_BY_ID, params)
+            ]
+            if not docs:
+                self._check_alive(conn, session_id)
+        return docs
+
+    def working_ids(self, session_id: str, limit: int | None = None) -> list[int]:
+        """The session's working message ids in order (the last `limit` of them when given).
+        One short query: no content."""
+        params = {"sid": session_id, "inc": self.incarnation(session_id), "n": limit}
+        with self._single() as conn:
+            row = conn.exec_driver_sql(WORKING_IDS, params).one_or_none()
+        if row is None:
+            raise _gone(session_id)
+        return list(row[0])
+
+    def pop_last(
+        self,
+        session_id: str,
+        remainder: Callable[[Msg], Prepared | None],
+        *,
+        config: Mapping[str, Any],
+    ) -> Msg | None:
+        """Take the last working message out of the working context (one transaction).
+
+        `remainder(last)` may return a message to stand in its place (same position: the rest of
+        a message that held several items); the original stays stored either way, linked by
+        lineage to the remainder. Updates the totals and the open calls, bumps the version and
+        records an applied event with strategy 0 and reason 'manual'. Returns the message taken
+        out, or None when the working context is empty.
+        """
+        with self._begin() as conn:
+            srow = self._lock(conn, session_id)
+            last = conn.exec_driver_sql(LAST_WORKING, {"sid": session_id}).one_or_none()
+            if last is None:
+                return None
+            position, last_id, last_final = last[0], last[1], last[2]
+            popped = messages_by_id(conn, session_id, srow.incarnation, [last_id])[last_id]
+            rest = remainder(popped)
+            event_id, version = srow.next_event_id, srow.version + 1
+            rest_id = srow.next_message_id if rest is not None else None
+            conn.execute(
+                sa.delete(working_set).where(
+                    working_set.c.session_id == session_id, working_set.c.position == position
+                )
+            )
+            popped_tokens = popped.tokens or 0
+            count_after = srow.message_count - (0 if rest is not None else 1)
+            tokens_after = srow.token_count - popped_tokens + (rest.tokens if rest else 0)
+            conn.execute(
+                sa.insert(compression_events).values(
+                    session_id=session_id,
+                    id=event_id,
+                    strategy=0,
+                    status="applied",
+                    reason="manual",
+                    messages_before=srow.message_count,
+                    messages_after=count_after,
+                    tokens_before=srow.token_count,
+                    tokens_after=tokens_after,
+                    replaced_ids=[last_id],
+                    replaced_tokens=popped_tokens,
+                    summary_message_id=rest_id,
+                    session_version=version,
+                    config=dict(config),
+                )
+            )
+            if rest is not None and rest_id is not None:
+                rest = replace(rest, final=is_final_answer(rest.msg, replaced_final=last_final))
+                conn.execute(
+                    sa.insert(messages).values(**message_row(session_id, rest_id, rest, event_id))
+                )
+                conn.execute(
+                    sa.insert(working_set).values(
+                        session_id=session_id, position=position, message_id=rest_id
+                    )
+                )
+                # The remainder stands for the popped message's other items: "which working
+                # message covers this original" stays answerable for them.
+                conn.execute(
+                    sa.insert(lineage).values(
+                        session_id=session_id,
+                        summary_id=rest_id,
+                        ordinal=0,
+                        replaced_id=last_id,
+                        event_id=event_id,
+                    )
+                )
+            conn.execute(
+                sa.update(sessions)
+                .where(self._this(session_id))
+                .values(
+                    next_message_id=srow.next_message_id + (1 if rest is not None else 0),
+                    next_event_id=event_id + 1,
+                    message_count=count_after,
+                    token_count=tokens_after,
+                    version=version,
+                    open_calls=(tail_calls := self._open_calls_at_tail(conn, session_id)),
+                    updated_at=sa.func.now(),
+                )
+            )
+        self._tails[session_id] = (version, tail_calls)
+        return popped
+
+    def clear(self, session_id: str, *, config: Mapping[str, Any]) -> Event:
+        """Empty the working context in one transaction, keeping every original, offload and
+        lineage row (clearing is not deleting, SPEC.md section 5): an applied event of strategy
+        0 with reason 'clear' names what left the working set, and an offload holds it, so that
+        what was cleared stays reloadable by the event's uuid like any compressed range."""
+        with self._begin() as conn:
+            row = self._lock(conn, session_id)
+            removed = conn.execute(
+                sa.delete(working_set)
+                .where(working_set.c.session_id == session_id)
+                .returning(working_set.c.position, working_set.c.message_id)
+            ).all()
+            replaced = [message_id for _, message_id in sorted(removed)]
+            offload_uuid = uuid_mod.uuid4() if replaced else None
+            version = row.version + 1
+            created = conn.execute(
+                sa.insert(compression_events)
+                .values(
+                    session_id=session_id,
+                    id=row.next_event_id,
+                    strategy=0,
+                    status="applied",
+                    reason="clear",
+                    messages_before=row.message_count,
+                    messages_after=0,
+                    tokens_before=row.token_count,
+                    tokens_after=0,
+                    replaced_ids=replaced,
+                    replaced_tokens=row.token_count,
+                    offload_uuid=offload_uuid,
+                    session_version=version,
+                    config=dict(config),
+                )
+                .returning(compression_events)
+            ).one()
+            if offload_uuid is not None:
+                conn.execute(
+                    sa.insert(offloads).values(
+                        session_id=session_id,
+                        uuid=offload_uuid,
+                        event_id=row.next_event_id,
+                        message_ids=replaced,
+                    )
+                )
+            conn.execute(
+                sa.update(sessions)
+                .where(self._this(session_id))
+                .values(
+                    next_event_id=row.next_event_id + 1,
+                    message_count=0,
+                    token_count=0,
+                    version=version,
+                    open_calls={},
+                    updated_at=sa.func.now(),
+                )
+            )
+        self._snapshots.pop(session_id, None)
+        self._appended.pop(session_id, None)
+        self._tails[session_id] = (version, {})
+        return event_from_row(created)
+
+    def _open_calls_at_tail(self, conn: Connection, session_id: str) -> dict[str, str]:
+        """The newest tool group's calls still without results, read from the working tail."""
+        window = 32
+        while True:
+            rows = conn.exec_driver_sql(TAIL_CALLS, {"sid": session_id, "n": window}).all()
+            answered: set[str] = set()
+            for role, call_ids, result_ids, tool_names in rows:
+                if role == "tool":
+                    answered.update(result_ids)
+                    continue
+                names = list(tool_names)
+                return {
+                    call: names[k] if k < len(names) else ""
+                    for k, call in enumerate(call_ids)
+                    if call not in answered
+                }
+            if len(rows) < window:
+                return {}
+            window *= 4
+
+    def totals(self, session_id: str) -> SessionInfo:
+        """The session row: one primary-key read, no messages (the O(1) trigger check)."""
+        info = self.get_session(session_id)
+        if info is None:
+            raise _gone(session_id)
+        return info
+
+    # -- compression ----------------------------------------------------------------------------
+
+    def apply(
+        self,
+        session_id: str,
+        replacements: Sequence[Replacement],
+        *,
+        reason: str,
+        config: Mapping[str, Any],
+    ) -> ApplyOutcome:
+        """Apply a strategy's replacements in one transaction, each with its offload, lineage
+        and event. If any replaced range is no longer in the working set as planned, nothing is
+        applied and a `conflict` event is recorded per changed range."""
+        if not replacements:
+            return ApplyOutcome([], False)
+        with self._begin() as conn:
+            row = self._lock(conn, session_id)
+            positions = self._check_ranges(conn, session_id, [r.edit for r in replacements])
+            conflicts = [r for r, pos in zip(replacements, positions, strict=True) if pos is None]
+            if not conflicts:
+                applied = self._write(
+                    conn, session_id, row, replacements, positions, reason, config
+                )
+        if not conflicts:
+            self._splice(session_id, row, replacements, applied)
+            # A compression changes no open call: the tail is known at the new version.
+            self._tails[session_id] = (applied[-1].session_version, dict(row.open_calls))
+            return ApplyOutcome(applied, False)
+        events = [
+            self.record_event(
+                session_id,
+                strategy=r.edit.strategy,
+                status="conflict",
+                reason=reason,
+                replaced_ids=r.edit.replaced_ids,
+                error="the working set changed since the snapshot (another writer compressed it)",
+                config=config,
+            )
+            for r in conflicts
+        ]
+        return ApplyOutcome(events, True)
+
+    def _splice(
+        self,
+        session_id: str,
+        row: Row[Any],
+        replacements: Sequence[Replacement],
+        applied: Sequence[Event],
+    ) -> None:
+        """Bring the cached snapshot up to the version this apply committed, without a read.
+
+        Only when the cache was at exactly the version the apply started from (nobody else
+        wrote in between); otherwise the next snapshot reads what it needs.
+        """
+        cached = self._snapshots.pop(session_id, None)
+        if (
+            cached is None
+            or cached.snapshot.version != row.version
+            or cached.next_event_id != row.next_event_id
+        ):
+            return
+        metas = list(cached.snapshot.messages)
+        positions = list(cached.positions)
+        # From the last range to the first, so that earlier indices stay valid.
+        for r, event in sorted(
+            zip(replacements, applied, strict=True),
+            key=lambda pair: pair[0].edit.start,
+            reverse=True,
+        ):
+            assert event.summary_message_id is not None
+            new = meta_of(
+                r.new.msg, id=event.summary_message_id, final=r.new.final, tokens=r.new.tokens
+            )
+            # The new message takes the place (and the position) of the last replaced one.
+            start, end = r.edit.start, r.edit.end
+            if r.edit.members is None:
+                metas[start:end] = [new]
+                positions[start:end] = [positions[end - 1]]
+                continue
+            # The fold: the messages it keeps between its members stay where they are.
+            members = set(r.edit.members)
+            kept = [k for k in range(start, end - 1) if k not in members]
+            metas[start:end] = [*(metas[k] for k in kept), new]
+            positions[start:end] = [*(positions[k] for k in kept), positions[end - 1]]
+        last = applied[-1]
+        snapshot = Snapshot(
+            session_id, last.session_version, tuple(metas), last.tokens_after, last.messages_after
+        )
+        self._snapshots[session_id] = _CachedSnapshot(
+            snapshot, tuple(positions), row.next_event_id + len(applied), cached.incarnation
+        )
+
+    def _check_ranges(
+        self, conn: Connection, session_id: str, edits: Sequence[Edit]
+    ) -> list[int | None]:
+        """For each edit, the working position of its last replaced message if its span is
+        still exactly what the plan saw (its replaced ids, with the kept messages of a fold
+        between them), adjacent and in order; else None."""
+        rows = conn.exec_driver_sql(
+            CHECK_RANGES,
+            {
+                "sid": session_id,
+                "firsts": [e.replaced_ids[0] for e in edits],
+                "lasts": [e.replaced_ids[-1] for e in edits],
+            },
+        )
+        # The span ends at the last replaced message, so its last position is that message's.
+        found = {r.ord: (r.last_position, tuple(r.ids)) for r in rows}
+        out: list[int | None] = []
+        for k, edit in enumerate(edits, start=1):
+            hit = found.get(k)
+            out.append(hit[0] if hit is not None and hit[1] == edit.expected_span else None)
+        return out
+
+    def _write(
+        self,
+        conn: Connection,
+        session_id: str,
+        row: Row[Any],
+        replacements: Sequence[Replacement],
+        positions: Sequence[int | None],
+        reason: str,
+        config: Mapping[str, Any],
+    ) -> list[Event]:
+        next_msg, next_event = row.next_message_id, row.next_event_id
+        count, tokens = row.message_count, row.token_count
+        version = row.version + 1
+        msg_rows: list[dict[str, Any]] = []
+        event_rows: list[dict[str, Any]] = []
+        offload_rows: list[dict[str, Any]] = []
+        lineage_rows: list[dict[str, Any]] = []
+        working_rows: list[dict[str, Any]] = []
+        removed_ids: list[int] = []
+        for r, position in zip(replacements, positions, strict=True):
+            assert position is not None
+            msg_id, event_id = next_msg, next_event
+            next_msg += 1
+            next_event += 1
+            replaced = r.edit.replaced_ids
+            replaced_tokens = r.edit.replaced_tokens
+            before_count, before_tokens = count, tokens
+            count += 1 - len(replaced)
+            tokens += r.new.tokens - replaced_tokens
+            event_rows.append(
+                {
+                    "session_id": session_id,
+                    "id": event_id,
+                    "strategy": r.edit.strategy,
+                    "status": "applied",
+                    "reason": reason,
+                    "messages_before": before_count,
+                    "messages_after": count,
+                    "tokens_before": before_tokens,
+                    "tokens_after": tokens,
+                    "replaced_ids": list(replaced),
+                    "replaced_tokens": replaced_tokens,
+                    "summary_message_id": msg_id,
+                    "offload_uuid": r.offload_uuid,
+                    "model": r.model,
+                    "prompt_tokens": r.prompt_tokens,
+                    "completion_tokens": r.completion_tokens,
+                    "latency_ms": r.latency_ms,
+                    "error": None,
+                    "session_version": version,
+                    "config": dict(config),
+                }
+            )
+            msg_rows.append(message_row(session_id, msg_id, r.new, event_id))
+            offload_rows.append(
+                {
+                    "session_id": session_id,
+                    "uuid": r.offload_uuid,
+                    "event_id": event_id,
+                    "message_ids": list(replaced),
+                }
+            )
+            lineage_rows.extend(
+                {
+                    "session_id": session_id,
+                    "summary_id": msg_id,
+                    "ordinal": k,
+                    "replaced_id": rid,
+                    "event_id": event_id,
+                }
+                for k, rid in enumerate(replaced)
+            )
+            removed_ids.extend(replaced)
+            working_rows.append(
+                {"session_id": session_id, "position": position, "message_id": msg_id}
+            )
+        conn.execute(sa.insert(compression_events), event_rows)
+        conn.execute(sa.insert(messages), msg_rows)
+        conn.execute(sa.insert(offloads), offload_rows)
+        conn.execute(sa.insert(lineage), lineage_rows)
+        conn.execute(
+            sa.delete(working_set).where(
+                working_set.c.session_id == session_id,
+                working_set.c.message_id
+                == sa.any_(sa.cast(sa.literal(removed_ids), sa.ARRAY(sa.BigInteger))),
+            )
+        )
+        conn.execute(sa.insert(working_set), working_rows)
+        conn.execute(
+            sa.update(sessions)
+            .where(self._this(session_id))
+            .values(
+                next_message_id=next_msg,
+                next_event_id=next_event,
+                message_count=count,
+                token_count=tokens,
+                version=version,
+                updated_at=sa.func.now(),
+            )
+        )
+        return [
+            Event(
+                session_id=session_id,
+                id=e["id"],
+                strategy=e["strategy"],
+                status="applied",
+                reason=reason,
+                messages_before=e["messages_before"],
+                messages_after=e["messages_after"],
+                tokens_before=e["tokens_before"],
+                tokens_after=e["tokens_after"],
+                replaced_ids=tuple(e["replaced_ids"]),
+                summary_message_id=e["summary_message_id"],
+                offload_uuid=e["offload_uuid"],
+                model=e["model"],
+                prompt_tokens=e["prompt_tokens"],
+                completion_tokens=e["completion_tokens"],
+                latency_ms=e["latency_ms"],
+                error=None,
+                session_version=version,
+            )
+            for e in event_rows
+        ]
+
+    def record_event(
+        self,
+        session_id: str,
+        *,
+        strategy: int,
+        status: str,
+        reason: str,
+        replaced_ids: Sequence[int] = (),
+        error: str | None = None,
+        config: Mapping[str, Any],
+        model: str | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        latency_ms: float | None = None,
+    ) -> Event:
+        """Record an attempt that changed nothing (failed, skipped or conflict)."""
+        with self._begin() as conn:
+            row = self._lock(conn, session_id)
+            event_id = row.next_event_id
+            values = {
+                "session_id": session_id,
+                "id": event_id,
+                "strategy": strategy,
+                "status": status,
+                "reason": reason,
+                "messages_before": row.message_count,
+                "messages_after": row.message_count,
+                "tokens_before": row.token_count,
+                "tokens_after": row.token_count,
+                "replaced_ids": list(replaced_ids),
+                "replaced_tokens": 0,
+                "model": model,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "latency_ms": latency_ms,
+                "error": error,
+                "session_version": row.version,
+                "config": dict(config),
+            }
+            created = conn.execute(
+                sa.insert(compression_events).values(**values).returning(compression_events)
+            ).one()
+            conn.execute(
+                sa.update(sessions).where(self._this(session_id)).values(next_event_id=event_id + 1)
+            )
+        return event_from_row(created)
+
+    # -- reload and audit ----------------------------------------------------------------------
+
+    def reload(self, session_id: str, offload_uuid: uuid_mod.UUID) -> list[Msg]:
+        """The messages an offload removed, in order (one level deep)."""
+        with self._connect() as conn:
+            ids = conn.execute(
+                sa.select(offloads.c.message_ids).where(
+                    offloads.c.session_id == session_id,
+                    offloads.c.uuid == offload_uuid,
+                    self._guard(session_id),
+                )
+            ).scalar_one_or_none()
+            if ids is None:
+                self._check_alive(conn, session_id)
+                raise OffloadNotFound(
+                    f"no offloaded context with id {offload_uuid} in session {session_id!r}"
+                )
+            by_id = messages_by_id(conn, session_id, self.incarnation(session_id), list(ids))
+        return [by_id[i] for i in ids]
+
+    def events(self, session_id: str) -> list[Event]:
+        stmt = (
+            sa.select(compression_events)
+            .where(compression_events.c.session_id == session_id, self._guard(session_id))
+            .order_by(compression_events.c.id)
+        )
+        with self._single() as conn:
+            found = [event_from_row(r) for r in conn.execute(stmt)]
+            if not found:
+                self._check_alive(conn, session_id)
+        return found

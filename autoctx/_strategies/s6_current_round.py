@@ -1,0 +1,90 @@
+"""S6: the whole current round -> one first-person summary (LLM), last resort.
+
+The range is everything after the latest user message and after the last system or pinned
+message of the round, up to (not including) a trailing pending tool call group. An earlier S6
+summary at the start of the range is kept verbatim as a prefix, until that prefix alone grows
+past `current_round_ratio` of the token target; then it is summarized too, which keeps a task of
+any length bounded. It is summarized too when keeping it could not bring the context under the
+target (protected messages, such as the system prompts of many tasks, leave little room):
+a call that fires goes on to the target (SPEC.md section 2), instead of shaving a few tokens off
+the newest steps at every turn.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .._config import AutoContextConfig
+from .._plans import Edit, PlanContext, Snapshot
+from ._common import MIN_LLM_RANGE_TOKENS, Layout, has_failed, layout_of, make_edit, only_kind
+
+STRATEGY: Final = 6
+
+
+def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
+    """At most one edit: the current round, with its verbatim prefix and character budget."""
+    if not ctx.token_pressure:
+        return []
+    lay = layout_of(snapshot, config, ctx.layouts)
+    start, end = current_round_range(lay)
+    if end <= start:
+        return []
+    prefix = _verbatim_prefix(lay, start, config)
+    if prefix is not None and not _reaches_target_with_prefix(snapshot, lay, start, end, config):
+        prefix = None
+    body_start = start + 1 if prefix is not None else start
+    # Nothing new after the prefix, or nothing but earlier S6 output: summarizing it would only
+    # re-word S6's own text.
+    if body_start >= end or only_kind(lay.metas, body_start, end, "current_round_summary"):
+        return []
+    if has_failed(snapshot, ctx, start, end):
+        return []
+    # A round too small to gain on is left alone (SPEC.md section 2: no range is sent to the
+    # summarizer when it cannot gain).
+    if lay.tokens(body_start, end) < MIN_LLM_RANGE_TOKENS:
+        return []
+    body_chars = sum(m.chars for m in lay.metas[body_start:end])
+    return [
+        make_edit(
+            snapshot,
+            STRATEGY,
+            start,
+            end,
+            "current_round_summary",
+            verbatim_prefix_id=prefix,
+            char_budget=max(1, int(config.current_round_ratio * body_chars)),
+        )
+    ]
+
+
+def current_round_range(lay: Layout) -> tuple[int, int]:
+    """[start, end) of what S6 may summarize; empty when end <= start."""
+    start = lay.latest_user + 1 if lay.latest_user is not None else lay.round_start
+    # S6 acts only after the last system or pinned message of the round, even one inside the
+    # trailing pending group: those messages keep their place after everything before them.
+    for k in range(len(lay) - 1, start - 1, -1):
+        if lay.is_protected(k):
+            start = k + 1
+            break
+    end = lay.pending_start if lay.pending_start is not None else len(lay)
+    return start, end
+
+
+def _reaches_target_with_prefix(
+    snapshot: Snapshot, lay: Layout, start: int, end: int, config: AutoContextConfig
+) -> bool:
+    """Whether summarizing only what follows the prefix at `start`, at `current_round_ratio` of
+    its size, would bring the context under the token target."""
+    body = lay.tokens(start + 1, end)
+    return snapshot.token_count - body * (1 - config.current_round_ratio) < config.token_target
+
+
+def _verbatim_prefix(lay: Layout, start: int, config: AutoContextConfig) -> int | None:
+    """Id of the earlier S6 summary at `start` to keep verbatim, if there is one and it is still
+    small enough."""
+    head = lay.metas[start]
+    if head.kind != "current_round_summary":
+        return None
+    if head.tokens > config.current_round_ratio * config.token_target:
+        return None
+    return head.id
