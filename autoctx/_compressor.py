@@ -28,7 +28,7 @@ from ._events import Event
 from ._intake import Prepared, count_tokens
 from ._messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from ._plans import Edit, PlanContext, Snapshot
-from ._prompts import build_request, offload_tag
+from ._prompts import build_request
 from ._store.rows import SessionInfo
 from ._store.store import Replacement, Store
 from ._strategies import plan as plan_strategy
@@ -42,6 +42,7 @@ from ._summarizers import (
     SummaryResult,
     check_answer,
 )
+from ._tags import offload_tag
 from ._tokens import TokenCounter
 
 logger = logging.getLogger("autoctx")

@@ -22,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 
+from ._agent_plan import validate_plan
 from ._client import AutoContextClient
 from ._compressor import Compressor, SessionState, trigger_of
 from ._config import AutoContextConfig
@@ -41,7 +42,6 @@ from ._tools import (
     parse_offload_id,
     tool_definitions,
 )
-from ._transcript import validate_plan
 
 logger = logging.getLogger("autoctx")
 

@@ -14,24 +14,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from ._agent_plan import plan_hint
 from ._config import LLM_STRATEGIES
 from ._errors import ConfigError
 from ._messages import Msg
 from ._summarizers import SummaryRequest
-from ._transcript import (
-    OFFLOAD_TAG_RE,
-    offload_tag,
-    original_chars,
-    plan_hint,
-    render_transcript,
-)
+from ._tags import offload_tag
+from ._transcript import original_chars, render_transcript
 
 __all__ = [
     "DEFAULT_PROMPTS",
-    "OFFLOAD_TAG_RE",
     "RELOAD_SNIPPET",
     "build_request",
-    "offload_tag",
     "prompt_for",
 ]
 

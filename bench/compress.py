@@ -58,11 +58,12 @@ from autoctx._compressor import Compressor, preview
 from autoctx._intake import Prepared, count_tokens, prepare
 from autoctx._memory import get_engine
 from autoctx._plans import PlanContext, Snapshot
-from autoctx._prompts import build_request, offload_tag
+from autoctx._prompts import build_request
 from autoctx._store.store import Replacement, Store
 from autoctx._store.tables import messages, sessions, working_set
 from autoctx._strategies import plan_s2, plan_s3, plan_s4
 from autoctx._structure import meta_of
+from autoctx._tags import offload_tag
 from autoctx._tokens import TokenCounter
 
 console = Console(width=120)

@@ -14,6 +14,13 @@ from alembic import context
 config = context.config
 
 
+def _target_metadata() -> list[sa.MetaData]:
+    # What `alembic revision --autogenerate` compares the database to.
+    from autoctx._store import tables
+
+    return [tables.metadata, tables.tenancy_metadata]
+
+
 def _url() -> str:
     url = config.get_main_option("sqlalchemy.url") or os.environ.get("AUTOCTX_DATABASE_URL")
     if not url:
@@ -30,7 +37,11 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        context.configure(connection=connection, transaction_per_migration=True)
+        context.configure(
+            connection=connection,
+            transaction_per_migration=True,
+            target_metadata=_target_metadata(),
+        )
         with context.begin_transaction():
             context.run_migrations()
         return
@@ -38,7 +49,9 @@ def run_migrations_online() -> None:
 
     engine = sa.create_engine(normalize_url(_url()), poolclass=sa.NullPool)
     with engine.connect() as conn:
-        context.configure(connection=conn, transaction_per_migration=True)
+        context.configure(
+            connection=conn, transaction_per_migration=True, target_metadata=_target_metadata()
+        )
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()

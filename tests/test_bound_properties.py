@@ -37,8 +37,8 @@ from autoctx import (
     ToolUseBlock,
 )
 from autoctx._intake import count_tokens
+from autoctx._tags import neutralize_tags
 from autoctx._tokens import TokenCounter
-from autoctx._transcript import neutralise_tags
 from tests.invariants import (
     assert_every_original_reachable,
     assert_totals_match,
@@ -92,9 +92,9 @@ class AtBudgetSummarizer:
         if token_budget is not None:
             limits.append(token_budget * CHARS_PER_TOKEN)
         size = max(1, min(limits) if limits else request.input_chars // 2)
-        # The transcript's own words (tags neutralised: an answer with a tag is refused),
+        # The transcript's own words (tags neutralized: an answer with a tag is refused),
         # repeated if the budget is larger than the transcript.
-        body = neutralise_tags(request.transcript).strip() or "nothing happened"
+        body = neutralize_tags(request.transcript).strip() or "nothing happened"
         text = (body + "\n") * (size // (len(body) + 1) + 1)
         return SummaryResult(text=text[:size].rstrip() or "x", model="at-budget")
 

@@ -27,8 +27,8 @@ from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer
-from autoctx import _cli as cli
 from autoctx._cli import app
+from autoctx._cli import root as cli_root
 from autoctx._demo import generate
 from autoctx._memory import get_engine
 from autoctx._plot import Mark, Point, Series, reconstruct, render
@@ -552,7 +552,7 @@ def test_version_names_the_installed_distribution(monkeypatch: pytest.MonkeyPatc
     def missing(name: str) -> str:
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(cli.metadata, "version", missing)
+    monkeypatch.setattr(cli_root.metadata, "version", missing)
     bare = invoke(["--version"])
     assert bare.exit_code == 0 and bare.stdout.startswith("autoctx unknown ("), bare.stdout
 

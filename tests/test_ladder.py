@@ -19,11 +19,11 @@ from autoctx import (
     OffloadNotFound,
     SummaryRequest,
     SummaryResult,
-    compressor,
 )
+from autoctx import _compressor as compressor
 from autoctx._intake import count_tokens
-from autoctx._prompts import OFFLOAD_TAG_RE
 from autoctx._strategies import PLANNERS
+from autoctx._tags import OFFLOAD_TAG_RE
 from autoctx._tokens import TokenCounter
 from autoctx._transcript import render_transcript
 from tests.dbsql import sql

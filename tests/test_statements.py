@@ -61,7 +61,7 @@ _JOIN_RE = re.compile(r"(\w+)\.session_id\s*=\s*(\w+)\.session_id", re.IGNORECAS
 _ANY_SESSION_RE = re.compile(r"session_id\s*(?:=\s*ANY|IN\s*\(|<>|!=|<|>|LIKE)", re.IGNORECASE)
 #: Statements that touch no session table, all of them per-connection or schema checks.
 _GLOBAL_OK = (
-    re.compile(r"^select set_config\('autoctx\.tenant', %\(t\)s, true\)$"),
+    re.compile(r"^SELECT set_config\('autoctx\.tenant', %\(t\)s, true\)$"),
     re.compile(r"^select 1$", re.IGNORECASE),
     # Planner settings local to a transaction touch no data.
     re.compile(r"^SET LOCAL enable_nestloop = off$"),

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoctx import ConfigError, Msg, SummarizerError, ToolUseBlock
-from autoctx._prompts import DEFAULT_PROMPTS, build_request, offload_tag
+from autoctx._agent_plan import plan_hint
+from autoctx._prompts import DEFAULT_PROMPTS, build_request
 from autoctx._summarizers import (
     OFFLINE_MAX_CHARS,
     SUMMARIZER_REASONS,
@@ -28,7 +29,7 @@ from autoctx._summarizers import (
     check_answer,
     default_summarizer,
 )
-from autoctx._transcript import plan_hint
+from autoctx._tags import offload_tag
 from tests.openai_server import OpenAIServer, Reply
 
 UUID = "9a8b7c6d-1234-4abc-8def-0123456789ab"
@@ -121,7 +122,7 @@ def test_offline_keeps_the_facts_and_shrinks() -> None:
     assert "port: 8080" in text
     assert "wrote 550 bytes to deploy/app.yaml" in text
     assert "job-0" in text and "https://ci.example.com/jobs/0" in text
-    # A tag it copies is neutralised, never emitted.
+    # A tag it copies is neutralized, never emitted.
     assert "CONTEXT_OFFLOAD" not in text and "<!--" not in text
     assert f"[offloaded context {UUID}]" in text
     assert result.model == "autoctx-offline"

@@ -10,23 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoctx import Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from autoctx._agent_plan import plan_hint, validate_plan
 from autoctx._config import LLM_STRATEGIES
 from autoctx._errors import AutoContextError, ConfigError, InvalidPlan
-from autoctx._prompts import (
-    DEFAULT_PROMPTS,
-    OFFLOAD_TAG_RE,
-    RELOAD_SNIPPET,
-    build_request,
-    offload_tag,
-    prompt_for,
-)
-from autoctx._transcript import (
-    neutralise_tags,
-    original_chars,
-    plan_hint,
-    render_transcript,
-    validate_plan,
-)
+from autoctx._prompts import DEFAULT_PROMPTS, RELOAD_SNIPPET, build_request, prompt_for
+from autoctx._tags import OFFLOAD_TAG_RE, neutralize_tags, offload_tag
+from autoctx._transcript import original_chars, render_transcript
 
 UUID = "3f1c2b9e-8d4a-4c6e-9b7f-1a2b3c4d5e6f"
 
@@ -117,7 +106,7 @@ def test_transcript_keeps_exact_arguments() -> None:
     assert empty == "[assistant -> tool call now id=id9] (no arguments)"
 
 
-def test_transcript_neutralises_tags_unless_asked() -> None:
+def test_transcript_neutralizes_tags_unless_asked() -> None:
     summary = Msg.assistant(f"I fixed a.py.\n{offload_tag(UUID)}", kind="tool_run_summary")
     text = render_transcript([summary])
     assert "CONTEXT_OFFLOAD" not in text
@@ -171,10 +160,10 @@ def test_offload_tag_format_and_regex() -> None:
     assert OFFLOAD_TAG_RE.search("<!-- a comment -->") is None
 
 
-def test_neutralise_tags() -> None:
-    assert neutralise_tags("plain") == "plain"
-    assert neutralise_tags(f"x {offload_tag('u1')} y") == "x [offloaded context u1] y"
-    assert "CONTEXT_OFFLOAD" not in neutralise_tags("a CONTEXT_OFFLOAD b")
+def test_neutralize_tags() -> None:
+    assert neutralize_tags("plain") == "plain"
+    assert neutralize_tags(f"x {offload_tag('u1')} y") == "x [offloaded context u1] y"
+    assert "CONTEXT_OFFLOAD" not in neutralize_tags("a CONTEXT_OFFLOAD b")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,11 @@
-"""SQLAlchemy Core descriptions of the tables the migrations create (for queries only).
+"""SQLAlchemy Core descriptions of the tables the migrations create: columns, types,
+nullability, server defaults, keys and indexes.
 
-The schema itself is created and changed only by the Alembic migrations in `migrations/`; a test
-checks that these descriptions match what the migrations build.
+The schema itself is created and changed only by the Alembic migrations in `migrations/`; these
+descriptions are Alembic's `target_metadata` (so `alembic revision --autogenerate` starts a new
+migration from a change made here), and a test compares them to the migrated database with
+`alembic.autogenerate.compare_metadata`. Check constraints and the row-level security policies
+live in the migrations only (Alembic does not compare them).
 """
 
 from __future__ import annotations
@@ -11,26 +15,40 @@ from sqlalchemy.dialects import postgresql as pg
 
 metadata = sa.MetaData()
 
+_NOW = sa.text("now()")
+_EMPTY_JSON = sa.text("'{}'::jsonb")
+
+
+def _session_fk() -> sa.ForeignKeyConstraint:
+    return sa.ForeignKeyConstraint(["session_id"], ["sessions.session_id"], ondelete="CASCADE")
+
+
 sessions = sa.Table(
     "sessions",
     metadata,
     sa.Column("session_id", sa.Text, primary_key=True),
-    sa.Column("tenant", sa.Text),
-    sa.Column("created_at", sa.DateTime(timezone=True)),
-    sa.Column("updated_at", sa.DateTime(timezone=True)),
-    sa.Column("version", sa.BigInteger),
-    sa.Column("message_count", sa.Integer),
-    sa.Column("token_count", sa.BigInteger),
-    sa.Column("model", sa.Text),
-    sa.Column("encoding", sa.Text),
-    sa.Column("config", pg.JSONB),
-    sa.Column("plan", pg.JSONB),
-    sa.Column("open_calls", pg.JSONB),
-    sa.Column("next_message_id", sa.BigInteger),
-    sa.Column("next_position", sa.BigInteger),
-    sa.Column("next_event_id", sa.BigInteger),
-    sa.Column("settled_version", sa.BigInteger),
-    sa.Column("incarnation", pg.UUID(as_uuid=True)),
+    sa.Column("tenant", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("message_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("token_count", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("encoding", sa.Text, nullable=False),
+    sa.Column("config", pg.JSONB, nullable=False),
+    sa.Column("plan", pg.JSONB, nullable=True),
+    sa.Column("open_calls", pg.JSONB, nullable=False, server_default=_EMPTY_JSON),
+    sa.Column("next_message_id", sa.BigInteger, nullable=False, server_default="1"),
+    sa.Column("next_position", sa.BigInteger, nullable=False, server_default="1"),
+    sa.Column("next_event_id", sa.BigInteger, nullable=False, server_default="1"),
+    sa.Column("settled_version", sa.BigInteger, nullable=True),
+    sa.Column(
+        "incarnation",
+        pg.UUID(as_uuid=True),
+        nullable=False,
+        server_default=sa.text("gen_random_uuid()"),
+    ),
+    sa.Index("sessions_tenant_idx", "session_id", "tenant"),
 )
 
 messages = sa.Table(
@@ -38,20 +56,21 @@ messages = sa.Table(
     metadata,
     sa.Column("session_id", sa.Text, primary_key=True),
     sa.Column("id", sa.BigInteger, primary_key=True),
-    sa.Column("role", sa.Text),
-    sa.Column("name", sa.Text),
-    sa.Column("content", pg.JSONB),
-    sa.Column("metadata", pg.JSONB),
-    sa.Column("kind", sa.Text),
-    sa.Column("pinned", sa.Boolean),
-    sa.Column("final", sa.Boolean),
-    sa.Column("tokens", sa.Integer),
-    sa.Column("chars", sa.Integer),
-    sa.Column("call_ids", pg.ARRAY(sa.Text)),
-    sa.Column("result_ids", pg.ARRAY(sa.Text)),
-    sa.Column("tool_names", pg.ARRAY(sa.Text)),
-    sa.Column("event_id", sa.BigInteger),
-    sa.Column("created_at", sa.DateTime(timezone=True)),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=True),
+    sa.Column("content", pg.JSONB, nullable=False),
+    sa.Column("metadata", pg.JSONB, nullable=False, server_default=_EMPTY_JSON),
+    sa.Column("kind", sa.Text, nullable=False, server_default="original"),
+    sa.Column("pinned", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("final", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("tokens", sa.Integer, nullable=False),
+    sa.Column("chars", sa.Integer, nullable=False),
+    sa.Column("call_ids", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
+    sa.Column("result_ids", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
+    sa.Column("tool_names", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
+    sa.Column("event_id", sa.BigInteger, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    _session_fk(),
 )
 
 working_set = sa.Table(
@@ -59,7 +78,11 @@ working_set = sa.Table(
     metadata,
     sa.Column("session_id", sa.Text, primary_key=True),
     sa.Column("position", sa.BigInteger, primary_key=True),
-    sa.Column("message_id", sa.BigInteger),
+    sa.Column("message_id", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("session_id", "message_id", name="working_set_message_key"),
+    sa.ForeignKeyConstraint(
+        ["session_id", "message_id"], ["messages.session_id", "messages.id"], ondelete="CASCADE"
+    ),
 )
 
 compression_events = sa.Table(
@@ -67,25 +90,27 @@ compression_events = sa.Table(
     metadata,
     sa.Column("session_id", sa.Text, primary_key=True),
     sa.Column("id", sa.BigInteger, primary_key=True),
-    sa.Column("strategy", sa.SmallInteger),
-    sa.Column("status", sa.Text),
-    sa.Column("reason", sa.Text),
-    sa.Column("messages_before", sa.Integer),
-    sa.Column("messages_after", sa.Integer),
-    sa.Column("tokens_before", sa.BigInteger),
-    sa.Column("tokens_after", sa.BigInteger),
-    sa.Column("replaced_ids", pg.ARRAY(sa.BigInteger)),
-    sa.Column("replaced_tokens", sa.BigInteger),
-    sa.Column("summary_message_id", sa.BigInteger),
-    sa.Column("offload_uuid", pg.UUID(as_uuid=True)),
-    sa.Column("model", sa.Text),
-    sa.Column("prompt_tokens", sa.Integer),
-    sa.Column("completion_tokens", sa.Integer),
-    sa.Column("latency_ms", sa.Float),
-    sa.Column("error", sa.Text),
-    sa.Column("session_version", sa.BigInteger),
-    sa.Column("config", pg.JSONB),
-    sa.Column("created_at", sa.DateTime(timezone=True)),
+    sa.Column("strategy", sa.SmallInteger, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("messages_before", sa.Integer, nullable=False),
+    sa.Column("messages_after", sa.Integer, nullable=False),
+    sa.Column("tokens_before", sa.BigInteger, nullable=False),
+    sa.Column("tokens_after", sa.BigInteger, nullable=False),
+    sa.Column("replaced_ids", pg.ARRAY(sa.BigInteger), nullable=False, server_default="{}"),
+    sa.Column("replaced_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("summary_message_id", sa.BigInteger, nullable=True),
+    sa.Column("offload_uuid", pg.UUID(as_uuid=True), nullable=True),
+    sa.Column("model", sa.Text, nullable=True),
+    sa.Column("prompt_tokens", sa.Integer, nullable=True),
+    sa.Column("completion_tokens", sa.Integer, nullable=True),
+    sa.Column("latency_ms", sa.Float, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("session_version", sa.BigInteger, nullable=False),
+    sa.Column("config", pg.JSONB, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    _session_fk(),
+    sa.Index("compression_events_status_idx", "session_id", "status"),
 )
 
 offloads = sa.Table(
@@ -93,9 +118,14 @@ offloads = sa.Table(
     metadata,
     sa.Column("session_id", sa.Text, primary_key=True),
     sa.Column("uuid", pg.UUID(as_uuid=True), primary_key=True),
-    sa.Column("event_id", sa.BigInteger),
-    sa.Column("message_ids", pg.ARRAY(sa.BigInteger)),
-    sa.Column("created_at", sa.DateTime(timezone=True)),
+    sa.Column("event_id", sa.BigInteger, nullable=False),
+    sa.Column("message_ids", pg.ARRAY(sa.BigInteger), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.ForeignKeyConstraint(
+        ["session_id", "event_id"],
+        ["compression_events.session_id", "compression_events.id"],
+        ondelete="CASCADE",
+    ),
 )
 
 lineage = sa.Table(
@@ -104,8 +134,20 @@ lineage = sa.Table(
     sa.Column("session_id", sa.Text, primary_key=True),
     sa.Column("summary_id", sa.BigInteger, primary_key=True),
     sa.Column("ordinal", sa.Integer, primary_key=True),
-    sa.Column("replaced_id", sa.BigInteger),
-    sa.Column("event_id", sa.BigInteger),
+    sa.Column("replaced_id", sa.BigInteger, nullable=False),
+    sa.Column("event_id", sa.BigInteger, nullable=False),
+    sa.ForeignKeyConstraint(
+        ["session_id", "summary_id"], ["messages.session_id", "messages.id"], ondelete="CASCADE"
+    ),
+    sa.ForeignKeyConstraint(
+        ["session_id", "replaced_id"], ["messages.session_id", "messages.id"], ondelete="CASCADE"
+    ),
+    sa.ForeignKeyConstraint(
+        ["session_id", "event_id"],
+        ["compression_events.session_id", "compression_events.id"],
+        ondelete="CASCADE",
+    ),
+    sa.Index("lineage_replaced_idx", "session_id", "replaced_id"),
 )
 
 #: Tables that hold a session's data, children first (for deletes and checks).
@@ -120,5 +162,5 @@ tenant_grants = sa.Table(
     tenancy_metadata,
     sa.Column("grantee", sa.Text, primary_key=True),
     sa.Column("tenant", sa.Text, primary_key=True),
-    sa.Column("created_at", sa.DateTime(timezone=True)),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
 )

@@ -1,0 +1,382 @@
+"""`autoctx sessions | show | history | lineage | reload`: what is stored, read back."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Annotated, Final
+
+import typer
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+from sqlalchemy.engine import Engine
+
+from .._errors import InvalidOffloadId, OffloadNotFound
+from .._memory import (
+    validate_tenant,
+)
+from .._messages import (
+    to_openai_messages,
+)
+from .._plot import STRATEGY_NAMES
+from .._store import inspect as inspect_db
+from .._store.store import Store
+from .._tools import parse_offload_id
+from .output import (
+    _add_columns,
+    _cell,
+    _clip,
+    _console,
+    _content_line,
+    _engine,
+    _event_json,
+    _events_table,
+    _fmt_time,
+    _offload_of,
+    _per_strategy_table,
+    _print_json,
+    _print_message,
+    _print_whole,
+    _session,
+    _session_json,
+    _short,
+    _strategy_label,
+    _table,
+    _working_json,
+    friendly_errors,
+)
+from .root import AsJson, CliError, DatabaseUrl, SessionArg, app
+
+#: Characters of content `show` prints per message.
+PREVIEW_CHARS: Final = 100
+#: Characters of an offload uuid `reload` needs at least: the 8 `history` prints. Fewer would
+#: match by luck today and become ambiguous as the session grows.
+MIN_PREFIX: Final = 8
+
+
+# ---------------------------------------------------------------------------------------------
+# sessions, show, history
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@friendly_errors
+def sessions(
+    prefix: Annotated[
+        str | None, typer.Option("--prefix", "-p", help="Only ids starting with this.")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's sessions.")] = None,
+    as_json: AsJson = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """List sessions, most recently updated first.
+
+    Ids are printed whole (piped, the table is as wide as it needs to be), so that they can be
+    copied into the other commands.
+
+    Examples:
+
+    ```
+    autoctx sessions
+    autoctx sessions --prefix demo-
+    autoctx sessions --json | jq -r '.[].session_id'
+    ```
+    """
+    rows = Store(_engine(database_url)).list_sessions(tenant=validate_tenant(tenant), prefix=prefix)
+    if as_json:
+        _print_json([_session_json(s, full=False) for s in rows])
+        return
+    console = _console()
+    if not rows:
+        console.print("no sessions" + (f" starting with {prefix!r}" if prefix else ""))
+        return
+    table = _table(f"{len(rows)} session(s)")
+    # The id is what a user copies: it never wraps or shrinks; tenant and time wrap instead.
+    table.add_column("id", no_wrap=True, min_width=max(len(s.session_id) for s in rows))
+    table.add_column("tenant", overflow="fold")
+    for name in ("messages", "tokens", "version"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("updated", min_width=10)
+    for s in rows:
+        table.add_row(
+            Text(s.session_id),
+            Text(s.tenant or ""),
+            str(s.message_count),
+            f"{s.token_count:,}",
+            str(s.version),
+            _fmt_time(s.updated_at),
+        )
+    _print_whole(console, table)
+
+
+@app.command()
+@friendly_errors
+def show(
+    session: SessionArg,
+    full: Annotated[bool, typer.Option("--full", help="Print every message in full.")] = False,
+    as_json: AsJson = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Show a session's working context: what the model would be sent now.
+
+    One line per message: index, message id, role, kind (original or which compression wrote
+    it), tokens, the offload behind it, and the start of its content. With --full, every
+    message in full, offload tags included.
+
+    Examples:
+
+    ```
+    autoctx show demo-20261130-101500-1a2b
+    autoctx show demo-20261130-101500-1a2b --full | less -R
+    ```
+    """
+    store = Store(_engine(database_url))
+    info = _session(store, session)
+    msgs = store.load_working(session)
+    if as_json:
+        _print_json(
+            {
+                "session": _session_json(info, full=False),
+                "messages": [
+                    _working_json(k, m) | {"message": m.to_openai()} for k, m in enumerate(msgs)
+                ],
+            }
+        )
+        return
+    console = _console()
+    max_tokens = int(info.config.get("max_tokens", 0)) or None
+    share = f" ({info.token_count / max_tokens:.0%} of {max_tokens:,})" if max_tokens else ""
+    console.print(
+        Text(
+            f"{session}: {info.message_count} messages, {info.token_count:,} tokens{share}, "
+            f"version {info.version}",
+            style="bold",
+        )
+    )
+    if full:
+        for index, msg in enumerate(msgs):
+            _print_message(console, index, msg)
+        return
+    table = Table(pad_edge=False, show_edge=False, box=None)
+    _add_columns(
+        table, ">#", ">id", "role", "kind", ">tokens", "offload", "content", wrap="content"
+    )
+    for index, msg in enumerate(msgs):
+        table.add_row(
+            str(index),
+            str(msg.id),
+            msg.role + ("*" if msg.pinned else ""),
+            Text(msg.kind, style="" if msg.kind == "original" else "magenta"),
+            f"{msg.tokens or 0:,}",
+            _short(_offload_of(msg)),
+            _cell(_clip(_content_line(msg), PREVIEW_CHARS)),
+        )
+    console.print(table)
+
+
+@app.command()
+@friendly_errors
+def history(session: SessionArg, as_json: AsJson = False, database_url: DatabaseUrl = None) -> None:
+    """Show a session's compression events, oldest first, and totals per strategy.
+
+    Each row is one attempt: the strategy, whether it applied (or failed, and why), which
+    trigger held, the working tokens and messages before and after, how many messages it
+    replaced, the offload uuid (its first 8 characters are enough for `autoctx reload`), the
+    summarizer's model and latency.
+
+    Examples:
+
+    ```
+    autoctx history demo-20261130-101500-1a2b
+    ```
+    """
+    store = Store(_engine(database_url))
+    _session(store, session)
+    events = store.events(session)
+    if as_json:
+        _print_json([_event_json(e) for e in events])
+        return
+    console = _console()
+    if not events:
+        console.print(f"{session}: no compression events yet")
+        return
+    console.print(_events_table(events, f"{session}: {len(events)} events", console.width))
+    console.print(_per_strategy_table(events))
+
+
+# ---------------------------------------------------------------------------------------------
+# lineage, reload
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@friendly_errors
+def lineage(
+    session: SessionArg,
+    message_id: Annotated[int, typer.Argument(metavar="MESSAGE_ID", help="A message id.")],
+    depth: Annotated[
+        int | None,
+        typer.Option(min=1, help="Show only this many levels below the message (default: all)."),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Show what stands behind a message: the tree of what it replaced, down to the originals.
+
+    Summaries of summaries are followed all the way down (one recursive query over the lineage
+    table). For a message no longer in the working context, also shows which working message
+    covers it now. Message ids are in the id column of `autoctx show`.
+
+    Examples:
+
+    ```
+    autoctx lineage demo-20261130-101500-1a2b 812
+    autoctx lineage demo-20261130-101500-1a2b 812 --depth 1
+    ```
+    """
+    engine = _engine(database_url)
+    store = Store(engine)
+    _session(store, session)
+    edges = inspect_db.lineage_edges(engine, session, message_id)
+    chain = inspect_db.covering_chain(engine, session, message_id)
+    ids = {message_id, *chain, *(e.replaced_id for e in edges)}
+    msgs = store.load_messages(session, ids)
+    if message_id not in msgs:
+        raise CliError(
+            f"message {message_id} does not exist in session {session!r}; the id column of "
+            f"`autoctx show {session}` lists the working messages"
+        )
+    events = {e.id: e for e in store.events(session)}
+    in_working = inspect_db.working_positions(engine, session, sorted(ids))
+    children: dict[int, list[int]] = {}
+    made_by: dict[int, int] = {}
+    for e in edges:
+        children.setdefault(e.summary_id, []).append(e.replaced_id)
+        made_by[e.summary_id] = e.event_id
+
+    def label(mid: int) -> Text:
+        m = msgs[mid]
+        text = Text(f"#{mid} ", style="bold")
+        text.append(f"{m.role} ")
+        text.append(m.kind, style="" if m.kind == "original" else "magenta")
+        text.append(f" {m.tokens or 0:,} tok")
+        event = events.get(made_by[mid]) if mid in made_by else None
+        if event is not None:
+            text.append("  ")
+            text.append_text(_strategy_label(event.strategy))
+            text.append(f" event {event.id}, offload {_short(event.offload_uuid)}", style="cyan")
+        if mid in in_working:
+            text.append(f"  [working #{in_working[mid]}]", style="green")
+        text.append(f"  {_clip(_content_line(m), 70)}", style="dim")
+        text.no_wrap = True
+        text.overflow = "ellipsis"
+        return text
+
+    tree = Tree(label(message_id))
+
+    def grow(node: Tree, mid: int, level: int) -> None:
+        kids = children.get(mid, [])
+        if depth is not None and level > depth:
+            if kids:
+                node.add(Text(f"... {len(kids)} more below (raise --depth)", style="dim"))
+            return
+        for child in kids:
+            grow(node.add(label(child)), child, level + 1)
+
+    grow(tree, message_id, 1)
+    console = _console()
+    console.print(tree)
+    leaves = [e.replaced_id for e in edges if e.replaced_id not in children]
+    if edges:
+        console.print(
+            f"{len(leaves)} original message(s) behind #{message_id}, through "
+            f"{len(children) - 1} intermediate summaries, {max(e.depth for e in edges)} "
+            "level(s) deep"
+        )
+    else:
+        console.print(f"#{message_id} is {msgs[message_id].kind}: nothing stands behind it")
+    if chain:
+        top = chain[-1]
+        where = f"working #{in_working[top]}" if top in in_working else "not in the working context"
+        console.print(
+            f"covered now by #{top} ({msgs[top].kind}, {where})"
+            + (f" via {' -> '.join('#' + str(c) for c in chain[:-1])}" if len(chain) > 1 else "")
+        )
+    elif message_id not in in_working:
+        console.print(f"#{message_id} is not in the working context")
+
+
+def _resolve_offload(engine: Engine, session_id: str, text: str) -> uuid.UUID:
+    """A full uuid, or a unique prefix of one of the session's offloads (as history shows)."""
+    try:
+        return parse_offload_id(text)
+    except InvalidOffloadId as exc:
+        prefix = text.strip().lower()
+        if not re.fullmatch(r"[0-9a-f-]+", prefix):
+            # The library's error does not quote the id (a model may pass any text there);
+            # the operator typed this one, so the CLI names it.
+            raise InvalidOffloadId(f"{text!r}: {exc}") from None
+    if len(prefix) < MIN_PREFIX:
+        raise CliError(
+            f"offload prefix {prefix!r} is too short: give at least {MIN_PREFIX} characters of "
+            f"the uuid, as the offload column of `autoctx history {session_id}` shows them"
+        )
+    found = inspect_db.offloads_matching(engine, session_id, prefix)
+    if not found:
+        raise OffloadNotFound(
+            f"no offloaded context starting with {prefix!r} in session {session_id!r}; "
+            f"see the offload column of `autoctx history {session_id}`"
+        )
+    if len(found) > 1:
+        raise CliError(
+            f"{prefix!r} matches several offloads of {session_id!r}; give more characters"
+        )
+    return found[0]
+
+
+@app.command()
+@friendly_errors
+def reload(
+    session: SessionArg,
+    offload: Annotated[
+        str, typer.Argument(metavar="UUID", help="Offload uuid, or a unique prefix (8 chars).")
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the messages as OpenAI-format JSON.")
+    ] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Print the messages an offload removed from the working context, as they were stored.
+
+    The uuid is in the offload tag of a summary or preview (`<!-- CONTEXT_OFFLOAD: uuid=... -->`),
+    in `autoctx history` and in `autoctx show`. One level deep: a summary among them keeps its
+    own tag, which you can reload in turn. Reloading changes nothing in the session.
+
+    Examples:
+
+    ```
+    autoctx reload demo-20261130-101500-1a2b 3f2a9c1e
+    autoctx reload demo-20261130-101500-1a2b 3f2a9c1e-0b1d-4c55-9a5e-2b7c0f1d2e3a --json
+    ```
+    """
+    engine = _engine(database_url)
+    store = Store(engine)
+    _session(store, session)
+    offload_id = _resolve_offload(engine, session, offload)
+    msgs = store.reload(session, offload_id)
+    if as_json:
+        _print_json(to_openai_messages(msgs))
+        return
+    row = next(r for r in inspect_db.offload_rows(engine, session) if r.uuid == offload_id)
+    console = _console()
+    console.print(
+        Text(
+            f"offload {offload_id}: {len(msgs)} message(s), "
+            f"{sum(m.tokens or 0 for m in msgs):,} tokens, removed by S{row.strategy} "
+            f"{STRATEGY_NAMES.get(row.strategy, '?')} (event {row.event_id}, "
+            f"{_fmt_time(row.created_at)})",
+            style="bold",
+        )
+    )
+    for msg in msgs:
+        _print_message(console, None, msg)

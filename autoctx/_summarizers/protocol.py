@@ -1,0 +1,110 @@
+"""What a summarizer is: the request it is given, the result it returns, the two protocols (sync
+and awaitable), and the machine reasons a `SummarizerError` carries."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
+
+from .._tags import neutralize_tags
+
+if TYPE_CHECKING:
+    # The openai package takes about half a second to import; the offline path never needs it.
+    pass
+
+
+_log = logging.getLogger("autoctx")
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    #: 1, 4, 5, 6 or 7, the fold (SPEC.md section 3).
+    strategy: int
+    #: The system prompt: what the summary must keep.
+    prompt: str
+    #: The messages to summarize, as one plain-text transcript.
+    transcript: str
+    #: Characters of the original (text, tool-input JSON and outputs).
+    input_chars: int
+    #: The most characters the answer may have (S6 states it in the request).
+    char_budget: int | None = None
+    #: Appended as the last part of the request when a plan is attached to the session.
+    plan_hint: str | None = None
+    #: The most tokens the answer may have (the fold states it in the request; an answer over
+    #: it, beyond a small margin, is not a summary).
+    token_budget: int | None = None
+    #: The `time.monotonic()` instant the answer must be in by, every retry and a slow stream
+    #: included (the compressor sets it from the config's deadlines); None leaves the deadline
+    #: to the summarizer.
+    deadline: float | None = None
+
+    def user_content(self) -> str:
+        """The user message an LLM receives: the transcript, then the character budget when
+        there is one, then the plan hint, always last (SPEC.md section 3)."""
+        parts = ["Transcript to summarize:", neutralize_tags(self.transcript)]
+        if self.char_budget is not None:
+            parts.append(
+                f"Character budget: your answer must be at most {self.char_budget} characters "
+                f"(the original content of the transcript is {self.input_chars} characters)."
+            )
+        if self.token_budget is not None:
+            parts.append(
+                f"Length budget: your answer must be at most {self.token_budget} tokens (about "
+                f"{self.token_budget * _CHARS_PER_BUDGET_TOKEN} characters); the transcript is "
+                f"{self.input_chars} characters. Keep what matters most within it."
+            )
+        if self.plan_hint:
+            parts.append(neutralize_tags(self.plan_hint))
+        return "\n\n".join(parts)
+
+
+#: Characters per token a token budget is converted at, where characters are what is measured
+#: (the request's wording, the offline summarizer): a cautious figure, since code, JSON and
+#: ids take fewer characters per token than prose.
+_CHARS_PER_BUDGET_TOKEN: Final = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryResult:
+    text: str
+    model: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float = 0.0
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Anything with this method can summarize for autoctx."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult: ...
+
+
+@runtime_checkable
+class AsyncSummarizer(Protocol):
+    """A summarizer that can also be awaited: `AsyncAutoContextMemory` then waits for the LLM
+    on the event loop instead of holding a worker thread for the whole call."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult: ...
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResult: ...
+
+
+#: The machine reasons a `SummarizerError` carries, with what each means.
+SUMMARIZER_REASONS: Final[Mapping[str, str]] = {
+    "timeout": "the endpoint did not answer (or stopped streaming) within the timeout",
+    "deadline": "the call's overall deadline passed (every attempt, the waits between them and "
+    "a slow stream included)",
+    "rate_limited": "HTTP 429; the detail carries the Retry-After value when the server sent one",
+    "http_error": "any other HTTP error status; the detail carries the status",
+    "connection": "the connection failed, or a stream ended before the answer was complete",
+    "bad_response": "the endpoint answered with something that is not a chat completion",
+    "api_error": "the endpoint reported an error inside a stream, or the client failed",
+    "empty": "the answer is empty or only whitespace",
+    "refusal": "the model refused (refusal set, or finish_reason content_filter)",
+    "tag_in_answer": "the answer contains an offload tag or the CONTEXT_OFFLOAD marker, or a "
+    "look-alike of either (any case, compatibility forms, Cyrillic or Greek look-alike letters)",
+    "bad_answer": "the answer holds what PostgreSQL text cannot store (NUL, a lone surrogate)",
+}
