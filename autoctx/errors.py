@@ -70,3 +70,27 @@ class TenantGrantError(AutoctxError, ValueError):
     """A role or tenant given to `grant_tenant` or `revoke_tenant` is invalid, the role could not
     be confined to a tenant (a superuser, BYPASSRLS, or the tables' owner), or the caller may
     not grant (it does not own autoctx's tables)."""
+
+
+class MessageNotFound(AutoctxError, LookupError):
+    """No stored message with that id exists in this session (for `fork` and `erase`)."""
+
+
+class SessionExists(AutoctxError, ValueError):
+    """A fork or an import would create a session under an id that is already taken; nothing
+    was written. Choose another id (or delete the session that has it)."""
+
+
+class InvalidErasure(AutoctxError, ValueError):
+    """An erasure request is invalid (no ids, an id that is not an original, no reason);
+    nothing was erased."""
+
+
+class InvalidExport(AutoctxError, ValueError):
+    """A document given to `import_session` is not an autoctx export this version can restore
+    (wrong format or version, a missing or malformed field, rows that do not fit together);
+    the message names the field, never the content. Nothing was written."""
+
+
+class InvalidDuration(AutoctxError, ValueError):
+    """A retention age such as ``30d`` or ``12h`` could not be read, or is not positive."""

@@ -74,8 +74,7 @@ def msg_from_row(row: Any) -> Msg:
 #: statement (one primary-key probe); an empty result is then told from a deleted session by
 #: `Store._check_alive`.
 ALIVE = (
-    "EXISTS (SELECT 1 FROM sessions s0 WHERE s0.session_id = %(sid)s "
-    "AND s0.incarnation = %(inc)s)"
+    "EXISTS (SELECT 1 FROM sessions s0 WHERE s0.session_id = %(sid)s AND s0.incarnation = %(inc)s)"
 )
 
 # The hot paths are plain SQL run through `exec_driver_sql`: SQLAlchemy's events still see every
@@ -168,9 +167,7 @@ WHERE w.session_id = %(sid)s ORDER BY w.position DESC LIMIT %(n)s
 def messages_by_id(
     conn: Connection, session_id: str, incarnation: uuid.UUID, ids: list[int]
 ) -> dict[int, Msg]:
-    rows = conn.exec_driver_sql(
-        MESSAGES_BY_ID, {"sid": session_id, "inc": incarnation, "ids": ids}
-    )
+    rows = conn.exec_driver_sql(MESSAGES_BY_ID, {"sid": session_id, "inc": incarnation, "ids": ids})
     return {r[0]: msg_from_columns(*r) for r in rows}
 
 

@@ -31,6 +31,11 @@ sessions = sa.Table(
     sa.Column("next_event_id", sa.BigInteger),
     sa.Column("settled_version", sa.BigInteger),
     sa.Column("incarnation", pg.UUID(as_uuid=True)),
+    # Where a fork came from (migration 0009): the parent session, its incarnation, and the
+    # last message of its working context the fork started from.
+    sa.Column("forked_from", sa.Text),
+    sa.Column("forked_from_incarnation", pg.UUID(as_uuid=True)),
+    sa.Column("forked_at_message", sa.BigInteger),
 )
 
 messages = sa.Table(
@@ -52,6 +57,8 @@ messages = sa.Table(
     sa.Column("tool_names", pg.ARRAY(sa.Text)),
     sa.Column("event_id", sa.BigInteger),
     sa.Column("created_at", sa.DateTime(timezone=True)),
+    #: The erasure event that tombstoned this original or rewrote this summary (0009).
+    sa.Column("erased_by", sa.BigInteger),
 )
 
 working_set = sa.Table(
@@ -86,6 +93,10 @@ compression_events = sa.Table(
     sa.Column("session_version", sa.BigInteger),
     sa.Column("config", pg.JSONB),
     sa.Column("created_at", sa.DateTime(timezone=True)),
+    #: The reason given for an erasure (0009); never message content.
+    sa.Column("note", sa.Text),
+    #: Copied from the parent by a fork: counted in the session that paid for it (0009).
+    sa.Column("inherited", sa.Boolean),
 )
 
 offloads = sa.Table(
