@@ -7,7 +7,10 @@
     autoctx lineage SESSION MESSAGE_ID    # a summary, down to the originals behind it
     autoctx reload SESSION UUID           # what an offload removed
     autoctx plot SESSION -o tokens.png    # working tokens over time, compressions marked
-    autoctx export SESSION -o s.json      # everything, as JSON
+    autoctx export SESSION -o s.json      # everything, as JSON (autoctx import restores it)
+    autoctx fork SESSION NEW [--at ID]    # branch a session
+    autoctx erase SESSION ID... --reason  # erase originals and what derives from them
+    autoctx purge --older-than 30d        # retention: delete sessions not updated since
     autoctx db upgrade | db current       # the schema
     autoctx db grant-tenant ROLE TENANT   # a database role that can use one tenant only
 
@@ -64,6 +67,7 @@ from .memory import (
     validate_tenant,
 )
 from .messages import Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock, to_openai_messages
+from .operations import export_session, import_session, purge_sessions
 from .plot import STRATEGY_COLORS, STRATEGY_NAMES
 from .store import inspect as inspect_db
 from .store import tenancy
@@ -1352,11 +1356,13 @@ def export(
     ] = "-",
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Export a session as JSON, everything needed to audit it elsewhere.
+    """Export a session as JSON: everything needed to audit it elsewhere, or to restore it
+    with `autoctx import`.
 
-    The document holds the session row (totals, config, plan), the working context in OpenAI
-    format (and each working message's id, kind and tokens), every compression event, and every
-    offload with the messages it holds.
+    The document (format `autoctx-export/2`, docs/operations.md) holds the session row
+    (totals, config, plan, fork origin), the working context in OpenAI format (and each working
+    message's position, id, kind and tokens), every event, every offload with the messages it
+    holds, and every stored message and lineage row as stored.
 
     Examples:
 
@@ -1365,40 +1371,184 @@ def export(
     autoctx export demo-20261130-101500-1a2b | jq '.events | length'
     ```
     """
-    engine = _engine(database_url)
-    store = Store(engine)
-    info = _session(store, session)
-    working = store.load_working(session)
-    offloads = inspect_db.offload_rows(engine, session)
-    held = store.load_messages(session, {i for o in offloads for i in o.message_ids})
-    document = {
-        "format": "autoctx-export/1",
-        "session": _session_json(info, full=True),
-        "working_context": to_openai_messages(working),
-        "working_messages": [_working_json(k, m) for k, m in enumerate(working)],
-        "events": [_event_json(e) for e in store.events(session)],
-        "offloads": [
-            {
-                "uuid": o.uuid,
-                "event_id": o.event_id,
-                "strategy": o.strategy,
-                "created_at": o.created_at,
-                "message_ids": list(o.message_ids),
-                "messages": [
-                    {"id": i, "kind": held[i].kind, "message": held[i].to_openai()}
-                    for i in o.message_ids
-                ],
-            }
-            for o in offloads
-        ],
-    }
+    validate_session_id(session)
+    document = export_session(session, database_url)
     if output == "-":
         _print_json(document)
         return
     Path(output).write_text(_json_text(document) + "\n", encoding="utf-8")
     typer.echo(
-        f"wrote {output}: {len(working)} working messages, {len(document['events'])} events, "
-        f"{len(offloads)} offloads"
+        f"wrote {output}: {len(document['messages'])} messages "
+        f"({len(document['working_messages'])} working), {len(document['events'])} events, "
+        f"{len(document['offloads'])} offloads"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# fork, erase, purge, import (SPEC.md section 9; autoctx.operations, autoctx.store.lifecycle)
+# ---------------------------------------------------------------------------------------------
+
+TenantOption = Annotated[
+    str | None,
+    typer.Option(
+        help="The session's tenant: a session of another tenant is unknown (default: whatever "
+        "tenant the session has)."
+    ),
+]
+
+
+def _memory(session_id: str, tenant: str | None, database_url: str | None) -> AutoContextMemory:
+    """The memory of an existing session, in its own tenant (or `tenant`, which must be its)."""
+    validate_session_id(session_id)
+    engine = _engine(database_url)
+    info = Store(engine).get_session(session_id, validate_tenant(tenant))
+    if info is None:
+        where = "" if tenant is None else f" for tenant {tenant!r}"
+        raise SessionNotFound(
+            f"session {session_id!r} does not exist{where} in this database; list the sessions "
+            "with `autoctx sessions` (and check --database-url)"
+        )
+    return AutoContextMemory.open(
+        session_id,
+        database_url,
+        tenant=info.tenant,
+        summarizer=OfflineSummarizer(),
+        create=False,
+    )
+
+
+@app.command()
+@friendly_errors
+def fork(
+    session: SessionArg,
+    new: Annotated[str, typer.Argument(metavar="NEW", help="The new session's id.")],
+    at: Annotated[
+        int | None,
+        typer.Option(
+            "--at", metavar="MESSAGE_ID", help="Start from the context up to this message."
+        ),
+    ] = None,
+    tenant: TenantOption = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Branch SESSION into a new session NEW that starts from its working context.
+
+    NEW gets copies of every row it needs (its working messages and every original reload
+    reaches from them) and records where it came from (`autoctx_forks`, docs/audit.md);
+    SESSION is not changed. With --at, NEW starts from the context up to and including that
+    message (a working message, or an original a summary stands for).
+
+    Examples:
+
+    ```
+    autoctx fork agent-42 agent-42-retry
+    autoctx fork agent-42 agent-42-before-deploy --at 118
+    ```
+    """
+    child = _memory(session, tenant, database_url).fork(new, at_message=at)
+    info = child.refresh()
+    ids = child.store.working_ids(new, limit=1)
+    typer.echo(
+        f"forked {session!r} into {new!r} at message {ids[-1] if ids else '-'}: "
+        f"{info.message_count} working messages, {info.token_count:,} tokens"
+    )
+
+
+@app.command()
+@friendly_errors
+def erase(
+    session: SessionArg,
+    message_ids: Annotated[
+        list[int], typer.Argument(metavar="MESSAGE_ID...", help="The originals to erase.")
+    ],
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why (recorded with the ids; never content).")
+    ],
+    tenant: TenantOption = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Erase originals of SESSION and everything derived from them, in one transaction.
+
+    Each original becomes a tombstone (role, ids, time and lineage stay; text, tool arguments
+    and outputs go); every summary and preview made from it is rewritten from what remains, or
+    becomes a tombstone; the working context stays valid and its totals follow. One event
+    records the ids and the reason. Forks of SESSION own their copies: erase there too.
+
+    Examples:
+
+    ```
+    autoctx erase agent-42 118 119 --reason "user request #5521"
+    ```
+    """
+    done = _memory(session, tenant, database_url).erase(message_ids, reason=reason)
+    typer.echo(
+        f"erased {len(done.erased_ids)} original(s) of {session!r} "
+        f"({', '.join(map(str, done.erased_ids))}); rewrote {len(done.rewritten_ids)} derived "
+        f"message(s); event {done.event.id}, working tokens {done.event.tokens_before:,} -> "
+        f"{done.event.tokens_after:,}"
+    )
+
+
+@app.command()
+@friendly_errors
+def purge(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Age of the last update: 30d, 12h, 90m, 2w, 1d12h.",
+        ),
+    ],
+    tenant: Annotated[
+        str | None, typer.Option(help="Only this tenant's sessions (default: every tenant).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")
+    ] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete whole sessions last updated before a time (retention), with everything of them.
+
+    Examples:
+
+    ```
+    autoctx purge --older-than 90d --dry-run
+    autoctx purge --older-than 30d --tenant acme
+    ```
+    """
+    gone = purge_sessions(older_than, database_url, tenant=validate_tenant(tenant), dry_run=dry_run)
+    for s in gone:
+        typer.echo(f"{s.session_id}\t{s.tenant or ''}\t{_fmt_time(s.updated_at)}")
+    verb = "would delete" if dry_run else "deleted"
+    typer.echo(f"{verb} {len(gone)} session(s) last updated more than {older_than} ago")
+
+
+@app.command("import")
+@friendly_errors
+def import_(
+    file: Annotated[
+        str, typer.Argument(metavar="FILE", help="What `autoctx export` wrote; '-' for stdin.")
+    ],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Recreate a session from an export (restore, or move it to another database).
+
+    Every message, the working context, offloads, lineage, events and fork origin come back as
+    they were; the session keeps its id and tenant. An existing session is never overwritten.
+
+    Examples:
+
+    ```
+    autoctx export agent-42 -o agent-42.json -d postgresql://old-host/agents
+    autoctx import agent-42.json -d postgresql://new-host/agents
+    ```
+    """
+    text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    info = import_session(text, database_url)
+    typer.echo(
+        f"imported {info.session_id!r}: {info.message_count} working messages, "
+        f"{info.token_count:,} tokens, version {info.version}"
     )
 
 
