@@ -8,7 +8,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpaqueBlock, TextBlock, ToolUseBlock
+from autoctx import (
+    AutoContextConfig,
+    AutoContextMemory,
+    Msg,
+    OpaqueBlock,
+    SummaryRequest,
+    SummaryResult,
+    TextBlock,
+    ToolUseBlock,
+)
 from tests.dbsql import sql
 from tests.invariants import (
     assert_every_original_reachable,
@@ -28,6 +37,19 @@ CONFIG = AutoContextConfig(
     min_tool_run=2,
     min_compress_tokens=300,
 )
+
+
+class EchoSummarizer:
+    """A summariser that repeats every transcript line holding `needle` (as an LLM repeats the
+    facts it is given), so that summaries of summaries carry it down the lineage."""
+
+    def __init__(self, needle: str) -> None:
+        self.needle = needle
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        lines = [ln.strip()[:120] for ln in request.transcript.splitlines() if self.needle in ln]
+        text = "\n".join(["Summary of the work so far.", *lines[:3]])
+        return SummaryResult(text=text, model="echo")
 
 
 def round_of(i: int, secret: str | None = None) -> list[Msg]:
@@ -59,7 +81,10 @@ def opaque_round(i: int, secret: str) -> list[Msg]:
     return [
         Msg(
             "user",
-            (TextBlock(f"see image {i}: {secret}"), OpaqueBlock({"type": "image_url", "x": secret})),
+            (
+                TextBlock(f"see image {i}: {secret}"),
+                OpaqueBlock({"type": "image_url", "x": secret}),
+            ),
         ),
         Msg.assistant(f"noted {i}"),
     ]
@@ -87,7 +112,9 @@ def session_rows(mem: AutoContextMemory) -> dict[str, Any]:
     ):
         out[table] = [
             tuple(r)
-            for r in sql(mem, f"SELECT * FROM {table} WHERE session_id = :s ORDER BY {order}", s=sid)
+            for r in sql(
+                mem, f"SELECT * FROM {table} WHERE session_id = :s ORDER BY {order}", s=sid
+            )
         ]
     return out
 

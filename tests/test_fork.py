@@ -73,9 +73,7 @@ def test_fork_then_diverge(parent: AutoContextMemory, db_url: str) -> None:
     assert_valid_session(parent)
 
     # The audit follows the fork back.
-    (row,) = sql(
-        parent, "SELECT * FROM autoctx_forks WHERE session_id = :c", c=child.session_id
-    )
+    (row,) = sql(parent, "SELECT * FROM autoctx_forks WHERE session_id = :c", c=child.session_id)
     assert row.forked_from == parent.session_id
     assert row.forked_from_incarnation == parent.refresh().incarnation
     assert row.parent_exists and row.messages_at_fork == len(before["working_set"])
@@ -129,7 +127,7 @@ def test_fork_at_an_original_a_summary_stands_for(parent: AutoContextMemory) -> 
     # A tool call cut from its result: the child starts with that call pending.
     pending = parent.fork(_new_id(), at_message=2)
     assert pending.messages()[-1].tool_uses
-    with pytest.raises(Exception, match="unanswered|answer|pending|open"):
+    with pytest.raises(Exception, match=r"unanswered|answer|pending|open"):
         pending.add(Msg.user("next"))
     pending.add(Msg.tool("c0", "the result"))
     assert_valid_session(pending)
