@@ -12,7 +12,7 @@ the deepest chain (message 1) is erased with `mem.erase`, and one in the newest 
 range. The baseline rewrites the same rows (the original and every summary above it) to a
 tombstone with one raw `UPDATE`, without the offline summariser's rewrite.
 
-    python bench/lifecycle.py [--messages 100000] [--rounds 300] [--database-url URL]
+    python bench/lifecycle.py [--messages 100000] [--rounds 1000] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from bench._common import (
     add_database_argument,
     fresh_database,
     machine_description,
+    ms,
     raw_connection,
     secs,
 )
+from tests.dbsql import sql
 
 _SESSION_COPY = """
 INSERT INTO sessions (session_id, tenant, version, message_count, token_count, model, encoding,
@@ -114,8 +116,6 @@ def _round(i: int) -> list[Msg]:
 
 
 def _depth(mem: AutoContextMemory, message_id: int) -> int:
-    from tests.dbsql import sql
-
     return int(
         sql(
             mem,
@@ -140,19 +140,16 @@ def bench_erase(db: BenchDatabase, rounds: int) -> None:
         f"  built {stored:,} originals, {len(mem.events())} events in "
         f"{secs(time.perf_counter() - started)}"
     )
-    newest = max(
-        (
-            m
-            for m in mem.store.load_messages(mem.session_id, range(1, 4 * rounds)).values()
-            if m.kind == "original" and _depth(mem, m.id or 0) == 1
-        ),
-        key=lambda m: m.id or 0,
+    covered = sql(
+        mem,
+        "SELECT original_id, depth FROM autoctx_coverage WHERE session_id = :s",
+        s=mem.session_id,
     )
+    shallow = min(covered, key=lambda r: (r.depth, -r.original_id))
     for label, target in (
         ("deepest (message 1)", 1),
-        (f"shallow (message {newest.id})", newest.id),
+        (f"shallowest (message {shallow.original_id})", shallow.original_id),
     ):
-        assert target is not None
         depth = _depth(mem, target)
         took = time.perf_counter()
         done = mem.erase([target], reason="bench")
@@ -170,15 +167,15 @@ def bench_erase(db: BenchDatabase, rounds: int) -> None:
             raw = time.perf_counter() - started
         print(
             f"  erase {label}: lineage depth {depth}, {len(done.rewritten_ids)} summaries "
-            f"rewritten; mem.erase {secs(took)}, raw UPDATE of the same {len(ids)} rows "
-            f"{secs(raw)}"
+            f"rewritten; mem.erase {ms(took)}, raw UPDATE of the same {len(ids)} rows "
+            f"{ms(raw)}"
         )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--part", choices=("fork", "erase", "all"), default="all")
     add_database_argument(parser)
     args = parser.parse_args()

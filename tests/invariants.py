@@ -27,6 +27,7 @@ AUDIT_VIEWS = (
     "autoctx_lineage",
     "autoctx_coverage",
     "autoctx_problem_sessions",
+    "autoctx_forks",
 )
 
 

@@ -36,6 +36,7 @@ from ..events import Event
 from ..intake import Prepared
 from ..messages import Msg, json_text
 from .rows import (
+    WORKING_IDS,
     SessionInfo,
     array_literal,
     event_from_row,
@@ -131,7 +132,7 @@ WITH RECURSIVE c(id) AS (
   UNION
     SELECT l.replaced_id FROM c JOIN lineage l ON l.session_id = %(sid)s AND l.summary_id = c.id
 )
-SELECT id FROM c
+SELECT coalesce(array_agg(id), '{}') FROM c
 """
 #: The summaries above a message, nearest first (a message is replaced at most once).
 _COVERING = """
@@ -174,13 +175,24 @@ def fork(store: Store, parent_id: str, child_id: str, at_message: int | None) ->
             parent = conn.execute(sa.select(sessions).where(store._this(parent_id))).one_or_none()
             if parent is None:
                 raise _gone(parent_id)
-            conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
-            working = [
-                _Meta(r[0], r[1], r[2], r[3], tuple(r[4]), tuple(r[5]), tuple(r[6]))
-                for r in conn.exec_driver_sql(_WORKING_METAS, {"sid": parent_id})
-            ]
-            conn.exec_driver_sql("SET LOCAL enable_nestloop = on")
-            cut = working if at_message is None else _cut_at(conn, parent_id, working, at_message)
+            if at_message is None:
+                # The whole context: its ids in one array, and the totals and open calls the
+                # parent's row holds for them (no per-message read).
+                ids = conn.exec_driver_sql(
+                    WORKING_IDS, {"sid": parent_id, "inc": parent.incarnation, "n": None}
+                ).scalar_one()
+                cut = _Cut(list(ids), parent.token_count, dict(parent.open_calls))
+            else:
+                conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
+                working = [
+                    _Meta(r[0], r[1], r[2], r[3], tuple(r[4]), tuple(r[5]), tuple(r[6]))
+                    for r in conn.exec_driver_sql(_WORKING_METAS, {"sid": parent_id})
+                ]
+                conn.exec_driver_sql("SET LOCAL enable_nestloop = on")
+                metas = _cut_at(conn, parent_id, working, at_message)
+                cut = _Cut(
+                    [m.id for m in metas], sum(m.tokens for m in metas), open_calls_of(metas)
+                )
             info = _copy(conn, parent, child_id, cut)
     except sa.exc.IntegrityError as exc:
         if getattr(exc.orig, "sqlstate", None) == "23505":  # a concurrent create of the id
@@ -274,28 +286,36 @@ def open_calls_of(tail: Sequence[_Meta]) -> dict[str, str]:
     return {}
 
 
-def _copy(conn: Connection, parent: Any, child_id: str, cut: list[_Meta]) -> SessionInfo:
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """The child's working context: its message ids in order, their tokens, its open calls."""
+
+    ids: list[int]
+    tokens: int
+    open_calls: dict[str, str]
+
+
+def _copy(conn: Connection, parent: Any, child_id: str, cut: _Cut) -> SessionInfo:
     """Write the child: its session row, the copies, its working set and its fork event."""
     sid = parent.session_id
-    cut_ids = [m.id for m in cut]
-    closure = [r[0] for r in conn.exec_driver_sql(_CLOSURE, {"sid": sid, "ids": cut_ids})]
+    cut_ids, tokens = cut.ids, cut.tokens
+    closure = conn.exec_driver_sql(_CLOSURE, {"sid": sid, "ids": cut_ids}).scalar_one()
     fork_event = parent.next_event_id
-    tokens = sum(m.tokens for m in cut)
     created = conn.execute(
         sa.dialects.postgresql.insert(sessions)
         .values(
             session_id=child_id,
             tenant=parent.tenant,
             version=1,
-            message_count=len(cut),
+            message_count=len(cut_ids),
             token_count=tokens,
             model=parent.model,
             encoding=parent.encoding,
             config=parent.config,
             plan=parent.plan,
-            open_calls=open_calls_of(cut),
+            open_calls=cut.open_calls,
             next_message_id=parent.next_message_id,
-            next_position=len(cut) + 1,
+            next_position=len(cut_ids) + 1,
             next_event_id=fork_event + 1,
             forked_from=sid,
             forked_from_incarnation=parent.incarnation,
@@ -364,9 +384,11 @@ def _copy(conn: Connection, parent: Any, child_id: str, cut: list[_Meta]) -> Ses
             strategy=0,
             status="applied",
             reason="fork",
-            messages_before=0,
-            messages_after=len(cut),
-            tokens_before=0,
+            # The context the child starts with, before and after: a fork saves nothing and
+            # costs nothing (the savings views add `tokens_before - tokens_after`).
+            messages_before=len(cut_ids),
+            messages_after=len(cut_ids),
+            tokens_before=tokens,
             tokens_after=tokens,
             replaced_ids=[],
             session_version=1,
