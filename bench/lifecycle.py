@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer, ToolUseBlock
+from autoctx.store.inspect import covering_chain
 from bench._common import (
     BenchDatabase,
     TranscriptGenerator,
@@ -116,15 +117,8 @@ def _round(i: int) -> list[Msg]:
 
 
 def _depth(mem: AutoContextMemory, message_id: int) -> int:
-    return int(
-        sql(
-            mem,
-            "SELECT coalesce(max(depth), 0) AS d FROM autoctx_coverage "
-            "WHERE session_id = :s AND original_id = :m",
-            s=mem.session_id,
-            m=message_id,
-        )[0].d
-    )
+    """Lineage steps from the working message that stands for `message_id` down to it."""
+    return len(covering_chain(mem.engine, mem.session_id, message_id))
 
 
 def bench_erase(db: BenchDatabase, rounds: int) -> None:
@@ -140,15 +134,18 @@ def bench_erase(db: BenchDatabase, rounds: int) -> None:
         f"  built {stored:,} originals, {len(mem.events())} events in "
         f"{secs(time.perf_counter() - started)}"
     )
-    covered = sql(
+    # The newest original a working summary replaced directly: the shallowest erasure.
+    (shallow,) = sql(
         mem,
-        "SELECT original_id, depth FROM autoctx_coverage WHERE session_id = :s",
+        "SELECT max(l.replaced_id) AS id FROM working_set w JOIN lineage l "
+        "ON l.session_id = w.session_id AND l.summary_id = w.message_id "
+        "JOIN messages m ON m.session_id = l.session_id AND m.id = l.replaced_id "
+        "WHERE w.session_id = :s AND m.kind = 'original'",
         s=mem.session_id,
     )
-    shallow = min(covered, key=lambda r: (r.depth, -r.original_id))
     for label, target in (
         ("deepest (message 1)", 1),
-        (f"shallowest (message {shallow.original_id})", shallow.original_id),
+        (f"shallowest (message {shallow.id})", shallow.id),
     ):
         depth = _depth(mem, target)
         took = time.perf_counter()
