@@ -10,6 +10,7 @@ leave nothing in it either.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -31,9 +32,13 @@ from autoctx import (
     MessageNotFound,
     Msg,
     OfflineSummarizer,
+    SessionExists,
     SessionNotFound,
     SummaryRequest,
     SummaryResult,
+    export_session,
+    grant_tenant,
+    import_session,
     purge_sessions,
 )
 from autoctx.memory import dispose_engines
@@ -50,6 +55,7 @@ from tests.lifecycle import (
 )
 from tests.pauses import pause
 from tests.test_cli import assert_one_line_error, invoke
+from tests.test_tenants import login_role
 
 Opener = Callable[..., AutoContextMemory]
 
@@ -468,3 +474,50 @@ def test_purge_cli_and_bad_ages(aged: list[AutoContextMemory], search_db: str) -
         invoke(["purge", "--older-than", "soon", "-d", search_db]), "cannot read the age"
     )
     assert aged[1].message_count() == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Database tenancy: a role granted one tenant
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_tenant_role_runs_the_lifecycle_on_its_own_sessions_only(
+    open_mem: Opener, search_db: str, session_id: str, secret: str
+) -> None:
+    foreign = open_mem(f"{session_id}-globex", tenant="globex")
+    foreign.add(round_of(0, secret))
+    foreign_rows = session_rows(foreign)
+    with login_role(search_db) as role:
+        assert grant_tenant(role.name, "acme", search_db)
+        mem = AutoContextMemory.open(
+            f"{session_id}-acme", role.url, CONFIG, tenant="acme", summarizer=OfflineSummarizer()
+        )
+        build(mem, 8, secret=secret, at=1)
+        child = mem.fork(f"{session_id}-acme-fork")
+        mem.erase([5, 6, 7, 8], reason="user request")
+        assert secret not in json.dumps(export_session(mem.session_id, role.url, tenant="acme"))
+        assert secret in json.dumps(
+            export_session(child.session_id, role.url, tenant="acme")
+        )  # its own copy
+        document = export_session(child.session_id, role.url, tenant="acme")
+        child.delete()
+        import_session(document, role.url)
+        assert export_session(child.session_id, role.url, tenant="acme") == document
+        # Nothing of the other tenant, through any of them.
+        for tenant in ("acme", "globex", None):
+            with pytest.raises(SessionNotFound):
+                export_session(foreign.session_id, role.url, tenant=tenant)
+        with pytest.raises(SessionExists, match="cannot see"):
+            mem.fork(foreign.session_id)
+        later = datetime.now(UTC) + timedelta(minutes=1)
+        listed = {
+            s.session_id
+            for s in purge_sessions("1s", role.url, tenant="acme", dry_run=True, now=later)
+        }
+        # Without its tenant, a confined role sees no session at all (fail closed).
+        assert purge_sessions("1s", role.url, dry_run=True, now=later) == []
+        assert mem.session_id in listed and foreign.session_id not in listed
+        purge_sessions("1s", role.url, tenant="acme", now=later)
+        with pytest.raises(SessionNotFound):
+            mem.messages()
+    assert session_rows(foreign) == foreign_rows
