@@ -1487,6 +1487,11 @@ def erase(
         f"message(s); event {done.event.id}, working tokens {done.event.tokens_before:,} -> "
         f"{done.event.tokens_after:,}"
     )
+    if done.forks:
+        typer.echo(
+            f"note: {len(done.forks)} fork(s) of {session!r} keep their own copies: "
+            f"{', '.join(done.forks)}; erase the same ids there too"
+        )
 
 
 @app.command()

@@ -391,7 +391,8 @@ class AutoContextMemory:
         follow; one applied event (strategy 0, reason 'erase') records the ids and `reason`,
         never content. Raises `MessageNotFound` for an id this session does not have and
         `InvalidErasure` for an id that is not an original or an empty reason; nothing is
-        erased then. Forks own their copies: erase there too (docs/audit.md lists them).
+        erased then. Forks own their copies and are not changed: the result names them
+        (`.forks`), erase the same ids there too.
         """
         self._check_open()
         ids = erasure_ids(message_ids)

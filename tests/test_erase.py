@@ -521,3 +521,19 @@ def test_a_tenant_role_runs_the_lifecycle_on_its_own_sessions_only(
         with pytest.raises(SessionNotFound):
             mem.messages()
     assert session_rows(foreign) == foreign_rows
+
+
+def test_forks_own_their_copies_and_are_named(open_mem: Opener, secret: str) -> None:
+    mem = open_mem()
+    build(mem, 6, secret=secret, at=1)
+    child = mem.fork(f"{mem.session_id}-fork")
+    grandchild = child.fork(f"{mem.session_id}-fork-fork")
+    done = mem.erase([5, 6, 7, 8], reason="user request")
+    assert done.forks == tuple(sorted([child.session_id, grandchild.session_id]))
+    assert set(holding(mem.engine, secret)) >= {"messages.content"}  # the forks' copies
+    for fork in (child, grandchild):
+        assert fork.erase([5, 6, 7, 8], reason="user request").forks == (
+            () if fork is grandchild else (grandchild.session_id,)
+        )
+        assert_valid_session(fork)
+    assert holding(mem.engine, secret) == {}

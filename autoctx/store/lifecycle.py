@@ -428,6 +428,20 @@ FROM unnest(%(id)s::bigint[], %(name)s::text[], %(content)s::text[], %(metadata)
 WHERE m.session_id = %(sid)s AND m.id = u.id
 """
 
+#: The sessions forked from a session incarnation, and from them, ... (an audit walk over the
+#: sessions table: forks are found by their parent, which no index leads with).
+_FORKS_OF = """
+WITH RECURSIVE f(session_id, incarnation) AS (
+    SELECT s.session_id, s.incarnation FROM sessions s
+    WHERE s.forked_from = %(sid)s AND s.forked_from_incarnation = %(inc)s
+      AND s.tenant IS NOT DISTINCT FROM %(tenant)s
+  UNION
+    SELECT s.session_id, s.incarnation FROM f
+    JOIN sessions s ON s.forked_from = f.session_id AND s.forked_from_incarnation = f.incarnation
+)
+SELECT session_id FROM f ORDER BY session_id
+"""
+
 #: Given the erased originals, the derived messages and every message they read, the new
 #: version of each (`autoctx.erasure.rewrite_erased` with the memory's config and counter).
 Rewrite = Callable[[Mapping[int, Msg], Sequence[Derived], Mapping[int, Msg]], dict[int, Prepared]]
@@ -444,6 +458,9 @@ class AutoContextErasure:
     rewritten_ids: tuple[int, ...]
     #: Of all these, the ones in the working context.
     working_ids: tuple[int, ...] = field(default=())
+    #: The sessions forked from this one (and from them, ...): each owns its copies, which this
+    #: erasure did not touch; erase the same ids there too.
+    forks: tuple[str, ...] = field(default=())
 
 
 def erase(
@@ -507,6 +524,12 @@ def erase(
             )
             .returning(compression_events)
         ).one()
+        forks = tuple(
+            r[0]
+            for r in conn.exec_driver_sql(
+                _FORKS_OF, {"sid": session_id, "inc": row.incarnation, "tenant": row.tenant}
+            )
+        )
         conn.execute(
             sa.update(sessions)
             .where(store._this(session_id))
@@ -527,6 +550,7 @@ def erase(
         tuple(sorted(ids)),
         tuple(i for i in changed if i not in set(ids)),
         tuple(sorted(working)),
+        forks,
     )
 
 
