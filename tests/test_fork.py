@@ -4,6 +4,7 @@ copies of every row it needs, the parent untouched, and the origin in the audit.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Callable
 
@@ -196,3 +197,33 @@ def test_cli_fork(parent: AutoContextMemory, db_url: str) -> None:
         invoke(["fork", parent.session_id, _new_id(), "--tenant", "acme", "-d", db_url]),
         "does not exist for tenant 'acme'",
     )
+
+
+def test_two_forks_onto_one_id_at_once_one_wins(parent: AutoContextMemory, db_url: str) -> None:
+    """Two memories (two connections) fork into the same id at the same moment."""
+    new = _new_id()
+    mems = [
+        AutoContextMemory.open(parent.session_id, db_url, summarizer=OfflineSummarizer())
+        for _ in range(2)
+    ]
+    gate = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def run(mem: AutoContextMemory) -> None:
+        gate.wait()
+        try:
+            outcomes.append(mem.fork(new).session_id)
+        except Exception as exc:  # collected and asserted below
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=run, args=(m,)) for m in mems]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count(new) == 1, outcomes
+    (lost,) = [o for o in outcomes if o != new]
+    assert isinstance(lost, SessionExists), lost
+    child = AutoContextMemory.open(new, db_url, summarizer=OfflineSummarizer(), create=False)
+    assert child.to_openai() == parent.to_openai()
+    assert_valid_session(child)

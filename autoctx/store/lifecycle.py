@@ -194,8 +194,11 @@ def fork(store: Store, parent_id: str, child_id: str, at_message: int | None) ->
                     [m.id for m in metas], sum(m.tokens for m in metas), open_calls_of(metas)
                 )
             info = _copy(conn, parent, child_id, cut)
-    except sa.exc.IntegrityError as exc:
-        if getattr(exc.orig, "sqlstate", None) == "23505":  # a concurrent create of the id
+    except sa.exc.DBAPIError as exc:
+        # A session created under the id meanwhile: committed before our insert (a unique
+        # violation) or after our snapshot (REPEATABLE READ reports it as a serialisation
+        # failure: only the child's rows are written, so nothing else can conflict).
+        if getattr(exc.orig, "sqlstate", None) in ("23505", "40001"):
             raise _taken(child_id) from None
         raise
     return store._bind(info)
