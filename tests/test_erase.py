@@ -128,7 +128,19 @@ def holding(engine: sa.Engine, needle: str) -> dict[str, int]:
     q = engine.dialect.identifier_preparer.quote
     with engine.connect() as conn:
         columns = _columns(conn)
-        assert {"sessions", "messages", "compression_events"} <= {t for t, _, _ in columns}
+        # Every table, every column: what an erasure rewrites, and what it must not leave
+        # anything in (event errors and configs, the session row, columns added later).
+        assert {
+            ("messages", "content"),
+            ("messages", "metadata"),
+            ("messages", "tool_names"),
+            ("compression_events", "error"),
+            ("compression_events", "config"),
+            ("compression_events", "note"),
+            ("sessions", "plan"),
+            ("sessions", "open_calls"),
+            ("messages", "erase_test_tsv"),
+        } <= {(t, c) for t, c, _ in columns}
         for table, column, type_ in columns:
             n = conn.execute(
                 sa.text(f"SELECT count(*) FROM {q(table)} WHERE {q(column)}::text ILIKE :p"),
