@@ -86,6 +86,11 @@ class InvalidErasure(AutoctxError, ValueError):
     nothing was erased."""
 
 
+class ErasureNotPermitted(AutoctxError, PermissionError):
+    """The database role may not rewrite messages: a role granted a tenant only appends, and an
+    erasure is the tables' owner's act (run it with the owner's URL). Nothing was erased."""
+
+
 class InvalidExport(AutoctxError, ValueError):
     """A document given to `import_session` is not an autoctx export this version can restore
     (wrong format or version, a missing or malformed field, rows that do not fit together);

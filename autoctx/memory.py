@@ -390,8 +390,9 @@ class AutoContextMemory:
         from what remains by the offline summariser, or becomes a tombstone; the totals
         follow; one applied event (strategy 0, reason 'erase') records the ids and `reason`,
         never content. Raises `MessageNotFound` for an id this session does not have and
-        `InvalidErasure` for an id that is not an original or an empty reason; nothing is
-        erased then. Forks own their copies and are not changed: the result names them
+        `InvalidErasure` for an id that is not an original or an empty reason, and
+        `ErasureNotPermitted` for a database role granted a tenant (only the tables' owner
+        rewrites history); nothing is erased then. Forks own their copies and are not changed: the result names them
         (`.forks`), erase the same ids there too.
         """
         self._check_open()

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 
 from autoctx import (
     AutoContextMemory,
+    ErasureNotPermitted,
     InvalidDuration,
     InvalidErasure,
     MessageNotFound,
@@ -496,8 +497,12 @@ def test_purge_cli_and_bad_ages(aged: list[AutoContextMemory], search_db: str) -
 def test_a_tenant_role_runs_the_lifecycle_on_its_own_sessions_only(
     open_mem: Opener, search_db: str, session_id: str, secret: str
 ) -> None:
+    """A role granted tenant acme forks, exports, restores and purges acme's sessions and
+    reaches nothing of globex's; it may not erase (its history is append-only for it): the
+    tables' owner erases in acme's session."""
     foreign = open_mem(f"{session_id}-globex", tenant="globex")
     foreign.add(round_of(0, secret))
+    foreign_fork = foreign.fork(f"{session_id}-globex-fork")
     foreign_rows = session_rows(foreign)
     with login_role(search_db) as role:
         assert grant_tenant(role.name, "acme", search_db)
@@ -506,12 +511,21 @@ def test_a_tenant_role_runs_the_lifecycle_on_its_own_sessions_only(
         )
         build(mem, 8, secret=secret, at=1)
         child = mem.fork(f"{session_id}-acme-fork")
-        mem.erase([5, 6, 7, 8], reason="user request")
-        assert secret not in json.dumps(export_session(mem.session_id, role.url, tenant="acme"))
-        assert secret in json.dumps(
-            export_session(child.session_id, role.url, tenant="acme")
-        )  # its own copy
+        # The audit view of forks shows the role its own fork, and not globex's.
+        forks = {r.session_id for r in sql(mem, "SELECT session_id FROM autoctx_forks")}
+        assert child.session_id in forks and foreign_fork.session_id not in forks
+        rows = session_rows(mem)
+        with pytest.raises(ErasureNotPermitted, match="owner of autoctx's tables"):
+            mem.erase([5, 6, 7, 8], reason="user request")
+        assert session_rows(mem) == rows
+        owner = AutoContextMemory.open(
+            mem.session_id, search_db, tenant="acme", summarizer=OfflineSummarizer(), create=False
+        )
+        owner.erase([5, 6, 7, 8], reason="user request")
+        exported = json.dumps(export_session(mem.session_id, role.url, tenant="acme"))
+        assert secret not in exported and "user request" in exported
         document = export_session(child.session_id, role.url, tenant="acme")
+        assert secret in json.dumps(document)  # the fork's own copy
         child.delete()
         import_session(document, role.url)
         assert export_session(child.session_id, role.url, tenant="acme") == document
@@ -526,9 +540,9 @@ def test_a_tenant_role_runs_the_lifecycle_on_its_own_sessions_only(
             s.session_id
             for s in purge_sessions("1s", role.url, tenant="acme", dry_run=True, now=later)
         }
+        assert mem.session_id in listed and foreign.session_id not in listed
         # Without its tenant, a confined role sees no session at all (fail closed).
         assert purge_sessions("1s", role.url, dry_run=True, now=later) == []
-        assert mem.session_id in listed and foreign.session_id not in listed
         purge_sessions("1s", role.url, tenant="acme", now=later)
         with pytest.raises(SessionNotFound):
             mem.messages()

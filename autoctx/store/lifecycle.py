@@ -31,7 +31,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..erasure import Derived
-from ..errors import InvalidErasure, InvalidExport, MessageNotFound, SessionExists
+from ..errors import (
+    ErasureNotPermitted,
+    InvalidErasure,
+    InvalidExport,
+    MessageNotFound,
+    SessionExists,
+)
 from ..events import Event
 from ..intake import Prepared
 from ..messages import Msg, json_text
@@ -476,6 +482,28 @@ def erase(
     config: Mapping[str, Any],
 ) -> AutoContextErasure:
     """Erase the originals `ids` and rewrite what derives from them, in one transaction."""
+    try:
+        return _erase(store, session_id, ids, note=note, rewrite=rewrite, config=config)
+    except sa.exc.ProgrammingError as exc:
+        if getattr(exc.orig, "sqlstate", None) != "42501":
+            raise
+        raise ErasureNotPermitted(
+            f"this database role may not rewrite the messages of session {session_id!r}: a "
+            "role granted a tenant only appends (its history is its own to read, not to "
+            "rewrite); run the erasure as the owner of autoctx's tables, for example "
+            "`autoctx erase ... --database-url <the owner's URL>`. Nothing was erased"
+        ) from None
+
+
+def _erase(
+    store: Store,
+    session_id: str,
+    ids: Sequence[int],
+    *,
+    note: str,
+    rewrite: Rewrite,
+    config: Mapping[str, Any],
+) -> AutoContextErasure:
     with store._begin() as conn:
         row = store._lock(conn, session_id)
         params: dict[str, Any] = {"sid": session_id, "ids": list(ids)}

@@ -25,11 +25,12 @@ GRANTS: Final = tenant_grants.name
 #: Per table, what the store's statements need: sessions are created, locked (FOR UPDATE needs
 #: UPDATE), updated and deleted (the rows of a deleted session go by the foreign keys' cascade,
 #: which runs as the tables' owner); originals, events, offloads and lineage are only ever
-#: inserted, except that an erasure rewrites messages in place (SPEC.md section 9); the working
-#: set is spliced (insert and delete).
+#: inserted; the working set is spliced (insert and delete). An erasure rewrites messages in
+#: place (SPEC.md section 9): that stays the owner's (an operator's) act, so that a granted
+#: role, an agent's, can never rewrite its own history.
 TABLE_PRIVILEGES: Final[dict[str, tuple[str, ...]]] = {
     "sessions": ("SELECT", "INSERT", "UPDATE", "DELETE"),
-    "messages": ("SELECT", "INSERT", "UPDATE"),
+    "messages": ("SELECT", "INSERT"),
     "working_set": ("SELECT", "INSERT", "DELETE"),
     "compression_events": ("SELECT", "INSERT"),
     "offloads": ("SELECT", "INSERT"),

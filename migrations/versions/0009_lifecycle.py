@@ -12,8 +12,9 @@
   erasure; `note` holds the reason the caller gave for an erasure (never message content).
 - `messages.erased_by` is the erasure event that tombstoned an original or rewrote a summary
   derived from one (NULL otherwise): which messages an erasure touched is one query.
-- A role granted a tenant (`autoctx db grant-tenant`, migration 0006) gets UPDATE on messages
-  (an erasure rewrites rows in place) and SELECT on the new view.
+- A role granted a tenant (`autoctx db grant-tenant`, migration 0006) gets SELECT on the new
+  view. Not UPDATE on messages: an erasure rewrites rows in place, and that stays the tables'
+  owner's act (an operator's), so that an agent's role can never rewrite its own history.
 
 Revision ID: 0009
 Revises: 0007
@@ -152,13 +153,10 @@ def upgrade() -> None:
     op.execute(_SESSION_COST.format(join="AND NOT e.inherited"))
     op.execute(FORKS)
     for role in _grantees():
-        op.execute(f"GRANT UPDATE ON messages TO {role}")
         op.execute(f"GRANT SELECT ON autoctx_forks TO {role}")
 
 
 def downgrade() -> None:
-    for role in _grantees():
-        op.execute(f"REVOKE UPDATE ON messages FROM {role}")
     op.execute("DROP VIEW autoctx_forks")
     op.execute(_SESSION_COST.format(join=""))
     op.execute(_SAVINGS_BY_STRATEGY.format(where=""))
