@@ -392,8 +392,8 @@ class AutoContextMemory:
         never content. Raises `MessageNotFound` for an id this session does not have and
         `InvalidErasure` for an id that is not an original or an empty reason, and
         `ErasureNotPermitted` for a database role granted a tenant (only the tables' owner
-        rewrites history); nothing is erased then. Forks own their copies and are not changed: the result names them
-        (`.forks`), erase the same ids there too.
+        rewrites history); nothing is erased then. Forks own their copies and are not
+        changed: the result names them (`.forks`); erase the same ids there too.
         """
         self._check_open()
         ids = erasure_ids(message_ids)

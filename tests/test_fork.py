@@ -227,3 +227,18 @@ def test_two_forks_onto_one_id_at_once_one_wins(parent: AutoContextMemory, db_ur
     child = AutoContextMemory.open(new, db_url, summarizer=OfflineSummarizer(), create=False)
     assert child.to_openai() == parent.to_openai()
     assert_valid_session(child)
+
+
+def test_a_fork_of_an_erased_session_compresses_without_conflicts(
+    parent: AutoContextMemory,
+) -> None:
+    """The erasure a fork inherits is the parent's past: it never makes the child's own
+    compressions give way."""
+    parent.erase([1, 2, 3, 4], reason="before the fork")
+    child = parent.fork(_new_id())
+    assert child.refresh().version == parent.refresh().version + 1
+    build(child, 6)
+    own = [e for e in child.events() if not e.inherited]
+    assert [e for e in own if e.status == "applied" and e.strategy > 0]
+    assert not [e for e in own if e.status == "conflict"]
+    assert_valid_session(child)

@@ -315,7 +315,9 @@ def _copy(conn: Connection, parent: Any, child_id: str, cut: _Cut) -> SessionInf
         .values(
             session_id=child_id,
             tenant=parent.tenant,
-            version=1,
+            # The versions go on from the parent's, so that the child's events (the inherited
+            # ones first) record versions in commit order, as every session's do.
+            version=parent.version + 1,
             message_count=len(cut_ids),
             token_count=tokens,
             model=parent.model,
@@ -400,7 +402,7 @@ def _copy(conn: Connection, parent: Any, child_id: str, cut: _Cut) -> SessionInf
             tokens_before=tokens,
             tokens_after=tokens,
             replaced_ids=[],
-            session_version=1,
+            session_version=parent.version + 1,
             config=parent.config,
         )
     )

@@ -126,20 +126,34 @@ def _columns(session_id: str, bound: Sequence[Prepared]) -> dict[str, list[Any]]
 
 
 def _erased_since(conn: Connection, session_id: str, version: int) -> bool:
-    """Whether an erasure of the session committed after `version` (erasures are rare: the
-    status index finds the session's applied events, and few of them are past `version`)."""
-    return bool(
-        conn.execute(
+    """Whether an erasure of the session committed after `version`.
+
+    Events are numbered in commit order and each records the session version of its time, so
+    those after `version` are the newest ones: read back from the newest (by primary key)
+    until one is not after it. Usually the first is not: nothing else wrote while the
+    summariser ran. Inherited events (a fork's copies) are the parent's history.
+    """
+    window = 8
+    while True:
+        rows = conn.execute(
             sa.select(
-                sa.exists().where(
-                    compression_events.c.session_id == session_id,
-                    compression_events.c.status == "applied",
-                    compression_events.c.reason == "erase",
-                    compression_events.c.session_version > version,
-                )
+                compression_events.c.session_version,
+                compression_events.c.reason,
+                compression_events.c.status,
+                compression_events.c.inherited,
             )
-        ).scalar_one()
-    )
+            .where(compression_events.c.session_id == session_id)
+            .order_by(compression_events.c.id.desc())
+            .limit(window)
+        ).all()
+        for r in rows:
+            if r.session_version <= version:
+                return False
+            if r.reason == "erase" and r.status == "applied" and not r.inherited:
+                return True
+        if len(rows) < window:
+            return False
+        window *= 4
 
 
 class Store:
