@@ -557,12 +557,6 @@ def _erase(
             )
             .returning(compression_events)
         ).one()
-        forks = tuple(
-            r[0]
-            for r in conn.exec_driver_sql(
-                _FORKS_OF, {"sid": session_id, "inc": row.incarnation, "tenant": row.tenant}
-            )
-        )
         conn.execute(
             sa.update(sessions)
             .where(store._this(session_id))
@@ -578,6 +572,15 @@ def _erase(
     store._snapshots.pop(session_id, None)
     store._appended.pop(session_id, None)
     store._tails[session_id] = (version, dict(row.open_calls))
+    # After the commit, in a read of its own: the erasure's transaction stays on its session's
+    # rows (one shard, docs/scaling.md), and finding forks is a walk over every session.
+    with store._single() as conn:
+        forks = tuple(
+            r[0]
+            for r in conn.exec_driver_sql(
+                _FORKS_OF, {"sid": session_id, "inc": row.incarnation, "tenant": row.tenant}
+            )
+        )
     return AutoContextErasure(
         event_from_row(created),
         tuple(sorted(ids)),
