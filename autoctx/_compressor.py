@@ -300,7 +300,11 @@ class Compressor:
                     return "replan"
                 continue  # every range failed: the ladder moves on
             outcome = self.store.apply(
-                self.session_id, replacements, reason=reason, config=cfg.to_json()
+                self.session_id,
+                replacements,
+                reason=reason,
+                config=cfg.to_json(),
+                seen_version=snap.version,
             )
             state.events.extend(outcome.events)
             if outcome.conflict:
@@ -516,7 +520,11 @@ class Compressor:
                 if not replacements:
                     continue
                 outcome = self.store.apply(
-                    self.session_id, replacements, reason="fallback", config=cfg.to_json()
+                    self.session_id,
+                    replacements,
+                    reason="fallback",
+                    config=cfg.to_json(),
+                    seen_version=snap.version,
                 )
                 state.events.extend(outcome.events)
                 break

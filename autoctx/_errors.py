@@ -72,3 +72,32 @@ class TenantGrantError(AutoContextError, ValueError):
     """A role or tenant given to `grant_tenant` or `revoke_tenant` is invalid, the role could not
     be confined to a tenant (a superuser, BYPASSRLS, or the tables' owner), or the caller may
     not grant (it does not own autoctx's tables)."""
+
+
+class MessageNotFound(AutoContextError, LookupError):
+    """No stored message with that id exists in this session (for `fork` and `erase`)."""
+
+
+class SessionExists(AutoContextError, ValueError):
+    """A fork or an import would create a session under an id that is already taken; nothing
+    was written. Choose another id (or delete the session that has it)."""
+
+
+class InvalidErasure(AutoContextError, ValueError):
+    """An erasure request is invalid (no ids, an id that is not an original, no reason);
+    nothing was erased."""
+
+
+class ErasureNotPermitted(AutoContextError, PermissionError):
+    """The database role may not rewrite messages: a role granted a tenant only appends, and an
+    erasure is the tables' owner's act (run it with the owner's URL). Nothing was erased."""
+
+
+class InvalidExport(AutoContextError, ValueError):
+    """A document given to `import_session` is not an autoctx export this version can restore
+    (wrong format or version, a missing or malformed field, rows that do not fit together);
+    the message names the field, never the content. Nothing was written."""
+
+
+class InvalidDuration(AutoContextError, ValueError):
+    """A retention age such as ``30d`` or ``12h`` could not be read, or is not positive."""

@@ -20,7 +20,8 @@ class Event:
     strategy: int
     status: Status
     #: Why it ran: 'count' or 'tokens' (which trigger held), 'manual' (`pop_last`), or
-    #: 'fallback' (the offline summarizer stood in to keep the bound, SPEC.md section 2).
+    #: 'fallback' (the offline summarizer stood in to keep the bound, SPEC.md section 2),
+    #: 'clear', 'fork' (the first event of a forked session) or 'erase' (`mem.erase`).
     reason: str
     messages_before: int
     messages_after: int
@@ -36,6 +37,11 @@ class Event:
     error: str | None
     session_version: int
     created_at: datetime | None = None
+    #: The reason the caller gave for an erasure (never message content).
+    note: str | None = None
+    #: Copied from the parent by a fork (what made the copied summaries); the audit views
+    #: count it in the parent only.
+    inherited: bool = False
 
     @property
     def tokens_saved(self) -> int:

@@ -26,11 +26,15 @@ from ._agent_plan import validate_plan
 from ._client import AutoContextClient
 from ._compressor import Compressor, SessionState, trigger_of
 from ._config import AutoContextConfig
+from ._erasure import Derived, rewrite_erased
 from ._errors import InvalidSessionId, SessionNotFound
 from ._events import Event
 from ._intake import Prepared, count_tokens, prepare
+from ._lifecycle_args import erasure_ids, erasure_reason, message_id
 from ._messages import Msg, coerce_messages, to_openai_messages
 from ._prompts import RELOAD_SNIPPET
+from ._store import lifecycle
+from ._store.lifecycle import AutoContextErasure
 from ._store.rows import SessionInfo
 from ._store.store import Store
 from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer
@@ -349,6 +353,66 @@ class AutoContextMemory:
         """Text for the agent's system prompt that explains offload tags and reload."""
         return RELOAD_SNIPPET
 
+    # -- fork and erasure (SPEC.md section 9; the SQL is autoctx._store.lifecycle's) ---------
+
+    @_serialized
+    def fork(self, new_session_id: str, *, at_message: int | None = None) -> AutoContextMemory:
+        """A new session `new_session_id` that starts from this one's working context (up to
+        and including message `at_message`, when given), and its memory.
+
+        One transaction copies every row the child needs (its working messages and every
+        original reload reaches from them, with their offloads, lineage and events), keeping
+        message ids and offload uuids, so tags and `reload` work in the child as here; the
+        child records where it came from (`autoctx_forks`, docs/audit.md) and has this
+        session's tenant, model and thresholds. This session is not changed. `at_message` may
+        be a working message or an original a summary stands for: the child then starts with
+        the messages up to it. Raises `SessionExists` for a taken id and `MessageNotFound`
+        for a message this session does not have.
+        """
+        self._check_open()
+        validate_session_id(new_session_id)
+        at = None if at_message is None else message_id(at_message, "at_message")
+        info = lifecycle.fork(self._store, self.session_id, new_session_id, at)
+        store = Store(self._store.engine, self.tenant)
+        child = store.get_session(info.session_id)
+        assert child is not None  # just committed, in this tenant
+        return AutoContextMemory(store, child, self.config, self._summarizer)
+
+    @_serialized
+    def erase(self, message_ids: Iterable[int], *, reason: str) -> AutoContextErasure:
+        """Erase the content of the originals `message_ids` and of everything derived from
+        them, in one transaction.
+
+        Each original becomes a tombstone (role, id, time, tool call ids and names, and its
+        lineage stay; text, tool arguments, outputs and metadata go); every summary and
+        preview derived from it, found by lineage up to the working context, is rewritten
+        from what remains by the offline summarizer, or becomes a tombstone; the totals
+        follow; one applied event (strategy 0, reason 'erase') records the ids and `reason`,
+        never content. Raises `MessageNotFound` for an id this session does not have and
+        `InvalidErasure` for an id that is not an original or an empty reason, and
+        `ErasureNotPermitted` for a database role granted a tenant (only the tables' owner
+        rewrites history); nothing is erased then. Forks own their copies and are not
+        changed: the result names them (`.forks`); erase the same ids there too.
+        """
+        self._check_open()
+        ids = erasure_ids(message_ids)
+        note = erasure_reason(reason)
+        config, counter = self.config, self._counter
+
+        def rewrite(
+            erased: Mapping[int, Msg], derived: Sequence[Derived], stored: Mapping[int, Msg]
+        ) -> dict[int, Prepared]:
+            return rewrite_erased(erased, derived, stored, config, counter)
+
+        return lifecycle.erase(
+            self._store,
+            self.session_id,
+            ids,
+            note=note,
+            rewrite=rewrite,
+            config=config.to_json(),
+        )
+
     # -- lifecycle --------------------------------------------------------------------------
 
     @_serialized
@@ -557,6 +621,15 @@ class AsyncAutoContextMemory:
 
     def tools(self) -> list[dict[str, Any]]:
         return self.sync.tools()
+
+    async def fork(
+        self, new_session_id: str, *, at_message: int | None = None
+    ) -> AsyncAutoContextMemory:
+        child = await asyncio.to_thread(self.sync.fork, new_session_id, at_message=at_message)
+        return AsyncAutoContextMemory(child)
+
+    async def erase(self, message_ids: Iterable[int], *, reason: str) -> AutoContextErasure:
+        return await asyncio.to_thread(self.sync.erase, message_ids, reason=reason)
 
     async def delete(self) -> None:
         await asyncio.to_thread(self.sync.delete)

@@ -28,6 +28,8 @@ AUDIT_VIEWS = (
     "autoctx_coverage",
     "autoctx_problem_sessions",
 )
+#: The view of forks migration 0009 creates (docs/audit.md, "Forks and erasures").
+LIFECYCLE_VIEWS = ("autoctx_forks",)
 
 
 def assert_valid_openai_chat(openai_messages: Sequence[dict[str, Any]]) -> None:

@@ -44,7 +44,7 @@ from autoctx._store.database import (
 from autoctx._summarizers import OFFLINE_MODEL
 from tests.dbsql import sql
 from tests.histories import long_task
-from tests.invariants import AUDIT_VIEWS
+from tests.invariants import AUDIT_VIEWS, LIFECYCLE_VIEWS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "audit.md"
 WORDS = (
@@ -192,6 +192,9 @@ class Population:
     failing: Session
     conflict: Session
     quiet: Session
+    #: A fork of the chat, with an erasure (not in `sessions`: its inherited events are the
+    #: chat's, counted there).
+    fork_id: str = ""
 
     @property
     def sessions(self) -> list[Session]:
@@ -284,6 +287,13 @@ def population(db_url: str) -> Population:
 
     quiet = AutoContextMemory.open(pop.quiet.session_id, db_url, chat_config())
     pop.quiet.add(quiet, [Msg.user("hello"), Msg.assistant("hi")])
+
+    # A fork of the chat that then erases the chat's first user message in its own copy.
+    pop.fork_id = f"audit-chat-fork-{tag:x}"
+    child = chat.fork(pop.fork_id)
+    early = child._store.load_messages(pop.fork_id, range(1, 20))
+    first_user = min(i for i, m in early.items() if m.role == "user" and m.kind == "original")
+    child.erase([first_user], reason="user request #1")
     return pop
 
 
@@ -396,6 +406,8 @@ def test_savings_global_form_is_a_group_by(population: Population) -> None:
     )
     assert {r.strategy: r.saved for r in rows} == expected
     ours = sum(e.tokens_saved for s in pop.sessions for e in applied(events_of(pop, s)))
+    fork = AutoContextMemory.open(pop.fork_id, pop.db_url, tenant="acme", create=False)
+    ours += sum(e.tokens_saved for e in applied(fork.events()) if not e.inherited)
     # The module has a database of its own: the global figure is exactly our sessions'.
     assert sum(expected.values()) == ours > 0
 
@@ -675,7 +687,7 @@ def test_the_cookbook_has_ten_questions() -> None:
     # Each question is answered by a SQL block under its heading.
     for section in re.split(r"^### \d+\. ", cookbook, flags=re.MULTILINE)[1:]:
         assert "```sql\n" in section
-    for view in AUDIT_VIEWS:
+    for view in (*AUDIT_VIEWS, *LIFECYCLE_VIEWS):
         assert f"### `{view}`" in text
 
 

@@ -46,7 +46,12 @@ from autoctx._store.database import (
 from autoctx._store.tables import SESSION_TABLES
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
-from tests.invariants import AUDIT_VIEWS, assert_consistent, assert_every_original_reachable
+from tests.invariants import (
+    AUDIT_VIEWS,
+    LIFECYCLE_VIEWS,
+    assert_consistent,
+    assert_every_original_reachable,
+)
 
 CONFIG = SMALL
 TABLES = [t.name for t in SESSION_TABLES]
@@ -284,7 +289,7 @@ def test_views_run_as_their_reader_and_no_function_runs_as_its_owner(db_url: str
             sa.text(f"select proname from pg_proc where prosecdef and pronamespace = {schema}")
         ).all()
     engine.dispose()
-    assert {v.relname for v in views} == set(AUDIT_VIEWS)
+    assert {v.relname for v in views} == {*AUDIT_VIEWS, *LIFECYCLE_VIEWS}
     for v in views:
         assert "security_invoker=true" in v.options, v
     assert definers == []

@@ -7,7 +7,10 @@
     autoctx lineage SESSION MESSAGE_ID    # a summary, down to the originals behind it
     autoctx reload SESSION UUID           # what an offload removed
     autoctx plot SESSION -o tokens.png    # working tokens over time, compressions marked
-    autoctx export SESSION -o s.json      # everything, as JSON
+    autoctx export SESSION -o s.json      # everything, as JSON (autoctx import restores it)
+    autoctx fork SESSION NEW [--at ID]    # branch a session
+    autoctx erase SESSION ID... --reason  # erase originals and what derives from them
+    autoctx purge --older-than 30d        # retention: delete sessions not updated since
     autoctx db upgrade | db current       # the schema
     autoctx db grant-tenant ROLE TENANT   # a database role that can use one tenant only
 
@@ -18,7 +21,7 @@ PostgreSQL). Errors print as one line that says what to do, with a non-zero exit
 from __future__ import annotations
 
 # Importing the command modules registers their commands on `app`.
-from . import db, demo, export, inspect  # noqa: F401
+from . import db, demo, export, inspect, lifecycle  # noqa: F401
 from .root import app, main
 
 __all__ = ["app", "main"]

@@ -9,19 +9,15 @@ from typing import Annotated
 
 import typer
 
-from .._messages import (
-    to_openai_messages,
-)
+from .._memory import validate_session_id
+from .._operations import export_session
 from .._store import inspect as inspect_db
 from .._store.store import Store
 from .output import (
     _engine,
-    _event_json,
     _json_text,
     _print_json,
     _session,
-    _session_json,
-    _working_json,
     friendly_errors,
 )
 from .root import DatabaseUrl, SessionArg, app
@@ -96,11 +92,13 @@ def export(
     ] = "-",
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Export a session as JSON, everything needed to audit it elsewhere.
+    """Export a session as JSON: everything needed to audit it elsewhere, or to restore it
+    with `autoctx import`.
 
-    The document holds the session row (totals, config, plan), the working context in OpenAI
-    format (and each working message's id, kind and tokens), every compression event, and every
-    offload with the messages it holds.
+    The document (format `autoctx-export/2`, docs/operations.md) holds the session row
+    (totals, config, plan, fork origin), the working context in OpenAI format (and each working
+    message's position, id, kind and tokens), every event, every offload with the messages it
+    holds, and every stored message and lineage row as stored.
 
     Examples:
 
@@ -109,38 +107,14 @@ def export(
     autoctx export demo-20261130-101500-1a2b | jq '.events | length'
     ```
     """
-    engine = _engine(database_url)
-    store = Store(engine)
-    info = _session(store, session)
-    working = store.load_working(session)
-    offloads = inspect_db.offload_rows(engine, session)
-    held = store.load_messages(session, {i for o in offloads for i in o.message_ids})
-    document = {
-        "format": "autoctx-export/1",
-        "session": _session_json(info, full=True),
-        "working_context": to_openai_messages(working),
-        "working_messages": [_working_json(k, m) for k, m in enumerate(working)],
-        "events": [_event_json(e) for e in store.events(session)],
-        "offloads": [
-            {
-                "uuid": o.uuid,
-                "event_id": o.event_id,
-                "strategy": o.strategy,
-                "created_at": o.created_at,
-                "message_ids": list(o.message_ids),
-                "messages": [
-                    {"id": i, "kind": held[i].kind, "message": held[i].to_openai()}
-                    for i in o.message_ids
-                ],
-            }
-            for o in offloads
-        ],
-    }
+    validate_session_id(session)
+    document = export_session(session, database_url)
     if output == "-":
         _print_json(document)
         return
     Path(output).write_text(_json_text(document) + "\n", encoding="utf-8")
     typer.echo(
-        f"wrote {output}: {len(working)} working messages, {len(document['events'])} events, "
-        f"{len(offloads)} offloads"
+        f"wrote {output}: {len(document['messages'])} messages "
+        f"({len(document['working_messages'])} working), {len(document['events'])} events, "
+        f"{len(document['offloads'])} offloads"
     )

@@ -103,6 +103,8 @@ def event_from_row(row: Row[Any]) -> Event:
         error=row.error,
         session_version=row.session_version,
         created_at=row.created_at,
+        note=row.note,
+        inherited=row.inherited,
     )
 
 

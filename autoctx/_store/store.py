@@ -129,6 +129,37 @@ def _columns(session_id: str, bound: Sequence[Prepared]) -> dict[str, list[Any]]
     return columns
 
 
+def _erased_since(conn: Connection, session_id: str, version: int) -> bool:
+    """Whether an erasure of the session committed after `version`.
+
+    Events are numbered in commit order and each records the session version of its time, so
+    those after `version` are the newest ones: read back from the newest (by primary key)
+    until one is not after it. Usually the first is not: nothing else wrote while the
+    summarizer ran. Inherited events (a fork's copies) are the parent's history.
+    """
+    window = 8
+    while True:
+        rows = conn.execute(
+            sa.select(
+                compression_events.c.session_version,
+                compression_events.c.reason,
+                compression_events.c.status,
+                compression_events.c.inherited,
+            )
+            .where(compression_events.c.session_id == session_id)
+            .order_by(compression_events.c.id.desc())
+            .limit(window)
+        ).all()
+        for r in rows:
+            if r.session_version <= version:
+                return False
+            if r.reason == "erase" and r.status == "applied" and not r.inherited:
+                return True
+        if len(rows) < window:
+            return False
+        window *= 4
+
+
 class Store:
     """SQL for sessions, messages, the working set, offloads, lineage and events."""
 
@@ -728,16 +759,22 @@ class Store:
         *,
         reason: str,
         config: Mapping[str, Any],
+        seen_version: int | None = None,
     ) -> ApplyOutcome:
         """Apply a strategy's replacements in one transaction, each with its offload, lineage
         and event. If any replaced range is no longer in the working set as planned, nothing is
-        applied and a `conflict` event is recorded per changed range."""
+        applied and a `conflict` event is recorded per changed range. So it is when an erasure
+        committed after `seen_version` (the snapshot's): the summaries were written from
+        content it may have erased."""
         if not replacements:
             return ApplyOutcome([], False)
         with self._begin() as conn:
             row = self._lock(conn, session_id)
             positions = self._check_ranges(conn, session_id, [r.edit for r in replacements])
-            conflicts = [r for r, pos in zip(replacements, positions, strict=True) if pos is None]
+            erased = seen_version is not None and _erased_since(conn, session_id, seen_version)
+            conflicts = [
+                r for r, pos in zip(replacements, positions, strict=True) if pos is None or erased
+            ]
             if not conflicts:
                 applied = self._write(
                     conn, session_id, row, replacements, positions, reason, config
@@ -754,7 +791,11 @@ class Store:
                 status="conflict",
                 reason=reason,
                 replaced_ids=r.edit.replaced_ids,
-                error="the working set changed since the snapshot (another writer compressed it)",
+                error=(
+                    "an erasure rewrote messages since the snapshot"
+                    if erased
+                    else "the working set changed since the snapshot (another writer compressed it)"
+                ),
                 config=config,
             )
             for r in conflicts

@@ -48,6 +48,11 @@ sessions = sa.Table(
         nullable=False,
         server_default=sa.text("gen_random_uuid()"),
     ),
+    # Where a fork came from (migration 0009): the parent session, its incarnation, and the
+    # last message of its working context the fork started from.
+    sa.Column("forked_from", sa.Text, nullable=True),
+    sa.Column("forked_from_incarnation", pg.UUID(as_uuid=True), nullable=True),
+    sa.Column("forked_at_message", sa.BigInteger, nullable=True),
     sa.Index("sessions_tenant_idx", "session_id", "tenant"),
 )
 
@@ -70,6 +75,8 @@ messages = sa.Table(
     sa.Column("tool_names", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
     sa.Column("event_id", sa.BigInteger, nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    #: The erasure event that tombstoned this original or rewrote this summary (0009).
+    sa.Column("erased_by", sa.BigInteger, nullable=True),
     _session_fk(),
 )
 
@@ -109,6 +116,10 @@ compression_events = sa.Table(
     sa.Column("session_version", sa.BigInteger, nullable=False),
     sa.Column("config", pg.JSONB, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    #: The reason given for an erasure (0009); never message content.
+    sa.Column("note", sa.Text, nullable=True),
+    #: Copied from the parent by a fork: counted in the session that paid for it (0009).
+    sa.Column("inherited", sa.Boolean, nullable=False, server_default=sa.false()),
     _session_fk(),
     sa.Index("compression_events_status_idx", "session_id", "status"),
 )

@@ -26,8 +26,9 @@ GRANTS: Final = tenant_grants.name
 #: Per table, what the store's statements need: sessions are created, locked (FOR UPDATE needs
 #: UPDATE), updated and deleted (the rows of a deleted session go by the foreign keys' cascade,
 #: which runs as the tables' owner); originals, events, offloads and lineage are only ever
-#: inserted; the working set is spliced (insert and delete). A feature that writes more (the
-#: erasure of SPEC.md section 9) extends this map.
+#: inserted; the working set is spliced (insert and delete). An erasure rewrites messages in
+#: place (SPEC.md section 9): that stays the owner's (an operator's) act, so that a granted
+#: role, an agent's, can never rewrite its own history.
 TABLE_PRIVILEGES: Final[dict[str, tuple[str, ...]]] = {
     "sessions": ("SELECT", "INSERT", "UPDATE", "DELETE"),
     "messages": ("SELECT", "INSERT"),
@@ -45,6 +46,7 @@ READ_ONLY: Final = (
     "autoctx_lineage",
     "autoctx_coverage",
     "autoctx_problem_sessions",
+    "autoctx_forks",
     GRANTS,
 )
 #: PostgreSQL keeps identifiers to NAMEDATALEN - 1 bytes and silently truncates longer ones: a

@@ -1,0 +1,194 @@
+"""`autoctx fork | erase | purge | import`: a session branched, erased, retired or restored
+(SPEC.md section 9; the SQL is in autoctx._store.lifecycle)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .._errors import SessionNotFound
+from .._memory import (
+    AutoContextMemory,
+    validate_session_id,
+    validate_tenant,
+)
+from .._operations import import_session, purge_sessions
+from .._store.store import Store
+from .._summarizers import OfflineSummarizer
+from .output import (
+    _engine,
+    _fmt_time,
+    friendly_errors,
+)
+from .root import DatabaseUrl, SessionArg, app
+
+TenantOption = Annotated[
+    str | None,
+    typer.Option(
+        help="The session's tenant: a session of another tenant is unknown (default: whatever "
+        "tenant the session has)."
+    ),
+]
+
+
+def _memory(session_id: str, tenant: str | None, database_url: str | None) -> AutoContextMemory:
+    """The memory of an existing session, in its own tenant (or `tenant`, which must be its)."""
+    validate_session_id(session_id)
+    engine = _engine(database_url)
+    info = Store(engine).get_session(session_id, validate_tenant(tenant))
+    if info is None:
+        where = "" if tenant is None else f" for tenant {tenant!r}"
+        raise SessionNotFound(
+            f"session {session_id!r} does not exist{where} in this database; list the sessions "
+            "with `autoctx sessions` (and check --database-url)"
+        )
+    return AutoContextMemory.open(
+        session_id,
+        database_url,
+        tenant=info.tenant,
+        summarizer=OfflineSummarizer(),
+        create=False,
+    )
+
+
+@app.command()
+@friendly_errors
+def fork(
+    session: SessionArg,
+    new: Annotated[str, typer.Argument(metavar="NEW", help="The new session's id.")],
+    at: Annotated[
+        int | None,
+        typer.Option(
+            "--at", metavar="MESSAGE_ID", help="Start from the context up to this message."
+        ),
+    ] = None,
+    tenant: TenantOption = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Branch SESSION into a new session NEW that starts from its working context.
+
+    NEW gets copies of every row it needs (its working messages and every original reload
+    reaches from them) and records where it came from (`autoctx_forks`, docs/audit.md);
+    SESSION is not changed. With --at, NEW starts from the context up to and including that
+    message (a working message, or an original a summary stands for).
+
+    Examples:
+
+    ```
+    autoctx fork agent-42 agent-42-retry
+    autoctx fork agent-42 agent-42-before-deploy --at 118
+    ```
+    """
+    child = _memory(session, tenant, database_url).fork(new, at_message=at)
+    info = child.refresh()
+    _, ids = child._working_ids(1)
+    typer.echo(
+        f"forked {session!r} into {new!r} at message {ids[-1] if ids else '-'}: "
+        f"{info.message_count} working messages, {info.token_count:,} tokens"
+    )
+
+
+@app.command()
+@friendly_errors
+def erase(
+    session: SessionArg,
+    message_ids: Annotated[
+        list[int], typer.Argument(metavar="MESSAGE_ID...", help="The originals to erase.")
+    ],
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why (recorded with the ids; never content).")
+    ],
+    tenant: TenantOption = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Erase originals of SESSION and everything derived from them, in one transaction.
+
+    Each original becomes a tombstone (role, ids, time and lineage stay; text, tool arguments
+    and outputs go); every summary and preview made from it is rewritten from what remains, or
+    becomes a tombstone; the working context stays valid and its totals follow. One event
+    records the ids and the reason. Forks of SESSION own their copies: erase there too.
+
+    Examples:
+
+    ```
+    autoctx erase agent-42 118 119 --reason "user request #5521"
+    ```
+    """
+    done = _memory(session, tenant, database_url).erase(message_ids, reason=reason)
+    typer.echo(
+        f"erased {len(done.erased_ids)} original(s) of {session!r} "
+        f"({', '.join(map(str, done.erased_ids))}); rewrote {len(done.rewritten_ids)} derived "
+        f"message(s); event {done.event.id}, working tokens {done.event.tokens_before:,} -> "
+        f"{done.event.tokens_after:,}"
+    )
+    if done.forks:
+        typer.echo(
+            f"note: {len(done.forks)} fork(s) of {session!r} keep their own copies: "
+            f"{', '.join(done.forks)}; erase the same ids there too"
+        )
+
+
+@app.command()
+@friendly_errors
+def purge(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Age of the last update: 30d, 12h, 90m, 2w, 1d12h.",
+        ),
+    ],
+    tenant: Annotated[
+        str | None, typer.Option(help="Only this tenant's sessions (default: every tenant).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")
+    ] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete whole sessions last updated before a time (retention), with everything of them.
+
+    Examples:
+
+    ```
+    autoctx purge --older-than 90d --dry-run
+    autoctx purge --older-than 30d --tenant acme
+    ```
+    """
+    gone = purge_sessions(older_than, database_url, tenant=validate_tenant(tenant), dry_run=dry_run)
+    for s in gone:
+        typer.echo(f"{s.session_id}\t{s.tenant or ''}\t{_fmt_time(s.updated_at)}")
+    verb = "would delete" if dry_run else "deleted"
+    typer.echo(f"{verb} {len(gone)} session(s) last updated more than {older_than} ago")
+
+
+@app.command("import")
+@friendly_errors
+def import_(
+    file: Annotated[
+        str, typer.Argument(metavar="FILE", help="What `autoctx export` wrote; '-' for stdin.")
+    ],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Recreate a session from an export (restore, or move it to another database).
+
+    Every message, the working context, offloads, lineage, events and fork origin come back as
+    they were; the session keeps its id and tenant. An existing session is never overwritten.
+
+    Examples:
+
+    ```
+    autoctx export agent-42 -o agent-42.json -d postgresql://old-host/agents
+    autoctx import agent-42.json -d postgresql://new-host/agents
+    ```
+    """
+    text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    info = import_session(text, database_url)
+    typer.echo(
+        f"imported {info.session_id!r}: {info.message_count} working messages, "
+        f"{info.token_count:,} tokens, version {info.version}"
+    )

@@ -1,0 +1,155 @@
+"""What an erasure writes (SPEC.md section 9): tombstones, and summaries rewritten without what
+was erased. Pure: the store reads the rows, calls `rewrite_erased`, and writes what it returns
+in the same transaction (`autoctx._store.lifecycle.erase`).
+
+- An erased original keeps its role, id, time, pinned flag and tool structure (every call id
+  and tool name, every result's call id), so that the working context stays valid OpenAI chat;
+  its text, tool arguments, tool outputs, opaque blocks and free metadata are gone.
+- Every message derived from it by lineage, up to the working message that stands for it, is
+  rewritten bottom-up (children before parents: a summary's id is always greater than the ids
+  it replaced), from what it replaced as that now stands, the erased messages left out:
+  a preview is made again from its (tombstoned) original, a large-message summary keeps its
+  tool ids around a tombstone, and a text summary is written again by the offline summarizer
+  over the messages it replaced (what its offload holds, one level deep, which is what the
+  summarizer read when it was made) or becomes a tombstone when nothing of them remains. Each
+  keeps its offload tag, so reload works as before. A rewritten summary is never longer in
+  tokens than the one it replaces, so an erasure never pushes a context over its window.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ._compressor import preview, summarized_payload
+from ._config import AutoContextConfig
+from ._intake import Prepared, count_tokens
+from ._messages import OPENAI_META, Block, Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from ._prompts import build_request
+from ._strategies.s7_fold import STRATEGY as FOLD
+from ._summarizers import OfflineSummarizer
+from ._tags import offload_tag
+from ._tokens import TokenCounter
+
+#: What stands where erased content was.
+TOMBSTONE = "[erased]"
+#: The summaries the offline summarizer can write again (their strategies have a prompt).
+_TEXT_SUMMARY_STRATEGIES = frozenset({1, 4, 6, FOLD})
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """A stored message made from others (a summary, a preview, or the remainder `pop_last`
+    left), as an erasure finds it by lineage."""
+
+    msg: Msg
+    #: The strategy of the event that made it (0 for `pop_last`); None if unknown.
+    strategy: int | None
+    #: Its offload (None for a `pop_last` remainder, which has none).
+    offload: uuid.UUID | None
+    #: The ids it replaced, in lineage order.
+    children: tuple[int, ...]
+
+
+def tombstone(msg: Msg) -> Msg:
+    """`msg` with its content erased and its structure kept (see the module docstring)."""
+    blocks: list[Block] = []
+    texts = False
+    for b in msg.content:
+        if isinstance(b, ToolUseBlock):
+            blocks.append(ToolUseBlock(b.id, b.name, "{}"))
+        elif isinstance(b, ToolResultBlock):
+            blocks.append(ToolResultBlock(b.tool_use_id, TOMBSTONE, b.name))
+        elif not texts:  # text and opaque blocks: one tombstone for all of them
+            texts = True
+            blocks.append(TextBlock(TOMBSTONE))
+    if not blocks:
+        blocks.append(TextBlock(TOMBSTONE))
+    # Of the free metadata, only the role the OpenAI format was given in (developer) stays:
+    # anything else may hold content.
+    role = (msg.metadata.get(OPENAI_META) or {}).get("role")
+    metadata = {OPENAI_META: {"role": role}} if role is not None else {}
+    return Msg(
+        msg.role,
+        tuple(blocks),
+        name=msg.name,
+        metadata=metadata,
+        kind=msg.kind,
+        pinned=msg.pinned,
+        id=msg.id,
+    )
+
+
+def rewrite_erased(
+    erased: Mapping[int, Msg],
+    derived: Sequence[Derived],
+    stored: Mapping[int, Msg],
+    config: AutoContextConfig,
+    counter: TokenCounter,
+) -> dict[int, Prepared]:
+    """The new version of every erased original and every message derived from them, by id.
+
+    `stored` holds every message the rewrite reads (the children of each derived message).
+    """
+    new: dict[int, Msg] = {i: tombstone(m) for i, m in erased.items()}
+    # Messages left with nothing but tombstones: a summary of them is a tombstone too.
+    gone: set[int] = set(erased)
+    for d in sorted(derived, key=lambda x: x.msg.id or 0):
+        assert d.msg.id is not None
+        kids = [new.get(c) or stored[c] for c in d.children]
+        remaining = [k for k in kids if k.id not in gone]
+        msg = _rewrite(d, kids, remaining, config, counter)
+        new[d.msg.id] = msg
+        if not remaining:
+            gone.add(d.msg.id)
+    return {
+        i: Prepared(m, count_tokens(m, counter), m.payload_chars, False) for i, m in new.items()
+    }
+
+
+def _rewrite(
+    d: Derived,
+    kids: list[Msg],
+    remaining: list[Msg],
+    config: AutoContextConfig,
+    counter: TokenCounter,
+) -> Msg:
+    old = d.msg
+    if d.offload is None or old.kind == "original" or not kids:
+        # A `pop_last` remainder holds part of the message it came from: nothing to redo.
+        return tombstone(old)
+    if old.kind == "preview":
+        return _stored_as(old, preview(kids[0], config, d.offload))
+    if old.kind == "large_summary":
+        body = TOMBSTONE if not remaining else _offline_text(5, remaining, config)
+        return _stored_as(old, summarized_payload(kids[0], body, d.offload))
+    strategy = d.strategy if d.strategy in _TEXT_SUMMARY_STRATEGIES else None
+    if strategy is None or not remaining:
+        text = TOMBSTONE
+    else:
+        text = _offline_text(strategy, remaining, config)
+    tag = offload_tag(str(d.offload))
+    msg = _stored_as(old, Msg.assistant(f"{text}\n{tag}", kind=old.kind))
+    over = count_tokens(msg, counter) - (old.tokens or 0)
+    if over > 0 and text != TOMBSTONE:
+        # Never longer than what it rewrites: clip the extract (the tag stays whole).
+        keep = max(1, counter.count(text) - over)
+        clipped = counter.clip(text, keep).rstrip() or TOMBSTONE
+        msg = _stored_as(old, Msg.assistant(f"{clipped}\n{tag}", kind=old.kind))
+    return msg
+
+
+def _offline_text(strategy: int, msgs: list[Msg], config: AutoContextConfig) -> str:
+    request = build_request(
+        strategy,
+        msgs,
+        prompts=config.prompts,
+        token_budget=config.fold_budget_tokens if strategy == FOLD else None,
+    )
+    return OfflineSummarizer().summarize(request).text.strip() or TOMBSTONE
+
+
+def _stored_as(old: Msg, new: Msg) -> Msg:
+    """`new` in the place of `old`: its id, kind and pinned flag."""
+    return Msg(new.role, new.content, name=new.name, kind=old.kind, pinned=old.pinned, id=old.id)

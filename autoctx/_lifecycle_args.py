@@ -1,0 +1,84 @@
+"""Checks of what callers pass to fork, erase and purge (pure): each error names the argument
+and the fix, never message content, and comes before anything touches the database."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Final
+
+from ._errors import InvalidDuration, InvalidErasure, MessageNotFound
+
+#: Characters of an erasure's reason: it is an audit note, not a document.
+MAX_REASON: Final = 1000
+#: Ids one erasure may name (each is a row it rewrites in one transaction).
+MAX_ERASE_IDS: Final = 100_000
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_DURATION: Final = re.compile(r"(\d+)\s*([smhdw])")
+
+
+def message_id(value: object, what: str) -> int:
+    """A message id: an int (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MessageNotFound(
+            f"{what} must be a message id (an int, as `mem.messages()` gives in `.id`), got "
+            f"{type(value).__name__}"
+        )
+    return value
+
+
+def erasure_ids(values: Iterable[int]) -> list[int]:
+    """The distinct message ids of an erasure, in order; at least one."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise InvalidErasure(
+            f"message_ids must be a list of message ids (ints), got {type(values).__name__}"
+        )
+    ids = sorted({message_id(v, "each of message_ids") for v in values})
+    if not ids:
+        raise InvalidErasure("message_ids is empty: name at least one original to erase")
+    if len(ids) > MAX_ERASE_IDS:
+        raise InvalidErasure(
+            f"{len(ids)} message ids in one erasure; the limit is {MAX_ERASE_IDS}: split it"
+        )
+    return ids
+
+
+def erasure_reason(value: object) -> str:
+    """The reason recorded with an erasure: non-blank text PostgreSQL can store."""
+    if not isinstance(value, str):
+        raise InvalidErasure(f"reason must be a string, got {type(value).__name__}")
+    reason = value.strip()
+    if not reason:
+        raise InvalidErasure(
+            "reason is empty; say why these messages are erased (for example 'user request "
+            "#123'): the audit records it with the ids"
+        )
+    if len(reason) > MAX_REASON:
+        raise InvalidErasure(f"reason is {len(reason)} characters; the limit is {MAX_REASON}")
+    if "\x00" in reason:
+        raise InvalidErasure("reason contains a NUL character; remove it")
+    try:
+        reason.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidErasure("reason is not valid Unicode (lone surrogate)") from None
+    return reason
+
+
+def parse_duration(text: str | timedelta) -> timedelta:
+    """An age such as ``30d``, ``12h``, ``90m``, ``2w`` or ``1d12h`` (s, m, h, d, w), or a
+    timedelta as is; positive."""
+    if isinstance(text, timedelta):
+        age = text
+    else:
+        compact = text.strip().lower() if isinstance(text, str) else ""
+        parts = _DURATION.findall(compact)
+        if not parts or _DURATION.sub("", compact).strip():
+            raise InvalidDuration(
+                f"cannot read the age {text!r}; write a number and a unit (s, m, h, d, w), "
+                "such as 30d, 12h or 1d12h"
+            )
+        age = timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in parts))
+    if age <= timedelta(0):
+        raise InvalidDuration(f"the age must be positive, got {text!r}")
+    return age

@@ -1,0 +1,741 @@
+"""The SQL of a session's lifecycle: fork, erasure, retention, and the rows of an export.
+
+Each function is one unit of work of a `Store` (its tenant scope, its incarnation guard, its
+caches), kept apart from `store.py`, which holds the units of work of the agent loop.
+
+- `fork` copies, in one REPEATABLE READ transaction (one consistent view of the parent, whose
+  writers it never blocks), the rows a new session needs to start from the parent's working
+  context: the working messages, everything reachable from them by lineage (so that every
+  reload works in the child), the applied events that made them (marked `inherited`), their
+  offloads and lineage, and one `fork` event. Message ids, offload uuids and event ids are kept:
+  session_id leads every key, so the copies are the child's own rows, and the tags in the
+  summaries' text stay valid.
+- `erase` tombstones originals and rewrites every message derived from them, in one transaction
+  under the session row lock (`autoctx._erasure` says what is written).
+- `purge` deletes whole sessions last updated before a time.
+- `read_rows` and `write_rows` move every row of a session to and from an export document
+  (`autoctx._exports`).
+
+Columns are always named: a column added later (a generated search vector, say) is never
+copied by accident, and a generated column cannot be written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .._erasure import Derived
+from .._errors import (
+    ErasureNotPermitted,
+    InvalidErasure,
+    InvalidExport,
+    MessageNotFound,
+    SessionExists,
+)
+from .._events import Event
+from .._intake import Prepared
+from .._messages import Msg, json_text
+from .rows import SessionInfo, array_literal, event_from_row, message_row, session_info
+from .sql import WORKING_IDS, messages_by_id
+from .store import Store, _gone
+from .tables import compression_events, lineage, messages, offloads, sessions, working_set
+
+#: The columns each table's rows are copied, exported and imported with.
+SESSION_COLUMNS = (
+    "session_id",
+    "tenant",
+    "created_at",
+    "updated_at",
+    "version",
+    "message_count",
+    "token_count",
+    "model",
+    "encoding",
+    "config",
+    "plan",
+    "open_calls",
+    "next_message_id",
+    "next_position",
+    "next_event_id",
+    "settled_version",
+    "forked_from",
+    "forked_from_incarnation",
+    "forked_at_message",
+)
+MESSAGE_COLUMNS = (
+    "id",
+    "role",
+    "name",
+    "content",
+    "metadata",
+    "kind",
+    "pinned",
+    "final",
+    "tokens",
+    "chars",
+    "call_ids",
+    "result_ids",
+    "tool_names",
+    "event_id",
+    "erased_by",
+    "created_at",
+)
+EVENT_COLUMNS = (
+    "id",
+    "strategy",
+    "status",
+    "reason",
+    "messages_before",
+    "messages_after",
+    "tokens_before",
+    "tokens_after",
+    "replaced_ids",
+    "replaced_tokens",
+    "summary_message_id",
+    "offload_uuid",
+    "model",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_ms",
+    "error",
+    "session_version",
+    "config",
+    "created_at",
+    "note",
+    "inherited",
+)
+OFFLOAD_COLUMNS = ("uuid", "event_id", "message_ids", "created_at")
+LINEAGE_COLUMNS = ("summary_id", "ordinal", "replaced_id", "event_id")
+WORKING_COLUMNS = ("position", "message_id")
+
+
+def _cols(names: Sequence[str], alias: str = "") -> str:
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(f"{prefix}{n}" for n in names)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fork
+# ---------------------------------------------------------------------------------------------
+
+#: Everything reachable from the given messages by lineage, themselves included.
+_CLOSURE = """
+WITH RECURSIVE c(id) AS (
+    SELECT u.id FROM unnest(%(ids)s::bigint[]) AS u(id)
+  UNION
+    SELECT l.replaced_id FROM c JOIN lineage l ON l.session_id = %(sid)s AND l.summary_id = c.id
+)
+SELECT coalesce(array_agg(id), '{}') FROM c
+"""
+#: The summaries above a message, nearest first (a message is replaced at most once).
+_COVERING = """
+WITH RECURSIVE up(id, depth) AS (
+    SELECT l.summary_id, 1 FROM lineage l
+    WHERE l.session_id = %(sid)s AND l.replaced_id = %(mid)s
+  UNION ALL
+    SELECT l.summary_id, u.depth + 1 FROM up u
+    JOIN lineage l ON l.session_id = %(sid)s AND l.replaced_id = u.id
+    WHERE u.depth < 100000
+)
+SELECT id FROM up ORDER BY depth
+"""
+_WORKING_METAS = """
+SELECT w.message_id, m.kind, m.role, m.tokens, m.call_ids, m.result_ids, m.tool_names
+FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s ORDER BY w.position
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _Meta:
+    id: int
+    kind: str
+    role: str
+    tokens: int
+    call_ids: tuple[str, ...]
+    result_ids: tuple[str, ...]
+    tool_names: tuple[str, ...]
+
+
+def fork(store: Store, parent_id: str, child_id: str, at_message: int | None) -> SessionInfo:
+    """Create `child_id` from `parent_id`'s working context (up to and including
+    `at_message`); returns the child's session row. Raises `SessionExists` when the id is
+    taken and `MessageNotFound` for a message the parent does not have (or cannot cut at)."""
+    repeatable = store.engine.execution_options(isolation_level="REPEATABLE READ")
+    try:
+        with repeatable.begin() as conn:
+            store._scope(conn)
+            parent = conn.execute(sa.select(sessions).where(store._this(parent_id))).one_or_none()
+            if parent is None:
+                raise _gone(parent_id)
+            if at_message is None:
+                # The whole context: its ids in one array, and the totals and open calls the
+                # parent's row holds for them (no per-message read).
+                ids = conn.exec_driver_sql(
+                    WORKING_IDS, {"sid": parent_id, "inc": parent.incarnation, "n": None}
+                ).scalar_one()
+                cut = _Cut(list(ids), parent.token_count, dict(parent.open_calls))
+            else:
+                conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
+                working = [
+                    _Meta(r[0], r[1], r[2], r[3], tuple(r[4]), tuple(r[5]), tuple(r[6]))
+                    for r in conn.exec_driver_sql(_WORKING_METAS, {"sid": parent_id})
+                ]
+                conn.exec_driver_sql("SET LOCAL enable_nestloop = on")
+                metas = _cut_at(conn, parent_id, working, at_message)
+                cut = _Cut(
+                    [m.id for m in metas], sum(m.tokens for m in metas), open_calls_of(metas)
+                )
+            info = _copy(conn, parent, child_id, cut)
+    except sa.exc.DBAPIError as exc:
+        # A session created under the id meanwhile: committed before our insert (a unique
+        # violation) or after our snapshot (REPEATABLE READ reports it as a serialization
+        # failure: only the child's rows are written, so nothing else can conflict).
+        if getattr(exc.orig, "sqlstate", None) in ("23505", "40001"):
+            raise _taken(child_id) from None
+        raise
+    return store._bind(info)
+
+
+def _taken(child_id: str) -> SessionExists:
+    return SessionExists(
+        f"session {child_id!r} already exists (or its id is taken by a session this tenant "
+        "cannot see); fork into a new session id"
+    )
+
+
+def _cut_at(conn: Connection, sid: str, working: list[_Meta], at: int) -> list[_Meta]:
+    """The working context up to and including message `at`.
+
+    `at` in the working context: the context up to it. `at` replaced by a compression: the
+    working message that stands for it is opened, down the lineage, to `at` (the messages each
+    summary on the way replaced before it stay, summaries themselves where they can), and the
+    messages a fold kept in place that came after `at` (ids are allocated in order) are left
+    out. So the child starts exactly where the parent's conversation was at `at`, with as
+    little expanded as possible.
+    """
+    index = {m.id: k for k, m in enumerate(working)}
+    if at in index:
+        return working[: index[at] + 1]
+    kind = conn.execute(
+        sa.select(messages.c.kind).where(messages.c.session_id == sid, messages.c.id == at)
+    ).scalar_one_or_none()
+    if kind is None:
+        raise MessageNotFound(
+            f"message {at} does not exist in session {sid!r}; fork at an id that "
+            "`mem.messages()` or `autoctx show` lists (or an original behind one)"
+        )
+    chain = [r[0] for r in conn.exec_driver_sql(_COVERING, {"sid": sid, "mid": at})]
+    top = next((k for k, s in enumerate(chain) if s in index), None)
+    if top is None:
+        raise MessageNotFound(
+            f"message {at} of session {sid!r} is not in the working context and no working "
+            "message stands for it (the context was cleared or it was taken out); fork at a "
+            "message of the working context"
+        )
+    path = chain[: top + 1]  # nearest summary first, the working message last
+    children: dict[int, list[int]] = {}
+    for summary_id, replaced_id in conn.execute(
+        sa.text(
+            "SELECT summary_id, replaced_id FROM lineage WHERE session_id = :sid "
+            "AND summary_id = ANY(:ids) ORDER BY summary_id, ordinal"
+        ),
+        {"sid": sid, "ids": path},
+    ):
+        children.setdefault(summary_id, []).append(replaced_id)
+    ids: list[int] = []
+    node = path[-1]
+    for below in [*reversed(path[:-1]), at]:
+        kids = children[node]
+        ids.extend(kids[: kids.index(below)])
+        node = below
+    ids.append(at)
+    metas = {m.id: m for m in _metas(conn, sid, ids)}
+    prefix = [m for m in working[: index[path[-1]]] if not (m.kind == "original" and m.id > at)]
+    return prefix + [metas[i] for i in ids]
+
+
+def _metas(conn: Connection, sid: str, ids: list[int]) -> list[_Meta]:
+    rows = conn.exec_driver_sql(
+        "SELECT m.id, m.kind, m.role, m.tokens, m.call_ids, m.result_ids, m.tool_names "
+        "FROM unnest(%(ids)s::bigint[]) AS u(id) "
+        "JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id",
+        {"sid": sid, "ids": ids},
+    )
+    return [_Meta(r[0], r[1], r[2], r[3], tuple(r[4]), tuple(r[5]), tuple(r[6])) for r in rows]
+
+
+def open_calls_of(tail: Sequence[_Meta]) -> dict[str, str]:
+    """The newest tool group's calls without results (call id -> tool name), from a context's
+    messages in order (the rule of `Store._open_calls_at_tail`)."""
+    answered: set[str] = set()
+    for m in reversed(tail):
+        if m.role == "tool":
+            answered.update(m.result_ids)
+            continue
+        names = list(m.tool_names)
+        return {
+            call: names[k] if k < len(names) else ""
+            for k, call in enumerate(m.call_ids)
+            if call not in answered
+        }
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """The child's working context: its message ids in order, their tokens, its open calls."""
+
+    ids: list[int]
+    tokens: int
+    open_calls: dict[str, str]
+
+
+def _copy(conn: Connection, parent: Any, child_id: str, cut: _Cut) -> SessionInfo:
+    """Write the child: its session row, the copies, its working set and its fork event."""
+    sid = parent.session_id
+    cut_ids, tokens = cut.ids, cut.tokens
+    closure = conn.exec_driver_sql(_CLOSURE, {"sid": sid, "ids": cut_ids}).scalar_one()
+    fork_event = parent.next_event_id
+    created = conn.execute(
+        sa.dialects.postgresql.insert(sessions)
+        .values(
+            session_id=child_id,
+            tenant=parent.tenant,
+            # The versions go on from the parent's, so that the child's events (the inherited
+            # ones first) record versions in commit order, as every session's do.
+            version=parent.version + 1,
+            message_count=len(cut_ids),
+            token_count=tokens,
+            model=parent.model,
+            encoding=parent.encoding,
+            config=parent.config,
+            plan=parent.plan,
+            open_calls=cut.open_calls,
+            next_message_id=parent.next_message_id,
+            next_position=len(cut_ids) + 1,
+            next_event_id=fork_event + 1,
+            forked_from=sid,
+            forked_from_incarnation=parent.incarnation,
+            forked_at_message=cut_ids[-1] if cut_ids else None,
+        )
+        .on_conflict_do_nothing(index_elements=["session_id"])
+        .returning(sessions)
+    ).one_or_none()
+    if created is None:
+        raise _taken(child_id)
+    params = {"sid": sid, "child": child_id, "ids": closure}
+    # The events that made the copied messages (and the erasures that rewrote them): their
+    # offloads and lineage point at them.
+    conn.exec_driver_sql(
+        f"""
+        INSERT INTO compression_events (session_id, {_cols(EVENT_COLUMNS)})
+        SELECT %(child)s, {_cols(EVENT_COLUMNS[:-1], "e")}, true
+        FROM compression_events e
+        WHERE e.session_id = %(sid)s AND e.id IN (
+            SELECT x.event_id FROM unnest(%(ids)s::bigint[]) AS u(id)
+            JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+            CROSS JOIN LATERAL (VALUES (m.event_id), (m.erased_by)) AS x(event_id)
+            WHERE x.event_id IS NOT NULL
+        )
+        """,
+        params,
+    )
+    conn.exec_driver_sql(
+        f"""
+        INSERT INTO messages (session_id, {_cols(MESSAGE_COLUMNS)})
+        SELECT %(child)s, {_cols(MESSAGE_COLUMNS, "m")}
+        FROM unnest(%(ids)s::bigint[]) AS u(id)
+        JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+        """,
+        params,
+    )
+    conn.exec_driver_sql(
+        f"""
+        INSERT INTO offloads (session_id, {_cols(OFFLOAD_COLUMNS)})
+        SELECT %(child)s, {_cols(OFFLOAD_COLUMNS, "o")}
+        FROM offloads o
+        WHERE o.session_id = %(sid)s
+          AND o.event_id IN (SELECT id FROM compression_events WHERE session_id = %(child)s)
+        """,
+        params,
+    )
+    conn.exec_driver_sql(
+        f"""
+        INSERT INTO lineage (session_id, {_cols(LINEAGE_COLUMNS)})
+        SELECT %(child)s, {_cols(LINEAGE_COLUMNS, "l")}
+        FROM unnest(%(ids)s::bigint[]) AS u(id)
+        JOIN lineage l ON l.session_id = %(sid)s AND l.summary_id = u.id
+        """,
+        params,
+    )
+    conn.exec_driver_sql(
+        "INSERT INTO working_set (session_id, position, message_id) "
+        "SELECT %(child)s, u.ord, u.id "
+        "FROM unnest(%(cut)s::bigint[]) WITH ORDINALITY AS u(id, ord)",
+        {"child": child_id, "cut": cut_ids},
+    )
+    conn.execute(
+        sa.insert(compression_events).values(
+            session_id=child_id,
+            id=fork_event,
+            strategy=0,
+            status="applied",
+            reason="fork",
+            # The context the child starts with, before and after: a fork saves nothing and
+            # costs nothing (the savings views add `tokens_before - tokens_after`).
+            messages_before=len(cut_ids),
+            messages_after=len(cut_ids),
+            tokens_before=tokens,
+            tokens_after=tokens,
+            replaced_ids=[],
+            session_version=parent.version + 1,
+            config=parent.config,
+        )
+    )
+    return session_info(created)
+
+
+# ---------------------------------------------------------------------------------------------
+# Erasure
+# ---------------------------------------------------------------------------------------------
+
+#: Every message derived from the given ones by lineage (their summaries, and theirs, ...).
+_DERIVED = """
+WITH RECURSIVE up(id) AS (
+    SELECT l.summary_id FROM unnest(%(ids)s::bigint[]) AS u(id)
+    JOIN lineage l ON l.session_id = %(sid)s AND l.replaced_id = u.id
+  UNION
+    SELECT l.summary_id FROM up JOIN lineage l ON l.session_id = %(sid)s AND l.replaced_id = up.id
+)
+SELECT m.id, e.strategy, e.offload_uuid,
+       coalesce((SELECT array_agg(l.replaced_id ORDER BY l.ordinal) FROM lineage l
+                 WHERE l.session_id = %(sid)s AND l.summary_id = m.id), '{}')
+FROM up JOIN messages m ON m.session_id = %(sid)s AND m.id = up.id
+LEFT JOIN compression_events e ON e.session_id = %(sid)s AND e.id = m.event_id
+"""
+_REWRITE = """
+UPDATE messages m
+SET name = u.name, content = u.content::jsonb, metadata = u.metadata::jsonb, tokens = u.tokens,
+    chars = u.chars, call_ids = u.call_ids::text[], result_ids = u.result_ids::text[],
+    tool_names = u.tool_names::text[], erased_by = %(event)s
+FROM unnest(%(id)s::bigint[], %(name)s::text[], %(content)s::text[], %(metadata)s::text[],
+            %(tokens)s::int[], %(chars)s::int[], %(call_ids)s::text[], %(result_ids)s::text[],
+            %(tool_names)s::text[])
+     AS u(id, name, content, metadata, tokens, chars, call_ids, result_ids, tool_names)
+WHERE m.session_id = %(sid)s AND m.id = u.id
+"""
+
+#: The sessions forked from a session incarnation, and from them, ... (an audit walk over the
+#: sessions table: forks are found by their parent, which no index leads with).
+_FORKS_OF = """
+WITH RECURSIVE f(session_id, incarnation) AS (
+    SELECT s.session_id, s.incarnation FROM sessions s
+    WHERE s.forked_from = %(sid)s AND s.forked_from_incarnation = %(inc)s
+      AND s.tenant IS NOT DISTINCT FROM %(tenant)s
+  UNION
+    SELECT s.session_id, s.incarnation FROM f
+    JOIN sessions s ON s.forked_from = f.session_id AND s.forked_from_incarnation = f.incarnation
+)
+SELECT session_id FROM f ORDER BY session_id
+"""
+
+#: Given the erased originals, the derived messages and every message they read, the new
+#: version of each (`autoctx._erasure.rewrite_erased` with the memory's config and counter).
+Rewrite = Callable[[Mapping[int, Msg], Sequence[Derived], Mapping[int, Msg]], dict[int, Prepared]]
+
+
+@dataclass(frozen=True, slots=True)
+class AutoContextErasure:
+    """What one erasure did."""
+
+    event: Event
+    #: The originals tombstoned, in id order.
+    erased_ids: tuple[int, ...]
+    #: The messages derived from them that were rewritten (or tombstoned), in id order.
+    rewritten_ids: tuple[int, ...]
+    #: Of all these, the ones in the working context.
+    working_ids: tuple[int, ...] = field(default=())
+    #: The sessions forked from this one (and from them, ...): each owns its copies, which this
+    #: erasure did not touch; erase the same ids there too.
+    forks: tuple[str, ...] = field(default=())
+
+
+def erase(
+    store: Store,
+    session_id: str,
+    ids: Sequence[int],
+    *,
+    note: str,
+    rewrite: Rewrite,
+    config: Mapping[str, Any],
+) -> AutoContextErasure:
+    """Erase the originals `ids` and rewrite what derives from them, in one transaction."""
+    try:
+        return _erase(store, session_id, ids, note=note, rewrite=rewrite, config=config)
+    except sa.exc.ProgrammingError as exc:
+        if getattr(exc.orig, "sqlstate", None) != "42501":
+            raise
+        raise ErasureNotPermitted(
+            f"this database role may not rewrite the messages of session {session_id!r}: a "
+            "role granted a tenant only appends (its history is its own to read, not to "
+            "rewrite); run the erasure as the owner of autoctx's tables, for example "
+            "`autoctx erase ... --database-url <the owner's URL>`. Nothing was erased"
+        ) from None
+
+
+def _erase(
+    store: Store,
+    session_id: str,
+    ids: Sequence[int],
+    *,
+    note: str,
+    rewrite: Rewrite,
+    config: Mapping[str, Any],
+) -> AutoContextErasure:
+    with store._begin() as conn:
+        row = store._lock(conn, session_id)
+        params: dict[str, Any] = {"sid": session_id, "ids": list(ids)}
+        kinds: dict[int, str] = dict(
+            conn.exec_driver_sql(
+                "SELECT m.id, m.kind FROM unnest(%(ids)s::bigint[]) AS u(id) "
+                "JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id",
+                params,
+            ).all()
+        )
+        _check_erasable(session_id, ids, kinds)
+        derived_rows = conn.exec_driver_sql(_DERIVED, params).all()
+        read = set(ids) | {r[0] for r in derived_rows} | {c for r in derived_rows for c in r[3]}
+        stored = messages_by_id(conn, session_id, row.incarnation, sorted(read))
+        derived = [Derived(stored[r[0]], r[1], r[2], tuple(r[3])) for r in derived_rows]
+        new = rewrite({i: stored[i] for i in ids}, derived, stored)
+        changed = sorted(new)
+        working = {
+            r[0]
+            for r in conn.exec_driver_sql(
+                "SELECT w.message_id FROM unnest(%(ids)s::bigint[]) AS u(id) "
+                "JOIN working_set w ON w.session_id = %(sid)s AND w.message_id = u.id",
+                {"sid": session_id, "ids": changed},
+            )
+        }
+        delta = sum(new[i].tokens - (stored[i].tokens or 0) for i in working)
+        event_id, version = row.next_event_id, row.version + 1
+        tokens_after = row.token_count + delta
+        conn.exec_driver_sql(
+            _REWRITE,
+            {"sid": session_id, "event": event_id, "id": changed, **_rewrite_columns(new, changed)},
+        )
+        created = conn.execute(
+            sa.insert(compression_events)
+            .values(
+                session_id=session_id,
+                id=event_id,
+                strategy=0,
+                status="applied",
+                reason="erase",
+                messages_before=row.message_count,
+                messages_after=row.message_count,
+                tokens_before=row.token_count,
+                tokens_after=tokens_after,
+                replaced_ids=sorted(ids),
+                session_version=version,
+                config=dict(config),
+                note=note,
+            )
+            .returning(compression_events)
+        ).one()
+        conn.execute(
+            sa.update(sessions)
+            .where(store._this(session_id))
+            .values(
+                token_count=tokens_after,
+                version=version,
+                next_event_id=event_id + 1,
+                updated_at=sa.func.now(),
+            )
+        )
+    # What this store cached of the session predates the rewrite (tokens and chars changed);
+    # the open calls did not (tombstones keep every id).
+    store._snapshots.pop(session_id, None)
+    store._appended.pop(session_id, None)
+    store._tails[session_id] = (version, dict(row.open_calls))
+    # After the commit, in a read of its own: the erasure's transaction stays on its session's
+    # rows (one shard, docs/scaling.md), and finding forks is a walk over every session.
+    with store._single() as conn:
+        forks = tuple(
+            r[0]
+            for r in conn.exec_driver_sql(
+                _FORKS_OF, {"sid": session_id, "inc": row.incarnation, "tenant": row.tenant}
+            )
+        )
+    return AutoContextErasure(
+        event_from_row(created),
+        tuple(sorted(ids)),
+        tuple(i for i in changed if i not in set(ids)),
+        tuple(sorted(working)),
+        forks,
+    )
+
+
+def _check_erasable(session_id: str, ids: Sequence[int], kinds: Mapping[int, str]) -> None:
+    missing = sorted(set(ids) - set(kinds))
+    if missing:
+        raise MessageNotFound(
+            f"session {session_id!r} has no message with id {_list(missing)}; nothing was "
+            "erased (the ids are the ones `mem.messages()` and `autoctx show` list, or the "
+            "originals behind them)"
+        )
+    made = sorted(i for i in ids if kinds[i] != "original")
+    if made:
+        raise InvalidErasure(
+            f"message {_list(made)} of session {session_id!r} is a {kinds[made[0]]}, not an "
+            "original; erase the originals it stands for (`autoctx lineage`): every summary "
+            "and preview derived from them is rewritten. Nothing was erased"
+        )
+
+
+def _list(ids: Sequence[int]) -> str:
+    shown = ", ".join(str(i) for i in ids[:10])
+    return shown + (f" (and {len(ids) - 10} more)" if len(ids) > 10 else "")
+
+
+def _rewrite_columns(new: Mapping[int, Prepared], ids: Sequence[int]) -> dict[str, list[Any]]:
+    rows = [message_row("", i, new[i], None) for i in ids]
+    out: dict[str, list[Any]] = {
+        "name": [r["name"] for r in rows],
+        "content": [json_text(r["content"]) for r in rows],
+        "metadata": [json_text(r["metadata"]) for r in rows],
+        "tokens": [r["tokens"] for r in rows],
+        "chars": [r["chars"] for r in rows],
+    }
+    for key in ("call_ids", "result_ids", "tool_names"):
+        out[key] = [array_literal(r[key]) for r in rows]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Retention
+# ---------------------------------------------------------------------------------------------
+
+
+def purge(
+    store: Store, before: datetime, *, tenant: str | None, dry_run: bool
+) -> list[SessionInfo]:
+    """The sessions last updated before `before` (of `tenant` only, when given), deleted with
+    everything of them unless `dry_run`; oldest first. One statement: a session written to
+    while it runs is judged on its new `updated_at`, and kept."""
+    cond = sessions.c.updated_at < before
+    if tenant is not None:
+        cond = sa.and_(cond, sessions.c.tenant == tenant)
+    stmt: Any = (
+        sa.select(sessions) if dry_run else sa.delete(sessions).returning(*sessions.c)
+    ).where(cond)
+    with store._begin() as conn:
+        found = [session_info(r) for r in conn.execute(stmt)]
+    return sorted(found, key=lambda s: (s.updated_at, s.session_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# Export and import
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRows:
+    """Every row of one session, as column dicts (the session_id column left out of all but
+    the session row)."""
+
+    session: dict[str, Any]
+    messages: list[dict[str, Any]]
+    working_set: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    offloads: list[dict[str, Any]]
+    lineage: list[dict[str, Any]]
+
+
+_READS = {
+    "messages": (MESSAGE_COLUMNS, "id"),
+    "working_set": (WORKING_COLUMNS, "position"),
+    "compression_events": (EVENT_COLUMNS, "id"),
+    "offloads": (OFFLOAD_COLUMNS, "event_id, uuid"),
+    "lineage": (LINEAGE_COLUMNS, "summary_id, ordinal"),
+}
+
+
+def read_rows(store: Store, session_id: str, tenant: str | None = None) -> SessionRows | None:
+    """Every row of the session in one consistent view; None for an unknown session (or
+    another tenant's, with `tenant`)."""
+    repeatable = store.engine.execution_options(isolation_level="REPEATABLE READ")
+    with repeatable.begin() as conn:
+        store._scope(conn)
+        cond = sessions.c.session_id == session_id
+        if tenant is not None:
+            cond = sa.and_(cond, sessions.c.tenant == tenant)
+        row = conn.execute(
+            sa.select(*(sessions.c[n] for n in SESSION_COLUMNS)).where(cond)
+        ).one_or_none()
+        if row is None:
+            return None
+        tables: dict[str, list[dict[str, Any]]] = {}
+        for table, (columns, order) in _READS.items():
+            result = conn.exec_driver_sql(
+                f"SELECT {_cols(columns)} FROM {table} WHERE session_id = %(sid)s ORDER BY {order}",
+                {"sid": session_id},
+            )
+            tables[table] = [dict(r._mapping) for r in result]
+    return SessionRows(
+        dict(row._mapping),
+        tables["messages"],
+        tables["working_set"],
+        tables["compression_events"],
+        tables["offloads"],
+        tables["lineage"],
+    )
+
+
+def write_rows(store: Store, rows: SessionRows) -> SessionInfo:
+    """Create a session from `rows` in one transaction; `SessionExists` when its id is taken
+    (nothing is overwritten), `InvalidExport` when the rows do not fit together."""
+    sid = rows.session["session_id"]
+    insert = sa.dialects.postgresql.insert
+    try:
+        with store._begin() as conn:
+            created = conn.execute(
+                insert(sessions)
+                .values(rows.session)
+                .on_conflict_do_nothing(index_elements=["session_id"])
+                .returning(sessions)
+            ).one_or_none()
+            if created is None:
+                raise SessionExists(
+                    f"session {sid!r} already exists in this database (or its id is taken by "
+                    "a session this tenant cannot see); import refuses to overwrite it: delete "
+                    "it first, or import into another database"
+                )
+            # Parents before children, for the foreign keys.
+            for table, values in (
+                (compression_events, rows.events),
+                (messages, rows.messages),
+                (offloads, rows.offloads),
+                (lineage, rows.lineage),
+                (working_set, rows.working_set),
+            ):
+                if values:
+                    conn.execute(sa.insert(table), [{"session_id": sid, **v} for v in values])
+    except sa.exc.IntegrityError as exc:
+        constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
+        if getattr(exc.orig, "sqlstate", None) == "23505" and constraint == "sessions_pkey":
+            raise SessionExists(
+                f"session {sid!r} was created meanwhile; nothing imported"
+            ) from None
+        raise InvalidExport(
+            f"the export of session {sid!r} does not fit together (constraint "
+            f"{constraint or 'unknown'} refused a row); nothing was imported"
+        ) from None
+    return store._bind(session_info(created))
