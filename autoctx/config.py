@@ -30,6 +30,10 @@ _TOKEN_RATIO: Final = 0.75
 _TARGET_RATIO: Final = 0.6
 _PREVIEW_CHARS: Final = 200
 _RELOAD_PAGE_CHARS: Final = 4000
+#: The summariser sees a tenth of the large threshold of each tool output (512 characters at
+#: the default): its first lines and last lines, where a result says what it is and how it
+#: ended (OpenHands' condenser sends 500 characters of each observation for the same reason).
+_CLIP_PER_LARGE: Final = 10
 #: The fold keeps recent rounds up to this share of the token target, and summarises the rest
 #: within this share of it.
 _FOLD_KEEP_SHARE: Final = 0.25
@@ -73,6 +77,7 @@ DERIVED_FIELDS: Final = (
     "min_compress_tokens",
     "fold_keep_tokens",
     "fold_budget_tokens",
+    "transcript_clip_chars",
 )
 
 
@@ -114,6 +119,11 @@ class AutoContextConfig:
     fold_keep_tokens: int = _UNSET
     #: The fold's summary must fit in this many tokens (default a tenth of the token target).
     fold_budget_tokens: int = _UNSET
+    #: A tool output (or tool-call arguments) longer than this goes to the summariser as its
+    #: head and tail, the cut marked in the request (default a tenth of
+    #: `large_payload_chars`): the original stays whole in the summary's offload, reachable by
+    #: its tag, so the summary needs only what it should say, not the bulk.
+    transcript_clip_chars: int = _UNSET
     #: Picks the token encoding; fixed when a session is created.
     model: str = "gpt-4o"
     #: Passes of the ladder per `compress_if_needed()` call (each applies one strategy).
@@ -221,6 +231,10 @@ class AutoContextConfig:
                 )
         else:
             self._set("reload_page_chars", _Derived(min(_RELOAD_PAGE_CHARS, large)))
+        if _given(self.transcript_clip_chars):
+            _check_int("transcript_clip_chars", self.transcript_clip_chars, minimum=1)
+        else:
+            self._set("transcript_clip_chars", _Derived(max(1, large // _CLIP_PER_LARGE)))
 
     def _derive_window_sizes(self) -> None:
         if _given(self.min_compress_tokens):

@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .config import LLM_STRATEGIES
+from .config import LLM_STRATEGIES, AutoContextConfig
 from .errors import ConfigError
 from .messages import Msg
 from .summarizers import SummaryRequest
 from .transcript import (
     OFFLOAD_TAG_RE,
+    Clip,
     offload_tag,
     original_chars,
     plan_hint,
@@ -31,6 +32,7 @@ __all__ = [
     "OFFLOAD_TAG_RE",
     "RELOAD_SNIPPET",
     "build_request",
+    "clip_for",
     "offload_tag",
     "prompt_for",
 ]
@@ -40,7 +42,9 @@ _FORM = (
     "Write plain text only: short lines or simple '-' bullets, no tables, no headings, no "
     "HTML, no comments, no markup of any kind. Copy names, paths, identifiers, numbers and "
     "error messages exactly as they appear; never invent, round or guess a value. If the "
-    "transcript mentions offloaded context by its id, you may keep that reference as written."
+    "transcript mentions offloaded context by its id, you may keep that reference as written. "
+    "Long outputs appear only by their beginning and end, the cut marked [TRUNCATED: ...]; the "
+    "agent can reload them whole, so never guess what was left out."
 )
 
 _S1_TOOL_RUNS: Final = f"""\
@@ -151,6 +155,26 @@ def prompt_for(strategy: int, overrides: Mapping[int, str] | None = None) -> str
     return DEFAULT_PROMPTS[strategy]
 
 
+#: S5's subject is one large message: it sees up to this many times `large_payload_chars` of
+#: it (head and tail), which bounds what a pasted megabyte costs without starving the summary.
+_S5_CLIP_PER_LARGE: Final = 4
+
+
+def clip_for(strategy: int, config: AutoContextConfig) -> Clip:
+    """How much of each entry the summariser sees for `strategy` (see `Clip`).
+
+    Every range sent to the summariser is offloaded whole, so a summary need not carry the
+    bulk of a tool output: S1, S4, S6 and the fold see `transcript_clip_chars` of each tool
+    output and tool-call arguments, and `large_payload_chars` of any other text (rarely cut:
+    S2 and S3 preview large messages of the history first). S5, whose subject is one large
+    message, sees up to four times `large_payload_chars` of it.
+    """
+    if strategy == 5:
+        whole = _S5_CLIP_PER_LARGE * config.large_payload_chars
+        return Clip(tool_chars=whole, text_chars=whole)
+    return Clip(tool_chars=config.transcript_clip_chars, text_chars=config.large_payload_chars)
+
+
 def build_request(
     strategy: int,
     messages: Sequence[Msg],
@@ -160,13 +184,15 @@ def build_request(
     token_budget: int | None = None,
     plan: Mapping[str, Any] | None = None,
     deadline: float | None = None,
+    clip: Clip | None = None,
 ) -> SummaryRequest:
     """The summariser request for `messages` under `strategy`.
 
-    Fills the plain-text transcript, the original size (characters of text, tool-input JSON and
-    outputs), the character budget, the plan hint and the deadline (a `time.monotonic()`
-    instant). Raises `ConfigError` for a strategy with
-    no prompt and `autoctx.errors.InvalidPlan` for a malformed plan.
+    Fills the plain-text transcript (its long entries cut as `clip` says, see `clip_for`),
+    the original size (characters of text, tool-input JSON and outputs, before any cut), the
+    character budget, the plan hint and the deadline (a `time.monotonic()` instant). Raises
+    `ConfigError` for a strategy with no prompt and `autoctx.errors.InvalidPlan` for a
+    malformed plan.
     """
     if char_budget is not None and char_budget <= 0:
         raise ValueError(f"char_budget must be positive, got {char_budget}")
@@ -175,7 +201,7 @@ def build_request(
     return SummaryRequest(
         strategy=strategy,
         prompt=prompt_for(strategy, prompts),
-        transcript=render_transcript(messages),
+        transcript=render_transcript(messages, clip=clip),
         input_chars=original_chars(messages),
         char_budget=char_budget,
         plan_hint=plan_hint(plan),

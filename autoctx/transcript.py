@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 from .errors import InvalidPlan
@@ -22,7 +23,9 @@ __all__ = [
     "OFFLOAD_MARKER",
     "OFFLOAD_TAG_RE",
     "PLAN_STATES",
+    "Clip",
     "StepState",
+    "clip_middle",
     "neutralise_tags",
     "offload_tag",
     "original_chars",
@@ -66,6 +69,48 @@ def neutralise_tags(text: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Clip:
+    """How much of each entry a summariser's transcript carries (None: all of it).
+
+    The messages a summary replaces are kept whole in its offload, and the agent reloads them
+    by the summary's tag, so the summariser needs only what the summary should say: of a long
+    tool output (or long tool-call arguments, a file being written) its head and tail, of
+    any other long text its head and tail too, past a looser limit. Each cut is marked where
+    it is, with what was left out, so that the summariser knows it reads a part.
+    """
+
+    #: Tool outputs and tool-call arguments longer than this are cut in the middle.
+    tool_chars: int | None = None
+    #: Any other text (a message's own text) longer than this is cut in the middle.
+    text_chars: int | None = None
+
+
+#: Of the characters a cut entry keeps, the share that comes from its head (the rest is its
+#: tail): a result's first lines say what it is, its last lines how it ended.
+_HEAD_SHARE: Final = 0.7
+
+
+def clip_middle(text: str, limit: int | None) -> str:
+    """`text` whole when it holds at most `limit` characters; else its head and tail around a
+    line that says how many characters were left out (``[TRUNCATED: ...]``, the marker the
+    prompts know)."""
+    if limit is None or len(text) <= limit:
+        return text
+    head_chars = max(1, int(limit * _HEAD_SHARE))
+    tail_chars = max(0, limit - head_chars)
+    head = text[:head_chars]
+    tail = text[len(text) - tail_chars :] if tail_chars else ""
+    left_out = len(text) - len(head) - len(tail)
+    note = (
+        f"[TRUNCATED: {left_out} characters left out here; the whole text is kept with the "
+        "originals and can be reloaded]"
+    )
+    if left_out <= 2 * len(note):
+        return text  # a cut this small would save less than it costs to say
+    return f"{head}\n{note}\n{tail}" if tail else f"{head}\n{note}"
+
+
 def _speaker(msg: Msg) -> str:
     speaker: str = msg.role
     if msg.name:
@@ -90,14 +135,18 @@ def _entry(header: str, body: str) -> str:
     return f"[{header}] {body}" if body else f"[{header}]"
 
 
-def _render_message(msg: Msg) -> list[str]:
+def _render_message(msg: Msg, clip: Clip, keep_tags: bool) -> list[str]:
     speaker = _speaker(msg)
     entries: list[str] = []
     pending_text: list[str] = []
 
+    def cut(text: str, limit: int | None) -> str:
+        # Tags first, so that a cut never leaves half a tag behind.
+        return clip_middle(text if keep_tags else neutralise_tags(text), limit)
+
     def flush_text() -> None:
         if pending_text:
-            entries.append(_entry(speaker, "".join(pending_text)))
+            entries.append(_entry(speaker, cut("".join(pending_text), clip.text_chars)))
             pending_text.clear()
 
     for block in msg.content:
@@ -108,7 +157,12 @@ def _render_message(msg: Msg) -> list[str]:
         elif isinstance(block, ToolUseBlock):
             flush_text()
             arguments = block.arguments if block.arguments.strip() else "(no arguments)"
-            entries.append(_entry(f"{speaker} -> tool call {block.name} id={block.id}", arguments))
+            entries.append(
+                _entry(
+                    f"{speaker} -> tool call {block.name} id={block.id}",
+                    cut(arguments, clip.tool_chars),
+                )
+            )
         elif isinstance(block, ToolResultBlock):
             flush_text()
             name = block.name or "unknown tool"
@@ -116,7 +170,7 @@ def _render_message(msg: Msg) -> list[str]:
             entries.append(
                 _entry(
                     f"tool result {name} id={block.tool_use_id}",
-                    output if output.strip() else "(empty output)",
+                    cut(output, clip.tool_chars) if output.strip() else "(empty output)",
                 )
             )
     flush_text()
@@ -125,7 +179,9 @@ def _render_message(msg: Msg) -> list[str]:
     return entries
 
 
-def render_transcript(messages: Sequence[Msg], *, keep_tags: bool = False) -> str:
+def render_transcript(
+    messages: Sequence[Msg], *, keep_tags: bool = False, clip: Clip | None = None
+) -> str:
     """The messages as one plain-text transcript, one entry per text run, call or result.
 
     ``[user] ...``, ``[assistant] ...``, ``[assistant -> tool call read_file id=call_1] {...}``
@@ -136,8 +192,12 @@ def render_transcript(messages: Sequence[Msg], *, keep_tags: bool = False) -> st
     Offload tags are neutralised (see `neutralise_tags`) unless ``keep_tags=True``: a
     summariser must not see them, but an agent reading reloaded messages needs the tags of
     nested summaries to reload one level deeper.
+
+    With `clip`, long entries are cut in the middle (see `Clip`); a summariser's request
+    is clipped, a reloaded page never.
     """
-    text = "\n\n".join("\n".join(_render_message(m)) for m in messages)
+    how = clip if clip is not None else Clip()
+    text = "\n\n".join("\n".join(_render_message(m, how, keep_tags)) for m in messages)
     return text if keep_tags else neutralise_tags(text)
 
 

@@ -316,6 +316,8 @@ def test_config_refuses_invalid_values_naming_the_field() -> None:
         AutoContextConfig(max_tokens=10_000, fold_keep_tokens=6_000)
     with pytest.raises(ConfigError, match="fold_budget_tokens"):
         AutoContextConfig(fold_budget_tokens=0)
+    with pytest.raises(ConfigError, match="transcript_clip_chars"):
+        AutoContextConfig(transcript_clip_chars=0)
     assert json.loads(json.dumps(AutoContextConfig().to_json()))["msg_threshold"] == 100
 
 
@@ -357,6 +359,8 @@ def test_config_defaults_adapt_to_what_the_caller_set() -> None:
     """A default never makes a config error about a field the caller did not set."""
     assert AutoContextConfig(large_payload_chars=2000).reload_page_chars == 2000
     assert AutoContextConfig(large_payload_chars=150).preview_chars == 75
+    assert AutoContextConfig(large_payload_chars=2000).transcript_clip_chars == 200
+    assert AutoContextConfig(transcript_clip_chars=7).transcript_clip_chars == 7
     assert AutoContextConfig(target_ratio=0.9).token_ratio == 0.95
     assert AutoContextConfig(token_ratio=0.5).target_ratio == 0.4
     keep = AutoContextConfig(max_tokens=10_000, fold_keep_tokens=5_500)
