@@ -26,6 +26,13 @@ LLM_STRATEGIES = (1, 4, 5, 6, 7)
 #: The window the fixed defaults of SPEC.md section 3 are stated for.
 REFERENCE_WINDOW: Final = 131072
 _MIN_COMPRESS_TOKENS_AT_REFERENCE: Final = 5000
+#: The protected tail of SPEC.md section 3 is 50 messages at the reference window (about
+#: 17,000 tokens of typical agent steps, a fifth of the token target). It is a size relative
+#: to the window (SPEC.md section 2): 50 messages would fill a 32,000-token window's target
+#: by themselves, leaving S1 to S3 nothing that reaches it, and sending every long task to S6,
+#: which then summarises the protected tail anyway. A tail keeps a few steps at any window.
+_LAST_KEEP_AT_REFERENCE: Final = 50
+_LAST_KEEP_MIN: Final = 8
 _TOKEN_RATIO: Final = 0.75
 _TARGET_RATIO: Final = 0.6
 _PREVIEW_CHARS: Final = 200
@@ -70,6 +77,7 @@ _UNSET_RATIO: Final = _DerivedRatio(0.0)
 
 #: The fields whose defaults are derived, in the order they are derived.
 DERIVED_FIELDS: Final = (
+    "last_keep",
     "token_ratio",
     "target_ratio",
     "preview_chars",
@@ -108,7 +116,10 @@ class AutoContextConfig:
     large_payload_chars: int = 5120
     #: Characters kept in a preview (default 200, at most half of `large_payload_chars`).
     preview_chars: int = _UNSET
-    last_keep: int = 50
+    #: The protected tail, in messages (default 50 at a 131,072-token window, in proportion
+    #: otherwise, at least 8): about a fifth of the token target of typical agent steps, so
+    #: that at a small window the tail does not fill the target by itself.
+    last_keep: int = _UNSET
     min_tool_run: int = 6
     #: The floor under which S1, S4 and the fold leave a range alone (default 5000 at a
     #: 131,072-token window, in proportion otherwise).
@@ -159,7 +170,7 @@ class AutoContextConfig:
         )
         for name in positive_ints:
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("last_keep", "min_tool_run", "max_llm_calls"):
+        for name in ("min_tool_run", "max_llm_calls"):
             _check_int(name, getattr(self, name), minimum=0)
         _check_ratio("current_round_ratio", self.current_round_ratio)
         for name in ("summarizer_deadline_s", "compress_deadline_s"):
@@ -237,6 +248,11 @@ class AutoContextConfig:
             self._set("transcript_clip_chars", _Derived(max(1, large // _CLIP_PER_LARGE)))
 
     def _derive_window_sizes(self) -> None:
+        if _given(self.last_keep):
+            _check_int("last_keep", self.last_keep, minimum=0)
+        else:
+            keep = _LAST_KEEP_AT_REFERENCE * self.max_tokens / REFERENCE_WINDOW
+            self._set("last_keep", _Derived(max(_LAST_KEEP_MIN, round(keep))))
         if _given(self.min_compress_tokens):
             _check_int("min_compress_tokens", self.min_compress_tokens, minimum=0)
         else:

@@ -17,7 +17,7 @@ from typing import Any, Final
 from .config import LLM_STRATEGIES, AutoContextConfig
 from .errors import ConfigError
 from .messages import Msg
-from .summarizers import SummaryRequest
+from .summarizers import CHARS_PER_BUDGET_TOKEN, SummaryRequest
 from .transcript import (
     OFFLOAD_TAG_RE,
     Clip,
@@ -160,19 +160,35 @@ def prompt_for(strategy: int, overrides: Mapping[int, str] | None = None) -> str
 _S5_CLIP_PER_LARGE: Final = 4
 
 
+#: The fold reads at most this many times what it may write (its token budget, at the
+#: characters per token the request states it in): its summary keeps about a tenth of the
+#: token target whatever the history held, so the rest of a longer transcript is paid for
+#: and dropped; the cut falls on the longest entries, and everything stays reloadable.
+_FOLD_READS_PER_BUDGET: Final = 4
+
+
 def clip_for(strategy: int, config: AutoContextConfig) -> Clip:
     """How much of each entry the summariser sees for `strategy` (see `Clip`).
 
     Every range sent to the summariser is offloaded whole, so a summary need not carry the
     bulk of a tool output: S1, S4, S6 and the fold see `transcript_clip_chars` of each tool
     output and tool-call arguments, and `large_payload_chars` of any other text (rarely cut:
-    S2 and S3 preview large messages of the history first). S5, whose subject is one large
-    message, sees up to four times `large_payload_chars` of it.
+    S2 and S3 preview large messages of the history first). The fold's whole transcript is
+    held to four times its budget (the longest entries of original messages cut first, to one
+    common length; earlier summaries stay whole). S5, whose subject is one large message,
+    sees up to four times `large_payload_chars` of it.
     """
     if strategy == 5:
         whole = _S5_CLIP_PER_LARGE * config.large_payload_chars
         return Clip(tool_chars=whole, text_chars=whole)
-    return Clip(tool_chars=config.transcript_clip_chars, text_chars=config.large_payload_chars)
+    total = None
+    if strategy == 7:
+        total = _FOLD_READS_PER_BUDGET * config.fold_budget_tokens * CHARS_PER_BUDGET_TOKEN
+    return Clip(
+        tool_chars=config.transcript_clip_chars,
+        text_chars=config.large_payload_chars,
+        total_chars=total,
+    )
 
 
 def build_request(

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 
 __all__ = [
+    "CHARS_PER_BUDGET_TOKEN",
     "DEFAULT_DEADLINE_S",
     "DEFAULT_SUMMARY_MODEL",
     "OFFLINE_MAX_CHARS",
@@ -90,7 +91,7 @@ class SummaryRequest:
         if self.token_budget is not None:
             parts.append(
                 f"Length budget: your answer must be at most {self.token_budget} tokens (about "
-                f"{self.token_budget * _CHARS_PER_BUDGET_TOKEN} characters); the transcript is "
+                f"{self.token_budget * CHARS_PER_BUDGET_TOKEN} characters); the transcript is "
                 f"{self.input_chars} characters. Keep what matters most within it."
             )
         if self.plan_hint:
@@ -101,7 +102,7 @@ class SummaryRequest:
 #: Characters per token a token budget is converted at, where characters are what is measured
 #: (the request's wording, the offline summariser): a cautious figure, since code, JSON and
 #: ids take fewer characters per token than prose.
-_CHARS_PER_BUDGET_TOKEN: Final = 3
+CHARS_PER_BUDGET_TOKEN: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,7 +390,7 @@ class OfflineSummarizer:
         if request.token_budget is not None:
             # A quarter of the input, as without a budget, but never over the budget.
             quarter = max(OFFLINE_MIN_CHARS, request.input_chars // 4)
-            return max(1, min(quarter, request.token_budget * _CHARS_PER_BUDGET_TOKEN))
+            return max(1, min(quarter, request.token_budget * CHARS_PER_BUDGET_TOKEN))
         return min(OFFLINE_MAX_CHARS, max(OFFLINE_MIN_CHARS, request.input_chars // 4))
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:

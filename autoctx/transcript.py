@@ -84,6 +84,9 @@ class Clip:
     tool_chars: int | None = None
     #: Any other text (a message's own text) longer than this is cut in the middle.
     text_chars: int | None = None
+    #: The whole transcript's length: past it, the longest entries of original messages are
+    #: cut to one common length, the shortest that fits (summaries and previews stay whole).
+    total_chars: int | None = None
 
 
 #: Of the characters a cut entry keeps, the share that comes from its head (the rest is its
@@ -135,9 +138,21 @@ def _entry(header: str, body: str) -> str:
     return f"[{header}] {body}" if body else f"[{header}]"
 
 
-def _render_message(msg: Msg, clip: Clip, keep_tags: bool) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One entry of the transcript: its header, its body and whether a total clip may cut it."""
+
+    header: str
+    body: str
+    #: Parts of original messages: summaries and previews are dense already, and an earlier
+    #: summary of the history is what the next one carries forward.
+    cuttable: bool
+
+
+def _render_message(msg: Msg, clip: Clip, keep_tags: bool) -> list[_Part]:
     speaker = _speaker(msg)
-    entries: list[str] = []
+    cuttable = msg.kind == "original"
+    parts: list[_Part] = []
     pending_text: list[str] = []
 
     def cut(text: str, limit: int | None) -> str:
@@ -146,7 +161,8 @@ def _render_message(msg: Msg, clip: Clip, keep_tags: bool) -> list[str]:
 
     def flush_text() -> None:
         if pending_text:
-            entries.append(_entry(speaker, cut("".join(pending_text), clip.text_chars)))
+            body = cut("".join(pending_text), clip.text_chars)
+            parts.append(_Part(speaker, body, cuttable))
             pending_text.clear()
 
     for block in msg.content:
@@ -157,26 +173,54 @@ def _render_message(msg: Msg, clip: Clip, keep_tags: bool) -> list[str]:
         elif isinstance(block, ToolUseBlock):
             flush_text()
             arguments = block.arguments if block.arguments.strip() else "(no arguments)"
-            entries.append(
-                _entry(
+            parts.append(
+                _Part(
                     f"{speaker} -> tool call {block.name} id={block.id}",
                     cut(arguments, clip.tool_chars),
+                    cuttable,
                 )
             )
         elif isinstance(block, ToolResultBlock):
             flush_text()
             name = block.name or "unknown tool"
             output = block.output_text
-            entries.append(
-                _entry(
+            parts.append(
+                _Part(
                     f"tool result {name} id={block.tool_use_id}",
                     cut(output, clip.tool_chars) if output.strip() else "(empty output)",
+                    cuttable,
                 )
             )
     flush_text()
-    if not entries:
-        entries.append(_entry(speaker, "(no content)"))
-    return entries
+    if not parts:
+        parts.append(_Part(speaker, "(no content)", False))
+    return parts
+
+
+#: A total clip leaves every cut entry at least this many characters (its first lines).
+_MIN_LEVEL: Final = 200
+
+
+def _water_level(parts: Sequence[_Part], total_chars: int) -> int | None:
+    """The largest length L such that cutting every cuttable body to L characters brings the
+    transcript to `total_chars` (the long entries give way first and equally, the short ones
+    stay whole), at least `_MIN_LEVEL`; None when the transcript already fits."""
+    sizes = [len(p.header) + len(p.body) + 4 for p in parts]
+    if sum(sizes) <= total_chars:
+        return None
+    fixed = sum(size for size, p in zip(sizes, parts, strict=True) if not p.cuttable)
+    fixed += sum(len(p.header) + 4 for p in parts if p.cuttable)
+    room = total_chars - fixed
+    bodies = sorted(len(p.body) for p in parts if p.cuttable)
+    level = 0
+    for k, size in enumerate(bodies):
+        # Bodies [k:] all cut to the level: is there room for them at `size`?
+        if sum(bodies[:k]) + size * (len(bodies) - k) > room:
+            level = max(0, room - sum(bodies[:k])) // max(1, len(bodies) - k)
+            break
+    else:
+        return None
+    return max(_MIN_LEVEL, level)
 
 
 def render_transcript(
@@ -197,7 +241,16 @@ def render_transcript(
     is clipped, a reloaded page never.
     """
     how = clip if clip is not None else Clip()
-    text = "\n\n".join("\n".join(_render_message(m, how, keep_tags)) for m in messages)
+    rendered = [_render_message(m, how, keep_tags) for m in messages]
+    level = None
+    if how.total_chars is not None:
+        level = _water_level([p for parts in rendered for p in parts], how.total_chars)
+    text = "\n\n".join(
+        "\n".join(
+            _entry(p.header, clip_middle(p.body, level) if p.cuttable else p.body) for p in parts
+        )
+        for parts in rendered
+    )
     return text if keep_tags else neutralise_tags(text)
 
 

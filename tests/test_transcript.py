@@ -171,6 +171,25 @@ def test_transcript_clips_long_tool_outputs_and_arguments_only_when_asked() -> N
     assert "x" * 900 not in render_transcript(msgs, clip=Clip(text_chars=300))
 
 
+def test_a_total_clip_cuts_the_longest_originals_to_one_length_and_keeps_summaries() -> None:
+    earlier = Msg.assistant("Earlier history: " + "s" * 3_000, kind="history_summary")
+    msgs = [earlier, Msg.user("Short request.")]
+    for k in range(6):
+        msgs.append(Msg.assistant(f"Answer {k}: " + "a" * (1_000 * (k + 1))))
+    whole = render_transcript(msgs)
+    clipped = render_transcript(msgs, clip=Clip(total_chars=9_000))
+    assert len(clipped) <= 9_000 + 6 * 120 < len(whole)  # each cut adds its note
+    assert earlier.text in clipped and "Short request." in clipped  # summaries, short ones
+    answers = [line for line in clipped.split("\n\n") if line.startswith("[assistant] Answer")]
+    cut = [a for a in answers if "[TRUNCATED: " in a]
+    assert cut and not any("[TRUNCATED: " in a for a in answers[: len(answers) - len(cut)])
+    # The cut ones keep one common length (head and tail), the short ones stay whole.
+    lengths = {len(a.split("\n")[0]) + len(a.rsplit("\n", 1)[1]) for a in cut}
+    assert max(lengths) - min(lengths) <= 12, lengths
+    # A transcript that fits is not touched.
+    assert render_transcript(msgs, clip=Clip(total_chars=len(whole) + 100)) == whole
+
+
 def test_a_clip_never_cuts_an_offload_tag_in_half() -> None:
     tag = offload_tag(UUID)
     output = "a" * 300 + tag + "b" * 300
@@ -198,6 +217,9 @@ def test_requests_are_clipped_per_strategy_and_keep_the_original_size() -> None:
     assert 4 * config.large_payload_chars <= len(s5.transcript) < len(body)
     assert clip_for(5, config) == Clip(20_480, 20_480)
     assert clip_for(7, AutoContextConfig(transcript_clip_chars=2_000)).tool_chars == 2_000
+    # The fold reads at most four times what it may write.
+    assert clip_for(7, config).total_chars == 4 * 3 * config.fold_budget_tokens
+    assert clip_for(1, config).total_chars is None
     # Without a clip (a caller's own use, the reload tool) the transcript is whole.
     assert body in build_request(7, msgs).transcript
 
