@@ -212,15 +212,13 @@ def _water_level(parts: Sequence[_Part], total_chars: int) -> int | None:
     fixed += sum(len(p.header) + 4 for p in parts if p.cuttable)
     room = total_chars - fixed
     bodies = sorted(len(p.body) for p in parts if p.cuttable)
-    level = 0
+    whole = 0  # the bodies shorter than the one at k, which stay whole
     for k, size in enumerate(bodies):
-        # Bodies [k:] all cut to the level: is there room for them at `size`?
-        if sum(bodies[:k]) + size * (len(bodies) - k) > room:
-            level = max(0, room - sum(bodies[:k])) // max(1, len(bodies) - k)
-            break
-    else:
-        return None
-    return max(_MIN_LEVEL, level)
+        # Bodies [k:] all cut to one level: is there room for them at `size`?
+        if whole + size * (len(bodies) - k) > room:
+            return max(_MIN_LEVEL, max(0, room - whole) // (len(bodies) - k))
+        whole += size
+    return None
 
 
 def render_transcript(
