@@ -28,7 +28,7 @@ from ._events import Event
 from ._intake import Prepared, count_tokens
 from ._messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from ._plans import Edit, PlanContext, Snapshot
-from ._prompts import build_request
+from ._prompts import build_request, clip_for
 from ._store.rows import SessionInfo
 from ._store.store import Replacement, Store
 from ._strategies import plan as plan_strategy
@@ -60,6 +60,12 @@ _RESERVED_AFTER: Final = {1: 2, 4: 2, 5: 1}
 #: anyway, so summarizing them one call each first would pay the summarizer several times for
 #: what one call does (and, short of the target, for work the same call then folds away).
 _YIELD_TO_FOLD: Final = frozenset({1, 4})
+#: Rungs that give way to S6 when S6's range holds every one of their ranges and their edits
+#: would leave the tokens over the target: the call then goes on to S6 anyway (it acts while
+#: the token trigger fired and tokens are over the target), which takes their summaries into
+#: its own; paying for them first buys nothing (S1 here is the long-task case, whose runs lie
+#: in the current round).
+_YIELD_TO_S6: Final = frozenset({1, 5})
 #: The rungs the offline fallback may use, in ladder order (SPEC.md section 2).
 _FALLBACK_STRATEGIES: Final = (FOLD, 5, 6)
 #: The model recorded on the events of the offline fallback.
@@ -274,7 +280,7 @@ class Compressor:
                 planned[strategy] = plan_strategy(strategy, snap, cfg, ctx)
             return planned[strategy]
 
-        yielded = False
+        yielded: set[int] = set()
         for strategy in STRATEGIES:
             if strategy in HISTORY_STRATEGIES and skip_history:
                 continue
@@ -290,13 +296,20 @@ class Compressor:
                 and (len(edits) > 1 or not _reaches_target(snap, edits, cfg))
                 and planned_by(FOLD)
             ):
-                yielded = True
+                yielded.add(FOLD)
+                continue
+            if (
+                strategy in _YIELD_TO_S6
+                and not _reaches_token_target(snap, edits, cfg)
+                and _covered_by(planned_by(6), edits)
+            ):
+                yielded.add(6)
                 continue
             replacements = yield from self._build(snap, edits, state, reason)
             if not replacements:
-                if strategy == FOLD and yielded:
-                    # The fold that S1 or S4 gave way to failed: they get their turn in a new
-                    # pass (the failed fold is not planned again in this call).
+                if strategy in yielded:
+                    # The rung that cheaper ones gave way to failed: they get their turn in a
+                    # new pass (the failed range is not planned again in this call).
                     return "replan"
                 continue  # every range failed: the ladder moves on
             outcome = self.store.apply(
@@ -405,6 +418,7 @@ class Compressor:
             token_budget=edit.token_budget,
             plan=state.plan,
             deadline=None if fallback is not None else self._request_deadline(state),
+            clip=clip_for(edit.strategy, self.config),
         )
         try:
             if fallback is not None:
@@ -650,11 +664,27 @@ def _budget_margin(budget: int) -> int:
 def _reaches_target(snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig) -> bool:
     """Whether applying `edits` would bring the context under its target, estimating each
     summary at a quarter of what it replaces plus its tag."""
-    tokens = snap.token_count - sum(
+    count = snap.message_count - sum(len(e.replaced_ids) - 1 for e in edits)
+    return under_target(count, _tokens_after(snap, edits), config)
+
+
+def _reaches_token_target(snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig) -> bool:
+    """`_reaches_target` for tokens alone (what S6 acts on)."""
+    return _tokens_after(snap, edits) < config.token_target
+
+
+def _tokens_after(snap: Snapshot, edits: Sequence[Edit]) -> int:
+    return snap.token_count - sum(
         e.replaced_tokens - (e.replaced_tokens // 4 + _TAG_TOKENS) for e in edits
     )
-    count = snap.message_count - sum(len(e.replaced_ids) - 1 for e in edits)
-    return under_target(count, tokens, config)
+
+
+def _covered_by(outer: Sequence[Edit], edits: Sequence[Edit]) -> bool:
+    """Whether the one edit of `outer` (S6's) replaces every message that `edits` replace."""
+    if len(outer) != 1:
+        return False
+    covering = set(outer[0].replaced_ids)
+    return all(covering.issuperset(e.replaced_ids) for e in edits)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,10 +26,21 @@ LLM_STRATEGIES = (1, 4, 5, 6, 7)
 #: The window the fixed defaults of SPEC.md section 3 are stated for.
 REFERENCE_WINDOW: Final = 131072
 _MIN_COMPRESS_TOKENS_AT_REFERENCE: Final = 5000
+#: The protected tail of SPEC.md section 3 is 50 messages at the reference window (about
+#: 17,000 tokens of typical agent steps, a fifth of the token target). It is a size relative
+#: to the window (SPEC.md section 2): 50 messages would fill a 32,000-token window's target
+#: by themselves, leaving S1 to S3 nothing that reaches it, and sending every long task to S6,
+#: which then summarizes the protected tail anyway. A tail keeps a few steps at any window.
+_LAST_KEEP_AT_REFERENCE: Final = 50
+_LAST_KEEP_MIN: Final = 8
 _TOKEN_RATIO: Final = 0.75
 _TARGET_RATIO: Final = 0.6
 _PREVIEW_CHARS: Final = 200
 _RELOAD_PAGE_CHARS: Final = 4000
+#: The summarizer sees a tenth of the large threshold of each tool output (512 characters at
+#: the default): its first lines and last lines, where a result says what it is and how it
+#: ended (OpenHands' condenser sends 500 characters of each observation for the same reason).
+_CLIP_PER_LARGE: Final = 10
 #: The fold keeps recent rounds up to this share of the token target, and summarizes the rest
 #: within this share of it.
 _FOLD_KEEP_SHARE: Final = 0.25
@@ -66,6 +77,7 @@ _UNSET_RATIO: Final = _DerivedRatio(0.0)
 
 #: The fields whose defaults are derived, in the order they are derived.
 DERIVED_FIELDS: Final = (
+    "last_keep",
     "token_ratio",
     "target_ratio",
     "preview_chars",
@@ -73,6 +85,7 @@ DERIVED_FIELDS: Final = (
     "min_compress_tokens",
     "fold_keep_tokens",
     "fold_budget_tokens",
+    "transcript_clip_chars",
 )
 
 
@@ -103,7 +116,10 @@ class AutoContextConfig:
     large_payload_chars: int = 5120
     #: Characters kept in a preview (default 200, at most half of `large_payload_chars`).
     preview_chars: int = _UNSET
-    last_keep: int = 50
+    #: The protected tail, in messages (default 50 at a 131,072-token window, in proportion
+    #: otherwise, at least 8): about a fifth of the token target of typical agent steps, so
+    #: that at a small window the tail does not fill the target by itself.
+    last_keep: int = _UNSET
     min_tool_run: int = 6
     #: The floor under which S1, S4 and the fold leave a range alone (default 5000 at a
     #: 131,072-token window, in proportion otherwise).
@@ -114,6 +130,11 @@ class AutoContextConfig:
     fold_keep_tokens: int = _UNSET
     #: The fold's summary must fit in this many tokens (default a tenth of the token target).
     fold_budget_tokens: int = _UNSET
+    #: A tool output (or tool-call arguments) longer than this goes to the summarizer as its
+    #: head and tail, the cut marked in the request (default a tenth of
+    #: `large_payload_chars`): the original stays whole in the summary's offload, reachable by
+    #: its tag, so the summary needs only what it should say, not the bulk.
+    transcript_clip_chars: int = _UNSET
     #: Picks the token encoding; fixed when a session is created.
     model: str = "gpt-4o"
     #: Passes of the ladder per `compress_if_needed()` call (each applies one strategy).
@@ -149,7 +170,7 @@ class AutoContextConfig:
         )
         for name in positive_ints:
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("last_keep", "min_tool_run", "max_llm_calls"):
+        for name in ("min_tool_run", "max_llm_calls"):
             _check_int(name, getattr(self, name), minimum=0)
         _check_ratio("current_round_ratio", self.current_round_ratio)
         for name in ("summarizer_deadline_s", "compress_deadline_s"):
@@ -221,8 +242,17 @@ class AutoContextConfig:
                 )
         else:
             self._set("reload_page_chars", _Derived(min(_RELOAD_PAGE_CHARS, large)))
+        if _given(self.transcript_clip_chars):
+            _check_int("transcript_clip_chars", self.transcript_clip_chars, minimum=1)
+        else:
+            self._set("transcript_clip_chars", _Derived(max(1, large // _CLIP_PER_LARGE)))
 
     def _derive_window_sizes(self) -> None:
+        if _given(self.last_keep):
+            _check_int("last_keep", self.last_keep, minimum=0)
+        else:
+            keep = _LAST_KEEP_AT_REFERENCE * self.max_tokens / REFERENCE_WINDOW
+            self._set("last_keep", _Derived(max(_LAST_KEEP_MIN, round(keep))))
         if _given(self.min_compress_tokens):
             _check_int("min_compress_tokens", self.min_compress_tokens, minimum=0)
         else:

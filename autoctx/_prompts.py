@@ -15,17 +15,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ._agent_plan import plan_hint
-from ._config import LLM_STRATEGIES
+from ._config import LLM_STRATEGIES, AutoContextConfig
 from ._errors import ConfigError
 from ._messages import Msg
-from ._summarizers import SummaryRequest
+from ._summarizers import CHARS_PER_BUDGET_TOKEN, SummaryRequest
 from ._tags import offload_tag
-from ._transcript import original_chars, render_transcript
+from ._transcript import Clip, original_chars, render_transcript
 
 __all__ = [
     "DEFAULT_PROMPTS",
     "RELOAD_SNIPPET",
     "build_request",
+    "clip_for",
     "prompt_for",
 ]
 
@@ -34,7 +35,9 @@ _FORM = (
     "Write plain text only: short lines or simple '-' bullets, no tables, no headings, no "
     "HTML, no comments, no markup of any kind. Copy names, paths, identifiers, numbers and "
     "error messages exactly as they appear; never invent, round or guess a value. If the "
-    "transcript mentions offloaded context by its id, you may keep that reference as written."
+    "transcript mentions offloaded context by its id, you may keep that reference as written. "
+    "Long outputs appear only by their beginning and end, the cut marked [TRUNCATED: ...]; the "
+    "agent can reload them whole, so never guess what was left out."
 )
 
 _S1_TOOL_RUNS: Final = f"""\
@@ -145,6 +148,42 @@ def prompt_for(strategy: int, overrides: Mapping[int, str] | None = None) -> str
     return DEFAULT_PROMPTS[strategy]
 
 
+#: S5's subject is one large message: it sees up to this many times `large_payload_chars` of
+#: it (head and tail), which bounds what a pasted megabyte costs without starving the summary.
+_S5_CLIP_PER_LARGE: Final = 4
+
+
+#: The fold reads at most this many times what it may write (its token budget, at the
+#: characters per token the request states it in): its summary keeps about a tenth of the
+#: token target whatever the history held, so the rest of a longer transcript is paid for
+#: and dropped; the cut falls on the longest entries, and everything stays reloadable.
+_FOLD_READS_PER_BUDGET: Final = 4
+
+
+def clip_for(strategy: int, config: AutoContextConfig) -> Clip:
+    """How much of each entry the summarizer sees for `strategy` (see `Clip`).
+
+    Every range sent to the summarizer is offloaded whole, so a summary need not carry the
+    bulk of a tool output: S1, S4, S6 and the fold see `transcript_clip_chars` of each tool
+    output and tool-call arguments, and `large_payload_chars` of any other text (rarely cut:
+    S2 and S3 preview large messages of the history first). The fold's whole transcript is
+    held to four times its budget (the longest entries of original messages cut first, to one
+    common length; earlier summaries stay whole). S5, whose subject is one large message,
+    sees up to four times `large_payload_chars` of it.
+    """
+    if strategy == 5:
+        whole = _S5_CLIP_PER_LARGE * config.large_payload_chars
+        return Clip(tool_chars=whole, text_chars=whole)
+    total = None
+    if strategy == 7:
+        total = _FOLD_READS_PER_BUDGET * config.fold_budget_tokens * CHARS_PER_BUDGET_TOKEN
+    return Clip(
+        tool_chars=config.transcript_clip_chars,
+        text_chars=config.large_payload_chars,
+        total_chars=total,
+    )
+
+
 def build_request(
     strategy: int,
     messages: Sequence[Msg],
@@ -154,13 +193,15 @@ def build_request(
     token_budget: int | None = None,
     plan: Mapping[str, Any] | None = None,
     deadline: float | None = None,
+    clip: Clip | None = None,
 ) -> SummaryRequest:
     """The summarizer request for `messages` under `strategy`.
 
-    Fills the plain-text transcript, the original size (characters of text, tool-input JSON and
-    outputs), the character budget, the plan hint and the deadline (a `time.monotonic()`
-    instant). Raises `ConfigError` for a strategy with
-    no prompt and `autoctx._errors.InvalidPlan` for a malformed plan.
+    Fills the plain-text transcript (its long entries cut as `clip` says, see `clip_for`),
+    the original size (characters of text, tool-input JSON and outputs, before any cut), the
+    character budget, the plan hint and the deadline (a `time.monotonic()` instant). Raises
+    `ConfigError` for a strategy with no prompt and `autoctx._errors.InvalidPlan` for a
+    malformed plan.
     """
     if char_budget is not None and char_budget <= 0:
         raise ValueError(f"char_budget must be positive, got {char_budget}")
@@ -169,7 +210,7 @@ def build_request(
     return SummaryRequest(
         strategy=strategy,
         prompt=prompt_for(strategy, prompts),
-        transcript=render_transcript(messages),
+        transcript=render_transcript(messages, clip=clip),
         input_chars=original_chars(messages),
         char_budget=char_budget,
         plan_hint=plan_hint(plan),

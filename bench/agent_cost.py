@@ -29,11 +29,14 @@ W = 32,000), `chat` (600 small rounds, a quarter of them with one tool call, W =
 Per system and workload: the peak of the model's input (x W) and the model calls over W;
 summarizer calls and tokens in/out (counted by the server, tiktoken o200k_base); the agent's
 input summed over its model calls, and billed with an ideal prompt cache (the longest prefix,
-in whole messages, equal to the previous call's input billed at 10%); total cost = agent input
+in whole messages, equal to the previous call's input billed at 10%), and the cached share
+(the tokens of those prefixes over all the agent's input); total cost = agent input
 billed + summarizer input + 4 x summarizer output (in input-token equivalents); the fact
 markers verbatim in the final input and, for autoctx, reachable by `mem.reload` of the offload
 ids in it (recursively); wall time. Every input is counted the same way for every system
-(tiktoken o200k_base over each message's text and tool calls, plus 4 per message).
+(tiktoken o200k_base over each message's text and tool calls, plus 4 per message). For
+autoctx, a line per workload splits its compression events by strategy: applied, failed,
+summarizer calls and their tokens in and out.
 
     python bench/agent_cost.py --database-url postgresql://postgres@127.0.0.1:5432/postgres \\
         --openhands-python /path/to/py312-venv/bin/python --plot agent_cost.png
@@ -326,6 +329,9 @@ class Run:
     seconds: float = 0.0
     reachable_facts: int | None = None
     note: str = ""
+    #: autoctx only: per strategy, [applied, failed, summarizer calls, tokens in, tokens out]
+    #: from its compression events (one row per attempt).
+    by_strategy: dict[int, list[int]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,10 +392,26 @@ def run_autoctx(db: BenchDatabase, server: SummaryServer, w: Workload) -> Run:
             model_call()
         run.seconds = time.perf_counter() - started
         run.reachable_facts = len(_reachable(mem, run))
+        run.by_strategy = _by_strategy(mem)
     finally:
         mem.close()
         summarizer.close()
     return run
+
+
+def _by_strategy(mem: AutoContextMemory) -> dict[int, list[int]]:
+    """Per strategy: applied and failed events, summarizer calls, and their tokens in and out
+    as the summary server reported them (an event with a model is one summarizer call)."""
+    out: dict[int, list[int]] = {}
+    for e in mem.events():
+        row = out.setdefault(e.strategy, [0, 0, 0, 0, 0])
+        row[0] += e.status == "applied"
+        row[1] += e.status == "failed"
+        if e.model is not None and e.prompt_tokens is not None:
+            row[2] += 1
+            row[3] += e.prompt_tokens
+            row[4] += e.completion_tokens or 0
+    return dict(sorted(out.items()))
 
 
 def _reachable(mem: AutoContextMemory, run: Run) -> set[str]:
@@ -632,6 +654,7 @@ def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dic
 
     inputs: list[int] = []
     billed = 0.0
+    cached = 0
     previous: list[int | str] = []
     for keys in run.steps:
         total = sum(count(k) for k in keys)
@@ -641,6 +664,7 @@ def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dic
                 break
             prefix += count(a)
         billed += CACHED_PRICE * prefix + (total - prefix)
+        cached += prefix
         inputs.append(total)
         previous = keys
     usage = server.usage.get(
@@ -668,11 +692,13 @@ def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dic
         "summarizer_tokens_out": s_out,
         "agent_input_tokens": sum(inputs),
         "agent_input_billed": round(billed),
+        "cached_share": cached / max(1, sum(inputs)),
         "total_cost": round(billed + s_in + OUTPUT_PRICE * s_out),
         "facts": len(all_facts),
         "facts_verbatim": len(set(FACT_RE.findall(final_text)) & all_facts),
         "facts_reachable": run.reachable_facts,
         "seconds": run.seconds,
+        "by_strategy": {str(k): v for k, v in run.by_strategy.items()},
         "inputs": inputs,
     }
 
@@ -681,7 +707,7 @@ def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
     table = Table(title=f"The agent's context and what it costs ({machine})")
     headers = (
         "workload", "W", "system", "calls", "peak (x W)", "calls > W", "summ. calls",
-        "summ. in / out", "agent input", "billed (cache)", "total cost", "facts verbatim",
+        "summ. in / out", "agent input", "cached", "billed (cache)", "total cost", "facts verbatim",
         "reachable", "wall",
     )  # fmt: skip
     for header in headers:
@@ -699,6 +725,7 @@ def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
                 f"{f['summarizer_calls']:,}",
                 f"{f['summarizer_tokens_in']:,} / {f['summarizer_tokens_out']:,}",
                 f"{f['agent_input_tokens']:,}",
+                f"{f['cached_share']:.0%}",
                 f"{f['agent_input_billed']:,}",
                 f"{f['total_cost']:,}",
                 f"{f['facts_verbatim']:,} of {f['facts']:,}",
@@ -707,6 +734,17 @@ def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
                 end_section=n == len(rows) - 1,
             )
     console.print(table)
+    for name, res in results.items():
+        for f in res["systems"]:
+            if not f.get("by_strategy"):
+                continue
+            parts = [
+                f"S{k}: {a} applied, {fl} failed, {c} calls, {i:,} in / {o:,} out"
+                for k, (a, fl, c, i, o) in f["by_strategy"].items()
+            ]
+            console.print(
+                f"{name} / {f['system']} by strategy: " + "; ".join(parts), highlight=False
+            )
 
 
 def plot(results: dict[str, dict[str, Any]], path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import uuid
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from autoctx import (
     OffloadNotFound,
     SummaryRequest,
     SummaryResult,
+    ToolUseBlock,
 )
 from autoctx import _compressor as compressor
 from autoctx._intake import count_tokens
@@ -457,10 +459,14 @@ def test_max_passes_bounds_the_strategies_applied_by_one_call(open_memory: Open)
     assert len({e.session_version for e in unbounded.compress_if_needed()}) > 1
 
 
-def _current_round_pressure(seed: int) -> tuple[list[Msg], AutoContextConfig]:
+def _current_round_pressure(
+    seed: int, pinned_note: bool = False
+) -> tuple[list[Msg], AutoContextConfig]:
     """Many small finished rounds that no history strategy may touch (runs too short, rounds
     under the token floor, no large payload), then a current round with two large tool
-    outputs: only S5 and then S6 can act, and the target stays out of reach."""
+    outputs: only S5 and S6 can act, and the target stays out of reach. With `pinned_note`,
+    a pinned tool group and one more step follow the large outputs, so that S6 (which acts only
+    after the round's last pinned message) does not cover them and S5 acts first."""
     rng = random.Random(seed)
     history = [Msg.system("You are a coding agent.")]
     for r in range(150):
@@ -471,6 +477,16 @@ def _current_round_pressure(seed: int) -> tuple[list[Msg], AutoContextConfig]:
     current = [Msg.user("Now refactor the parser.")]
     current += tool_group(random.Random(seed), ["big_1"], big=True)
     current += tool_group(random.Random(seed + 1), ["big_2"], big=True)
+    if pinned_note:
+        # A pinned tool group (a pinned plain answer would be a final answer, and S3's).
+        note = ToolUseBlock("note", "read_file", json.dumps({"path": "API.md"}))
+        current += [
+            Msg.assistant(None, [note], pinned=True),
+            Msg.tool("note", "Keep the public API."),
+        ]
+        # Under the large threshold (no S5 candidate), heavy enough for S6 to gain on.
+        read = ToolUseBlock("after_1", "read_file", json.dumps({"path": "src/parser.py"}))
+        current += [Msg.assistant(None, [read]), Msg.tool("after_1", file_dump(rng, 40))]
     current += tool_group(random.Random(seed + 2), ["small_3"], big=False)
     msgs = history + current
     config = dataclasses.replace(
@@ -518,9 +534,12 @@ def test_after_a_current_round_compression_the_history_strategies_are_not_planne
         return shape, [(m.id, m.kind) for m in mem.messages()]
 
     skipping = run("skip-history")
-    assert [e[0] for e in skipping[0] if e[1] == "applied"] == [5, 5, 6]
-    # Pass 1 plans S1 to S4, the fold and S5 (S5 applies); the passes after it plan S5 and S6.
-    assert planned[:6] == [1, 2, 3, 4, 7, 5], planned
+    # S5's two summaries could not take the tokens under the target and S6's range holds them:
+    # S5 gives way to S6 (one call, not three).
+    assert [e[0] for e in skipping[0] if e[1] == "applied"] == [6]
+    # Pass 1 plans S1 to S4, the fold, S5 and S6 (S6 applies); the passes after it plan S5
+    # and S6 only.
+    assert planned[:7] == [1, 2, 3, 4, 7, 5, 6], planned
     assert planned[6:] and set(planned[6:]) <= {5, 6}, planned
     planned.clear()
     monkeypatch.setattr(compressor, "HISTORY_STRATEGIES", frozenset())
@@ -529,14 +548,81 @@ def test_after_a_current_round_compression_the_history_strategies_are_not_planne
     assert skipping == full
 
 
+def _medium_long_task(seed: int, steps: int) -> list[Msg]:
+    """One request and `steps` tool groups whose outputs are under the large threshold (no
+    preview, no S5): only S1 (on the long task's older part) and S6 can act."""
+    rng = random.Random(seed)
+    msgs = [Msg.system("You are a coding agent."), Msg.user("Migrate the whole repository.")]
+    for s in range(steps):
+        call = ToolUseBlock(f"t{s}", "read_file", json.dumps({"path": f"src/m{s}.py"}))
+        msgs += [Msg.assistant(None, [call]), Msg.tool(f"t{s}", file_dump(rng, 25))]
+    return msgs
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "first"),
+    [
+        # The protected tail (last_keep messages) alone is over the token target: S1's runs
+        # of the older part cannot bring the call there, and the call would go on to S6 anyway,
+        # whose range holds them: S1 gives way to S6, one call instead of several.
+        (3_000, [6]),
+        # A target the older part's summary reaches: S1 alone, S6 never runs.
+        (12_000, [1]),
+    ],
+)
+def test_a_long_task_s1_gives_way_to_s6_only_when_it_cannot_reach_the_target(
+    open_memory: Open, max_tokens: int, first: list[int]
+) -> None:
+    config = dataclasses.replace(SMALL, max_tokens=max_tokens, msg_threshold=10_000)
+    msgs = _medium_long_task(41, steps=30)
+    summarizer = CountingSummarizer()
+    mem = open_memory(config=config, summarizer=summarizer)
+    mem.add(msgs)
+    assert mem.needs_compression()
+    events = [e for e in mem.compress_if_needed() if e.status == "applied"]
+    assert [e.strategy for e in events][:1] == first
+    if first == [6]:
+        assert 1 not in {e.strategy for e in events}
+    else:
+        assert {e.strategy for e in events} == {1}
+    assert summarizer.calls == len(events)
+    assert mem.token_count() < config.max_tokens
+    check_all(mem)
+
+
+def test_summarizer_requests_carry_head_and_tail_of_long_outputs_and_reload_is_whole(
+    open_memory: Open,
+) -> None:
+    """The summarizer sees each long tool output by its head and tail (the cut said in the
+    request); the offload keeps the output whole, and the agent reloads it whole."""
+    config = dataclasses.replace(SMALL, max_tokens=3_000, msg_threshold=10_000)
+    msgs = _medium_long_task(42, steps=30)
+    summarizer = CountingSummarizer()
+    mem = open_memory(config=config, summarizer=summarizer)
+    mem.add(msgs)
+    events = mem.compress_if_needed()
+    request = summarizer.requests[0]
+    outputs = [m.tool_results[0].output_text for m in msgs if m.role == "tool"]
+    assert all(len(o) > config.transcript_clip_chars for o in outputs)
+    assert not any(o in request.transcript for o in outputs)
+    assert request.transcript.count("[TRUNCATED: ") >= len(outputs) // 2
+    assert request.input_chars > 3 * len(request.transcript) // 2  # the original size
+    first = next(e for e in events if e.status == "applied")
+    assert first.offload_uuid is not None
+    reloaded = mem.reload(str(first.offload_uuid))
+    assert {r.tool_results[0].output_text for r in reloaded if r.role == "tool"} <= set(outputs)
+    assert any(r.tool_results[0].output_text == outputs[0] for r in reloaded if r.role == "tool")
+
+
 def test_a_call_fired_by_tokens_goes_on_to_the_target_and_keeps_the_token_floor(
     open_memory: Open,
 ) -> None:
     """Once S5 has brought the tokens under the trigger (still over the target), the call goes
     on to the target (compress rarely, and deeply: SPEC.md section 2), with S6 this time; S1,
     S4 and the fold keep their `min_compress_tokens` floor, so the small rounds of the history
-    are not summarized one by one."""
-    msgs, config = _current_round_pressure(32)
+    are not summarized one by one. (A pinned note after the large outputs keeps them out of
+    S6's range, so S5 does not give way to S6.)"""
+    msgs, config = _current_round_pressure(32, pinned_note=True)
     tokens = sum(count_tokens(m, TokenCounter(config.model)) for m in msgs)
     # S5's two summaries (about 3,000 tokens saved) take the session under the 75% trigger.
     config = dataclasses.replace(config, max_tokens=int(tokens / 0.77))
@@ -646,7 +732,8 @@ def test_compressions_store_the_final_answer_flag_of_the_kinds_table(open_memory
     the message it replaced was."""
     no_s1 = dataclasses.replace(SMALL, min_tool_run=1000)
     no_previews = dataclasses.replace(no_s1, large_payload_chars=100_000)
-    pressure, pressure_config = _current_round_pressure(34)
+    # The pinned group keeps S5's messages out of S6's range: S5 acts, then S6.
+    pressure, pressure_config = _current_round_pressure(34, pinned_note=True)
     tokens = sum(count_tokens(m, TokenCounter(SMALL.model)) for m in pressure)
     kinds: set[str] = set()
     kept_finals = 0  # previews and large summaries of a final answer

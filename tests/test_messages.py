@@ -324,6 +324,10 @@ def test_config_refuses_invalid_values_naming_the_field() -> None:
         AutoContextConfig(max_tokens=10_000, fold_keep_tokens=6_000)
     with pytest.raises(ConfigError, match="fold_budget_tokens"):
         AutoContextConfig(fold_budget_tokens=0)
+    with pytest.raises(ConfigError, match="transcript_clip_chars"):
+        AutoContextConfig(transcript_clip_chars=0)
+    with pytest.raises(ConfigError, match="last_keep"):
+        AutoContextConfig(last_keep=-1)
     assert json.loads(json.dumps(AutoContextConfig().to_json()))["msg_threshold"] == 100
 
 
@@ -351,6 +355,13 @@ def test_config_sizes_follow_the_window_when_not_set() -> None:
     assert small.min_compress_tokens == round(5000 * 16_000 / 131_072) == 610
     assert small.fold_keep_tokens == small.token_target // 4 == 2_400
     assert small.fold_budget_tokens == small.token_target // 10 == 960
+    # The protected tail is a size relative to the window too (50 messages of agent steps
+    # would fill a 32,000-token window's target by themselves), never under 8 messages.
+    assert reference.last_keep == 50
+    assert AutoContextConfig(max_tokens=32_000).last_keep == round(50 * 32_000 / 131_072) == 12
+    assert small.last_keep == 8
+    assert AutoContextConfig(max_tokens=16_000, last_keep=50).last_keep == 50
+    assert dataclasses.replace(small, max_tokens=131_072).last_keep == 50
     tiny = AutoContextConfig(max_tokens=8_000)
     assert tiny.fold_keep_tokens + tiny.fold_budget_tokens < tiny.token_target
     # `replace` derives them again rather than freezing the old window's values.
@@ -365,6 +376,8 @@ def test_config_defaults_adapt_to_what_the_caller_set() -> None:
     """A default never makes a config error about a field the caller did not set."""
     assert AutoContextConfig(large_payload_chars=2000).reload_page_chars == 2000
     assert AutoContextConfig(large_payload_chars=150).preview_chars == 75
+    assert AutoContextConfig(large_payload_chars=2000).transcript_clip_chars == 200
+    assert AutoContextConfig(transcript_clip_chars=7).transcript_clip_chars == 7
     assert AutoContextConfig(target_ratio=0.9).token_ratio == 0.95
     assert AutoContextConfig(token_ratio=0.5).target_ratio == 0.4
     keep = AutoContextConfig(max_tokens=10_000, fold_keep_tokens=5_500)

@@ -684,6 +684,30 @@ def test_s6_summarizes_everything_after_the_user_message_with_a_budget() -> None
     assert e.char_budget == int(0.3 * 420)
 
 
+def test_s6_budget_never_leaves_the_summary_over_the_token_target() -> None:
+    """A current round many times the window: 0.3 of it would be a summary over the window,
+    which nothing could shorten again (S6 never runs on its own output alone). The budget is
+    the room under the token target instead, converted at the round's characters per token."""
+    h = Hist()
+    h.system(tokens=100, chars=400)
+    h.user(tokens=100, chars=400)
+    for _ in range(40):
+        h.group(tokens=1_000, chars=4_000)  # about 40,000 tokens, four times the window
+    config = cfg(max_tokens=10_000)
+    [e] = s6(h.snap(), config, PRESSURE)
+    body_chars = sum(m.chars for m in h.msgs[2:])
+    room_tokens = config.token_target - 200 - 24
+    assert e.char_budget is not None
+    assert e.char_budget < int(0.3 * body_chars)  # the old budget, over the window
+    # The body holds 40 + 2 x 40 characters per 1,000 + 2 x 10 tokens.
+    assert e.char_budget == int(room_tokens * body_chars / e.replaced_tokens)
+    # A round whose 0.3 fits under the target keeps SPEC's share exactly.
+    small = Hist()
+    small.user()
+    small.steps(3, chars=100)
+    assert s6(small.snap(), config, PRESSURE)[0].char_budget == int(0.3 * 420)
+
+
 def test_s6_budget_is_at_least_one() -> None:
     h = Hist()
     h.user()

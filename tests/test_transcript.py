@@ -9,13 +9,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoctx import Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from autoctx import (
+    AutoContextConfig,
+    AutoContextError,
+    ConfigError,
+    InvalidPlan,
+    Msg,
+    OpaqueBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from autoctx._agent_plan import plan_hint, validate_plan
 from autoctx._config import LLM_STRATEGIES
-from autoctx._errors import AutoContextError, ConfigError, InvalidPlan
-from autoctx._prompts import DEFAULT_PROMPTS, RELOAD_SNIPPET, build_request, prompt_for
+from autoctx._prompts import DEFAULT_PROMPTS, RELOAD_SNIPPET, build_request, clip_for, prompt_for
 from autoctx._tags import OFFLOAD_TAG_RE, neutralize_tags, offload_tag
-from autoctx._transcript import original_chars, render_transcript
+from autoctx._transcript import Clip, clip_middle, original_chars, render_transcript
 
 UUID = "3f1c2b9e-8d4a-4c6e-9b7f-1a2b3c4d5e6f"
 
@@ -114,6 +123,100 @@ def test_transcript_neutralizes_tags_unless_asked() -> None:
     assert f"[offloaded context {UUID}]" in text
     kept = render_transcript([summary], keep_tags=True)
     assert offload_tag(UUID) in kept
+
+
+def _long_output(lines: int = 200) -> str:
+    return "\n".join(f"line {n:04d}: value={n * 7}" for n in range(lines))
+
+
+def test_clip_middle_keeps_head_and_tail_and_says_what_was_left_out() -> None:
+    text = _long_output()
+    cut = clip_middle(text, 500)
+    head, note, tail = cut.split("\n[TRUNCATED: ")[0], cut, cut.rsplit("]\n", 1)[1]
+    assert text.startswith(head) and text.endswith(tail)
+    assert len(head) + len(tail) == 500
+    left_out = len(text) - 500
+    assert f"[TRUNCATED: {left_out} characters left out here;" in note
+    assert len(cut) < len(text) // 5
+    # Short enough, or a cut that would save less than its note: the text whole.
+    assert clip_middle(text, None) == text
+    assert clip_middle(text, len(text)) == text
+    assert clip_middle(text, len(text) - 20) == text
+
+
+def test_transcript_clips_long_tool_outputs_and_arguments_only_when_asked() -> None:
+    body = _long_output()
+    args = json.dumps({"path": "big.txt", "content": _long_output(100)})
+    msgs = [
+        Msg.user("Write it. " + "x" * 900),
+        Msg.assistant(None, [ToolUseBlock("call_1", "write_file", args)]),
+        Msg.tool("call_1", body, "write_file"),
+        Msg.assistant("Short answer."),
+    ]
+    whole = render_transcript(msgs)
+    assert body in whole and args in whole and "TRUNCATED" not in whole
+    clipped = render_transcript(msgs, clip=Clip(tool_chars=400, text_chars=5000))
+    assert body not in clipped and args not in clipped
+    assert clipped.count("[TRUNCATED: ") == 2
+    assert "[tool result write_file id=call_1] line 0000: value=0" in clipped
+    assert body.rsplit("\n", 1)[1] in clipped  # the output's last line
+    assert "x" * 900 in clipped and "Short answer." in clipped  # text under its own limit
+    assert len(clipped) < len(whole) - 5_000
+    # The text limit cuts a message's own text.
+    assert "x" * 900 not in render_transcript(msgs, clip=Clip(text_chars=300))
+
+
+def test_a_total_clip_cuts_the_longest_originals_to_one_length_and_keeps_summaries() -> None:
+    earlier = Msg.assistant("Earlier history: " + "s" * 3_000, kind="history_summary")
+    msgs = [earlier, Msg.user("Short request.")]
+    for k in range(6):
+        msgs.append(Msg.assistant(f"Answer {k}: " + "a" * (1_000 * (k + 1))))
+    whole = render_transcript(msgs)
+    clipped = render_transcript(msgs, clip=Clip(total_chars=9_000))
+    assert len(clipped) <= 9_000 + 6 * 120 < len(whole)  # each cut adds its note
+    assert earlier.text in clipped and "Short request." in clipped  # summaries, short ones
+    answers = [line for line in clipped.split("\n\n") if line.startswith("[assistant] Answer")]
+    cut = [a for a in answers if "[TRUNCATED: " in a]
+    assert cut and not any("[TRUNCATED: " in a for a in answers[: len(answers) - len(cut)])
+    # The cut ones keep one common length (head and tail), the short ones stay whole.
+    lengths = {len(a.split("\n")[0]) + len(a.rsplit("\n", 1)[1]) for a in cut}
+    assert max(lengths) - min(lengths) <= 12, lengths
+    # A transcript that fits is not touched.
+    assert render_transcript(msgs, clip=Clip(total_chars=len(whole) + 100)) == whole
+
+
+def test_a_clip_never_cuts_an_offload_tag_in_half() -> None:
+    tag = offload_tag(UUID)
+    output = "a" * 300 + tag + "b" * 300
+    clipped = render_transcript([Msg.tool("c", output, "grep")], clip=Clip(tool_chars=320))
+    assert "CONTEXT_OFFLOAD" not in clipped and "<!--" not in clipped
+
+
+def test_requests_are_clipped_per_strategy_and_keep_the_original_size() -> None:
+    config = AutoContextConfig(max_tokens=32_000)
+    assert config.transcript_clip_chars == config.large_payload_chars // 10 == 512
+    body = _long_output(2000)  # about 47,000 characters
+    msgs = [
+        Msg.assistant(None, [ToolUseBlock("call_1", "grep", "{}")]),
+        Msg.tool("call_1", body, "grep"),
+    ]
+    for strategy in (1, 4, 6, 7):
+        request = build_request(strategy, msgs, clip=clip_for(strategy, config))
+        assert body not in request.transcript and "[TRUNCATED: " in request.transcript
+        assert len(request.transcript) < 1_000
+        # The original size (S6's budget is a share of it) is what the range holds.
+        assert request.input_chars == original_chars(msgs)
+        assert "[TRUNCATED: ...]" in request.prompt  # the prompt says what the cut means
+    # S5 summarizes one large message: it sees up to four times the large threshold of it.
+    s5 = build_request(5, msgs, clip=clip_for(5, config))
+    assert 4 * config.large_payload_chars <= len(s5.transcript) < len(body)
+    assert clip_for(5, config) == Clip(20_480, 20_480)
+    assert clip_for(7, AutoContextConfig(transcript_clip_chars=2_000)).tool_chars == 2_000
+    # The fold reads at most four times what it may write.
+    assert clip_for(7, config).total_chars == 4 * 3 * config.fold_budget_tokens
+    assert clip_for(1, config).total_chars is None
+    # Without a clip (a caller's own use, the reload tool) the transcript is whole.
+    assert body in build_request(7, msgs).transcript
 
 
 def test_original_chars_counts_payloads() -> None:

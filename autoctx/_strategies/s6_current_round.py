@@ -43,7 +43,6 @@ def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     # summarizer when it cannot gain).
     if lay.tokens(body_start, end) < MIN_LLM_RANGE_TOKENS:
         return []
-    body_chars = sum(m.chars for m in lay.metas[body_start:end])
     return [
         make_edit(
             snapshot,
@@ -52,9 +51,32 @@ def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
             end,
             "current_round_summary",
             verbatim_prefix_id=prefix,
-            char_budget=max(1, int(config.current_round_ratio * body_chars)),
+            char_budget=char_budget(snapshot, lay, body_start, end, config),
         )
     ]
+
+
+#: Tokens of the offload tag and the newline before it, which every summary carries.
+_TAG_TOKENS: Final = 24
+
+
+def char_budget(
+    snapshot: Snapshot, lay: Layout, body_start: int, end: int, config: AutoContextConfig
+) -> int:
+    """S6's character budget: `current_round_ratio` of the original characters of what it
+    summarizes (SPEC.md section 3), and never more than the room that leaves the context
+    under the token target (SPEC.md section 2: when the summarizer answers, the call ends
+    under the target). A round many times the window would otherwise get a summary larger
+    than the window, which no rung could shorten again (S6 never runs on its own output
+    alone). The room is converted to characters at the body's own characters per token, and
+    is at least `preview_chars`, a sentence or two."""
+    body = lay.metas[body_start:end]
+    body_chars = sum(m.chars for m in body)
+    body_tokens = lay.tokens(body_start, end)
+    share = max(1, int(config.current_round_ratio * body_chars))
+    room_tokens = config.token_target - (snapshot.token_count - body_tokens) - _TAG_TOKENS
+    room = int(room_tokens * body_chars / max(1, body_tokens))
+    return max(1, min(share, max(config.preview_chars, room)))
 
 
 def current_round_range(lay: Layout) -> tuple[int, int]:

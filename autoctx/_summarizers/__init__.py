@@ -20,6 +20,7 @@ from .answers import check_answer
 from .offline import OFFLINE_MAX_CHARS, OFFLINE_MIN_CHARS, OFFLINE_MODEL, OfflineSummarizer
 from .openai_endpoint import DEFAULT_DEADLINE_S, DEFAULT_SUMMARY_MODEL, OpenAISummarizer
 from .protocol import (
+    CHARS_PER_BUDGET_TOKEN,
     SUMMARIZER_REASONS,
     AsyncSummarizer,
     Summarizer,
@@ -28,6 +29,7 @@ from .protocol import (
 )
 
 __all__ = [
+    "CHARS_PER_BUDGET_TOKEN",
     "DEFAULT_DEADLINE_S",
     "DEFAULT_SUMMARY_MODEL",
     "OFFLINE_MAX_CHARS",

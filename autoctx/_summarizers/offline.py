@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     # The openai package takes about half a second to import; the offline path never needs it.
     pass
 
-from .protocol import _CHARS_PER_BUDGET_TOKEN, SummaryRequest, SummaryResult
+from .protocol import CHARS_PER_BUDGET_TOKEN, SummaryRequest, SummaryResult
 
 _log = logging.getLogger("autoctx")
 
@@ -259,7 +259,7 @@ class OfflineSummarizer:
         if request.token_budget is not None:
             # A quarter of the input, as without a budget, but never over the budget.
             quarter = max(OFFLINE_MIN_CHARS, request.input_chars // 4)
-            return max(1, min(quarter, request.token_budget * _CHARS_PER_BUDGET_TOKEN))
+            return max(1, min(quarter, request.token_budget * CHARS_PER_BUDGET_TOKEN))
         return min(OFFLINE_MAX_CHARS, max(OFFLINE_MIN_CHARS, request.input_chars // 4))
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:

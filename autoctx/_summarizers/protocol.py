@@ -52,7 +52,7 @@ class SummaryRequest:
         if self.token_budget is not None:
             parts.append(
                 f"Length budget: your answer must be at most {self.token_budget} tokens (about "
-                f"{self.token_budget * _CHARS_PER_BUDGET_TOKEN} characters); the transcript is "
+                f"{self.token_budget * CHARS_PER_BUDGET_TOKEN} characters); the transcript is "
                 f"{self.input_chars} characters. Keep what matters most within it."
             )
         if self.plan_hint:
@@ -63,7 +63,7 @@ class SummaryRequest:
 #: Characters per token a token budget is converted at, where characters are what is measured
 #: (the request's wording, the offline summarizer): a cautious figure, since code, JSON and
 #: ids take fewer characters per token than prose.
-_CHARS_PER_BUDGET_TOKEN: Final = 3
+CHARS_PER_BUDGET_TOKEN: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
