@@ -6,6 +6,7 @@
     autoctx history SESSION               # every compression: what, why, how much
     autoctx lineage SESSION MESSAGE_ID    # a summary, down to the originals behind it
     autoctx reload SESSION UUID           # what an offload removed
+    autoctx search QUERY [--session S]    # full-text search over originals, by tenant
     autoctx plot SESSION -o tokens.png    # working tokens over time, compressions marked
     autoctx export SESSION -o s.json      # everything, as JSON
     autoctx db upgrade | db current       # the schema
@@ -1280,6 +1281,66 @@ def reload(
     )
     for msg in msgs:
         _print_message(console, None, msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# search (the logic is autoctx.search_cli's)
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@friendly_errors
+def search(
+    query: Annotated[
+        str, typer.Argument(metavar="QUERY", help="Words, ids or paths (web search syntax).")
+    ],
+    session: Annotated[
+        str | None, typer.Option("--session", "-s", help="Search this session only.")
+    ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option(help="The tenant whose sessions to search (unset: untenanted sessions)."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Best hits to show (1-100).")] = 10,
+    as_json: AsJson = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Search the originals of every session of a tenant, or of one session, by words, ids or
+    paths; best first, with the matched words marked.
+
+    The scope is that of a memory of the tenant: without --tenant, only sessions without a
+    tenant; another tenant's messages are never shown. The query uses web search syntax: words
+    (all must match), "a phrase", -excluded, or. Each hit says where the original is now: in
+    its session's working context, in an offload (`autoctx reload SESSION UUID`), or only
+    stored (after a clear). Searching changes nothing.
+
+    Examples:
+
+    ```
+    autoctx search "deploy failed"
+    autoctx search /srv/app/main.py --tenant acme --limit 5
+    autoctx search req-7f3a --session demo-20261130-101500-1a2b --json
+    ```
+    """
+    from . import search_cli
+
+    found = search_cli.run(
+        _engine(database_url), query, session=session, tenant=tenant, limit=limit
+    )
+    if as_json:
+        _print_json(search_cli.hits_json(found))
+        return
+    console = _console()
+    scope = (
+        f"session {session!r}"
+        if session is not None
+        else (f"tenant {tenant!r}" if tenant is not None else "the sessions without a tenant")
+    )
+    if not found:
+        console.print(Text(f"no hits in {scope}"))
+        return
+    title = f"{len(found)} hit(s) in {scope}, best first"
+    _print_whole(console, search_cli.hits_table(found, title, shown=_shown, when=_fmt_time))
 
 
 # ---------------------------------------------------------------------------------------------

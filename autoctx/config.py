@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .errors import ConfigError
+from .search import DEFAULT_SEARCH_CONFIG, validate_search_config
 
 #: Strategies whose replacement text an LLM writes; their prompts are replaceable. 7 is the
 #: fold (SPEC.md section 3).
@@ -138,6 +139,10 @@ class AutoContextConfig:
     auto_upgrade: bool = True
     #: Replacement prompts, by strategy number (1, 4, 5, 6 and 7, the fold).
     prompts: Mapping[int, str] = field(default_factory=dict)
+    #: The PostgreSQL text search configuration the session's originals are indexed with for
+    #: `search()`: "simple" (no stemming, no stop words: ids, paths and words match as
+    #: written) or a language ("english", ...). Fixed when the session is created, like `model`.
+    search_config: str = DEFAULT_SEARCH_CONFIG
 
     def __post_init__(self) -> None:
         positive_ints = (
@@ -169,6 +174,10 @@ class AutoContextConfig:
                 )
             if not isinstance(prompt, str) or not prompt.strip():
                 raise ConfigError(f"AutoContextConfig.prompts[{key}] must be a non-empty string")
+        try:
+            validate_search_config(self.search_config)
+        except ValueError as exc:
+            raise ConfigError(f"AutoContextConfig.{exc}") from None
 
     # -- derived defaults -----------------------------------------------------------------------
 

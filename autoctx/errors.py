@@ -70,3 +70,17 @@ class TenantGrantError(AutoctxError, ValueError):
     """A role or tenant given to `grant_tenant` or `revoke_tenant` is invalid, the role could not
     be confined to a tenant (a superuser, BYPASSRLS, or the tables' owner), or the caller may
     not grant (it does not own autoctx's tables)."""
+
+
+class InvalidSearch(AutoctxError, ValueError):
+    """A search's query, scope or limit is invalid (`mem.search`, `autoctx search`)."""
+
+
+class MessageNotFound(AutoctxError, LookupError):
+    """No message with that id in that session, among the sessions this memory may read (its
+    tenant's, or the untenanted ones for an untenanted memory)."""
+
+
+class InvalidMessageId(AutoctxError, ValueError):
+    """A reload by message id is malformed: the id is not a positive integer, or both (or
+    neither) of an offload id and a message id were given."""

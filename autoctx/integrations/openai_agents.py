@@ -1,13 +1,13 @@
 """autoctx as an OpenAI Agents SDK session: pass one object and an agent gets the memory.
 
     from agents import Agent, Runner
-    from autoctx.integrations.openai_agents import AutoctxSession, reload_tool
+    from autoctx.integrations.openai_agents import AutoctxSession, reload_tool, search_tool
 
     session = AutoctxSession("agent-42", config=AutoContextConfig(max_tokens=128_000))
     agent = Agent(
         name="worker",
         instructions="..." + AutoContextMemory.system_prompt_snippet(),
-        tools=[..., reload_tool(session)],
+        tools=[..., reload_tool(session), search_tool(session)],
     )
     await Runner.run(agent, "Fix the failing test", session=session)
 
@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -79,9 +79,16 @@ from ..messages import (
     ToolUseBlock,
 )
 from ..summarizers import Summarizer
-from ..tools import TOOL_NAME, reload_tool_definition
+from ..tools import reload_tool_definition, search_tool_definition
 
-__all__ = ["META_KEY", "AutoctxSession", "items_to_messages", "message_items", "reload_tool"]
+__all__ = [
+    "META_KEY",
+    "AutoctxSession",
+    "items_to_messages",
+    "message_items",
+    "reload_tool",
+    "search_tool",
+]
 
 #: Metadata key under which a message keeps what it needs to give its items back exactly.
 META_KEY = "agents"
@@ -719,34 +726,47 @@ def _remainder(last: Msg, keep: Sequence[int]) -> Msg:
 
 
 # ---------------------------------------------------------------------------------------------
-# context_reload as an Agents SDK tool
+# context_reload and context_search as Agents SDK tools
 # ---------------------------------------------------------------------------------------------
+
+
+def _function_tool(
+    session: AutoctxSession | AutoContextMemory,
+    definition: Mapping[str, Any],
+    answer: Callable[[AutoContextMemory, str], str],
+) -> FunctionTool:
+    def memory() -> AutoContextMemory:
+        return session if isinstance(session, AutoContextMemory) else session.memory()
+
+    async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
+        return await asyncio.to_thread(lambda: answer(memory(), arguments))
+
+    return FunctionTool(
+        name=definition["name"],
+        description=definition["description"],
+        params_json_schema=definition["parameters"],
+        on_invoke_tool=on_invoke_tool,
+        # Optional properties (offset, scope, ...), which strict mode (every property required)
+        # does not allow.
+        strict_json_schema=False,
+    )
 
 
 def reload_tool(session: AutoctxSession | AutoContextMemory) -> FunctionTool:
     """`context_reload` as an Agents SDK function tool answering from `session`'s offloads.
 
     Add it to the agent's tools (and `AutoContextMemory.system_prompt_snippet()` to its
-    instructions) so that the model can read back what a compression offloaded. The answer is
-    the memory's `handle_tool_call` answer: the originals as text, paged, and plain answers for
-    an unknown, malformed or foreign id.
+    instructions) so that the model can read back what a compression offloaded, or a message
+    that `search_tool` found. The answer is the memory's `handle_tool_call` answer: the
+    originals as text, paged, and plain answers for an unknown, malformed or foreign id.
     """
     definition = reload_tool_definition(session.config.reload_page_chars)["function"]
+    return _function_tool(session, definition, AutoContextMemory.answer_reload)
 
-    def memory() -> AutoContextMemory:
-        return session if isinstance(session, AutoContextMemory) else session.memory()
 
-    def answer(arguments: str) -> str:
-        return memory().answer_reload(arguments)
-
-    async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
-        return await asyncio.to_thread(answer, arguments)
-
-    return FunctionTool(
-        name=TOOL_NAME,
-        description=definition["description"],
-        params_json_schema=definition["parameters"],
-        on_invoke_tool=on_invoke_tool,
-        # `offset` is optional, which strict mode (every property required) does not allow.
-        strict_json_schema=False,
-    )
+def search_tool(session: AutoctxSession | AutoContextMemory) -> FunctionTool:
+    """`context_search` as an Agents SDK function tool: full-text search over the originals of
+    `session` (scope "session") or of every session of its tenant (scope "tenant"), never of
+    another tenant's. Give the agent `reload_tool(session)` beside it, to read a hit whole."""
+    definition = search_tool_definition()["function"]
+    return _function_tool(session, definition, AutoContextMemory.answer_search)

@@ -6,7 +6,7 @@ Kept apart from `store.py`, which holds the units of work, so that each reads on
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,16 +94,17 @@ SET next_message_id = next_message_id + %(n)s, next_position = next_position + %
 WHERE sessions.session_id = %(sid)s AND sessions.incarnation = %(inc)s
   AND sessions.version = %(version)s
 RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos,
-          message_count, token_count
+          message_count, token_count,
+          coalesce(config->>'search_config', 'simple') AS search_config
 """
 
 APPEND_AT_VERSION = f"""
 WITH s AS ({CLAIM_AT_VERSION}), m AS (
     INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
-                          tokens, chars, call_ids, result_ids, tool_names)
+                          tokens, chars, call_ids, result_ids, tool_names, search_config)
     SELECT %(sid)s, s.first_id + u.ord - 1, u.role, u.name, u.content::jsonb, u.metadata::jsonb,
            u.kind, u.pinned, u.final, u.tokens, u.chars, u.call_ids::text[],
-           u.result_ids::text[], u.tool_names::text[]
+           u.result_ids::text[], u.tool_names::text[], s.search_config
     FROM s, unnest(%(role)b::text[], %(name)b::text[], %(content)b::text[],
                    %(metadata)b::text[], %(kind)b::text[], %(pinned)b::bool[], %(final)b::bool[],
                    %(tokens)b::int[], %(chars)b::int[], %(call_ids)b::text[],
@@ -242,6 +243,13 @@ def message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None)
         "tool_names": [c.name for c in calls] + [r.name for r in results],
         "event_id": event_id,
     }
+
+
+def search_config_of(config: Mapping[str, Any]) -> str:
+    """The text search configuration a session's originals are indexed with (migration 0008:
+    a session recorded before it has none, and its messages were indexed with 'simple')."""
+    value = config.get("search_config")
+    return value if isinstance(value, str) else "simple"
 
 
 def session_info(row: Row[Any]) -> SessionInfo:
