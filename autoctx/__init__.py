@@ -15,8 +15,11 @@ from .errors import (
     ConfigError,
     DatabaseUnavailable,
     InvalidMessage,
+    InvalidMessageId,
     InvalidOffloadId,
+    InvalidSearch,
     InvalidSessionId,
+    MessageNotFound,
     OffloadNotFound,
     SchemaError,
     SessionNotFound,
@@ -34,6 +37,7 @@ from .messages import (
     from_openai_messages,
     to_openai_messages,
 )
+from .search import AutoContextSearchHit
 from .store import tenancy as _tenancy
 from .store.database import upgrade as _upgrade
 from .summarizers import (
@@ -84,13 +88,17 @@ __all__ = [
     "AutoContextClient",
     "AutoContextConfig",
     "AutoContextMemory",
+    "AutoContextSearchHit",
     "AutoctxError",
     "ConfigError",
     "DatabaseUnavailable",
     "Event",
     "InvalidMessage",
+    "InvalidMessageId",
     "InvalidOffloadId",
+    "InvalidSearch",
     "InvalidSessionId",
+    "MessageNotFound",
     "Msg",
     "OfflineSummarizer",
     "OffloadNotFound",
