@@ -12,13 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from agents.tool_context import ToolContext
+from sqlalchemy.engine import URL
 from typer.testing import CliRunner, Result
 
 import autoctx
@@ -48,6 +52,7 @@ from tests.test_tenants import Role, login_role
 
 Open = Callable[..., AutoContextMemory]
 
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "search.py"
 #: The words every tenant's sessions share (a hit of the wrong tenant would carry them too).
 SHARED = "kubernetes rollout stalled"
 
@@ -582,3 +587,25 @@ def recorder() -> Iterator[Recorder]:
         yield rec
     finally:
         sa.event.remove(sa.engine.Engine, "before_cursor_execute", rec)
+
+
+def test_the_search_benchmark_runs_small(admin_url: URL, tmp_path: Path) -> None:
+    """bench/search.py at a tiny size, through its command line (the real run loads 1,000,000
+    messages and is not part of the suite)."""
+    out = tmp_path / "figures.json"
+    args = ["--sessions", "4", "--messages-per-session", "50", "--noise-sessions", "2"]
+    args += ["--repeats", "2", "--rls-repeats", "1", "--shards", "2", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), *args, "--database-url", admin_url.render_as_string(False)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["load"]["originals"] == 200 and figures["load"]["all_originals"] == 300
+    by_label = {(q["scope"], q["label"]): q for q in figures["queries"]}
+    assert by_label[("tenant", "an id (one message)")]["matches"] == 1
+    assert by_label[("tenant", "an id (one message)")]["hits"] == 1
+    assert all(len(q["search"]) == len(q["ilike"]) == 2 for q in figures["queries"])
+    assert figures["rls"] and figures["fan_out"]
