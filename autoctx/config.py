@@ -141,8 +141,10 @@ class AutoContextConfig:
     prompts: Mapping[int, str] = field(default_factory=dict)
     #: The PostgreSQL text search configuration the session's originals are indexed with for
     #: `search()`: "simple" (no stemming, no stop words: ids, paths and words match as
-    #: written) or a language ("english", ...). Fixed when the session is created, like `model`.
-    search_config: str = DEFAULT_SEARCH_CONFIG
+    #: written) or a language ("english", ...); None indexes nothing (appends skip the cost of
+    #: the vector, and searches find nothing in the session). Fixed when the session is
+    #: created, like `model`.
+    search_config: str | None = DEFAULT_SEARCH_CONFIG
 
     def __post_init__(self) -> None:
         positive_ints = (

@@ -32,8 +32,10 @@ from .messages import Msg, coerce_messages, to_openai_messages
 from .prompts import RELOAD_SNIPPET
 from .search import (
     DEFAULT_LIMIT,
+    NOT_INDEXED,
     AutoContextSearchHit,
     SearchScope,
+    stored_search_config,
     validate_limit,
     validate_query,
     validate_scope,
@@ -553,7 +555,7 @@ def open_memory(
         config = AutoContextConfig.from_json(info.config)
     if info.model != config.model:
         config = _with_model(config, info)
-    if config.search_config != search_config_of(info.config):
+    if stored_search_config(config.search_config) != search_config_of(info.config):
         config = _with_search_config(config, info)
     if config.to_json() != info.config:
         # The thresholds in force are recorded on the session (and on each event).
@@ -577,7 +579,8 @@ def _with_model(config: AutoContextConfig, info: SessionInfo) -> AutoContextConf
 def _with_search_config(config: AutoContextConfig, info: SessionInfo) -> AutoContextConfig:
     # The session's originals are indexed with the configuration it was created with: a search
     # with another would miss them.
-    stored = search_config_of(info.config)
+    indexed = search_config_of(info.config)
+    stored = None if indexed == NOT_INDEXED else indexed
     logger.warning(
         "autoctx: session %r indexes its messages with search_config %r; keeping it (config "
         "says %r)",

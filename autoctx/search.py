@@ -57,6 +57,10 @@ SEARCH_CONFIGS: Final = (
 )
 #: No stemming and no stop words: ids, paths and exact words match as written.
 DEFAULT_SEARCH_CONFIG: Final = "simple"
+#: What `messages.search_config` holds for a session created with ``search_config=None``
+#: (not indexed: its appends skip the vector, and a search finds nothing in it). No text search
+#: configuration of PostgreSQL has this name.
+NOT_INDEXED: Final = "none"
 
 DEFAULT_LIMIT: Final = 10
 MAX_LIMIT: Final = 100
@@ -148,15 +152,21 @@ def validate_limit(limit: object, maximum: int = MAX_LIMIT) -> int:
     return limit
 
 
-def validate_search_config(value: object) -> str:
-    """A text search configuration name autoctx can index with (raises ValueError)."""
-    if not isinstance(value, str) or value not in SEARCH_CONFIGS:
+def validate_search_config(value: object) -> str | None:
+    """A text search configuration name autoctx can index with, or None for no index (raises
+    ValueError)."""
+    if value is not None and (not isinstance(value, str) or value not in SEARCH_CONFIGS):
         raise ValueError(
             f"search_config must be one of PostgreSQL's text search configurations "
-            f"{', '.join(SEARCH_CONFIGS)}; got {value!r} ('simple', the default, matches ids, "
-            "paths and words exactly as written; a language stems words)"
+            f"{', '.join(SEARCH_CONFIGS)}, or None (no search); got {value!r} ('simple', the "
+            "default, matches ids, paths and words exactly as written; a language stems words)"
         )
     return value
+
+
+def stored_search_config(value: str | None) -> str:
+    """The `messages.search_config` value of a config's `search_config`."""
+    return NOT_INDEXED if value is None else value
 
 
 _TERM = re.compile(r"\S+")

@@ -176,6 +176,37 @@ def test_a_language_configuration_stems_and_stays_with_its_session(
     assert [h.session_id for h in b.search("servers reboot", scope="tenant")] == [a.session_id]
 
 
+def test_a_session_without_search_indexes_nothing(open_memory: Open, db_url: str) -> None:
+    tenant = f"quiet-{_tag()}"
+    quiet = open_memory(
+        f"quiet-{_tag()}", config=AutoContextConfig(search_config=None), tenant=tenant
+    )
+    loud = open_memory(f"loud-{_tag()}", tenant=tenant)
+    for mem in (quiet, loud):
+        mem.add(Msg.user("the invoice numbers were wrong"))
+    vectors = sql(
+        quiet, "select search_tsv from messages where session_id = :s", s=quiet.session_id
+    )
+    assert [r.search_tsv for r in vectors] == [None]
+    assert quiet.search("invoice") == []
+    assert [h.session_id for h in quiet.search("invoice", scope="tenant")] == [loud.session_id]
+    assert open_memory(quiet.session_id, tenant=tenant).config.search_config is None
+    # A session recorded before migration 0008 (no search_config in its config) indexes with
+    # 'simple', as the migration indexed its messages.
+    legacy = open_memory(f"legacy-{_tag()}")
+    engine = sa.create_engine(db_url, poolclass=sa.NullPool)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("update sessions set config = config - 'search_config' where session_id = :s"),
+            {"s": legacy.session_id},
+        )
+    engine.dispose()
+    again = open_memory(legacy.session_id, create=False)
+    assert again.config.search_config == "simple"
+    again.add(Msg.user("legacy invoice"))
+    assert [h.message_id for h in again.search("invoice")] == [1]
+
+
 def test_only_originals_are_indexed_and_a_compressed_hit_says_where_it_is(
     open_memory: Open,
 ) -> None:

@@ -95,7 +95,8 @@ WHERE sessions.session_id = %(sid)s AND sessions.incarnation = %(inc)s
   AND sessions.version = %(version)s
 RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos,
           message_count, token_count,
-          coalesce(config->>'search_config', 'simple') AS search_config
+          CASE WHEN config ? 'search_config' THEN coalesce(config->>'search_config', 'none')
+               ELSE 'simple' END AS search_config
 """
 
 APPEND_AT_VERSION = f"""
@@ -246,10 +247,13 @@ def message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None)
 
 
 def search_config_of(config: Mapping[str, Any]) -> str:
-    """The text search configuration a session's originals are indexed with (migration 0008:
-    a session recorded before it has none, and its messages were indexed with 'simple')."""
-    value = config.get("search_config")
-    return value if isinstance(value, str) else "simple"
+    """The `messages.search_config` of a session's config: the text search configuration its
+    originals are indexed with, 'none' for a session created with `search_config=None`, and
+    'simple' for one recorded before migration 0008 (its messages were indexed with it)."""
+    if "search_config" not in config:
+        return "simple"
+    value = config["search_config"]
+    return value if isinstance(value, str) else "none"
 
 
 def session_info(row: Row[Any]) -> SessionInfo:

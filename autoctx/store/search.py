@@ -27,6 +27,7 @@ from ..errors import MessageNotFound, OffloadNotFound, SessionNotFound
 from ..messages import Msg
 from ..search import (
     HIGHLIGHT,
+    NOT_INDEXED,
     SEARCH_CONFIGS,
     SLASH_STAND_IN,
     AutoContextSearchHit,
@@ -52,7 +53,11 @@ _SETTINGS = (
     "set_config('jit', 'off', true)"
 )
 
-_CONFIG_OF = "coalesce(s.config->>'search_config', 'simple')"
+#: A session's `messages.search_config` (as `rows.search_config_of` reads it).
+_CONFIG_OF = (
+    "CASE WHEN s.config ? 'search_config' THEN coalesce(s.config->>'search_config', 'none') "
+    "ELSE 'simple' END"
+)
 
 #: The text ts_headline marks: the message's text as the index reads it (text blocks, tool
 #: names, outputs, then the arguments, decoded from their JSON), its `/` a separator for the
@@ -194,6 +199,8 @@ def search_session(
         )
         if not configs:
             raise _no_session(session_id, store.tenant, incarnation is not None)
+        if configs[0] == NOT_INDEXED:
+            return []
         return _hits(conn, _search_sql(configs, "m.session_id = %(sid)s"), params)
 
 
@@ -224,13 +231,14 @@ def search_tenant(
             ).scalar_one()
             if gone:
                 raise _no_session(alive[0], store.tenant, True)
-        configs = (
-            conn.exec_driver_sql(
-                f"SELECT DISTINCT {_CONFIG_OF} FROM sessions s WHERE {in_tenant} ORDER BY 1", params
-            )
-            .scalars()
-            .all()
-        )
+        configs = [
+            c
+            for c in conn.exec_driver_sql(
+                f"SELECT DISTINCT {_CONFIG_OF} FROM sessions s WHERE {in_tenant} ORDER BY 1",
+                params,
+            ).scalars()
+            if c != NOT_INDEXED
+        ]
         if not configs:
             return []
         where = f"m.session_id IN (SELECT s.session_id FROM sessions s WHERE {in_tenant})"
