@@ -640,3 +640,12 @@ def test_the_search_benchmark_runs_small(admin_url: URL, tmp_path: Path) -> None
     assert by_label[("tenant", "an id (one message)")]["hits"] == 1
     assert all(len(q["search"]) == len(q["ilike"]) == 2 for q in figures["queries"])
     assert figures["rls"] and figures["fan_out"]
+
+
+def test_a_search_answer_stays_within_a_reload_page(open_memory: Open) -> None:
+    """The tool's answer is never large enough for a compression to offload it (SPEC.md 4)."""
+    mem = open_memory(config=SMALL)
+    mem.add([Msg.user(f"needle {k} " + "haystack " * 120 + f"needle again {k}") for k in range(12)])
+    answer = mem.handle_tool_call(_call("context_search", {"query": "needle", "limit": 10}))
+    assert len(answer) <= SMALL.reload_page_chars < SMALL.large_payload_chars
+    assert answer.startswith("10 hit(s)") and "more hit(s) left out" in answer
