@@ -19,8 +19,10 @@ from ._errors import (
     InvalidErasure,
     InvalidExport,
     InvalidMessage,
+    InvalidMessageId,
     InvalidOffloadId,
     InvalidPlan,
+    InvalidSearch,
     InvalidSessionId,
     MessageNotFound,
     OffloadNotFound,
@@ -42,6 +44,7 @@ from ._messages import (
     to_openai_messages,
 )
 from ._operations import export_session, import_session, purge_sessions
+from ._search import AutoContextSearchHit
 from ._store import tenancy as _tenancy
 from ._store.database import upgrade as _upgrade
 from ._store.lifecycle import AutoContextErasure
@@ -96,6 +99,7 @@ __all__ = [
     "AutoContextErasure",
     "AutoContextError",
     "AutoContextMemory",
+    "AutoContextSearchHit",
     "ConfigError",
     "DatabaseUnavailable",
     "ErasureNotPermitted",
@@ -104,8 +108,10 @@ __all__ = [
     "InvalidErasure",
     "InvalidExport",
     "InvalidMessage",
+    "InvalidMessageId",
     "InvalidOffloadId",
     "InvalidPlan",
+    "InvalidSearch",
     "InvalidSessionId",
     "MessageNotFound",
     "Msg",

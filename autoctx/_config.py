@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ._errors import ConfigError
+from ._search import DEFAULT_SEARCH_CONFIG, validate_search_config
 
 #: Strategies whose replacement text an LLM writes; their prompts are replaceable. 7 is the
 #: fold (SPEC.md section 3).
@@ -159,6 +160,12 @@ class AutoContextConfig:
     auto_upgrade: bool = True
     #: Replacement prompts, by strategy number (1, 4, 5, 6 and 7, the fold).
     prompts: Mapping[int, str] = field(default_factory=dict)
+    #: The PostgreSQL text search configuration the session's originals are indexed with for
+    #: `search()`: "simple" (no stemming, no stop words: ids, paths and words match as
+    #: written) or a language ("english", ...); None indexes nothing (appends skip the cost of
+    #: the vector, and searches find nothing in the session). Fixed when the session is
+    #: created, like `model`.
+    search_config: str | None = DEFAULT_SEARCH_CONFIG
 
     def __post_init__(self) -> None:
         positive_ints = (
@@ -190,6 +197,10 @@ class AutoContextConfig:
                 )
             if not isinstance(prompt, str) or not prompt.strip():
                 raise ConfigError(f"AutoContextConfig.prompts[{key}] must be a non-empty string")
+        try:
+            validate_search_config(self.search_config)
+        except ValueError as exc:
+            raise ConfigError(f"AutoContextConfig.{exc}") from None
 
     # -- derived defaults -----------------------------------------------------------------------
 

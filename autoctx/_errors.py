@@ -75,7 +75,9 @@ class TenantGrantError(AutoContextError, ValueError):
 
 
 class MessageNotFound(AutoContextError, LookupError):
-    """No stored message with that id exists in this session (for `fork` and `erase`)."""
+    """No stored message with that id exists in that session (`fork`, `erase`), or among the
+    sessions this memory may read (a reload by message id: its tenant's, or the untenanted ones
+    for an untenanted memory)."""
 
 
 class SessionExists(AutoContextError, ValueError):
@@ -101,3 +103,12 @@ class InvalidExport(AutoContextError, ValueError):
 
 class InvalidDuration(AutoContextError, ValueError):
     """A retention age such as ``30d`` or ``12h`` could not be read, or is not positive."""
+
+
+class InvalidSearch(AutoContextError, ValueError):
+    """A search's query, scope or limit is invalid (`mem.search`, `autoctx search`)."""
+
+
+class InvalidMessageId(AutoContextError, ValueError):
+    """A reload by message id is malformed: the id is not a positive integer, or both (or
+    neither) of an offload id and a message id were given."""

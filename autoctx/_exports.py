@@ -173,6 +173,7 @@ _TYPES: Final[dict[str, tuple[Check, str, bool]]] = {
     "message_ids": (_ints, "a list of integers", False),
     "event_id": (_int, "an integer", True),
     "erased_by": (_int, "an integer", True),
+    "search_config": (lambda v: isinstance(v, str), "a text search configuration", False),
     "summary_message_id": (_int, "an integer", True),
     "strategy": (_int, "an integer", False),
     "status": (lambda v: isinstance(v, str), "a status", False),

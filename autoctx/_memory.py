@@ -27,21 +27,35 @@ from ._client import AutoContextClient
 from ._compressor import Compressor, SessionState, trigger_of
 from ._config import AutoContextConfig
 from ._erasure import Derived, rewrite_erased
-from ._errors import InvalidSessionId, SessionNotFound
+from ._errors import InvalidMessageId, InvalidSessionId, SessionNotFound
 from ._events import Event
 from ._intake import Prepared, count_tokens, prepare
 from ._lifecycle_args import erasure_ids, erasure_reason, message_id
 from ._messages import Msg, coerce_messages, to_openai_messages
 from ._prompts import RELOAD_SNIPPET
+from ._search import (
+    DEFAULT_LIMIT,
+    NOT_INDEXED,
+    AutoContextSearchHit,
+    SearchScope,
+    stored_search_config,
+    validate_limit,
+    validate_query,
+    validate_scope,
+)
 from ._store import lifecycle
+from ._store import search as search_store
 from ._store.lifecycle import AutoContextErasure
-from ._store.rows import SessionInfo
+from ._store.rows import SessionInfo, search_config_of
 from ._store.store import Store
 from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer
 from ._tokens import TokenCounter
 from ._tools import (
+    MAX_MESSAGE_ID,
+    SEARCH_TOOL_NAME,
     TOOL_NAME,
     answer_reload_call,
+    answer_search_call,
     call_arguments,
     parse_offload_id,
     tool_definitions,
@@ -66,6 +80,17 @@ def validate_session_id(session_id: object) -> str:
         raise InvalidSessionId("session id is empty; pass a non-empty string such as 'agent-42'")
     _check_storable("session id", session_id, MAX_SESSION_ID)
     return session_id
+
+
+def _check_message_id(message_id: object) -> int:
+    if isinstance(message_id, bool) or not isinstance(message_id, int):
+        raise InvalidMessageId(
+            f"message_id must be an integer (a search hit's message_id), got "
+            f"{type(message_id).__name__}"
+        )
+    if not 1 <= message_id <= MAX_MESSAGE_ID:
+        raise InvalidMessageId(f"message_id must be a positive integer, got {message_id}")
+    return message_id
 
 
 def _check_storable(what: str, name: str, limit: int) -> None:
@@ -309,48 +334,134 @@ class AutoContextMemory:
 
     @_serialized
     def reload(
-        self, offload_id: str | uuid.UUID, offset: int = 0, limit: int | None = None
+        self,
+        offload_id: str | uuid.UUID | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        *,
+        message_id: int | None = None,
+        session_id: str | None = None,
     ) -> list[Msg]:
-        """The messages an offload removed (one level deep), optionally a page of them.
+        """The messages an offload removed (one level deep), optionally a page of them; or,
+        with `message_id` instead of an offload id, that one stored message (a search hit).
 
-        Raises `InvalidOffloadId` for an empty or malformed id and `OffloadNotFound` for an id
-        unknown to this session.
+        `session_id` reads another session of this memory's tenant (of the untenanted sessions
+        for an untenanted memory), as a search of scope "tenant" finds them. Raises
+        `InvalidOffloadId` for an empty or malformed id, `OffloadNotFound` for an id unknown to
+        the session (or a session outside the tenant), `MessageNotFound` likewise for a message
+        id, and `InvalidMessageId` for a message id that is not a positive integer or for both
+        (or neither) of the two ids.
         """
         self._check_open()
-        parsed = offload_id if isinstance(offload_id, uuid.UUID) else parse_offload_id(offload_id)
+        if (offload_id is None) == (message_id is None):
+            raise InvalidMessageId(
+                "pass an offload id (from an offload tag or a search hit's offload_uuid) or "
+                "message_id= (a search hit's message_id), not both and not neither"
+            )
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
         ):
             raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
-        msgs = self._store.reload(self.session_id, parsed)
+        other = self._other_session(session_id)
+        if message_id is not None:
+            msgs = [self._reload_message(_check_message_id(message_id), other)]
+        else:
+            assert offload_id is not None
+            parsed = (
+                offload_id if isinstance(offload_id, uuid.UUID) else parse_offload_id(offload_id)
+            )
+            msgs = self._reload_offload(parsed, other)
         return msgs[offset : None if limit is None else offset + limit]
 
     def tools(self) -> list[dict[str, Any]]:
-        """The OpenAI function-tool definitions of the memory's model tools (`context_reload`),
-        for a chat completion's `tools=`; `handle_tool_call()` answers a call of any of them."""
+        """The OpenAI function-tool definitions of the memory's model tools (`context_reload`,
+        `context_search`), for a chat completion's `tools=`; `handle_tool_call()` answers a call
+        of any of them."""
         return tool_definitions(self.config)
 
     @_serialized
     def handle_tool_call(self, call: Any) -> str:
-        """Answer a model's call of one of `tools()` with text: an OpenAI tool-call dict, the
-        `openai` client's tool-call object, or a `ToolUseBlock`. Never raises for a bad call:
-        the model reads the answer, so a wrong uuid or malformed arguments are explained in it.
+        """Answer a model's call of one of `tools()` with text, by its function name: an OpenAI
+        tool-call dict, the `openai` client's tool-call object, or a `ToolUseBlock`. Never
+        raises for a bad call: the model reads the answer, so a wrong uuid or malformed
+        arguments are explained in it.
         """
         self._check_open()
         name, arguments = call_arguments(call)
-        if name != TOOL_NAME:
-            return f"Unknown tool {name!r}: this handler answers {TOOL_NAME} only."
-        return answer_reload_call(
-            arguments,
-            lambda u: self._store.reload(self.session_id, u),
-            self.config.reload_page_chars,
+        if name == TOOL_NAME:
+            return answer_reload_call(
+                arguments,
+                lambda u, sid: self._reload_offload(u, self._other_session(sid)),
+                self.config.reload_page_chars,
+                lambda mid, sid: self._reload_message(mid, self._other_session(sid)),
+            )
+        if name == SEARCH_TOOL_NAME:
+            return answer_search_call(
+                arguments,
+                lambda q, scope, n: self.search(q, scope=scope, limit=n),
+                own_session=self.session_id,
+                max_chars=self.config.reload_page_chars,
+            )
+        return (
+            f"Unknown tool {name!r}: this handler answers {TOOL_NAME} and {SEARCH_TOOL_NAME} only."
+        )
+
+    def _other_session(self, session_id: str | None) -> str | None:
+        """The other session of the tenant a reload names (None: this memory's own)."""
+        if session_id is None:
+            return None
+        validate_session_id(session_id)
+        return None if session_id == self.session_id else session_id
+
+    def _reload_offload(self, offload: uuid.UUID, session_id: str | None) -> list[Msg]:
+        if session_id is None:
+            return self._store.reload(self.session_id, offload)
+        return search_store.reload_in_tenant(self._store, session_id, offload)
+
+    def _reload_message(self, message_id: int, session_id: str | None) -> Msg:
+        if session_id is None:
+            incarnation = self._store.incarnation(self.session_id)
+            return search_store.load_message(
+                self._store, self.session_id, message_id, incarnation=incarnation
+            )
+        return search_store.load_message(self._store, session_id, message_id)
+
+    # -- search -----------------------------------------------------------------------------
+
+    @_serialized
+    def search(
+        self, query: str, *, scope: SearchScope = "session", limit: int = DEFAULT_LIMIT
+    ) -> list[AutoContextSearchHit]:
+        """The originals that match `query`, best first: full-text search (PostgreSQL's
+        `websearch_to_tsquery` syntax: words, "a phrase", -excluded, or) with the session's
+        `search_config`, ranked by cover density.
+
+        `scope="session"` searches this session, `"tenant"` every session of this memory's
+        tenant (for an untenanted memory, every untenanted session); another tenant's message
+        is never a hit. Each hit names its session, message, role, time, a snippet with the
+        matched words marked, and where the original is now (`in_working_context`, or the
+        `offload_uuid` that holds it); `reload(message_id=..., session_id=...)` reads it whole.
+        Raises `InvalidSearch` for an empty or overlong query, an unknown scope, or a limit
+        outside 1..100.
+        """
+        self._check_open()
+        text = validate_query(query)
+        where = validate_scope(scope)
+        count = validate_limit(limit)
+        incarnation = self._store.incarnation(self.session_id)
+        if where == "session":
+            return search_store.search_session(
+                self._store, self.session_id, text, count, incarnation=incarnation
+            )
+        return search_store.search_tenant(
+            self._store, text, count, alive=(self.session_id, incarnation)
         )
 
     @staticmethod
     def system_prompt_snippet() -> str:
-        """Text for the agent's system prompt that explains offload tags and reload."""
+        """Text for the agent's system prompt that explains offload tags, reload and search."""
         return RELOAD_SNIPPET
 
     # -- fork and erasure (SPEC.md section 9; the SQL is autoctx._store.lifecycle's) ---------
@@ -509,6 +620,8 @@ def open_memory(
         config = AutoContextConfig.from_json(info.config)
     if info.model != config.model:
         config = _with_model(config, info)
+    if stored_search_config(config.search_config) != search_config_of(info.config):
+        config = _with_search_config(config, info)
     if config.to_json() != info.config:
         # The thresholds in force are recorded on the session (and on each event).
         store.set_config(session_id, config.to_json())
@@ -526,6 +639,21 @@ def _with_model(config: AutoContextConfig, info: SessionInfo) -> AutoContextConf
         config.model,
     )
     return replace(config, model=info.model)
+
+
+def _with_search_config(config: AutoContextConfig, info: SessionInfo) -> AutoContextConfig:
+    # The session's originals are indexed with the configuration it was created with: a search
+    # with another would miss them.
+    indexed = search_config_of(info.config)
+    stored = None if indexed == NOT_INDEXED else indexed
+    logger.warning(
+        "autoctx: session %r indexes its messages with search_config %r; keeping it (config "
+        "says %r)",
+        info.session_id,
+        stored,
+        config.search_config,
+    )
+    return replace(config, search_config=stored)
 
 
 class AsyncAutoContextMemory:
@@ -593,9 +721,31 @@ class AsyncAutoContextMemory:
         return await asyncio.to_thread(self.sync.events)
 
     async def reload(
-        self, offload_id: str | uuid.UUID, offset: int = 0, limit: int | None = None
+        self,
+        offload_id: str | uuid.UUID | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        *,
+        message_id: int | None = None,
+        session_id: str | None = None,
     ) -> list[Msg]:
-        return await asyncio.to_thread(self.sync.reload, offload_id, offset, limit)
+        return await asyncio.to_thread(
+            functools.partial(
+                self.sync.reload,
+                offload_id,
+                offset,
+                limit,
+                message_id=message_id,
+                session_id=session_id,
+            )
+        )
+
+    async def search(
+        self, query: str, *, scope: SearchScope = "session", limit: int = DEFAULT_LIMIT
+    ) -> list[AutoContextSearchHit]:
+        return await asyncio.to_thread(
+            functools.partial(self.sync.search, query, scope=scope, limit=limit)
+        )
 
     async def handle_tool_call(self, call: Any) -> str:
         return await asyncio.to_thread(self.sync.handle_tool_call, call)

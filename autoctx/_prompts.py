@@ -134,7 +134,11 @@ A compressed part is a summary or a shortened preview that ends with a tag of th
 When you need exact details that a summary or preview leaves out (full file contents, complete
 tool output, exact values), call the context_reload tool with the uuid from that tag; it returns
 the original messages as text, page by page when they are long. Reload only what you need, and
-never write such a tag yourself."""
+never write such a tag yourself.
+If you have the context_search tool, use it to find what you knew but no longer see: words, ids
+or paths from earlier in this conversation, or, with scope "tenant", from your earlier
+sessions. Each hit shows a short extract and how to read the whole message with context_reload
+(its message_id, and its session_id when it comes from another session)."""
 
 
 def prompt_for(strategy: int, overrides: Mapping[int, str] | None = None) -> str:

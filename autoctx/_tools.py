@@ -1,7 +1,11 @@
-"""`context_reload`: the tool an agent calls to get offloaded context back.
+"""The model tools of a memory: `context_reload` (get offloaded context back, or one message of a
+search hit) and `context_search` (find what the agent knew, in this session or in every session
+of its tenant).
 
-The handler answers in plain text and turns every error into a plain answer, so a model's bad
-call never raises into the agent loop. It only ever sees the offloads of its own session.
+The handlers answer in plain text and turn every error into a plain answer, so a model's bad
+call never raises into the agent loop. They never leave the memory's tenant: a reload by uuid
+alone sees the offloads of the memory's own session; with a `session_id`, and a search of scope
+"tenant", the sessions of its tenant (the untenanted ones for an untenanted memory).
 """
 
 from __future__ import annotations
@@ -11,13 +15,41 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._config import AutoContextConfig
-from ._errors import InvalidOffloadId, OffloadNotFound
+from ._errors import (
+    InvalidOffloadId,
+    InvalidSearch,
+    InvalidSessionId,
+    MessageNotFound,
+    OffloadNotFound,
+)
 from ._messages import Msg, NonJsonNumber, ToolUseBlock, as_openai_dict, json_value
+from ._search import (
+    SCOPES,
+    AutoContextSearchHit,
+    SearchScope,
+    render_hits,
+    validate_limit,
+    validate_query,
+    validate_scope,
+)
 from ._transcript import render_transcript
 
 TOOL_NAME = "context_reload"
+SEARCH_TOOL_NAME = "context_search"
+#: Hits a `context_search` call may ask for (its answer stays under a reload page).
+MAX_TOOL_HITS = 10
+DEFAULT_TOOL_HITS = 5
 
 NOT_FOUND_ANSWER = "No offloaded context with that id in this session."
+MESSAGE_NOT_FOUND_ANSWER = "No message with that id in that session."
+#: A reload by uuid, optionally of another session of the tenant.
+ReloadOffload = Callable[[uuid.UUID, str | None], list[Msg]]
+#: A reload of one message by id, optionally of another session of the tenant.
+ReloadMessage = Callable[[int, str | None], Msg]
+#: A search: (query, scope, limit) -> hits, best first.
+Search = Callable[[str, SearchScope, int], list[AutoContextSearchHit]]
+#: The largest id a PostgreSQL bigint holds.
+MAX_MESSAGE_ID = 2**63 - 1
 
 
 def parse_offload_id(value: object) -> uuid.UUID:
@@ -52,7 +84,9 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
             "description": (
                 "Reload context that was compressed to save space. Messages that end with "
                 "<!-- CONTEXT_OFFLOAD: uuid=... --> replace original messages; call this with "
-                "that uuid to read the originals. Long results come in pages of about "
+                "that uuid to read the originals. To read a message that context_search found, "
+                "pass its message_id (and its session_id when it is from another session). "
+                "Long results come in pages of about "
                 f"{page_chars} characters: call again with the offset the answer gives."
             ),
             "parameters": {
@@ -62,13 +96,30 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
                         "type": "string",
                         "description": "The uuid from a CONTEXT_OFFLOAD tag.",
                     },
+                    "message_id": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": (
+                            "Instead of uuid: the message id of a context_search hit, to read "
+                            "that one message whole."
+                        ),
+                    },
+                    "session_id": {
+                        "type": "string",
+                        "description": (
+                            "The session of a context_search hit from another session (omit "
+                            "it for this session)."
+                        ),
+                    },
                     "offset": {
                         "type": "integer",
                         "minimum": 0,
                         "description": "Character offset of the page to read (default 0).",
                     },
                 },
-                "required": ["uuid"],
+                # uuid or message_id: a search hit in another session's working context is
+                # held by no offload, so a uuid alone cannot reach it (SPEC.md section 9).
+                "required": [],
                 "additionalProperties": False,
             },
         },
@@ -77,40 +128,91 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
 
 def tool_definitions(config: AutoContextConfig) -> list[dict[str, Any]]:
     """The OpenAI function-tool definitions of a memory's model tools, for `config`."""
-    return [reload_tool_definition(config.reload_page_chars)]
+    return [reload_tool_definition(config.reload_page_chars), search_tool_definition()]
 
 
-def answer_reload_call(
-    arguments: str | Mapping[str, Any],
-    reload: Callable[[uuid.UUID], list[Msg]],
-    page_chars: int,
-) -> str:
-    """Answer one `context_reload` call with text (never raises for a bad call)."""
+def _arguments(arguments: object, example: str) -> dict[str, Any] | str:
+    """A call's arguments as a dict, or the plain answer that says what is wrong with them."""
     if isinstance(arguments, str):
         try:
             args = json_value(arguments)
         except NonJsonNumber:
             return (
-                'Invalid arguments: NaN and Infinity are not JSON; pass {"uuid": "..."} '
-                "with an integer offset."
+                f"Invalid arguments: NaN and Infinity are not JSON; pass {example} "
+                "with integer numbers."
             )
         except RecursionError:
             # A hostile nesting depth: Python's json recurses once per level.
-            return 'Invalid arguments: nested far too deep; expected JSON like {"uuid": "..."}.'
+            return f"Invalid arguments: nested far too deep; expected JSON like {example}."
         except ValueError:
-            return 'Invalid arguments: expected JSON like {"uuid": "..."}.'
+            return f"Invalid arguments: expected JSON like {example}."
     elif isinstance(arguments, Mapping):
         args = dict(arguments)
     else:
         return (
             "Invalid arguments: expected a JSON object text or a dict like "
-            f'{{"uuid": "..."}}, got {type(arguments).__name__}.'
+            f"{example}, got {type(arguments).__name__}."
         )
     if not isinstance(args, dict):
-        return 'Invalid arguments: expected a JSON object like {"uuid": "..."}.'
-    raw = args.get("uuid")
+        return f"Invalid arguments: expected a JSON object like {example}."
+    return args
+
+
+def _session_argument(value: object) -> str | None:
+    """The session id a call names (None: the memory's own session); raises
+    `InvalidSessionId` for one that cannot be a session id (the answer never repeats it)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
+        raise InvalidSessionId(
+            "session_id must be the session id of a context_search hit, as the hit shows it"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSessionId("session_id is not valid Unicode") from None
+    return value
+
+
+def answer_reload_call(
+    arguments: str | Mapping[str, Any],
+    reload: ReloadOffload,
+    page_chars: int,
+    reload_message: ReloadMessage | None = None,
+) -> str:
+    """Answer one `context_reload` call with text (never raises for a bad call): the originals
+    an offload holds (`uuid`), or one message of a search hit (`message_id`), of this session
+    or of the `session_id` given."""
+    args = _arguments(arguments, '{"uuid": "..."}')
+    if isinstance(args, str):
+        return args
+    try:
+        session = _session_argument(args.get("session_id"))
+    except InvalidSessionId as exc:
+        return f"Invalid session_id: {exc}."
+    raw, message_id = args.get("uuid"), args.get("message_id")
+    if raw is not None and message_id is not None:
+        return "Pass either uuid (an offload) or message_id (one message), not both."
+    offset = args.get("offset", 0)
+    if message_id is not None and reload_message is not None:
+        if (
+            isinstance(message_id, bool)
+            or not isinstance(message_id, int)
+            or not 1 <= message_id <= MAX_MESSAGE_ID
+        ):
+            return "Invalid message_id: pass the integer message id of a context_search hit."
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            return "Invalid offset: pass a non-negative integer character offset."
+        try:
+            msg = reload_message(message_id, session)
+        except MessageNotFound:
+            return MESSAGE_NOT_FOUND_ANSWER
+        return _page(render_transcript([msg], keep_tags=True), offset, page_chars, "message")
     if raw is None:
-        return 'Missing uuid: pass the uuid of an offload tag as {"uuid": "..."}.'
+        return (
+            'Missing uuid: pass the uuid of an offload tag as {"uuid": "..."}, or the message '
+            'id of a search hit as {"message_id": 42}.'
+        )
     if not isinstance(raw, str):
         return (
             f"Invalid uuid: it must be a string, got {type(raw).__name__}; copy the uuid that "
@@ -124,17 +226,19 @@ def answer_reload_call(
         offload = parse_offload_id(raw)
     except InvalidOffloadId as exc:
         return f"Invalid uuid: {exc}"
-    offset = args.get("offset", 0)
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         return "Invalid offset: pass a non-negative integer character offset."
     try:
-        msgs = reload(offload)
+        msgs = reload(offload, session)
     except OffloadNotFound:
-        return NOT_FOUND_ANSWER
+        return NOT_FOUND_ANSWER if session is None else NOT_FOUND_ANSWER.replace("this", "that")
     # Tags stay visible: a reloaded summary points at its own offload, one level further down.
-    text = render_transcript(msgs, keep_tags=True)
+    return _page(render_transcript(msgs, keep_tags=True), offset, page_chars, "offloaded context")
+
+
+def _page(text: str, offset: int, page_chars: int, what: str) -> str:
     if offset >= len(text) and offset > 0:
-        return f"Offset {offset} is past the end: the offloaded context has {len(text)} characters."
+        return f"Offset {offset} is past the end: the {what} has {len(text)} characters."
     page = text[offset : offset + page_chars]
     end = offset + len(page)
     if end < len(text):
@@ -143,6 +247,70 @@ def answer_reload_call(
             f"offset={end} for the next page]"
         )
     return page
+
+
+def search_tool_definition() -> dict[str, Any]:
+    """The OpenAI function-tool definition of `context_search`."""
+    return {
+        "type": "function",
+        "function": {
+            "name": SEARCH_TOOL_NAME,
+            "description": (
+                "Search what you knew: the original messages of this conversation, including "
+                "those compressed away, or (scope 'tenant') of every earlier session of yours. "
+                "Full-text search by words, ids or paths ('deploy failed', 'req-7f3a', "
+                "'/srv/app/main.py'; \"quoted phrase\", -word to exclude, or). Answers the "
+                "best matches with a short extract each and how to read the whole message "
+                f"with {TOOL_NAME}."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {
+                        "type": "string",
+                        "description": "Words, ids or paths to look for.",
+                    },
+                    "scope": {
+                        "type": "string",
+                        "enum": list(SCOPES),
+                        "description": (
+                            "'session' (default): this conversation; 'tenant': every session "
+                            "of yours."
+                        ),
+                    },
+                    "limit": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MAX_TOOL_HITS,
+                        "description": f"Best matches to return (default {DEFAULT_TOOL_HITS}).",
+                    },
+                },
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def answer_search_call(
+    arguments: str | Mapping[str, Any],
+    search: Search,
+    *,
+    own_session: str,
+    max_chars: int,
+) -> str:
+    """Answer one `context_search` call with text (never raises for a bad call)."""
+    args = _arguments(arguments, '{"query": "..."}')
+    if isinstance(args, str):
+        return args
+    try:
+        query = validate_query(args.get("query"))
+        scope = validate_scope(args.get("scope", "session"))
+        limit = validate_limit(args.get("limit", DEFAULT_TOOL_HITS), MAX_TOOL_HITS)
+    except InvalidSearch as exc:
+        return f"Invalid search: {exc}."
+    hits = search(query, scope, limit)
+    return render_hits(hits, scope=scope, own_session=own_session, max_chars=max_chars)
 
 
 def call_arguments(call: ToolUseBlock | Mapping[str, Any]) -> tuple[str, str | Mapping[str, Any]]:

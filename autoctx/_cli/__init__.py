@@ -6,6 +6,7 @@
     autoctx history SESSION               # every compression: what, why, how much
     autoctx lineage SESSION MESSAGE_ID    # a summary, down to the originals behind it
     autoctx reload SESSION UUID           # what an offload removed
+    autoctx search QUERY [--session S]    # full-text search over originals, by tenant
     autoctx plot SESSION -o tokens.png    # working tokens over time, compressions marked
     autoctx export SESSION -o s.json      # everything, as JSON (autoctx import restores it)
     autoctx fork SESSION NEW [--at ID]    # branch a session
@@ -21,7 +22,7 @@ PostgreSQL). Errors print as one line that says what to do, with a non-zero exit
 from __future__ import annotations
 
 # Importing the command modules registers their commands on `app`.
-from . import db, demo, export, inspect, lifecycle  # noqa: F401
+from . import db, demo, export, inspect, lifecycle, search  # noqa: F401
 from .root import app, main
 
 __all__ = ["app", "main"]

@@ -84,6 +84,7 @@ MESSAGE_COLUMNS = (
     "tool_names",
     "event_id",
     "erased_by",
+    "search_config",
     "created_at",
 )
 EVENT_COLUMNS = (

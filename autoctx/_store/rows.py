@@ -6,7 +6,7 @@ The SQL texts are in `sql.py`, the units of work in `store.py`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +129,16 @@ def message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None)
         "tool_names": [c.name for c in calls] + [r.name for r in results],
         "event_id": event_id,
     }
+
+
+def search_config_of(config: Mapping[str, Any]) -> str:
+    """The `messages.search_config` of a session's config: the text search configuration its
+    originals are indexed with, 'none' for a session created with `search_config=None`, and
+    'simple' for one recorded before migration 0008 (its messages were indexed with it)."""
+    if "search_config" not in config:
+        return "simple"
+    value = config["search_config"]
+    return value if isinstance(value, str) else "none"
 
 
 def session_info(row: Row[Any]) -> SessionInfo:

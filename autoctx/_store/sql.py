@@ -38,16 +38,18 @@ SET next_message_id = next_message_id + %(n)s, next_position = next_position + %
 WHERE sessions.session_id = %(sid)s AND sessions.incarnation = %(inc)s
   AND sessions.version = %(version)s
 RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_pos,
-          message_count, token_count
+          message_count, token_count,
+          CASE WHEN config ? 'search_config' THEN coalesce(config->>'search_config', 'none')
+               ELSE 'simple' END AS search_config
 """
 
 APPEND_AT_VERSION = f"""
 WITH s AS ({CLAIM_AT_VERSION}), m AS (
     INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
-                          tokens, chars, call_ids, result_ids, tool_names)
+                          tokens, chars, call_ids, result_ids, tool_names, search_config)
     SELECT %(sid)s, s.first_id + u.ord - 1, u.role, u.name, u.content::jsonb, u.metadata::jsonb,
            u.kind, u.pinned, u.final, u.tokens, u.chars, u.call_ids::text[],
-           u.result_ids::text[], u.tool_names::text[]
+           u.result_ids::text[], u.tool_names::text[], s.search_config
     FROM s, unnest(%(role)b::text[], %(name)b::text[], %(content)b::text[],
                    %(metadata)b::text[], %(kind)b::text[], %(pinned)b::bool[], %(final)b::bool[],
                    %(tokens)b::int[], %(chars)b::int[], %(call_ids)b::text[],

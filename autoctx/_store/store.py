@@ -41,6 +41,7 @@ from .rows import (
     event_from_row,
     message_row,
     msg_from_columns,
+    search_config_of,
     session_info,
     stored,
 )
@@ -628,7 +629,10 @@ class Store:
             if rest is not None and rest_id is not None:
                 rest = replace(rest, final=is_final_answer(rest.msg, replaced_final=last_final))
                 conn.execute(
-                    sa.insert(messages).values(**message_row(session_id, rest_id, rest, event_id))
+                    sa.insert(messages).values(
+                        **message_row(session_id, rest_id, rest, event_id),
+                        search_config=search_config_of(srow.config),
+                    )
                 )
                 conn.execute(
                     sa.insert(working_set).values(

@@ -77,7 +77,20 @@ messages = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     #: The erasure event that tombstoned this original or rewrote this summary (0009).
     sa.Column("erased_by", sa.BigInteger, nullable=True),
+    #: The text search configuration of `search_tsv` (the session's `search_config`, 0008).
+    sa.Column("search_config", sa.Text, nullable=False, server_default="simple"),
+    #: A STORED column that PostgreSQL generates from `content` (originals only; NULL for
+    #: summaries and previews; the expression is migration 0008's), under the GIN index below;
+    #: never written by autoctx. Read by `autoctx._store.search`.
+    sa.Column("search_tsv", pg.TSVECTOR, nullable=True),
     _session_fk(),
+    sa.Index(
+        "messages_search_idx",
+        "session_id",
+        "search_tsv",
+        postgresql_using="gin",
+        postgresql_where=sa.text("search_tsv IS NOT NULL"),
+    ),
 )
 
 working_set = sa.Table(

@@ -754,18 +754,19 @@ def _remainder(last: Msg, keep: Sequence[int]) -> Msg:
 
 
 # ---------------------------------------------------------------------------------------------
-# context_reload as an Agents SDK tool
+# context_reload and context_search as Agents SDK tools
 # ---------------------------------------------------------------------------------------------
 
 
 def context_tools(session: AutoContextSession | AutoContextMemory) -> list[FunctionTool]:
-    """The memory's model tools (`AutoContextMemory.tools()`: `context_reload`) as Agents SDK
-    function tools answering from `session`.
+    """The memory's model tools (`AutoContextMemory.tools()`: `context_reload` and
+    `context_search`) as Agents SDK function tools answering from `session`.
 
     Add them to the agent's tools (and `AutoContextMemory.system_prompt_snippet()` to its
-    instructions) so that the model can read back what a compression offloaded. Each answer is
-    the memory's `handle_tool_call` answer: the originals as text, paged, and plain answers for
-    an unknown, malformed or foreign id.
+    instructions) so that the model can read back what a compression offloaded and search what
+    its tenant's sessions hold. Each answer is the memory's `handle_tool_call` answer: the
+    originals as text, paged, search hits, and plain answers for an unknown, malformed or
+    foreign id.
     """
 
     def memory() -> AutoContextMemory:
@@ -783,8 +784,8 @@ def context_tools(session: AutoContextSession | AutoContextMemory) -> list[Funct
             description=definition["description"],
             params_json_schema=definition["parameters"],
             on_invoke_tool=on_invoke_tool,
-            # Optional parameters (`offset`), which strict mode (every property required) does
-            # not allow.
+            # Optional properties (offset, scope, ...), which strict mode (every property
+            # required) does not allow.
             strict_json_schema=False,
         )
 

@@ -1,0 +1,320 @@
+"""The SQL of recall across sessions: full-text search over originals (migration 0008) and the
+reads that reload a hit, in one session or across the sessions of a tenant.
+
+The one read that spans sessions is a search or reload of scope "tenant": it names the tenant
+(`sessions.tenant = <tenant>`, or `IS NULL` for an untenanted memory), never one session, so on
+a sharded PostgreSQL it fans out to every shard (docs/scaling.md, "Search across sessions").
+Everything of scope "session" is pinned to its session_id like every other statement of the
+store. Each call is one transaction, scoped to the store's tenant for the row-level security
+policies (database tenancy) on top of the explicit tenant condition (application tenancy).
+
+The text search configuration comes from the sessions searched (each session indexes its
+originals with its own, fixed at creation); the configuration names are inlined as literals
+from autoctx's fixed list, never from input, so that PostgreSQL folds
+`websearch_to_tsquery('simple', $1)` into a constant when it plans and can estimate how many
+rows the words match.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, Final
+
+from sqlalchemy.engine import Connection
+
+from .._errors import MessageNotFound, OffloadNotFound, SessionNotFound
+from .._messages import Msg
+from .._search import (
+    HIGHLIGHT,
+    NOT_INDEXED,
+    SEARCH_CONFIGS,
+    SLASH_STAND_IN,
+    AutoContextSearchHit,
+    clean_snippet,
+    websearch_text,
+)
+from .rows import msg_from_columns
+from .sql import messages_by_id
+from .store import Store
+
+#: Characters of a hit's text that ts_headline reads (what the index covers, migration 0008).
+HEADLINE_CHARS: Final = 100_000
+HEADLINE_OPTIONS: Final = (
+    f"StartSel={HIGHLIGHT}, StopSel={HIGHLIGHT}, MaxWords=18, MinWords=6, ShortWord=2, "
+    'MaxFragments=2, FragmentDelimiter=" … "'
+)
+
+#: Planner settings local to the search's transaction: a custom plan for every execution (the
+#: words' selectivity decides between the GIN index and a scan of the session, and a generic
+#: plan of a prepared statement cannot know them), and no JIT, whose compilation costs more
+#: than a search saves on the rows it reads.
+_SETTINGS = (
+    "SELECT set_config('plan_cache_mode', 'force_custom_plan', true), "
+    "set_config('jit', 'off', true)"
+)
+
+#: A session's `messages.search_config` (as `rows.search_config_of` reads it).
+_CONFIG_OF = (
+    "CASE WHEN s.config ? 'search_config' THEN coalesce(s.config->>'search_config', 'none') "
+    "ELSE 'simple' END"
+)
+
+#: The text ts_headline marks: the message's text as the index reads it (text blocks, tool
+#: names, outputs, then the arguments, decoded from their JSON), its `/` a separator for the
+#: parser and restored by `clean_snippet`.
+_PLAIN_PATHS = (
+    "$[*].text",
+    "$[*].name",
+    '$[*].output ? (@.type() == "string")',
+    "$[*].output[*].text",
+)
+_PLAIN_ARRAY = " || ".join(f"jsonb_path_query_array(m.content, '{p}')" for p in _PLAIN_PATHS)
+_ARGUMENT_TEXT = (
+    "replace(regexp_replace(regexp_replace(regexp_replace(x, '\\\\\\\\', chr(57344), 'g'), "
+    "'\\\\\"', '\"', 'g'), '\\\\([/bfnrt]|u[0-9a-fA-F]{4})', ' ', 'g'), chr(57344), '\\')"
+)
+_DISPLAY_TEXT = f"""
+translate(left(
+    coalesce((SELECT string_agg(x, ' ') FROM jsonb_array_elements_text({_PLAIN_ARRAY}) AS x), '')
+    || ' ' ||
+    coalesce((SELECT string_agg({_ARGUMENT_TEXT}, ' ')
+              FROM jsonb_array_elements_text(jsonb_path_query_array(m.content, '$[*].arguments'))
+                   AS x), ''),
+    {HEADLINE_CHARS}), '/', chr({ord(SLASH_STAND_IN)}))"""
+
+_OFFLOAD_OF_HIT = """
+(SELECT e.offload_uuid
+ FROM lineage l JOIN compression_events e ON e.session_id = l.session_id AND e.id = l.event_id
+ WHERE l.session_id = h.session_id AND l.replaced_id = h.id AND e.offload_uuid IS NOT NULL
+ ORDER BY l.event_id LIMIT 1)"""
+
+_IN_WORKING = """
+EXISTS (SELECT 1 FROM working_set w
+        WHERE w.session_id = h.session_id AND w.message_id = h.id)"""
+
+
+def _tenant_condition(tenant: str | None, alias: str = "s") -> str:
+    return f"{alias}.tenant = %(tenant)s" if tenant is not None else f"{alias}.tenant IS NULL"
+
+
+def _literal(config: str) -> str:
+    # Only names of autoctx's fixed list ever reach the SQL text (they come from sessions'
+    # configs, which may have been written by anyone with the owner's rights).
+    if config not in SEARCH_CONFIGS:
+        raise ValueError(f"not a search configuration autoctx indexes with: {config!r}")
+    return f"'{config}'"
+
+
+def _match(configs: Sequence[str]) -> tuple[str, str]:
+    """(the WHERE condition, the tsquery expression for ranking) for the configurations of the
+    sessions searched; one configuration (the usual case) needs no per-row test."""
+    query = {c: f"websearch_to_tsquery({_literal(c)}, %(query)s)" for c in configs}
+    if len(configs) == 1:
+        only = query[configs[0]]
+        return f"m.search_tsv @@ {only}", only
+    match = " OR ".join(
+        f"(m.search_config = {_literal(c)} AND m.search_tsv @@ {q})" for c, q in query.items()
+    )
+    ranked = (
+        "CASE m.search_config "
+        + " ".join(f"WHEN {_literal(c)} THEN {q}" for c, q in query.items())
+        + " END"
+    )
+    return f"({match})", ranked
+
+
+def _search_sql(configs: Sequence[str], where: str) -> str:
+    match, tsquery = _match(configs)
+    return f"""
+WITH hits AS (
+    SELECT m.session_id, m.id, m.role, m.created_at, m.search_config,
+           ts_rank_cd(m.search_tsv, {tsquery}, 1) AS rank
+    FROM messages m
+    WHERE {match} AND {where}
+    ORDER BY rank DESC, m.created_at DESC, m.session_id, m.id
+    LIMIT %(limit)s
+)
+SELECT h.session_id, h.id, h.role, h.created_at, h.rank,
+       ts_headline(h.search_config::regconfig, {_DISPLAY_TEXT},
+                   websearch_to_tsquery(h.search_config::regconfig, %(query)s),
+                   %(options)s) AS headline,
+       {_OFFLOAD_OF_HIT} AS offload_uuid,
+       {_IN_WORKING} AS working
+FROM hits h JOIN messages m ON m.session_id = h.session_id AND m.id = h.id
+ORDER BY h.rank DESC, h.created_at DESC, h.session_id, h.id
+"""
+
+
+def _hits(conn: Connection, sql: str, params: dict[str, Any]) -> list[AutoContextSearchHit]:
+    rows = conn.exec_driver_sql(sql, params).all()
+    return [
+        AutoContextSearchHit(
+            session_id=r.session_id,
+            message_id=r.id,
+            role=r.role,
+            created_at=r.created_at,
+            snippet=clean_snippet(r.headline or ""),
+            rank=float(r.rank),
+            offload_uuid=r.offload_uuid,
+            in_working_context=bool(r.working),
+        )
+        for r in rows
+    ]
+
+
+def search_session(
+    store: Store,
+    session_id: str,
+    query: str,
+    limit: int,
+    *,
+    incarnation: uuid.UUID | None = None,
+) -> list[AutoContextSearchHit]:
+    """The best `limit` originals of one session that match `query`.
+
+    With `incarnation` (a memory's own session), a session deleted since raises
+    `SessionNotFound`; without it (the CLI), the session must be one of the store's tenant
+    (untenanted for a store without one), else `SessionNotFound`.
+    """
+    params: dict[str, Any] = {
+        "sid": session_id,
+        "tenant": store.tenant,
+        "inc": incarnation,
+        "query": websearch_text(query),
+        "limit": limit,
+        "options": HEADLINE_OPTIONS,
+    }
+    which = (
+        "s.incarnation = %(inc)s" if incarnation is not None else _tenant_condition(store.tenant)
+    )
+    with store._begin() as conn:
+        conn.exec_driver_sql(_SETTINGS)
+        configs = (
+            conn.exec_driver_sql(
+                f"SELECT {_CONFIG_OF} FROM sessions s WHERE s.session_id = %(sid)s AND {which}",
+                params,
+            )
+            .scalars()
+            .all()
+        )
+        if not configs:
+            raise _no_session(session_id, store.tenant, incarnation is not None)
+        if configs[0] == NOT_INDEXED:
+            return []
+        return _hits(conn, _search_sql(configs, "m.session_id = %(sid)s"), params)
+
+
+def search_tenant(
+    store: Store,
+    query: str,
+    limit: int,
+    *,
+    alive: tuple[str, uuid.UUID] | None = None,
+) -> list[AutoContextSearchHit]:
+    """The best `limit` originals of every session of the store's tenant (every untenanted
+    session for a store without one) that match `query`. With `alive` (a memory's own session
+    and incarnation), raises `SessionNotFound` once that session is gone."""
+    params: dict[str, Any] = {
+        "tenant": store.tenant,
+        "query": websearch_text(query),
+        "limit": limit,
+        "options": HEADLINE_OPTIONS,
+    }
+    in_tenant = _tenant_condition(store.tenant)
+    with store._begin() as conn:
+        conn.exec_driver_sql(_SETTINGS)
+        if alive is not None:
+            gone = not conn.exec_driver_sql(
+                "SELECT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = %(sid)s "
+                "AND s.incarnation = %(inc)s)",
+                {"sid": alive[0], "inc": alive[1]},
+            ).scalar_one()
+            if gone:
+                raise _no_session(alive[0], store.tenant, True)
+        configs = [
+            c
+            for c in conn.exec_driver_sql(
+                f"SELECT DISTINCT {_CONFIG_OF} FROM sessions s WHERE {in_tenant} ORDER BY 1",
+                params,
+            ).scalars()
+            if c != NOT_INDEXED
+        ]
+        if not configs:
+            return []
+        where = f"m.session_id IN (SELECT s.session_id FROM sessions s WHERE {in_tenant})"
+        return _hits(conn, _search_sql(configs, where), params)
+
+
+def _no_session(session_id: str, tenant: str | None, own: bool) -> SessionNotFound:
+    if own:
+        return SessionNotFound(
+            f"session {session_id!r} does not exist any more (it was deleted, and the id may "
+            "have been created again since); open the session again to work on what now has "
+            "that id"
+        )
+    among = f"tenant {tenant!r}" if tenant is not None else "the sessions without a tenant"
+    return SessionNotFound(
+        f"session {session_id!r} does not exist among {among}; list the sessions with "
+        "`autoctx sessions`, and name the session's tenant with --tenant"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reloading a hit: a message by id, or another session's offload, within the tenant
+# ---------------------------------------------------------------------------------------------
+
+_MESSAGE_IN_TENANT = """
+SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
+FROM messages m JOIN sessions s ON s.session_id = m.session_id
+WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {which}
+"""
+
+_OFFLOAD_IN_TENANT = """
+SELECT o.message_ids, s.incarnation
+FROM offloads o JOIN sessions s ON s.session_id = o.session_id
+WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {which}
+"""
+
+
+def _which(store: Store, incarnation: uuid.UUID | None) -> str:
+    return "s.incarnation = %(inc)s" if incarnation is not None else _tenant_condition(store.tenant)
+
+
+def load_message(
+    store: Store, session_id: str, message_id: int, *, incarnation: uuid.UUID | None = None
+) -> Msg:
+    """One stored message (an original or one autoctx wrote) of `session_id`, which must be
+    the memory's own (`incarnation`) or a session of the store's tenant; `MessageNotFound`
+    otherwise, exactly as for an unknown id (`SessionNotFound` when the memory's own session
+    is gone)."""
+    params = {"sid": session_id, "id": message_id, "tenant": store.tenant, "inc": incarnation}
+    with store._begin() as conn:
+        row = conn.exec_driver_sql(
+            _MESSAGE_IN_TENANT.format(which=_which(store, incarnation)), params
+        ).one_or_none()
+        if row is None and incarnation is not None:
+            store._check_alive(conn, session_id)
+    if row is None:
+        raise MessageNotFound(
+            f"no message {message_id} in session {session_id!r} among the sessions this "
+            "memory may read; take the session id and message id from a search hit"
+        )
+    return msg_from_columns(*row)
+
+
+def reload_in_tenant(store: Store, session_id: str, offload_uuid: uuid.UUID) -> list[Msg]:
+    """The messages an offload of another session of the store's tenant removed (one level
+    deep); `OffloadNotFound` for an unknown one, or one of a session outside the tenant."""
+    params = {"sid": session_id, "uuid": offload_uuid, "tenant": store.tenant}
+    with store._begin() as conn:
+        row = conn.exec_driver_sql(
+            _OFFLOAD_IN_TENANT.format(which=_tenant_condition(store.tenant)), params
+        ).one_or_none()
+        if row is None:
+            raise OffloadNotFound(
+                f"no offloaded context with id {offload_uuid} in session {session_id!r}"
+            )
+        ids, incarnation = list(row[0]), row[1]
+        by_id = messages_by_id(conn, session_id, incarnation, ids)
+    return [by_id[i] for i in ids]
