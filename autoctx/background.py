@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from types import TracebackType
 from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 
 from .errors import ConfigError
@@ -139,9 +140,29 @@ class BackgroundState:
         self._lock = threading.Lock()
         self._events: list[Event] = []
         self._errors: list[BaseException] = []
+        #: Counts the steps of background compressions (and their ends), for `wait_for_step`.
+        self._stepped = threading.Condition()
+        self.steps = 0
+
+    def step_done(self) -> None:
+        """A step of a background compression ended (it may have committed)."""
+        with self._stepped:
+            self.steps += 1
+            self._stepped.notify_all()
+
+    def wait_for_step(self, seen: int, timeout: float) -> None:
+        """Wait until a step after the `seen`-th ends (or `timeout` seconds pass)."""
+        with self._stepped:
+            self._stepped.wait_for(lambda: self.steps != seen, timeout)
+
+    def guard(self, lock: threading.RLock) -> StepGuard:
+        """The guard a background compression's steps run in: `lock`, and a `step_done` as
+        each step leaves it."""
+        return StepGuard(lock, self)
 
     def collect(self, future: _Finished) -> None:
         """A done callback: keep the finished compression's events, or its error."""
+        self.step_done()  # whoever waits for a step sees the end too
         if future.cancelled():
             return
         error = future.exception()
@@ -179,3 +200,25 @@ class BackgroundState:
         self._lock = threading.Lock()
         self._events = []
         self._errors = []
+        self._stepped = threading.Condition()
+
+
+class StepGuard:
+    """The memory's lock around one step of a background compression; leaving it tells the
+    callers that wait at the window that a commit may have brought the context under it."""
+
+    def __init__(self, lock: threading.RLock, state: BackgroundState) -> None:
+        self._lock = lock
+        self._state = state
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._lock.release()
+        self._state.step_done()

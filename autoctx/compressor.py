@@ -260,6 +260,10 @@ class Compressor:
             snap = self.store.snapshot(self.session_id)
             if under_target(snap.message_count, snap.token_count, cfg):
                 return state.events
+            if snap.token_count >= cfg.token_trigger:
+                # Appends that came in while the call summarised (the agent goes on beside a
+                # background compression) fired the token trigger: the call is now one it fired.
+                state.by_tokens = True
             outcome = yield from self._pass(snap, state)
             if outcome == "conflict":
                 state.history_quiet = None  # another writer: nothing known about the new state

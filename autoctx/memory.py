@@ -271,21 +271,32 @@ class AutoContextMemory:
             compressor, info = self._compression()
             if not is_due(info, self.config):
                 return done_future([])
-            lock, stop = self._lock, self._background.stop
+            guard, stop = self._background.guard(self._lock), self._background.stop
             future = self._runner.submit(
-                lambda: compressor.run(info, guard=lock, stop=stop),
+                lambda: compressor.run(info, guard=guard, stop=stop),
                 name=f"autoctx-compress-{self.session_id[:40]}",
             )
             future.add_done_callback(self._background.collect)
             self._running = future
             return future
 
-    def _wait_background(self) -> None:
-        """Wait for this memory's background compression, if one runs. Never under the
-        memory's lock: the compression's steps take it."""
+    def _wait_background(self, *, until_under_window: bool = False) -> None:
+        """Wait for this memory's background compression, if one runs (with
+        `until_under_window`, only until one of its commits brings the working context under
+        the window: the agent goes on while it finishes). Never under the memory's lock: the
+        compression's steps take it."""
         running = self._running
-        if running is not None:
+        if running is None:
+            return
+        if not until_under_window:
             wait_for_futures([running])
+            return
+        while not running.done():
+            seen = self._background.steps
+            if self.refresh().token_count < self.config.max_tokens:
+                return
+            # Woken as each step ends; the timeout only guards against a lost wake-up.
+            self._background.wait_for_step(seen, timeout=1.0)
 
     @_serialised
     def _compress_now(self, *, over_window: bool = False) -> None:
@@ -304,7 +315,7 @@ class AutoContextMemory:
             if start and is_due(info, self.config):
                 self.compress_in_background()
             return
-        self._wait_background()
+        self._wait_background(until_under_window=True)
         with self._worker_claim():
             self._compress_now(over_window=True)
 
@@ -688,11 +699,12 @@ class AsyncAutoContextMemory:
         try:
             async with self._compress_lock():
                 summarizer = self.sync.summarizer
-                lock, stop = self.sync._lock, self.sync._background.stop
+                background = self.sync._background
+                guard, stop = background.guard(self.sync._lock), background.stop
                 if isinstance(summarizer, AsyncSummarizer):
-                    await compressor.arun(info, summarizer, lock, stop=stop, events=sink)
+                    await compressor.arun(info, summarizer, guard, stop=stop, events=sink)
                 else:
-                    await asyncio.to_thread(compressor.run, info, lock, stop, sink)
+                    await asyncio.to_thread(compressor.run, info, guard, stop, sink)
         except asyncio.CancelledError:
             self.sync._background.keep(sink)  # what committed before the cancellation
             raise
@@ -724,8 +736,15 @@ class AsyncAutoContextMemory:
                 await self.compress_in_background()
             return
         running = self._task
-        if running is not None and not running.done():
-            await asyncio.wait([running])
+        background = self.sync._background
+        while running is not None and not running.done():
+            # As the sync memory: only until a commit brings the context under the window.
+            seen = background.steps
+            if (await self.refresh()).token_count < config.max_tokens:
+                return
+            stepped = asyncio.ensure_future(asyncio.to_thread(background.wait_for_step, seen, 1.0))
+            either: list[asyncio.Future[Any]] = [running, stepped]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         claim = None
         if self.sync._background_mode == "worker":
             claim = SessionClaim(self.sync.engine, self.session_id)
