@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import multiprocessing
 import random
 import threading
 import time
@@ -41,6 +42,7 @@ from tests.openai_server import OpenAIServer, Reply
 #: A count trigger at 60 messages, a 20,000-token window; S1 summarises the older part of a
 #: long task with one call.
 CONFIG = SMALL
+FORK = multiprocessing.get_context("fork")
 #: Seconds a test waits for something that should happen at once (never reached when it does).
 PATIENCE = 10.0
 
@@ -311,6 +313,34 @@ def test_an_error_that_ends_a_background_compression_is_raised_by_the_next_call(
     mem.compress_if_needed()  # raised once; the next call compresses again
     mem._wait_background()
     assert any(e.status == "applied" for e in mem.compress_if_needed())
+    assert_consistent(mem)
+
+
+def test_a_forked_child_does_not_inherit_the_parents_background_compression(
+    open_memory: Callable[..., AutoContextMemory], server: OpenAIServer, gate: Gate
+) -> None:
+    mem = _at_trigger(open_memory, _summarizer(server), background=True)
+    inherited = mem.compress_in_background()
+    assert gate.asked.wait(PATIENCE)
+    results: multiprocessing.SimpleQueue[tuple[bool, bool, int]] = FORK.SimpleQueue()
+
+    def child() -> None:
+        # The parent's thread does not exist here: nothing may wait for it.
+        mem.add(_group(random.Random(2), "child", lines=3))
+        mem.to_openai()
+        mine = mem.compress_in_background()
+        results.put((mine is inherited, inherited.done(), mem._runner.running))
+        mem.close()
+
+    process = FORK.Process(target=child)
+    process.start()
+    process.join(PATIENCE)
+    assert process.exitcode == 0
+    is_inherited, done_in_child, threads_before = results.get()
+    assert not is_inherited and not done_in_child
+    assert threads_before <= 1, "only the child's own compression runs in the child"
+    gate.release()
+    assert any(e.status == "applied" for e in inherited.result(PATIENCE)), "the parent's goes on"
     assert_consistent(mem)
 
 
