@@ -246,10 +246,11 @@ class AutoContextMemory:
         """
         if self._background_mode is not False:
             self._keep_window(start=self._background_mode is True)
-        else:
-            self._wait_background()
+            with self._lock:
+                return self._background.take(raise_errors=True)
+        self._wait_background()  # one started with compress_in_background(), if any
+        with self._lock:  # the loop and the events it returns: one call, as ever
             self._compress_now()
-        with self._lock:
             return self._background.take(raise_errors=True)
 
     def compress_in_background(self) -> Future[list[Event]]:

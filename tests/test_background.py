@@ -370,6 +370,30 @@ def test_the_async_memory_compresses_in_a_task_while_the_agent_goes_on(
     asyncio.run(scenario())
 
 
+def test_the_async_memory_waits_only_at_the_window(
+    open_memory: Callable[..., AutoContextMemory], server: OpenAIServer, gate: Gate
+) -> None:
+    async def scenario() -> None:
+        mem = AsyncAutoContextMemory(_at_trigger(open_memory, _summarizer(server), background=True))
+        task = await mem.compress_in_background()
+        assert await asyncio.to_thread(gate.asked.wait, PATIENCE)
+        rng = random.Random(4)
+        k = 0
+        while await mem.token_count() < CONFIG.max_tokens:
+            await mem.add(_group(rng, f"big{k}", lines=150))
+            k += 1
+        read = asyncio.ensure_future(mem.to_openai())
+        done, _ = await asyncio.wait([read], timeout=0.3)
+        assert not done, "at the window, the read waits for the compression"
+        gate.release()
+        await asyncio.wait_for(read, PATIENCE)
+        assert await mem.token_count() < CONFIG.max_tokens
+        await task
+        assert_consistent(mem.sync)
+
+    asyncio.run(scenario())
+
+
 def test_closing_the_async_memory_cancels_its_task_cleanly(
     open_memory: Callable[..., AutoContextMemory], server: OpenAIServer, gate: Gate
 ) -> None:
