@@ -40,7 +40,7 @@ from typing import Any
 
 from _common import BenchDatabase, add_database_argument, fresh_database, machine_description
 from _summary_server import SummaryServer
-from agent_cost import QUICK, SIZES, WINDOWS, Workload, longtask, toolchat
+from agent_cost import CACHED_PRICE, QUICK, SIZES, WINDOWS, Workload, longtask, toolchat
 from rich.console import Console
 from rich.table import Table
 
@@ -80,6 +80,8 @@ class Run:
     waits: list[float] = field(default_factory=list)
     adds: list[float] = field(default_factory=list)
     inputs: list[int] = field(default_factory=list)
+    #: Each call's input billed with an ideal prompt cache (see `billed`).
+    billed: list[float] = field(default_factory=list)
     summarizer_calls: int = 0
     summarizer_seconds: float = 0.0
     seconds: float = 0.0
@@ -87,17 +89,26 @@ class Run:
 
 
 def replay(
-    db: BenchDatabase, server: SlowSummaryServer, w: Workload, mode: str, model_s: float
+    db: BenchDatabase,
+    server: SlowSummaryServer,
+    w: Workload,
+    mode: str,
+    model_s: float,
+    token_ratio: float | None = None,
 ) -> Run:
     run = Run(w.name, mode, w.window)
     summarizer = OpenAISummarizer(model="autoctx", base_url=server.base_url, api_key="bench")
+    config = AutoContextConfig(max_tokens=w.window)
+    if token_ratio is not None:
+        config = AutoContextConfig(max_tokens=w.window, token_ratio=token_ratio)
     mem = AutoContextMemory.open(
         f"background-{w.name}-{mode}",
         database_url=db.url,
-        config=AutoContextConfig(max_tokens=w.window),
+        config=config,
         summarizer=summarizer,
-        background=mode == "background",
+        background=mode != "blocking",
     )
+    previous: list[tuple[int, int]] = []
     points = set(w.model_calls)
     pending: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -119,6 +130,9 @@ def replay(
         to_openai_messages(context)  # what `to_openai()` gives the model
         run.waits.append(time.perf_counter() - t)
         run.inputs.append(sum(m.tokens or 0 for m in context))
+        keyed = [(m.id or 0, m.tokens or 0) for m in context]
+        run.billed.append(billed(previous, keyed))
+        previous[:] = keyed
         time.sleep(model_s)  # the model writes its answer
 
     try:
@@ -143,6 +157,18 @@ def replay(
     return run
 
 
+def billed(previous: Sequence[tuple[int, int]], current: Sequence[tuple[int, int]]) -> float:
+    """A call's input with an ideal prompt cache, as agent_cost.py bills it: the longest prefix
+    (in whole messages) equal to the previous call's input at `CACHED_PRICE`, the rest in full."""
+    same = 0
+    for a, b in zip(previous, current, strict=False):
+        if a[0] != b[0]:
+            break
+        same += 1
+    cached = sum(t for _, t in current[:same])
+    return CACHED_PRICE * cached + sum(t for _, t in current[same:])
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:,.0f} ms" if seconds >= 0.0995 else f"{seconds * 1000:,.1f} ms"
 
@@ -164,6 +190,8 @@ def figures(run: Run) -> dict[str, Any]:
         "add_p95_s": adds[94],
         "over_window": sum(t >= run.window for t in run.inputs),
         "peak_over_window": max(run.inputs) / run.window,
+        "agent_input": sum(run.inputs),
+        "agent_billed": round(sum(run.billed)),
         "summarizer_calls": run.summarizer_calls,
         "applied_events": run.compressions,
         "seconds": run.seconds,
@@ -193,6 +221,8 @@ def print_table(rows: list[dict[str, Any]], machine: str, args: argparse.Namespa
         "add p95",
         "over W",
         "peak (x W)",
+        "agent input",
+        "billed (cache)",
         "summariser calls",
         "applied",
         "wall",
@@ -213,6 +243,8 @@ def print_table(rows: list[dict[str, Any]], machine: str, args: argparse.Namespa
             _ms(f["add_p95_s"]),
             f"{f['over_window']:,}",
             f"{f['peak_over_window']:.2f}",
+            f"{f['agent_input']:,}",
+            f"{f['agent_billed']:,}",
             f"{f['summarizer_calls']:,}",
             f"{f['applied_events']:,}",
             f"{f['seconds']:,.0f} s",
@@ -229,7 +261,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
     names = list(dict.fromkeys(f["workload"] for f in rows))
     fig, axes = plt.subplots(len(names), 2, figsize=(16, 3.8 * len(names)), squeeze=False)
-    colors = {"blocking": "tab:red", "background": "tab:blue"}
+    palette = iter(["tab:red", "tab:blue", "tab:green", "tab:purple"])
+    colors = {m: next(palette) for m in dict.fromkeys(f["mode"] for f in rows)}
     for (ax_wait, ax_input), name in zip(axes, names, strict=True):
         for f in (f for f in rows if f["workload"] == name):
             xs = range(1, len(f["waits_s"]) + 1)
@@ -282,6 +315,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="LO,HI: each summariser call takes a uniform time in [LO, HI] (one value: fixed)",
     )
     parser.add_argument("--model-seconds", type=float, default=0.5, help="each model call")
+    parser.add_argument(
+        "--background-token-ratio",
+        type=float,
+        help="also run background mode with this token_ratio (an earlier start, so that the "
+        "compression lands where blocking mode's does)",
+    )
     parser.add_argument("--plot", type=Path, help="write waits and inputs per call to this PNG")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
@@ -298,6 +337,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ]
     if unknown:
         parser.error(f"unknown workloads or modes: {unknown}")
+    args.runs = [(m, None) for m in args.mode_names]
+    if args.background_token_ratio is not None:
+        ratio = args.background_token_ratio
+        args.runs.append((f"background@{ratio:g}", ratio))
     return args
 
 
@@ -310,11 +353,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         machine = machine_description(db)
         for name in args.names:
             w = Workload(name, WINDOWS[name], WORKLOADS[name](args.seed, sizes[name]))
-            for mode in args.mode_names:
+            for mode, ratio in args.runs:
                 # A server per run: its usage and its delays are that run's alone (the same
                 # seed, so both modes draw the same sequence of delays).
                 with SlowSummaryServer(*args.summarizer_range, seed=args.seed) as server:
-                    f = figures(replay(db, server, w, mode, args.model_seconds))
+                    f = figures(replay(db, server, w, mode, args.model_seconds, ratio))
                 rows.append(f)
                 console.print(
                     f"  {name} / {mode}: {f['model_calls']:,} model calls, wait p95 "
