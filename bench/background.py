@@ -17,7 +17,11 @@ does.
 Per workload and mode: the agent's wait per model call (`compress_if_needed()` plus
 `to_openai()`: p50, p95, max, how many over 50 ms, the sum), the `add()` time (the same work
 in both modes), model calls whose context is over the window (autoctx's own token count,
-which the bound is stated in), the peak (x W), summariser calls, and wall time.
+which the bound is stated in), the peak (x W), the agent's input summed over its calls and
+billed with an ideal prompt cache (as agent_cost.py bills it: the longest prefix, in whole
+messages, equal to the previous call's input at 10%), summariser calls, and wall time.
+`--background-token-ratio R` adds a background run whose compression starts earlier, at
+`token_ratio=R`.
 
     python bench/background.py --database-url postgresql://postgres@127.0.0.1:5432/postgres \\
         --plot background.png
