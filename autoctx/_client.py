@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 from sqlalchemy.engine import URL, Engine
 
+from ._background import BackgroundRunner
 from ._store.database import check_connection, create_engine, ensure_schema, resolve_url
 
 if TYPE_CHECKING:
+    from ._background import BackgroundMode
     from ._config import AutoContextConfig
     from ._memory import AutoContextMemory
     from ._summarizers import Summarizer
@@ -56,6 +58,8 @@ class AutoContextClient:
         self._engine: Engine | None = engine
         self._memories: weakref.WeakSet[AutoContextMemory] = weakref.WeakSet()
         self._lock = threading.Lock()
+        #: The threads of the background compressions of the memories opened here.
+        self.runner = BackgroundRunner()
         AutoContextClient._live.add(self)
 
     @classmethod
@@ -105,23 +109,35 @@ class AutoContextClient:
         tenant: str | None = None,
         summarizer: Summarizer | None = None,
         create: bool = True,
+        background: BackgroundMode = False,
     ) -> AutoContextMemory:
         """Open a session's memory through this client (see `AutoContextMemory.open`)."""
         from ._memory import open_memory  # the memory module imports this one
 
         mem = open_memory(
-            self, session_id, config, tenant=tenant, summarizer=summarizer, create=create
+            self,
+            session_id,
+            config,
+            tenant=tenant,
+            summarizer=summarizer,
+            create=create,
+            background=background,
         )
         with self._lock:
             self._memories.add(mem)
         return mem
 
     def close(self) -> None:
-        """Close the memories opened through this client and every pooled connection."""
+        """Close the memories opened through this client and every pooled connection.
+
+        A background compression stops at its next step (closing its memory sees to that):
+        it writes nothing after `close()` returns, and a summarizer call it has in flight is
+        abandoned, not waited for (nothing of it was written)."""
         with self._lock:
             engine, self._engine = self._engine, None
             memories = list(self._memories)
             self._memories.clear()
+        self.runner.close()
         for mem in memories:
             mem.close()
         if engine is not None:
@@ -139,6 +155,7 @@ class AutoContextClient:
         if self._engine is not None:
             self._engine.dispose(close=False)
         self._lock = threading.Lock()
+        self.runner.after_fork_in_child()
         for mem in list(self._memories):
             mem._after_fork_in_child()
 

@@ -3,10 +3,14 @@
 check the trigger (session row) -> snapshot -> strategies in order -> summarizer (no lock held)
 -> `Store.apply` (one transaction) -> re-check, until under the target or no progress.
 
-The loop knows no summarizer I/O: `Compressor.steps` is a generator that yields each
-`SummaryRequest` and is sent the `SummaryResult` (or has the summarizer's exception thrown in).
-`Compressor.run` drives it in the calling thread; `Compressor.arun` runs its database steps in a
-worker thread and awaits an `AsyncSummarizer`, so that no thread waits on the LLM.
+The loop knows no summarizer I/O: `Compressor.steps` is a generator that yields a batch of
+`SummaryRequest`s (the independent ranges of one pass, one request each) and is sent their
+answers, in order (a `SummaryResult`, or the exception the summarizer raised). `Compressor.run`
+drives it from the calling thread, `Compressor.arun` runs its database steps in a worker thread
+and awaits an `AsyncSummarizer`, so that no thread waits on the LLM; both ask the summarizer
+for a batch's ranges concurrently, at most `summarizer_concurrency` at once. The ranges of one
+pass still commit together, in one transaction (SPEC.md section 2): concurrency only changes
+when their summaries are written.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeAlias, TypeVar
@@ -74,8 +80,15 @@ FALLBACK_MODEL: Final = "offline"
 _TAG_TOKENS: Final = 24
 
 _T = TypeVar("_T")
-#: A step of the loop that may ask the summarizer: it yields a request and is sent the result.
-Steps: TypeAlias = Generator[SummaryRequest, SummaryResult, _T]
+#: The requests of one pass that the summarizer may write at the same time, in edit order.
+Batch: TypeAlias = tuple[SummaryRequest, ...]
+#: The answers to a batch, in its order: a result, or the exception the summarizer raised.
+Answers: TypeAlias = list[SummaryResult | Exception]
+#: A step of the loop that may ask the summarizer: it yields a batch and is sent the answers.
+Steps: TypeAlias = Generator[Batch, Answers, _T]
+#: One range's part of a batch (`Compressor._summarize`): it yields one request (or none, for
+#: the offline fallback) and is sent its answer.
+_RangeSteps: TypeAlias = Generator[SummaryRequest, SummaryResult, Replacement | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +114,13 @@ def trigger_of(message_count: int, token_count: int, config: AutoContextConfig) 
 
 def under_target(message_count: int, token_count: int, config: AutoContextConfig) -> bool:
     return token_count < config.token_target and message_count < config.msg_target
+
+
+def is_due(info: SessionInfo, config: AutoContextConfig) -> bool:
+    """Whether a `compress_if_needed()` call from these totals has anything to try: the trigger
+    holds, and no earlier call settled at this very version (SPEC.md section 2)."""
+    fired = trigger_of(info.message_count, info.token_count, config).fired
+    return fired and info.settled_version != info.version
 
 
 @dataclass
@@ -159,60 +179,98 @@ class Compressor:
         self.summarizer = summarizer
         self.session = session if session is not None else SessionState()
 
-    def run(self, info: SessionInfo) -> list[Event]:
-        """One `compress_if_needed()` call; the summarizer is called in this thread."""
-        steps = self.steps(info)
+    def run(
+        self,
+        info: SessionInfo,
+        guard: AbstractContextManager[object] | None = None,
+        stop: threading.Event | None = None,
+        events: list[Event] | None = None,
+    ) -> list[Event]:
+        """One `compress_if_needed()` call; the summarizer is called from this thread (a
+        batch's ranges from a few more, see `summarizer_concurrency`).
+
+        With `guard` (the memory's lock), each database step runs inside it and the
+        summarizer outside it, so that the memory's other calls go on while the LLM writes.
+        Once `stop` is set, no further step runs: the loop ends at its next step, with the
+        answers in flight discarded (nothing of them is written) and the events committed so
+        far returned. `events`, when given, receives each event as it is recorded.
+        """
+        held = guard if guard is not None else contextlib.nullcontext()
+        sink: list[Event] = [] if events is None else events
+        steps = self.steps(info, sink)
         with contextlib.closing(steps):
-            step = _advance(steps, None)
-            while isinstance(step, SummaryRequest):
-                step = _advance(steps, _answer_of(self.summarizer.summarize, step))
-            return step.events
+            with held:
+                step = _advance(steps, None, stop)
+            while isinstance(step, tuple):
+                answers = self._answers(step)
+                with held:
+                    step = _advance(steps, answers, stop)
+            return sink
+
+    def _answers(self, batch: Batch) -> Answers:
+        """The summarizer's answers to a batch, at most `summarizer_concurrency` at once."""
+        summarize = self.summarizer.summarize
+        workers = min(len(batch), self.config.summarizer_concurrency)
+        if workers <= 1:
+            return [_answer_of(summarize, request) for request in batch]
+        with ThreadPoolExecutor(workers, thread_name_prefix="autoctx-summary") as pool:
+            return list(pool.map(lambda request: _answer_of(summarize, request), batch))
 
     async def arun(
         self,
         info: SessionInfo,
         summarizer: AsyncSummarizer,
         guard: AbstractContextManager[object] | None = None,
+        stop: threading.Event | None = None,
+        events: list[Event] | None = None,
     ) -> list[Event]:
         """`run` for asyncio: each database step runs in a worker thread (inside `guard`, the
         memory's lock, so that no other call of the memory runs beside a step), and the
         summarizer is awaited on the event loop (bounded by the request's deadline), holding
-        no thread and no lock."""
+        no thread and no lock. Cancelled, it lets a database step in progress end (it is one
+        transaction either way) and writes nothing of the answers in flight."""
 
         held = guard if guard is not None else contextlib.nullcontext()
+        sink: list[Event] = [] if events is None else events
 
-        def advance(answer: SummaryResult | Exception | None) -> SummaryRequest | _Done:
+        def advance(answers: Answers | None) -> Batch | _Done:
             with held:
-                return _advance(steps, answer)
+                return _advance(steps, answers, stop)
 
-        steps = self.steps(info)
+        steps = self.steps(info, sink)
         with contextlib.closing(steps):
-            step = await asyncio.to_thread(advance, None)
-            while isinstance(step, SummaryRequest):
-                answer = await _awaited_answer(summarizer, step)
-                step = await asyncio.to_thread(advance, answer)
-            return step.events
+            step = await _step_in_thread(advance, None)
+            while isinstance(step, tuple):
+                limit = asyncio.Semaphore(self.config.summarizer_concurrency)
+                answers = list(
+                    await asyncio.gather(*(_awaited_answer(summarizer, r, limit) for r in step))
+                )
+                step = await _step_in_thread(advance, answers)
+            return sink
 
-    def steps(self, info: SessionInfo) -> Steps[list[Event]]:
-        """The loop, as a generator of summarizer requests (see the module docstring); it
-        returns the events of the call."""
+    def steps(self, info: SessionInfo, events: list[Event] | None = None) -> Steps[list[Event]]:
+        """The loop, as a generator of summarizer batches (see the module docstring); it
+        returns the events of the call (`events`, when given, is the list they go into)."""
         cfg = self.config
         trigger = trigger_of(info.message_count, info.token_count, cfg)
-        if not trigger.fired:
-            return []
-        if info.settled_version == info.version:
-            # An earlier call at this very version could not reach the target: nothing new
-            # to try until the session changes.
-            return []
+        # Settled: an earlier call at this very version could not reach the target, so there
+        # is nothing new to try until the session changes.
+        if not is_due(info, cfg):
+            return [] if events is None else events
         state = _CallState(
             plan=info.plan,
             by_tokens=trigger.by_tokens,
+            events=[] if events is None else events,
             deadline=time.monotonic() + cfg.compress_deadline_s,
         )
         for _ in range(cfg.max_passes):
             snap = self.store.snapshot(self.session_id)
             if under_target(snap.message_count, snap.token_count, cfg):
                 return state.events
+            if snap.token_count >= cfg.token_trigger:
+                # Appends that came in while the call summarized (the agent goes on beside a
+                # background compression) fired the token trigger: the call is now one it fired.
+                state.by_tokens = True
             outcome = yield from self._pass(snap, state)
             if outcome == "conflict":
                 state.history_quiet = None  # another writer: nothing known about the new state
@@ -368,7 +426,10 @@ class Compressor:
         which is then not counted against the LLM budget)."""
         ids = [i for e in edits for i in e.replaced_ids]
         originals = self.store.load_messages(self.session_id, ids)
-        out: list[Replacement] = []
+        out: list[Replacement | None] = []
+        # The ranges are independent: each one's steps run up to its request, the requests go
+        # out as one batch, and each answer goes back to its own range, in edit order.
+        asking: list[tuple[int, _RangeSteps, SummaryRequest]] = []
         for edit in edits:
             msgs = [originals[i] for i in edit.replaced_ids]
             offload = uuid.uuid4()
@@ -382,12 +443,17 @@ class Compressor:
                 continue
             if fallback is None:
                 state.llm_calls += 1
-            replacement = yield from self._summarize(
-                snap, edit, msgs, offload, state, reason, fallback
-            )
-            if replacement is not None:
-                out.append(replacement)
-        return out
+            one = self._summarize(snap, edit, msgs, offload, state, reason, fallback)
+            out.append(None)
+            try:
+                asking.append((len(out) - 1, one, next(one)))
+            except StopIteration as done:  # the offline fallback asks nobody
+                out[-1] = done.value
+        if asking:
+            answers = yield tuple(request for _, _, request in asking)
+            for (slot, one, _), answer in zip(asking, answers, strict=True):
+                out[slot] = _finish(one, answer)
+        return [r for r in out if r is not None]
 
     def _summarize(
         self,
@@ -398,7 +464,7 @@ class Compressor:
         state: _CallState,
         reason: str,
         fallback: Summarizer | None = None,
-    ) -> Steps[Replacement | None]:
+    ) -> _RangeSteps:
         prefix = ""
         to_summarize = msgs
         if edit.verbatim_prefix_id is not None:
@@ -621,16 +687,45 @@ class _Done:
 
 
 def _advance(
-    steps: Steps[list[Event]], answer: SummaryResult | Exception | None
-) -> SummaryRequest | _Done:
-    """Step the loop to its next summarizer request, or to its end (a `StopIteration` cannot
-    cross a worker thread's future, so the end comes back as a value)."""
+    steps: Steps[list[Event]], answers: Answers | None, stop: threading.Event | None
+) -> Batch | _Done:
+    """Step the loop to its next summarizer batch, or to its end (a `StopIteration` cannot
+    cross a worker thread's future, so the end comes back as a value). Once `stop` is set the
+    loop is closed where it waits, so that nothing more of it runs."""
+    if stop is not None and stop.is_set():
+        steps.close()
+        return _Done([])  # the events recorded so far are in the caller's list
+    try:
+        return steps.send(answers)  # type: ignore[arg-type]  # None starts the generator
+    except StopIteration as done:
+        return _Done(done.value)
+
+
+def _finish(one: _RangeSteps, answer: SummaryResult | Exception) -> Replacement | None:
+    """Hand one range its answer; it ends with its replacement (None when it failed)."""
     try:
         if isinstance(answer, Exception):
-            return steps.throw(answer)
-        return steps.send(answer)  # type: ignore[arg-type]  # None starts the generator
-    except StopIteration as stop:
-        return _Done(stop.value)
+            one.throw(answer)
+        else:
+            one.send(answer)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    one.close()
+    raise RuntimeError("a range asked the summarizer twice")
+
+
+async def _step_in_thread(
+    advance: Callable[[Answers | None], Batch | _Done], answers: Answers | None
+) -> Batch | _Done:
+    """One database step in a worker thread. A cancellation waits for the step to end: the
+    loop must not be closed while a thread is still running it."""
+    step = asyncio.ensure_future(asyncio.to_thread(advance, answers))
+    try:
+        return await asyncio.shield(step)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await step
+        raise
 
 
 def _answer_of(
@@ -643,17 +738,18 @@ def _answer_of(
 
 
 async def _awaited_answer(
-    summarizer: AsyncSummarizer, request: SummaryRequest
+    summarizer: AsyncSummarizer, request: SummaryRequest, limit: asyncio.Semaphore
 ) -> SummaryResult | Exception:
-    left = None if request.deadline is None else max(0.0, request.deadline - time.monotonic())
-    try:
-        # The deadline holds even for a caller's async summarizer that knows nothing of it.
-        async with asyncio.timeout(left):
-            return await summarizer.asummarize(request)
-    except TimeoutError:
-        return SummarizerError("deadline", "the summarizer did not answer within the deadline")
-    except Exception as exc:
-        return exc
+    async with limit:
+        left = None if request.deadline is None else max(0.0, request.deadline - time.monotonic())
+        try:
+            # The deadline holds even for a caller's async summarizer that knows nothing of it.
+            async with asyncio.timeout(left):
+                return await summarizer.asummarize(request)
+        except TimeoutError:
+            return SummarizerError("deadline", "the summarizer did not answer within the deadline")
+        except Exception as exc:
+            return exc
 
 
 def _budget_margin(budget: int) -> int:

@@ -149,6 +149,10 @@ class AutoContextConfig:
     #: further call starts (a call in flight is cut at it) and the offline fallback keeps the
     #: context under the window.
     compress_deadline_s: float = DEFAULT_COMPRESS_DEADLINE_S
+    #: Summarizer calls one pass may have in flight at once: the independent ranges of a
+    #: strategy (S1's runs, S4's rounds, S5's messages) are summarized concurrently, up to
+    #: this many at a time (1: one after the other), and still commit in one transaction.
+    summarizer_concurrency: int = 4
     #: Largest payload (characters of text, tool input and output) one message may carry.
     max_message_chars: int = 2_000_000
     #: Page size, in characters, of a `context_reload` answer (default 4000, at most
@@ -174,6 +178,7 @@ class AutoContextConfig:
             "large_payload_chars",
             "max_passes",
             "max_message_chars",
+            "summarizer_concurrency",
         )
         for name in positive_ints:
             _check_int(name, getattr(self, name), minimum=1)

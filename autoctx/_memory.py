@@ -6,25 +6,40 @@ truth, and psycopg's sync driver under it.
 One memory may be shared by threads and by asyncio tasks (SPEC.md section 5): each memory
 serializes its own calls with a lock, so they behave as if made one after the other, and its
 caches (in its store) only ever change under that lock.
+
+Opened with ``background=True``, a memory compresses at the trigger in a background thread (a
+task for the async memory) and makes a call wait only when the working context is at the
+window (see `autoctx._background`); a background compression takes the lock for its database
+steps only, never while the summarizer writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 
 from ._agent_plan import validate_plan
+from ._background import (
+    BackgroundMode,
+    BackgroundRunner,
+    BackgroundState,
+    done_future,
+    validate_background,
+)
 from ._client import AutoContextClient
-from ._compressor import Compressor, SessionState, trigger_of
+from ._compressor import Compressor, SessionState, is_due, trigger_of
 from ._config import AutoContextConfig
 from ._erasure import Derived, rewrite_erased
 from ._errors import InvalidMessageId, InvalidSessionId, SessionNotFound
@@ -45,6 +60,7 @@ from ._search import (
 )
 from ._store import lifecycle
 from ._store import search as search_store
+from ._store.claims import SessionClaim, claimed
 from ._store.lifecycle import AutoContextErasure
 from ._store.rows import SessionInfo, search_config_of
 from ._store.store import Store
@@ -165,6 +181,8 @@ class AutoContextMemory:
         summarizer: Summarizer,
         *,
         owns_summarizer: bool = False,
+        client: AutoContextClient | None = None,
+        background: BackgroundMode = False,
     ) -> None:
         self._store = store
         self.session_id = info.session_id
@@ -178,6 +196,12 @@ class AutoContextMemory:
         self._closed = False
         self._lock = threading.RLock()
         self._session = SessionState()
+        self._background_mode = validate_background(background)
+        self._background = BackgroundState(info.session_id)
+        #: The background compression started last (done or not).
+        self._running: Future[list[Event]] | None = None
+        #: The client's threads, or the memory's own when it was built without a client.
+        self._runner = client.runner if client is not None else BackgroundRunner()
 
     @classmethod
     def open(
@@ -189,6 +213,7 @@ class AutoContextMemory:
         tenant: str | None = None,
         summarizer: Summarizer | None = None,
         create: bool = True,
+        background: BackgroundMode = False,
     ) -> AutoContextMemory:
         """Open the session `session_id`, creating it unless `create=False`.
 
@@ -197,13 +222,25 @@ class AutoContextMemory:
         without a config uses the thresholds stored with the session; with a config, the
         session's record of the thresholds in force is updated. `database_url` defaults to
         `AUTOCTX_DATABASE_URL`, else the embedded PostgreSQL.
+
+        `background=True` compresses in a background thread while the agent goes on, and
+        `background="worker"` leaves compression to `autoctx worker` processes: see
+        `compress_if_needed()`.
         """
         validate_session_id(session_id)  # before anything connects
         validate_tenant(tenant)
+        validate_background(background)
         client = AutoContextClient.shared(
             database_url, auto_upgrade=(config or AutoContextConfig()).auto_upgrade
         )
-        return client.open(session_id, config, tenant=tenant, summarizer=summarizer, create=create)
+        return client.open(
+            session_id,
+            config,
+            tenant=tenant,
+            summarizer=summarizer,
+            create=create,
+            background=background,
+        )
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -222,11 +259,105 @@ class AutoContextMemory:
         )
         return self._store.append(self.session_id, prepared)
 
-    @_serialized
     def compress_if_needed(self) -> list[Event]:
-        """Run the compression loop if the trigger holds; returns this call's events."""
+        """Run the compression loop if the trigger holds; returns this call's events, and
+        those of the background compressions that finished since the previous call.
+
+        In background mode (``open(..., background=True)``) it does not wait for the
+        summarizer: at the trigger it starts a background compression (`compress_in_background`)
+        and returns. It waits only when the working context is at the window (`max_tokens`
+        tokens or more: the next model call would be over it): for the compression under way,
+        then compressing here whatever is still over, so that it returns under the window as
+        ever. With ``background="worker"`` it starts nothing (`autoctx worker` processes
+        compress the session) and, at the window, waits for a worker's compression first.
+        An error that ended a background compression is raised here, once (a summarizer
+        failure is a `failed` event, as always, never an error).
+        """
+        if self._background_mode is not False:
+            self._keep_window(start=self._background_mode is True)
+            with self._lock:
+                return self._background.take(raise_errors=True)
+        self._wait_background()  # one started with compress_in_background(), if any
+        with self._lock:  # the loop and the events it returns: one call, as ever
+            self._compress_now()
+            return self._background.take(raise_errors=True)
+
+    def compress_in_background(self) -> Future[list[Event]]:
+        """Start compressing in a background thread when the trigger holds, and return at
+        once, with the compression's future: its result is the compression's events (which
+        the next `compress_if_needed()` returns too). A compression already running is
+        returned as it is; with nothing to do, a future that is already done, with no events.
+
+        The thread belongs to the memory's client; it takes the memory's lock for each
+        database step only, so the agent appends and reads meanwhile, and appends that arrive
+        while it summarizes are kept after the summary (SPEC.md section 5). `close()` stops it
+        at its next step; nothing of an answer still in flight is written.
+        """
+        with self._lock:
+            self._check_open()
+            running = self._running
+            if running is not None and not running.done():
+                return running
+            compressor, info = self._compression()
+            if not is_due(info, self.config):
+                return done_future([])
+            guard, stop = self._background.guard(self._lock), self._background.stop
+            future = self._runner.submit(
+                lambda: compressor.run(info, guard=guard, stop=stop),
+                name=f"autoctx-compress-{self.session_id[:40]}",
+            )
+            future.add_done_callback(self._background.collect)
+            self._running = future
+            return future
+
+    def _wait_background(self, *, until_under_window: bool = False) -> None:
+        """Wait for this memory's background compression, if one runs (with
+        `until_under_window`, only until one of its commits brings the working context under
+        the window: the agent goes on while it finishes). Never under the memory's lock: the
+        compression's steps take it."""
+        running = self._running
+        if running is None:
+            return
+        if not until_under_window:
+            wait_for_futures([running])
+            return
+        while not running.done():
+            seen = self._background.steps
+            if self.refresh().token_count < self.config.max_tokens:
+                return
+            # Woken as each step ends; the timeout only guards against a lost wake-up.
+            self._background.wait_for_step(seen, timeout=1.0)
+
+    @_serialized
+    def _compress_now(self, *, over_window: bool = False) -> None:
+        """The compression loop in this thread, under the memory's lock (with `over_window`,
+        only when the working context is at the window); its events wait for the next
+        `compress_if_needed()` to return them."""
         compressor, info = self._compression()
-        return compressor.run(info)
+        if not over_window or info.token_count >= self.config.max_tokens:
+            self._background.keep(compressor.run(info))
+
+    def _keep_window(self, *, start: bool) -> None:
+        """Background mode: keep the next model call under the window, and (with `start`)
+        start a background compression at the trigger."""
+        info = self.refresh()
+        if info.token_count < self.config.max_tokens:
+            if start and is_due(info, self.config):
+                self.compress_in_background()
+            return
+        self._wait_background(until_under_window=True)
+        with self._worker_claim():
+            self._compress_now(over_window=True)
+
+    @contextlib.contextmanager
+    def _worker_claim(self) -> Iterator[None]:
+        """With ``background="worker"``: wait for the claim a worker holds on the session
+        (its compression) and keep it for the block, so that no worker compresses beside it."""
+        if self._background_mode != "worker":
+            yield
+            return
+        with claimed(self.engine, self.session_id, self.config.compress_deadline_s):
+            yield
 
     @_serialized
     def _compression(self) -> tuple[Compressor, SessionInfo]:
@@ -277,9 +408,15 @@ class AutoContextMemory:
 
     # -- reading ----------------------------------------------------------------------------
 
-    @_serialized
     def messages(self) -> list[Msg]:
-        """The working context, in order."""
+        """The working context, in order. In background mode, kept under the window first
+        (see `compress_if_needed()`: this is what the next model call reads)."""
+        if self._background_mode is not False:
+            self._keep_window(start=False)
+        return self._working()
+
+    @_serialized
+    def _working(self) -> list[Msg]:
         self._check_open()
         return self._store.load_working(self.session_id)
 
@@ -540,6 +677,8 @@ class AutoContextMemory:
             if self._closed:
                 return
             self._closed = True
+            # Under the lock: no step of a background compression runs now, and none after.
+            self._background.stop.set()
         close = getattr(self._summarizer, "close", None)
         if self._owns_summarizer and callable(close):
             close()
@@ -547,6 +686,9 @@ class AutoContextMemory:
     def _after_fork_in_child(self) -> None:
         # A lock another thread of the parent held at the fork would stay held in the child.
         self._lock = threading.RLock()
+        # The parent's background compression goes on in the parent only.
+        self._background.after_fork_in_child()
+        self._running = None
 
     def __enter__(self) -> AutoContextMemory:
         return self
@@ -598,10 +740,12 @@ def open_memory(
     tenant: str | None,
     summarizer: Summarizer | None,
     create: bool,
+    background: BackgroundMode = False,
 ) -> AutoContextMemory:
     """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls)."""
     validate_session_id(session_id)
     validate_tenant(tenant)
+    validate_background(background)
     given = config
     config = config or AutoContextConfig()
     store = Store(client.engine, tenant)
@@ -626,8 +770,18 @@ def open_memory(
         # The thresholds in force are recorded on the session (and on each event).
         store.set_config(session_id, config.to_json())
     if summarizer is not None:
-        return AutoContextMemory(store, info, config, summarizer)
-    return AutoContextMemory(store, info, config, default_summarizer(), owns_summarizer=True)
+        return AutoContextMemory(
+            store, info, config, summarizer, client=client, background=background
+        )
+    return AutoContextMemory(
+        store,
+        info,
+        config,
+        default_summarizer(),
+        owns_summarizer=True,
+        client=client,
+        background=background,
+    )
 
 
 def _with_model(config: AutoContextConfig, info: SessionInfo) -> AutoContextConfig:
@@ -657,7 +811,9 @@ def _with_search_config(config: AutoContextConfig, info: SessionInfo) -> AutoCon
 
 
 class AsyncAutoContextMemory:
-    """`AutoContextMemory` for asyncio: the same code, run in a worker thread."""
+    """`AutoContextMemory` for asyncio: the same code, run in a worker thread.
+
+    In background mode its compressions run as asyncio tasks (`compress_in_background`)."""
 
     def __init__(self, sync: AutoContextMemory) -> None:
         self.sync = sync
@@ -665,6 +821,9 @@ class AsyncAutoContextMemory:
         self._compress_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
+        #: The background compression started last (done or not); asyncio keeps only a weak
+        #: reference to a task, so the memory holds it.
+        self._task: asyncio.Future[list[Event]] | None = None
 
     @classmethod
     async def open(
@@ -683,10 +842,14 @@ class AsyncAutoContextMemory:
         return await asyncio.to_thread(self.sync.add, messages)
 
     async def messages(self) -> list[Msg]:
-        return await asyncio.to_thread(self.sync.messages)
+        if self.sync._background_mode is not False:
+            await self._keep_window(start=False)
+        return await asyncio.to_thread(self.sync._working)
 
     async def to_openai(self) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self.sync.to_openai)
+        if self.sync._background_mode is not False:
+            await self._keep_window(start=False)
+        return await asyncio.to_thread(lambda: to_openai_messages(self.sync._working()))
 
     async def token_count(self) -> int:
         return await asyncio.to_thread(self.sync.token_count)
@@ -698,16 +861,105 @@ class AsyncAutoContextMemory:
         return await asyncio.to_thread(self.sync.needs_compression)
 
     async def compress_if_needed(self) -> list[Event]:
+        """As `AutoContextMemory.compress_if_needed`; in background mode the compression
+        runs as a task of the running event loop."""
+        mode = self.sync._background_mode
+        if mode is not False:
+            await self._keep_window(start=mode is True)
+        else:
+            # Compressions of this memory run one at a time (the loop's lock; a background
+            # task holds it too), so none pays the summarizer for a range another one
+            # already replaced.
+            async with self._compress_lock():
+                await self._compress_now(over_window=False)
+        return self.sync._background.take(raise_errors=True)
+
+    async def compress_in_background(self) -> asyncio.Future[list[Event]]:
+        """Start compressing in a task of the running loop when the trigger holds, and return
+        at once with it (await it for the compression's events, which the next
+        `compress_if_needed()` returns too). A compression already running is returned as it
+        is; with nothing to do, a future that is already done, with no events."""
+        running = self._task
+        if running is not None and not running.done():
+            return running
+        compressor, info = await asyncio.to_thread(self.sync._compression)
+        running = self._task
+        if running is not None and not running.done():
+            return running  # another task of this memory started one meanwhile
+        loop = asyncio.get_running_loop()
+        if not is_due(info, self.sync.config):
+            nothing: asyncio.Future[list[Event]] = loop.create_future()
+            nothing.set_result([])
+            return nothing
+        task = loop.create_task(
+            self._run_in_background(compressor, info),
+            name=f"autoctx-compress-{self.session_id[:40]}",
+        )
+        task.add_done_callback(self.sync._background.collect)
+        self._task = task
+        return task
+
+    async def _run_in_background(self, compressor: Compressor, info: SessionInfo) -> list[Event]:
+        sink: list[Event] = []
+        try:
+            async with self._compress_lock():
+                summarizer = self.sync.summarizer
+                background = self.sync._background
+                guard, stop = background.guard(self.sync._lock), background.stop
+                if isinstance(summarizer, AsyncSummarizer):
+                    await compressor.arun(info, summarizer, guard, stop=stop, events=sink)
+                else:
+                    await asyncio.to_thread(compressor.run, info, guard, stop, sink)
+        except asyncio.CancelledError:
+            self.sync._background.keep(sink)  # what committed before the cancellation
+            raise
+        return sink
+
+    async def _compress_now(self, *, over_window: bool) -> None:
         summarizer = self.sync.summarizer
         if not isinstance(summarizer, AsyncSummarizer):
-            return await asyncio.to_thread(self.sync.compress_if_needed)
+            await asyncio.to_thread(self.sync._compress_now, over_window=over_window)
+            return
         # The database steps run in a worker thread, each under the memory's lock; the LLM call
         # is awaited and holds neither a thread nor the lock, so other calls go on meanwhile.
-        # Compressions of this memory run one at a time (the loop's lock), so none pays the
-        # summarizer for a range another one already replaced.
-        async with self._compress_lock():
-            compressor, info = await asyncio.to_thread(self.sync._compression)
-            return await compressor.arun(info, summarizer, self.sync._lock)
+        compressor, info = await asyncio.to_thread(self.sync._compression)
+        if over_window and info.token_count < self.sync.config.max_tokens:
+            return
+        sink: list[Event] = []
+        try:
+            stop = self.sync._background.stop
+            await compressor.arun(info, summarizer, self.sync._lock, stop=stop, events=sink)
+        finally:
+            self.sync._background.keep(sink)
+
+    async def _keep_window(self, *, start: bool) -> None:
+        """`AutoContextMemory._keep_window`, with this memory's task."""
+        info = await self.refresh()
+        config = self.sync.config
+        if info.token_count < config.max_tokens:
+            if start and is_due(info, config):
+                await self.compress_in_background()
+            return
+        running = self._task
+        background = self.sync._background
+        while running is not None and not running.done():
+            # As the sync memory: only until a commit brings the context under the window.
+            seen = background.steps
+            if (await self.refresh()).token_count < config.max_tokens:
+                return
+            stepped = asyncio.ensure_future(asyncio.to_thread(background.wait_for_step, seen, 1.0))
+            either: list[asyncio.Future[Any]] = [running, stepped]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        claim = None
+        if self.sync._background_mode == "worker":
+            claim = SessionClaim(self.sync.engine, self.session_id)
+            await asyncio.to_thread(claim.acquire, config.compress_deadline_s)
+        try:
+            async with self._compress_lock():
+                await self._compress_now(over_window=True)
+        finally:
+            if claim is not None:
+                await asyncio.to_thread(claim.release)
 
     def _compress_lock(self) -> asyncio.Lock:
         # An asyncio lock belongs to one event loop: one per loop that uses this memory.
@@ -785,7 +1037,13 @@ class AsyncAutoContextMemory:
         await asyncio.to_thread(self.sync.delete)
 
     async def close(self) -> None:
-        self.sync.close()
+        """Close the memory; a background compression is cancelled (nothing of an answer in
+        flight is written)."""
+        await asyncio.to_thread(self.sync.close)
+        running = self._task
+        if running is not None and not running.done():
+            running.cancel()
+            await asyncio.wait([running])
 
     async def __aenter__(self) -> AsyncAutoContextMemory:
         return self

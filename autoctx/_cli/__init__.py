@@ -12,6 +12,7 @@
     autoctx fork SESSION NEW [--at ID]    # branch a session
     autoctx erase SESSION ID... --reason  # erase originals and what derives from them
     autoctx purge --older-than 30d        # retention: delete sessions not updated since
+    autoctx worker                        # compress every agent's due sessions, in this process
     autoctx db upgrade | db current       # the schema
     autoctx db grant-tenant ROLE TENANT   # a database role that can use one tenant only
 
@@ -22,7 +23,7 @@ PostgreSQL). Errors print as one line that says what to do, with a non-zero exit
 from __future__ import annotations
 
 # Importing the command modules registers their commands on `app`.
-from . import db, demo, export, inspect, lifecycle, search  # noqa: F401
+from . import db, demo, export, inspect, lifecycle, search, worker  # noqa: F401
 from .root import app, main
 
 __all__ = ["app", "main"]

@@ -77,7 +77,9 @@ class SummaryResult:
 
 @runtime_checkable
 class Summarizer(Protocol):
-    """Anything with this method can summarize for autoctx."""
+    """Anything with this method can summarize for autoctx. The independent ranges of one pass
+    are summarized concurrently (`AutoContextConfig.summarizer_concurrency`), so the method may
+    be called from several threads at once; set that to 1 for one that cannot be."""
 
     def summarize(self, request: SummaryRequest) -> SummaryResult: ...
 

@@ -1,0 +1,91 @@
+"""`autoctx worker`: compress every agent's due sessions in this process, sharing the work with
+other workers through per-session claims (see autoctx._worker)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .._memory import validate_tenant
+from .._summarizers import OfflineSummarizer, Summarizer, default_summarizer
+from .._worker import AutoContextWorker, Compressed, run_until_signalled
+from .demo import _describe_summarizer
+from .output import friendly_errors
+from .root import DatabaseUrl, app
+
+
+@app.command()
+@friendly_errors
+def worker(
+    threads: Annotated[
+        int, typer.Option(min=1, max=64, help="Sessions this process compresses at once.")
+    ] = 1,
+    poll: Annotated[
+        float, typer.Option(min=0.01, help="Seconds between two looks when nothing is due.")
+    ] = 1.0,
+    once: Annotated[
+        bool, typer.Option("--once", help="Exit when no session is due (instead of polling).")
+    ] = False,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's sessions.")] = None,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Use the offline summarizer even if an endpoint is set."),
+    ] = False,
+    grace: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds a stop waits for the summarizer calls in flight."),
+    ] = 10.0,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Compress the sessions that are over their trigger, for every agent of the database.
+
+    Start as many workers as you like, on as many machines: each session is claimed (an
+    advisory lock) by one of them at a time, so none is ever compressed twice at once. The
+    agents open their memories with background="worker": they never compress at the trigger,
+    and wait (for the worker's compression, then compressing what is still over themselves)
+    only when the next model call would be over the window.
+
+    Summaries come from the LLM endpoint in OPENAI_BASE_URL / OPENAI_API_KEY
+    (AUTOCTX_SUMMARY_MODEL names the model) when set, else from the offline extractive
+    summarizer. SIGTERM or Ctrl-C stops it: nothing is written after the signal (an answer in
+    flight is dropped) and it exits 0; a second signal exits at once.
+
+    Examples:
+
+    ```
+    autoctx worker --threads 4
+    autoctx worker --once --offline --database-url postgresql://localhost/agents
+    ```
+    """
+
+    def report(done: Compressed) -> None:
+        tokens = ""
+        if done.events:
+            tokens = (
+                f", {done.events[0].tokens_before:,} -> {done.events[-1].tokens_after:,} tokens"
+            )
+        typer.echo(
+            f"compressed {done.session_id}: {done.applied} applied, {done.failed} failed{tokens}"
+        )
+
+    summarizer: Summarizer = OfflineSummarizer() if offline else default_summarizer()
+    with AutoContextWorker(
+        database_url,
+        summarizer=summarizer,
+        threads=threads,
+        poll_s=poll,
+        tenant=validate_tenant(tenant),
+        on_compressed=report,
+        auto_upgrade=False,
+    ) as running:
+        typer.echo(
+            f"autoctx worker: {threads} thread(s), summarizer "
+            f"{_describe_summarizer(summarizer, offline)}",
+            err=True,
+        )
+        made = run_until_signalled(running, once=once, grace_s=grace)
+        typer.echo(f"autoctx worker: stopped after {made} compression(s)", err=True)
+    close = getattr(summarizer, "close", None)
+    if callable(close):
+        close()
