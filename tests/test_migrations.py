@@ -8,6 +8,7 @@ import sys
 import threading
 import uuid
 import venv
+import warnings
 from pathlib import Path
 
 import pytest
@@ -177,7 +178,11 @@ def test_table_descriptions_match_the_migrated_schema(db_url: str) -> None:
                 "include_name": lambda name, kind, parent: name != "alembic_version",
             },
         )
-        diff = compare_metadata(context, [tables.metadata, tables.tenancy_metadata])
+        with warnings.catch_warnings():
+            # The generated search column's expression lives in migration 0008 only; Alembic
+            # says it cannot compare (or change) a generated column's expression.
+            warnings.filterwarnings("ignore", "Computed default on messages.search_tsv")
+            diff = compare_metadata(context, [tables.metadata, tables.tenancy_metadata])
     engine.dispose()
     assert diff == [], diff
 
