@@ -51,7 +51,7 @@ from rich.table import Table
 from autoctx import AutoContextConfig, AutoContextMemory, OpenAISummarizer, to_openai_messages
 from autoctx._messages import from_openai_messages
 
-console = Console(width=200)
+console = Console(width=240)
 
 WORKLOADS = {"toolchat": toolchat, "longtask": longtask}
 MODES = ("blocking", "background")
@@ -231,7 +231,8 @@ def print_table(rows: list[dict[str, Any]], machine: str, args: argparse.Namespa
         "applied",
         "wall",
     ):
-        table.add_column(name, justify="left" if name in ("workload", "mode") else "right")
+        left = name in ("workload", "mode")
+        table.add_column(name, justify="left" if left else "right", no_wrap=name == "mode")
     for k, f in enumerate(rows):
         table.add_row(
             f"{f['workload']} (W={f['window']:,})"
