@@ -191,7 +191,7 @@ def test_the_async_twin_covers_every_public_method() -> None:
     def public(cls: type) -> set[str]:
         return {n for n in vars(cls) if not n.startswith("_")}
 
-    sync_only = {"engine", "store", "summarizer", "sql"}  # plain objects, no I/O to await
+    sync_only = {"engine", "summarizer"}  # plain objects, no I/O to await
     assert public(AutoContextMemory) - sync_only <= public(AsyncAutoContextMemory)
 
 

@@ -25,8 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+
+from .sql import SET_TENANT
 
 #: The first key of every claim: "actx" in ASCII. Migrations lock with a single 64-bit key,
 #: a key space of its own.
@@ -35,28 +36,26 @@ CLAIM_SPACE: Final = 0x61637478
 #: Sessions over their token or message trigger (computed as `AutoContextConfig.token_trigger`
 #: is, from the thresholds recorded on the session), not settled at their version, whose claim
 #: nobody holds; the longest untouched first.
-_DUE = sa.text(
-    """
+_DUE = """
     SELECT s.session_id, s.tenant, s.version
     FROM sessions s
     WHERE s.settled_version IS DISTINCT FROM s.version
       AND (s.message_count >= (s.config ->> 'msg_threshold')::int
            OR s.token_count >= trunc((s.config ->> 'max_tokens')::float8
                                      * (s.config ->> 'token_ratio')::float8))
-      AND (CAST(:tenant AS text) IS NULL OR s.tenant = CAST(:tenant AS text))
+      AND (CAST(%(tenant)s AS text) IS NULL OR s.tenant = CAST(%(tenant)s AS text))
       AND NOT EXISTS (
           SELECT 1 FROM pg_locks l
           WHERE l.locktype = 'advisory' AND l.granted
             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-            AND l.classid = CAST(:space AS int)::oid
+            AND l.classid = CAST(%(space)s AS int)::oid
             AND l.objid = hashtext(s.session_id)::oid
             AND l.objsubid = 2)
     ORDER BY s.updated_at
-    LIMIT :n
+    LIMIT %(n)s
     """
-)
-_TRY = sa.text("SELECT pg_try_advisory_lock(:space, hashtext(:sid))")
-_UNLOCK = sa.text("SELECT pg_advisory_unlock(:space, hashtext(:sid))")
+_TRY = "SELECT pg_try_advisory_lock(%(space)s, hashtext(%(sid)s))"
+_UNLOCK = "SELECT pg_advisory_unlock(%(space)s, hashtext(%(sid)s))"
 #: How often a claim that waits tries again.
 _RETRY_S: Final = 0.05
 
@@ -74,8 +73,10 @@ def due_sessions(engine: Engine, *, limit: int, tenant: str | None = None) -> li
     with engine.begin() as conn:
         if tenant is not None:
             # Under row-level security (database tenancy) the policies read the scope.
-            conn.execute(sa.text("select set_config('autoctx.tenant', :t, true)"), {"t": tenant})
-        rows = conn.execute(_DUE, {"tenant": tenant, "space": CLAIM_SPACE, "n": limit}).all()
+            conn.exec_driver_sql(SET_TENANT, {"t": tenant})
+        rows = conn.exec_driver_sql(
+            _DUE, {"tenant": tenant, "space": CLAIM_SPACE, "n": limit}
+        ).all()
     return [DueSession(r.session_id, r.tenant, r.version) for r in rows]
 
 
@@ -99,7 +100,7 @@ class SessionClaim:
         params = {"space": CLAIM_SPACE, "sid": self.session_id}
         deadline = time.monotonic() + wait_s
         try:
-            while not conn.execute(_TRY, params).scalar_one():
+            while not conn.exec_driver_sql(_TRY, params).scalar_one():
                 if time.monotonic() >= deadline:
                     conn.close()
                     return False
@@ -118,7 +119,7 @@ class SessionClaim:
         if conn is None:
             return
         try:
-            conn.execute(_UNLOCK, {"space": CLAIM_SPACE, "sid": self.session_id})
+            conn.exec_driver_sql(_UNLOCK, {"space": CLAIM_SPACE, "sid": self.session_id})
         except Exception:
             conn.invalidate()
         finally:

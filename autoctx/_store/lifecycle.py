@@ -42,7 +42,7 @@ from .._events import Event
 from .._intake import Prepared
 from .._messages import Msg, json_text
 from .rows import SessionInfo, array_literal, event_from_row, message_row, session_info
-from .sql import WORKING_IDS, messages_by_id
+from .sql import COVERING_CHAIN, SNAPSHOT, WORKING_IDS, avoid_nested_loops, messages_by_id
 from .store import Store, _gone
 from .tables import compression_events, lineage, messages, offloads, sessions, working_set
 
@@ -134,23 +134,6 @@ WITH RECURSIVE c(id) AS (
 )
 SELECT coalesce(array_agg(id), '{}') FROM c
 """
-#: The summaries above a message, nearest first (a message is replaced at most once).
-_COVERING = """
-WITH RECURSIVE up(id, depth) AS (
-    SELECT l.summary_id, 1 FROM lineage l
-    WHERE l.session_id = %(sid)s AND l.replaced_id = %(mid)s
-  UNION ALL
-    SELECT l.summary_id, u.depth + 1 FROM up u
-    JOIN lineage l ON l.session_id = %(sid)s AND l.replaced_id = u.id
-    WHERE u.depth < 100000
-)
-SELECT id FROM up ORDER BY depth
-"""
-_WORKING_METAS = """
-SELECT w.message_id, m.kind, m.role, m.tokens, m.call_ids, m.result_ids, m.tool_names
-FROM working_set w JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
-WHERE w.session_id = %(sid)s ORDER BY w.position
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,10 +166,19 @@ def fork(store: Store, parent_id: str, child_id: str, at_message: int | None) ->
                 ).scalar_one()
                 cut = _Cut(list(ids), parent.token_count, dict(parent.open_calls))
             else:
-                conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
+                avoid_nested_loops(conn)
+                # The planner's snapshot of the working context (positions start at 1).
                 working = [
-                    _Meta(r[0], r[1], r[2], r[3], tuple(r[4]), tuple(r[5]), tuple(r[6]))
-                    for r in conn.exec_driver_sql(_WORKING_METAS, {"sid": parent_id})
+                    _Meta(
+                        r.id,
+                        r.kind,
+                        r.role,
+                        r.tokens,
+                        tuple(r.call_ids),
+                        tuple(r.result_ids),
+                        tuple(r.tool_names),
+                    )
+                    for r in conn.exec_driver_sql(SNAPSHOT, {"sid": parent_id, "after": 0})
                 ]
                 conn.exec_driver_sql("SET LOCAL enable_nestloop = on")
                 metas = _cut_at(conn, parent_id, working, at_message)
@@ -232,7 +224,7 @@ def _cut_at(conn: Connection, sid: str, working: list[_Meta], at: int) -> list[_
             f"message {at} does not exist in session {sid!r}; fork at an id that "
             "`mem.messages()` or `autoctx show` lists (or an original behind one)"
         )
-    chain = [r[0] for r in conn.exec_driver_sql(_COVERING, {"sid": sid, "mid": at})]
+    chain = [r[0] for r in conn.exec_driver_sql(COVERING_CHAIN, {"sid": sid, "mid": at})]
     top = next((k for k, s in enumerate(chain) if s in index), None)
     if top is None:
         raise MessageNotFound(
@@ -242,11 +234,9 @@ def _cut_at(conn: Connection, sid: str, working: list[_Meta], at: int) -> list[_
         )
     path = chain[: top + 1]  # nearest summary first, the working message last
     children: dict[int, list[int]] = {}
-    for summary_id, replaced_id in conn.execute(
-        sa.text(
-            "SELECT summary_id, replaced_id FROM lineage WHERE session_id = :sid "
-            "AND summary_id = ANY(:ids) ORDER BY summary_id, ordinal"
-        ),
+    for summary_id, replaced_id in conn.exec_driver_sql(
+        "SELECT summary_id, replaced_id FROM lineage WHERE session_id = %(sid)s "
+        "AND summary_id = ANY(%(ids)s) ORDER BY summary_id, ordinal",
         {"sid": sid, "ids": path},
     ):
         children.setdefault(summary_id, []).append(replaced_id)
