@@ -66,6 +66,16 @@ _RESERVED_AFTER: Final = {1: 2, 4: 2, 5: 1}
 #: anyway, so summarizing them one call each first would pay the summarizer several times for
 #: what one call does (and, short of the target, for work the same call then folds away).
 _YIELD_TO_FOLD: Final = frozenset({1, 4})
+#: Rungs whose edits give way to the fold when the fold's range holds their messages
+#: (compress rarely, and deeply: SPEC.md section 2); their other edits (in the kept rounds,
+#: in a finished current round) go ahead. Previews only shave the history: they
+#: land just under the target, so the trigger fires again a few steps later, and each one
+#: rewrites the agent's context from its place on, which the agent then pays for again in
+#: full on its next call (the prompt cache keeps only the unchanged prefix). The fold takes
+#: the same messages into one summary and leaves the history at `fold_keep_tokens +
+#: fold_budget_tokens`, far under the target. When the fold fails, the previews get their
+#: turn in a new pass, so the bound never waits on the summarizer.
+_PREVIEWS_YIELD_TO_FOLD: Final = frozenset({2, 3})
 #: Rungs that give way to S6 when S6's range holds every one of their ranges and their edits
 #: would leave the tokens over the target: the call then goes on to S6 anyway (it acts while
 #: the token trigger fired and tokens are over the target), which takes their summaries into
@@ -356,6 +366,13 @@ class Compressor:
             ):
                 yielded.add(FOLD)
                 continue
+            if strategy in _PREVIEWS_YIELD_TO_FOLD and planned_by(FOLD):
+                kept = _outside(planned_by(FOLD)[0], edits)
+                if len(kept) < len(edits):
+                    yielded.add(FOLD)
+                    edits = kept
+                if not edits:
+                    continue
             if (
                 strategy in _YIELD_TO_S6
                 and not _reaches_token_target(snap, edits, cfg)
@@ -773,6 +790,12 @@ def _tokens_after(snap: Snapshot, edits: Sequence[Edit]) -> int:
     return snap.token_count - sum(
         e.replaced_tokens - (e.replaced_tokens // 4 + _TAG_TOKENS) for e in edits
     )
+
+
+def _outside(outer: Edit, edits: Sequence[Edit]) -> list[Edit]:
+    """The edits of `edits` that replace a message `outer` does not."""
+    covering = set(outer.replaced_ids)
+    return [e for e in edits if not covering.issuperset(e.replaced_ids)]
 
 
 def _covered_by(outer: Sequence[Edit], edits: Sequence[Edit]) -> bool:

@@ -594,6 +594,56 @@ def test_a_long_task_s1_gives_way_to_s6_only_when_it_cannot_reach_the_target(
     check_all(mem)
 
 
+class FoldFails(CountingSummarizer):
+    """The offline summarizer, except that every fold request fails."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        if request.strategy == 7:
+            self.calls += 1
+            raise RuntimeError("the endpoint is down")
+        return super().summarize(request)
+
+
+@pytest.mark.parametrize("fold_works", [True, False], ids=["fold", "fold-fails"])
+def test_previews_give_way_to_a_fold_whose_range_holds_them(
+    open_memory: Open, fold_works: bool
+) -> None:
+    """Large outputs of previous rounds are folded, not previewed first: the fold takes them
+    anyway and lands deeper, and each preview would rewrite the agent's context from far back
+    (a broken prompt cache) to shave a few steps off the next trigger. When the fold fails,
+    the previews get their turn and the call still ends under the window."""
+    # No S1 (its runs would take the outputs first), previous rounds with large outputs.
+    config = dataclasses.replace(SMALL, min_tool_run=1000)
+    summarizer = CountingSummarizer() if fold_works else FoldFails()
+    mem = open_memory(config=config, summarizer=summarizer)
+    mem.add(multi_round(1, rounds=4, steps=8))
+    assert mem.needs_compression()
+    before = mem.messages()
+    latest_user = max(k for k, m in enumerate(before) if m.role == "user")
+    candidates = {
+        m.id for m in before if m.role == "tool" and m.payload_chars > config.large_payload_chars
+    }
+    # What the fold would take: the large outputs of the rounds before the current one.
+    history = {m.id for m in before[:latest_user]} & candidates
+    assert history, "the history must hold large outputs for S2 to preview"
+    events = mem.compress_if_needed()
+    applied = [e for e in events if e.status == "applied"]
+    previewed = {i for e in applied if e.strategy in (2, 3) for i in e.replaced_ids}
+    if fold_works:
+        (fold,) = [e for e in applied if e.strategy == 7]
+        folded = candidates & set(fold.replaced_ids)
+        assert folded, "the fold must hold large outputs"
+        assert not folded & previewed, "a large output was previewed, then folded"
+        # The large outputs the fold does not hold (the finished current round) are previewed.
+        assert candidates - folded <= previewed
+        assert mem.token_count() < config.token_target
+    else:
+        assert [e.strategy for e in events if e.status == "failed"][:1] == [7]
+        assert history <= previewed
+        assert mem.token_count() < config.max_tokens
+    check_all(mem)
+
+
 def test_summarizer_requests_carry_head_and_tail_of_long_outputs_and_reload_is_whole(
     open_memory: Open,
 ) -> None:
