@@ -614,6 +614,8 @@ def _current_round_with_large_messages() -> tuple[Hist, list[int]]:
     h.add("tool", result_ids=("w",), tool_names=("write",))
     h.add("assistant", call_ids=("r",), tool_names=(RELOAD_TOOL_NAME,))
     h.add("tool", result_ids=("r",), chars=BIG, tool_names=(RELOAD_TOOL_NAME,))
+    h.add("assistant", call_ids=("s",), tool_names=("context_search",))
+    h.add("tool", result_ids=("s",), chars=BIG, tool_names=("context_search",))
     h.add("tool", chars=BIG, kind="preview")
     h.add("tool", chars=BIG, kind="large_summary")
     h.answer(chars=BIG, kind="tool_run_summary")

@@ -27,13 +27,16 @@ from .._structure import (
     pending_call_ids,
     tool_group_spans,
 )
-from .._tools import TOOL_NAME
+from .._tools import SEARCH_TOOL_NAME, TOOL_NAME
 
 Planner: TypeAlias = Callable[[Snapshot, AutoContextConfig, PlanContext], list[Edit]]
 
 #: The tool an agent reloads offloads with; S5 never summarizes its results, so that an agent
 #: cannot loop reloading what was just compressed (SPEC.md section 4).
 RELOAD_TOOL_NAME: Final = TOOL_NAME
+#: The tools whose results S5 leaves alone: the reload tool, and the search tool, whose answer
+#: is what the agent asked to see again (a hit reloaded by id comes back through it too).
+CONTEXT_TOOL_NAMES: Final = frozenset({TOOL_NAME, SEARCH_TOOL_NAME})
 
 
 @dataclass(frozen=True, slots=True)

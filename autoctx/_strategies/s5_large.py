@@ -13,7 +13,7 @@ from typing import Final
 
 from .._config import AutoContextConfig
 from .._plans import Edit, PlanContext, Snapshot
-from ._common import RELOAD_TOOL_NAME, Layout, has_failed, layout_of, make_edit
+from ._common import CONTEXT_TOOL_NAMES, Layout, has_failed, layout_of, make_edit
 
 STRATEGY: Final = 5
 
@@ -40,7 +40,8 @@ def _summarizable(lay: Layout, i: int) -> bool:
         # The current user message is protected from every other rule; S5 may shorten it
         # (SPEC.md section 3), unless the caller pinned it.
         and (not lay.is_protected(i) or (i == lay.latest_user and not lay.pinned[i]))
-        # An agent that just reloaded an offload must not see it compressed straight back.
-        and not (m.role == "tool" and RELOAD_TOOL_NAME in m.tool_names)
+        # An agent that just reloaded an offload (or searched for what it knew) must not see
+        # the answer compressed straight back.
+        and not (m.role == "tool" and CONTEXT_TOOL_NAMES.intersection(m.tool_names))
         and not lay.touches_pending(i, i + 1)
     )
