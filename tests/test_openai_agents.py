@@ -13,9 +13,11 @@ import itertools
 import json
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 import sqlalchemy as sa
@@ -31,7 +33,15 @@ from agents.memory.session_settings import SessionSettings
 from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 
-from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer, SessionNotFound
+from autoctx import (
+    AutoContextConfig,
+    AutoContextMemory,
+    ConfigError,
+    OfflineSummarizer,
+    SessionNotFound,
+    SummaryRequest,
+    SummaryResult,
+)
 from autoctx._plot import reconstruct
 from autoctx._store.inspect import message_stamps
 from autoctx._tools import NOT_FOUND_ANSWER
@@ -671,13 +681,19 @@ def test_runner_compresses_along_the_way_and_reloads_an_offload(
             ]
             assert previews or summaries
 
-            # Pick an offload that holds one tool output, and have the model reload it.
-            offload, original = _single_tool_offload(mem)
+            # Pick an offload that holds a tool output, and have the model reload the page of
+            # it that holds the output's secret (as a model pages through a long reload).
+            offload, original = _tool_offload(mem)
             secret = next(w for w in original.split() if w.startswith("SECRET-"))
             assert secret not in json.dumps(srv.requests[-1]["messages"])
+            offset = _reload_text(mem, offload).index(secret)
             srv.reset()
             srv.script(
-                Reply.tool_call("context_reload", {"uuid": str(offload)}, call_id="call_reload"),
+                Reply.tool_call(
+                    "context_reload",
+                    {"uuid": str(offload), "offset": offset},
+                    call_id="call_reload",
+                ),
                 Reply.text("Reloaded."),
             )
             result = await Runner.run(agent, "What was the secret?", session=session)
@@ -688,21 +704,40 @@ def test_runner_compresses_along_the_way_and_reloads_an_offload(
                 if m["role"] == "tool" and m["tool_call_id"] == "call_reload"
             ]
             assert len(sent_back) == 1
-            assert secret in sent_back[0]["content"]
-            assert original[:300] in sent_back[0]["content"]
+            assert sent_back[0]["content"].startswith(secret)
             await client.close()
 
     run(scenario())
 
 
-def _single_tool_offload(mem: AutoContextMemory) -> tuple[uuid.UUID, str]:
+def _tool_offload(mem: AutoContextMemory) -> tuple[uuid.UUID, str]:
+    """An offload that holds an original tool output, and that output."""
     for event in mem.events():
         if event.status != "applied" or event.offload_uuid is None:
             continue
-        msgs = mem.reload(event.offload_uuid)
-        if len(msgs) == 1 and msgs[0].role == "tool" and msgs[0].kind == "original":
-            return event.offload_uuid, msgs[0].tool_results[0].output_text
-    raise AssertionError(f"no offload of a single tool output among {mem.events()}")
+        for msg in mem.reload(event.offload_uuid):
+            if msg.role == "tool" and msg.kind == "original":
+                return event.offload_uuid, msg.tool_results[0].output_text
+    raise AssertionError(f"no offload of a tool output among {mem.events()}")
+
+
+def _reload_text(mem: AutoContextMemory, offload: uuid.UUID) -> str:
+    """The whole text the reload tool pages through, read page by page as a model would."""
+    text, offset = "", 0
+    while True:
+        call = {
+            "id": "c",
+            "function": {
+                "name": "context_reload",
+                "arguments": json.dumps({"uuid": str(offload), "offset": offset}),
+            },
+        }
+        page = mem.handle_tool_call(call)
+        head, _, trailer = page.rpartition("\n[page: characters ")
+        if not trailer.endswith("for the next page]"):
+            return text + page
+        text += head
+        offset = len(text)
 
 
 def _assert_totals_match_a_recount(mem: AutoContextMemory) -> None:
@@ -740,3 +775,81 @@ except ModuleNotFoundError as exc:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert "autoctx-pg[agents]" in out.stdout and "pip install -e '.[agents]'" in out.stdout
+
+
+class HeldSummarizer:
+    """The offline summarizer, each call held until the test releases it."""
+
+    def __init__(self) -> None:
+        self.inner = OfflineSummarizer()
+        self.asked = threading.Event()
+        self.go = threading.Event()
+        self.answered = threading.Event()
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.asked.set()
+        try:
+            assert self.go.wait(20), "the test never released the summarizer"
+            return self.inner.summarize(request)
+        finally:
+            self.answered.set()
+
+
+def _tool_steps(start: int, steps: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for k in range(start, start + steps):
+        out.append(
+            {
+                "type": "function_call",
+                "call_id": f"call_{k}",
+                "name": "read_file",
+                "arguments": json.dumps({"path": f"src/m{k}.py"}),
+            }
+        )
+        out.append(
+            {
+                "type": "function_call_output",
+                "call_id": f"call_{k}",
+                "output": f"def f_{k}(): return {k}\n" * 20,
+            }
+        )
+    return out
+
+
+def test_a_background_session_adds_items_without_waiting_for_the_summarizer(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
+    """`background=True`: the add that crosses the trigger starts the compression in a thread
+    and returns while the summarizer is still writing; reads go on meanwhile; the compression
+    lands afterwards, as in the memory's own background mode."""
+    config = AutoContextConfig(msg_threshold=30, max_tokens=60_000, min_compress_tokens=50)
+    summarizer = HeldSummarizer()
+    session = make_session(config=config, summarizer=summarizer, background=True)
+    session.add_items_sync([{"role": "user", "content": "Read every module."}])
+    session.add_items_sync(_tool_steps(0, 20))  # 41 messages: over the count trigger
+    mem = session.memory()
+    try:
+        assert summarizer.asked.wait(30), "no compression started at the trigger"
+        # The add returned, and the session reads, while the summarizer is held.
+        assert not summarizer.answered.is_set()
+        assert len(session.get_items_sync()) == 41
+        session.add_items_sync(_tool_steps(20, 1))
+        summarizer.go.set()
+        for _ in range(600):
+            if any(e.status == "applied" for e in mem.events()):
+                break
+            time.sleep(0.05)
+        applied = [e for e in mem.events() if e.status == "applied"]
+        assert applied, "the background compression never landed"
+        items = session.get_items_sync()
+        assert len(items) < 43
+        # The step added while the summarizer wrote is kept, after the summary.
+        assert [i.get("call_id") for i in items[-2:]] == ["call_20", "call_20"]
+    finally:
+        summarizer.go.set()
+        mem.close()
+
+
+def test_a_bad_background_mode_of_a_session_is_refused_naming_it(db_url: str) -> None:
+    with pytest.raises(ConfigError, match="background must be False, True or 'worker'"):
+        AutoContextSession("s", db_url, background=cast(Any, "yes"))

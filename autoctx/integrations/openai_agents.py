@@ -70,6 +70,7 @@ except ModuleNotFoundError as exc:
     ) from None
 from sqlalchemy.engine import URL
 
+from .._background import BackgroundMode, validate_background
 from .._config import AutoContextConfig
 from .._errors import InvalidMessage, SessionNotFound
 from .._gc import paused_gc
@@ -520,15 +521,20 @@ class _OpenArgs:
     config: AutoContextConfig | None
     summarizer: Summarizer | None
     tenant: str | None
+    background: BackgroundMode
 
 
 class AutoContextSession:
     """An OpenAI Agents SDK `Session` kept by autoctx in PostgreSQL.
 
     `AutoContextSession(session_id, database_url=None, config=None, *, summarizer=None,
-    compress=True, tenant=None)` opens (or creates) the autoctx session on first use;
-    `AutoContextSession.from_memory(mem)` wraps a memory already open. With `compress=True`,
-    `add_items` runs autoctx's compression loop whenever the trigger holds after the append.
+    compress=True, tenant=None, background=False)` opens (or creates) the autoctx session on
+    first use; `AutoContextSession.from_memory(mem)` wraps a memory already open. With
+    `compress=True`, `add_items` runs autoctx's compression loop whenever the trigger holds
+    after the append; with `background=True` as well, that loop runs in a background thread
+    and `add_items` returns at once, waiting only when the context would otherwise be over the
+    window (`AutoContextMemory.open(..., background=True)`); `background="worker"` leaves it to
+    `autoctx worker` processes.
     """
 
     session_settings: SessionSettings | None
@@ -543,6 +549,7 @@ class AutoContextSession:
         compress: bool = True,
         tenant: str | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        background: BackgroundMode = False,
     ) -> None:
         self.session_id = session_id
         self.compress = compress
@@ -553,7 +560,10 @@ class AutoContextSession:
             if session_settings is not None
             else SessionSettings()
         )
-        self._args = _OpenArgs(database_url, config, summarizer, tenant)
+        # Refused here, naming the argument, rather than at the first `Runner.run`.
+        self._args = _OpenArgs(
+            database_url, config, summarizer, tenant, validate_background(background)
+        )
         self._mem: AutoContextMemory | None = None
         # Opening touches the database; it happens once, in whichever worker thread asks first.
         self._lock = threading.Lock()
@@ -610,6 +620,7 @@ class AutoContextSession:
             tenant=args.tenant,
             summarizer=args.summarizer,
             create=create,
+            background=args.background,
         )
 
     # -- Session protocol ---------------------------------------------------------------------
