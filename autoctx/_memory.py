@@ -400,6 +400,23 @@ class AutoContextMemory:
         return self._store.clear(self.session_id, config=self.config.to_json())
 
     @_serialized
+    def _replace_working(self, messages: MessageInput) -> list[Msg]:
+        """`clear()` then `add(messages)` in one transaction, so that a crash or another reader
+        sees the old working context or the new one, never an empty one between them (the
+        Agents SDK's compaction wrapper rewrites a history so). Returns the messages stored."""
+        self._check_open()
+        prepared = prepare(
+            coerce_messages(messages),
+            self._counter,
+            max_chars=self.config.max_message_chars,
+            session_id=self.session_id,
+        )
+        _, stored = self._store.replace_working(
+            self.session_id, prepared, config=self.config.to_json()
+        )
+        return stored
+
+    @_serialized
     def set_plan(self, plan: Mapping[str, Any] | None) -> None:
         """Attach a plan (goal, steps with states, expected outcome) for the summaries' plan
         hint; None removes it."""

@@ -554,6 +554,57 @@ def test_the_sdks_compaction_wrapper_keeps_every_original_reloadable(
     _assert_totals_match_a_recount(mem)
 
 
+def test_the_sdks_compaction_wrapper_rewrites_the_history_in_one_transaction(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
+    """The wrapper replaces a history through the store's `_atomic_replace_items` hook when it
+    has one: the clear and the append of the compacted items commit together, so a crash
+    between them cannot leave the session empty (with clear_session() then add_items(), the
+    clear commits first)."""
+    from agents.memory import OpenAIResponsesCompactionSession
+
+    session = make_session(compress=False)
+    run(session.add_items(copy.deepcopy(varied_items())))
+    mem = session.memory()
+    before = len(mem.events())
+    log: list[str] = []
+
+    def statement(conn: Any, cursor: Any, text: str, *args: Any) -> None:
+        log.append(" ".join(text.split()[:3]).upper())
+
+    def commit(conn: Any) -> None:
+        log.append("COMMIT")
+
+    async def compact() -> list[Any]:
+        with OpenAIServer() as srv:
+            client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+            wrapper = OpenAIResponsesCompactionSession(
+                session.session_id, session, client=client, model="gpt-4.1"
+            )
+            await wrapper.run_compaction({"compaction_mode": "input", "force": True})
+            await client.close()
+            return await wrapper.get_items()
+
+    sa.event.listen(mem.engine, "before_cursor_execute", statement)
+    sa.event.listen(mem.engine, "commit", commit)
+    try:
+        after = run(compact())
+    finally:
+        sa.event.remove(mem.engine, "before_cursor_execute", statement)
+        sa.event.remove(mem.engine, "commit", commit)
+    assert after[-1]["type"] == "compaction"
+    cleared = log.index("DELETE FROM WORKING_SET")
+    appended = next(k for k in range(cleared, len(log)) if log[k].startswith("WITH S"))
+    assert "COMMIT" not in log[cleared:appended], log[cleared : appended + 1]
+    assert "COMMIT" in log[appended:]
+    # The clear is audited as ever: one event, whose offload holds every cleared message.
+    (clear,) = mem.events()[before:]
+    assert (clear.strategy, clear.reason) == (0, "clear")
+    assert clear.offload_uuid is not None
+    assert len(mem.reload(clear.offload_uuid)) == clear.messages_before
+    _assert_totals_match_a_recount(mem)
+
+
 def test_reload_tool_answers_plainly(make_session: Callable[..., AutoContextSession]) -> None:
     session = make_session()
     tool, search = context_tools(session)

@@ -671,61 +671,87 @@ class Store:
         lineage row (clearing is not deleting, SPEC.md section 5): an applied event of strategy
         0 with reason 'clear' names what left the working set, and an offload holds it, so that
         what was cleared stays reloadable by the event's uuid like any compressed range."""
+        event, _ = self.replace_working(session_id, (), config=config)
+        return event
+
+    def replace_working(
+        self, session_id: str, prepared: Sequence[Prepared], *, config: Mapping[str, Any]
+    ) -> tuple[Event, list[Msg]]:
+        """`clear`, then append `prepared` to the emptied context, in the same transaction: a
+        rewrite of a whole history (the Agents SDK's compaction wrapper) that a crash or a
+        reader never sees half done. Returns the clear's event and the appended messages."""
         with self._begin() as conn:
             row = self._lock(conn, session_id)
-            removed = conn.execute(
-                sa.delete(working_set)
-                .where(working_set.c.session_id == session_id)
-                .returning(working_set.c.position, working_set.c.message_id)
-            ).all()
-            replaced = [message_id for _, message_id in sorted(removed)]
-            offload_uuid = uuid_mod.uuid4() if replaced else None
-            version = row.version + 1
-            created = conn.execute(
-                sa.insert(compression_events)
-                .values(
-                    session_id=session_id,
-                    id=row.next_event_id,
-                    strategy=0,
-                    status="applied",
-                    reason="clear",
-                    messages_before=row.message_count,
-                    messages_after=0,
-                    tokens_before=row.token_count,
-                    tokens_after=0,
-                    replaced_ids=replaced,
-                    replaced_tokens=row.token_count,
-                    offload_uuid=offload_uuid,
-                    session_version=version,
-                    config=dict(config),
-                )
-                .returning(compression_events)
-            ).one()
-            if offload_uuid is not None:
-                conn.execute(
-                    sa.insert(offloads).values(
-                        session_id=session_id,
-                        uuid=offload_uuid,
-                        event_id=row.next_event_id,
-                        message_ids=replaced,
-                    )
-                )
-            conn.execute(
-                sa.update(sessions)
-                .where(self._this(session_id))
-                .values(
-                    next_event_id=row.next_event_id + 1,
-                    message_count=0,
-                    token_count=0,
-                    version=version,
-                    open_calls={},
-                    updated_at=sa.func.now(),
-                )
-            )
+            created, version = self._clear_locked(conn, session_id, row, config)
+            done: _Appended | None = None
+            if prepared:
+                open_calls = OpenCalls({})
+                bound = bind(prepared, open_calls, session_id=session_id)
+                done = self._append_at(conn, session_id, version, open_calls, bound)
+                assert done is not None  # the row is locked at that version
         self._snapshots.pop(session_id, None)
         self._appended.pop(session_id, None)
         self._tails[session_id] = (version, {})
-        return event_from_row(created)
+        if done is None:
+            return event_from_row(created), []
+        self._appended_committed(session_id, version, OpenCalls({}), done)
+        return event_from_row(created), done.msgs
+
+    def _clear_locked(
+        self, conn: Connection, session_id: str, row: Row[Any], config: Mapping[str, Any]
+    ) -> tuple[Row[Any], int]:
+        """The writes of `clear`, in the caller's transaction on the locked session `row`;
+        returns the event's row and the session's new version."""
+        removed = conn.execute(
+            sa.delete(working_set)
+            .where(working_set.c.session_id == session_id)
+            .returning(working_set.c.position, working_set.c.message_id)
+        ).all()
+        replaced = [message_id for _, message_id in sorted(removed)]
+        offload_uuid = uuid_mod.uuid4() if replaced else None
+        version = row.version + 1
+        created = conn.execute(
+            sa.insert(compression_events)
+            .values(
+                session_id=session_id,
+                id=row.next_event_id,
+                strategy=0,
+                status="applied",
+                reason="clear",
+                messages_before=row.message_count,
+                messages_after=0,
+                tokens_before=row.token_count,
+                tokens_after=0,
+                replaced_ids=replaced,
+                replaced_tokens=row.token_count,
+                offload_uuid=offload_uuid,
+                session_version=version,
+                config=dict(config),
+            )
+            .returning(compression_events)
+        ).one()
+        if offload_uuid is not None:
+            conn.execute(
+                sa.insert(offloads).values(
+                    session_id=session_id,
+                    uuid=offload_uuid,
+                    event_id=row.next_event_id,
+                    message_ids=replaced,
+                )
+            )
+        conn.execute(
+            sa.update(sessions)
+            .where(self._this(session_id))
+            .values(
+                next_event_id=row.next_event_id + 1,
+                message_count=0,
+                token_count=0,
+                version=version,
+                open_calls={},
+                updated_at=sa.func.now(),
+            )
+        )
+        return created, version
 
     def _open_calls_at_tail(self, conn: Connection, session_id: str) -> dict[str, str]:
         """The newest tool group's calls still without results, read from the working tail."""

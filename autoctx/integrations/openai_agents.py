@@ -636,6 +636,18 @@ class AutoContextSession:
             return
         await asyncio.to_thread(self.add_items_sync, items)
 
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The hook the SDK's compaction wrapper (`OpenAIResponsesCompactionSession`) rewrites a
+        history through when a store has one, instead of `clear_session()` then `add_items()`:
+        here one transaction, the clear's audit event and offload included, so that a crash
+        between the two never leaves the session empty. False (the wrapper then clears and
+        adds) for a subclass, which may transform items on their way in, as the SDK's own
+        stores do."""
+        if type(self) is not AutoContextSession:
+            return False
+        await asyncio.to_thread(self._replace_items_sync, items)
+        return True
+
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the latest item from the working context and return it (see `pop_item_sync`)."""
         return await asyncio.to_thread(self.pop_item_sync)
@@ -693,9 +705,17 @@ class AutoContextSession:
         """Append items (one transaction), then compress if the trigger holds (sync)."""
         if not items:
             return
+        self._store_items(items, replace=False)
+
+    def _replace_items_sync(self, items: Sequence[Any]) -> None:
+        """Empty the working context and append items, in one transaction (sync)."""
+        self._store_items(items, replace=True)
+
+    def _store_items(self, items: Sequence[Any], *, replace: bool) -> None:
         converted = _convert(items)
         mem = self.memory()
-        stored = mem.add([msg for msg, _ in converted])
+        msgs = [msg for msg, _ in converted]
+        stored = mem._replace_working(msgs) if replace else mem.add(msgs)
         # What was just written is known: the next read need not fetch it back. (The epoch
         # is not known here; a read with a new epoch starts the cache over anyway.)
         with self._cache_lock:
