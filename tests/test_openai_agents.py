@@ -500,13 +500,27 @@ def test_an_unstorable_item_is_a_type_error_naming_its_field(
     assert run(session.get_items()) == [{"role": "user", "content": "kept"}]
 
 
+async def _compact_with_the_sdks_wrapper(session: AutoContextSession) -> list[Any]:
+    """One forced compaction by the SDK's `OpenAIResponsesCompactionSession` over `session`
+    (against the local server's compact endpoint); the items it leaves."""
+    from agents.memory import OpenAIResponsesCompactionSession
+
+    with OpenAIServer() as srv:
+        client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+        wrapper = OpenAIResponsesCompactionSession(
+            session.session_id, session, client=client, model="gpt-4.1"
+        )
+        await wrapper.run_compaction({"compaction_mode": "input", "force": True})
+        assert len(srv.compactions) == 1
+        await client.close()
+        return await wrapper.get_items()
+
+
 def test_the_sdks_compaction_wrapper_keeps_every_original_reloadable(
     make_session: Callable[..., AutoContextSession],
 ) -> None:
     """The SDK's OpenAIResponsesCompactionSession rewrites a store by clear_session() then
     add_items(); over autoctx that must not lose an original (SPEC.md section 5)."""
-    from agents.memory import OpenAIResponsesCompactionSession
-
     session = make_session(compress=False)
     items = varied_items()
     run(session.add_items(copy.deepcopy(items)))
@@ -520,18 +534,7 @@ def test_the_sdks_compaction_wrapper_keeps_every_original_reloadable(
         )
     }
 
-    async def compact() -> list[Any]:
-        with OpenAIServer() as srv:
-            client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
-            wrapper = OpenAIResponsesCompactionSession(
-                session.session_id, session, client=client, model="gpt-4.1"
-            )
-            await wrapper.run_compaction({"compaction_mode": "input", "force": True})
-            assert len(srv.compactions) == 1
-            await client.close()
-            return await wrapper.get_items()
-
-    after = run(compact())
+    after = run(_compact_with_the_sdks_wrapper(session))
     # The wrapper's rewrite is in place: the user messages and one compaction item.
     assert after[-1]["type"] == "compaction"
     assert [i for i in after if i.get("role") == "user"] == [
@@ -561,8 +564,6 @@ def test_the_sdks_compaction_wrapper_rewrites_the_history_in_one_transaction(
     has one: the clear and the append of the compacted items commit together, so a crash
     between them cannot leave the session empty (with clear_session() then add_items(), the
     clear commits first)."""
-    from agents.memory import OpenAIResponsesCompactionSession
-
     session = make_session(compress=False)
     run(session.add_items(copy.deepcopy(varied_items())))
     mem = session.memory()
@@ -575,20 +576,10 @@ def test_the_sdks_compaction_wrapper_rewrites_the_history_in_one_transaction(
     def commit(conn: Any) -> None:
         log.append("COMMIT")
 
-    async def compact() -> list[Any]:
-        with OpenAIServer() as srv:
-            client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
-            wrapper = OpenAIResponsesCompactionSession(
-                session.session_id, session, client=client, model="gpt-4.1"
-            )
-            await wrapper.run_compaction({"compaction_mode": "input", "force": True})
-            await client.close()
-            return await wrapper.get_items()
-
     sa.event.listen(mem.engine, "before_cursor_execute", statement)
     sa.event.listen(mem.engine, "commit", commit)
     try:
-        after = run(compact())
+        after = run(_compact_with_the_sdks_wrapper(session))
     finally:
         sa.event.remove(mem.engine, "before_cursor_execute", statement)
         sa.event.remove(mem.engine, "commit", commit)
