@@ -170,7 +170,7 @@ def holding(engine: sa.Engine, needle: str) -> dict[str, int]:
 
 def test_a_planted_secret_is_gone_from_every_row_and_index(open_mem: Opener, secret: str) -> None:
     mem = open_mem(summarizer=EchoSummarizer(secret))
-    build(mem, 12, secret=secret, at=1)  # round 1: ids 5-8
+    build(mem, 20, secret=secret, at=1)  # round 1: ids 5-8
     mem.add(opaque_round(50, secret))  # ids 49.., in the working context
     planted = [
         m.id
