@@ -66,9 +66,10 @@ _RESERVED_AFTER: Final = {1: 2, 4: 2, 5: 1}
 #: anyway, so summarizing them one call each first would pay the summarizer several times for
 #: what one call does (and, short of the target, for work the same call then folds away).
 _YIELD_TO_FOLD: Final = frozenset({1, 4})
-#: Rungs whose edits give way to the fold when the fold's range holds their messages
-#: (compress rarely, and deeply: SPEC.md section 2); their other edits (in the kept rounds,
-#: in a finished current round) go ahead. Previews only shave the history: they
+#: Rungs that give way to the fold when the fold's range holds some of their messages and
+#: the others (in the kept rounds, in a finished current round: near the end) would not reach
+#: the target alone (compress rarely, and deeply: SPEC.md section 2); when those others do,
+#: they go ahead alone and the call needs no summarizer. Previews only shave the history: they
 #: land just under the target, so the trigger fires again a few steps later, and each one
 #: rewrites the agent's context from its place on, which the agent then pays for again in
 #: full on its next call (the prompt cache keeps only the unchanged prefix). The fold takes
@@ -369,10 +370,10 @@ class Compressor:
             if strategy in _PREVIEWS_YIELD_TO_FOLD and planned_by(FOLD):
                 kept = _outside(planned_by(FOLD)[0], edits)
                 if len(kept) < len(edits):
-                    yielded.add(FOLD)
-                    edits = kept
-                if not edits:
-                    continue
+                    if not kept or not _reaches_target(snap, kept, cfg):
+                        yielded.add(FOLD)
+                        continue
+                    edits = kept  # near the end, and enough: no summarizer call at all
             if (
                 strategy in _YIELD_TO_S6
                 and not _reaches_token_target(snap, edits, cfg)

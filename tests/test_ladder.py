@@ -80,9 +80,10 @@ def test_history_compresses_under_target_with_every_step_recorded(open_memory: O
 
 
 def test_preview_keeps_role_call_id_and_name_and_ends_with_the_tag(open_memory: Open) -> None:
-    # No tool run is long enough for S1, so the cheapest work left is S2's previews.
+    # No tool run is long enough for S1, so the cheapest work left is S2's previews (one
+    # round: no fold, which previews of folded rounds would give way to).
     mem = open_memory(config=dataclasses.replace(SMALL, min_tool_run=1000))
-    mem.add(multi_round(2, rounds=3, steps=6))
+    mem.add(multi_round(2, rounds=1, steps=30))
     events = mem.compress_if_needed()
     previews = [m for m in mem.messages() if m.kind == "preview"]
     assert previews, [e.strategy for e in events]
@@ -630,12 +631,12 @@ def test_previews_give_way_to_a_fold_whose_range_holds_them(
     applied = [e for e in events if e.status == "applied"]
     previewed = {i for e in applied if e.strategy in (2, 3) for i in e.replaced_ids}
     if fold_works:
-        (fold,) = [e for e in applied if e.strategy == 7]
-        folded = candidates & set(fold.replaced_ids)
-        assert folded, "the fold must hold large outputs"
+        # The fold came first: the large outputs the fold does not hold (the finished
+        # current round, near the end) could not reach the target alone.
+        assert applied[0].strategy == 7, [(e.strategy, e.status) for e in events]
+        folded = candidates & set(applied[0].replaced_ids)
+        assert folded == history, "the fold must hold the history's large outputs"
         assert not folded & previewed, "a large output was previewed, then folded"
-        # The large outputs the fold does not hold (the finished current round) are previewed.
-        assert candidates - folded <= previewed
         assert mem.token_count() < config.token_target
     else:
         assert [e.strategy for e in events if e.status == "failed"][:1] == [7]
@@ -791,17 +792,20 @@ def test_compressions_store_the_final_answer_flag_of_the_kinds_table(open_memory
     tokens = sum(count_tokens(m, TokenCounter(SMALL.model)) for m in pressure)
     kinds: set[str] = set()
     kept_finals = 0  # previews and large summaries of a final answer
-    # A long final answer in the history, outside the protected tail, for S2 to preview.
+    # A long final answer outside the protected tail, for S2 to preview: in the one round of
+    # the session, which no fold takes (previews of folded rounds give way to the fold).
     big_answer = [
+        Msg.system("You are a coding agent."),
         Msg.user("Write up the findings."),
         Msg.assistant("Findings:\n" + file_dump(random.Random(35), 120)),
     ]
-    for k in range(SMALL.last_keep):
-        big_answer += [Msg.user(f"And point {k}?"), Msg.assistant(f"Point {k} is fine.")]
+    big_answer += [Msg.assistant(f"Point {k} is fine.") for k in range(SMALL.last_keep)]
+    answer_tokens = sum(count_tokens(m, TokenCounter(SMALL.model)) for m in big_answer)
     for sid, history, config in (
         # One long finished task: no previous round to fold, so S1 takes its tool runs.
         ("final-runs", multi_round(8, rounds=1, steps=40), SMALL),
-        ("final-rounds", big_answer + multi_round(8, rounds=5, steps=8)[1:], no_s1),
+        ("final-rounds", multi_round(8, rounds=5, steps=8), no_s1),
+        ("final-answer", big_answer, dataclasses.replace(no_s1, max_tokens=answer_tokens)),
         # One heavy previous round that S4 alone brings under the target.
         ("final-round", one_heavy_round(8), dataclasses.replace(no_previews, max_tokens=2_900)),
         ("final-current", pressure, dataclasses.replace(pressure_config, max_tokens=tokens)),
