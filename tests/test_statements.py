@@ -184,9 +184,11 @@ def _scenario(db_url: str, rec: Recorder) -> set[int]:
     _ = (mem.token_count(), mem.message_count(), mem.version())
     mem.compress_if_needed()  # settled: nothing to do
     mem.delete()
-    # S2 then the fold (no run long enough for S1).
+    # The fold (no run long enough for S1; the previews of folded rounds give way to it).
     no_runs = dataclasses.replace(SMALL, min_tool_run=1000)
-    run(f"st-previews-{tag}", multi_round(1, rounds=4, steps=8), no_runs)
+    run(f"st-fold-{tag}", multi_round(1, rounds=4, steps=8), no_runs)
+    # S2: the large outputs of the one round (no fold).
+    run(f"st-previews-{tag}", multi_round(2, rounds=1, steps=30), no_runs)
     # S4: one heavy previous round, no large output.
     heavy = dataclasses.replace(no_runs, large_payload_chars=100_000, max_tokens=2_900)
     run(f"st-round4-{tag}", one_heavy_round(8), heavy)
