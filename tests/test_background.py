@@ -494,9 +494,9 @@ def test_a_bad_background_mode_or_bound_is_refused_naming_it(
 
 def _round(rng: random.Random, k: int) -> list[Msg]:
     """A round of a tool chat: a question, one call and its result, the answer."""
-    return [Msg.user(f"Question {k}: what does module {k} do?"), *_group(rng, f"r{k}", 30)] + [
-        Msg.assistant(f"Module {k} serves {rng.randrange(10**6)} requests.")
-    ]
+    question = Msg.user(f"Question {k}: what does module {k} do?")
+    group = _group(rng, f"r{k}", 30)
+    return [question, *group, Msg.assistant(f"Module {k} serves {rng.randrange(10**6)} requests.")]
 
 
 def test_a_background_compression_plans_for_what_the_agent_appended_during_the_last_one(
