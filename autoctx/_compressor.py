@@ -444,7 +444,9 @@ class Compressor:
             state.events.extend(outcome.events)
             if outcome.conflict:
                 return "conflict"
-            if state.beside and outcome.events:
+            if state.beside and outcome.events and edits[0].llm:
+                # Previews commit at once: what arrives while a summarizer writes is measured
+                # on the passes that wait for one.
                 self._measure_arrivals(snap, outcome.events[0], state)
             state.history_quiet = None if history_found else ctx.floor_waived
             applied = outcome.events
