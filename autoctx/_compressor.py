@@ -89,6 +89,9 @@ _FALLBACK_STRATEGIES: Final = (FOLD, 5, 6)
 FALLBACK_MODEL: Final = "offline"
 #: Tokens of an offload tag and its newline, for the estimate of what a summary costs.
 _TAG_TOKENS: Final = 24
+#: Passes whose arrivals `SessionState.arriving` averages: a few, so that it follows a change
+#: of the agent's pace, and more than one, so that one large tool output does not set it.
+_ARRIVALS_KEPT: Final = 4
 
 _T = TypeVar("_T")
 #: The requests of one pass that the summarizer may write at the same time, in edit order.
@@ -123,8 +126,12 @@ def trigger_of(message_count: int, token_count: int, config: AutoContextConfig) 
     )
 
 
-def under_target(message_count: int, token_count: int, config: AutoContextConfig) -> bool:
-    return token_count < config.token_target and message_count < config.msg_target
+def under_target(
+    message_count: int, token_count: int, config: AutoContextConfig, arriving: int = 0
+) -> bool:
+    """Whether the context is under the target; with `arriving`, whether it still is once that
+    many more tokens have come in (see `SessionState.arriving`)."""
+    return token_count + arriving < config.token_target and message_count < config.msg_target
 
 
 def is_due(info: SessionInfo, config: AutoContextConfig) -> bool:
@@ -159,6 +166,11 @@ class _CallState:
     deadline: float = float("inf")
     #: The deadline was found passed (said once in the log).
     out_of_time: bool = False
+    #: The call runs beside the caller's appends (`Compressor.steps`).
+    beside: bool = False
+    #: Tokens expected to come in while one pass summarizes: 0 unless `beside` (see
+    #: `SessionState.arriving`).
+    arriving: int = 0
 
 
 @dataclass
@@ -171,6 +183,30 @@ class SessionState:
 
     layouts: Layouts = field(default_factory=Layouts)
     warned_over_window: bool = False
+    #: Tokens appended beside the latest passes that ran beside the caller (between a pass's
+    #: snapshot and its commit), newest last: see `arriving`. A tuple, replaced whole: the
+    #: agent's thread reads it while a background compression records.
+    arrivals: tuple[int, ...] = ()
+
+    def arriving(self, config: AutoContextConfig) -> int:
+        """Tokens a pass that runs beside the caller should expect to come in before it
+        commits: the mean of what came in during the latest such passes.
+
+        A pass plans from a snapshot, and the agent goes on appending while the summarizer
+        writes; a pass that aims at the target from its snapshot alone commits over it by
+        what came in meanwhile, and the loop then chases the target one summarizer call (and,
+        for an agent with a prompt cache, one re-billed context) after another. Planned
+        against the target less what will come in, the pass picks a rung that lands under the
+        target on its own. Capped at half the target: one burst of large appends must not
+        turn a compression into a rewrite of the whole context.
+        """
+        arrivals = self.arrivals
+        if not arrivals:
+            return 0
+        return min(sum(arrivals) // len(arrivals), config.token_target // 2)
+
+    def record_arrivals(self, tokens: int) -> None:
+        self.arrivals = (*self.arrivals, tokens)[-_ARRIVALS_KEPT:]
 
 
 class Compressor:
@@ -208,7 +244,7 @@ class Compressor:
         """
         held = guard if guard is not None else contextlib.nullcontext()
         sink: list[Event] = [] if events is None else events
-        steps = self.steps(info, sink)
+        steps = self.steps(info, sink, beside=guard is not None)
         with contextlib.closing(steps):
             with held:
                 step = _advance(steps, None, stop)
@@ -248,7 +284,7 @@ class Compressor:
             with held:
                 return _advance(steps, answers, stop)
 
-        steps = self.steps(info, sink)
+        steps = self.steps(info, sink, beside=guard is not None)
         with contextlib.closing(steps):
             step = await _step_in_thread(advance, None)
             while isinstance(step, tuple):
@@ -259,9 +295,17 @@ class Compressor:
                 step = await _step_in_thread(advance, answers)
             return sink
 
-    def steps(self, info: SessionInfo, events: list[Event] | None = None) -> Steps[list[Event]]:
+    def steps(
+        self, info: SessionInfo, events: list[Event] | None = None, *, beside: bool = False
+    ) -> Steps[list[Event]]:
         """The loop, as a generator of summarizer batches (see the module docstring); it
-        returns the events of the call (`events`, when given, is the list they go into)."""
+        returns the events of the call (`events`, when given, is the list they go into).
+
+        `beside`: the caller's appends go on between the loop's steps (a background
+        compression, a worker); the call then takes the totals as they will be when each of
+        its commits lands, with what comes in while it summarizes (`SessionState.arriving`):
+        the rungs it allows and the target it plans for (the trigger stays the trigger: a
+        compression that started earlier would land no lower, only more often)."""
         cfg = self.config
         trigger = trigger_of(info.message_count, info.token_count, cfg)
         # Settled: an earlier call at this very version could not reach the target, so there
@@ -273,10 +317,12 @@ class Compressor:
             by_tokens=trigger.by_tokens,
             events=[] if events is None else events,
             deadline=time.monotonic() + cfg.compress_deadline_s,
+            beside=beside,
+            arriving=self.session.arriving(cfg) if beside else 0,
         )
         for _ in range(cfg.max_passes):
             snap = self.store.snapshot(self.session_id)
-            if under_target(snap.message_count, snap.token_count, cfg):
+            if under_target(snap.message_count, snap.token_count, cfg, state.arriving):
                 return state.events
             if snap.token_count >= cfg.token_trigger:
                 # Appends that came in while the call summarized (the agent goes on beside a
@@ -304,7 +350,7 @@ class Compressor:
 
     # -- one pass -----------------------------------------------------------------------------
 
-    def _allowed(self, strategy: int, snap: Snapshot) -> bool:
+    def _allowed(self, strategy: int, snap: Snapshot, state: _CallState) -> bool:
         """Which rungs may act at this pressure (SPEC.md section 2).
 
         S1 and S4 shrink the message count and may always act; previews (S2, S3) only save
@@ -312,7 +358,7 @@ class Compressor:
         trigger itself holds.
         """
         if strategy in (2, 3):
-            return snap.token_count >= self.config.token_target
+            return snap.token_count + state.arriving >= self.config.token_target
         return True  # S5 and S6 check the token trigger themselves (`PlanContext.token_pressure`)
 
     def _pass(self, snap: Snapshot, state: _CallState) -> Steps[str]:
@@ -322,11 +368,11 @@ class Compressor:
         "replan" when the fold failed after cheaper rungs gave way to it, "stalled" otherwise.
         """
         cfg = self.config
-        trig = trigger_of(snap.message_count, snap.token_count, cfg)
+        # The totals this pass's commit will land in (`_CallState.arriving`).
+        tokens = snap.token_count + state.arriving
+        trig = trigger_of(snap.message_count, tokens, cfg)
         reason = (
-            trig.reason
-            if trig.fired
-            else ("tokens" if snap.token_count >= cfg.token_target else "count")
+            trig.reason if trig.fired else ("tokens" if tokens >= cfg.token_target else "count")
         )
         # Once the token trigger fired, every rung may act until the target is reached
         # (compress rarely, and deeply: SPEC.md section 2). Without the token trigger, S1, S4
@@ -334,10 +380,11 @@ class Compressor:
         # target (count pressure); a call that goes on for tokens alone keeps the floor, so
         # that it does not summarize every small round one by one.
         ctx = PlanContext(
-            token_pressure=state.by_tokens and snap.token_count >= cfg.token_target,
+            token_pressure=state.by_tokens and tokens >= cfg.token_target,
             failed=frozenset(state.failed),
             count_pressure=snap.message_count >= cfg.msg_target,
             layouts=self.session.layouts,
+            arriving=state.arriving,
         )
         skip_history = state.history_quiet == ctx.floor_waived
         history_found = False
@@ -353,7 +400,7 @@ class Compressor:
         for strategy in STRATEGIES:
             if strategy in HISTORY_STRATEGIES and skip_history:
                 continue
-            if not self._allowed(strategy, snap):
+            if not self._allowed(strategy, snap, state):
                 continue
             edits = self._affordable(strategy, planned_by(strategy), state)
             if not edits:
@@ -362,7 +409,7 @@ class Compressor:
                 history_found = True
             if (
                 strategy in _YIELD_TO_FOLD
-                and (len(edits) > 1 or not _reaches_target(snap, edits, cfg))
+                and (len(edits) > 1 or not _reaches_target(snap, edits, cfg, state.arriving))
                 and planned_by(FOLD)
             ):
                 yielded.add(FOLD)
@@ -370,13 +417,13 @@ class Compressor:
             if strategy in _PREVIEWS_YIELD_TO_FOLD and planned_by(FOLD):
                 kept = _outside(planned_by(FOLD)[0], edits)
                 if len(kept) < len(edits):
-                    if not kept or not _reaches_target(snap, kept, cfg):
+                    if not kept or not _reaches_target(snap, kept, cfg, state.arriving):
                         yielded.add(FOLD)
                         continue
                     edits = kept  # near the end, and enough: no summarizer call at all
             if (
                 strategy in _YIELD_TO_S6
-                and not _reaches_token_target(snap, edits, cfg)
+                and not _reaches_token_target(snap, edits, cfg, state.arriving)
                 and _covered_by(planned_by(6), edits)
             ):
                 yielded.add(6)
@@ -398,11 +445,21 @@ class Compressor:
             state.events.extend(outcome.events)
             if outcome.conflict:
                 return "conflict"
+            if state.beside and outcome.events and edits[0].llm:
+                # Previews commit at once: what arrives while a summarizer writes is measured
+                # on the passes that wait for one.
+                self._measure_arrivals(snap, outcome.events[0], state)
             state.history_quiet = None if history_found else ctx.floor_waived
             applied = outcome.events
             fell = bool(applied) and applied[-1].tokens_after < applied[0].tokens_before
             return "progress" if fell else "stalled"
         return "stalled"
+
+    def _measure_arrivals(self, snap: Snapshot, first: Event, state: _CallState) -> None:
+        """What came in between the pass's snapshot and its commit (the commit's first event
+        saw the totals as they were then); the call's later passes plan with it already."""
+        self.session.record_arrivals(max(0, first.tokens_before - snap.token_count))
+        state.arriving = self.session.arriving(self.config)
 
     def _affordable(self, strategy: int, edits: list[Edit], state: _CallState) -> list[Edit]:
         """The edits the call's LLM budget pays for: S1, S4 and S5 plan every candidate, and
@@ -775,16 +832,21 @@ def _budget_margin(budget: int) -> int:
     return max(16, budget // 10)
 
 
-def _reaches_target(snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig) -> bool:
+def _reaches_target(
+    snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig, arriving: int
+) -> bool:
     """Whether applying `edits` would bring the context under its target, estimating each
-    summary at a quarter of what it replaces plus its tag."""
+    summary at a quarter of what it replaces plus its tag, with `arriving` tokens come in
+    before the commit."""
     count = snap.message_count - sum(len(e.replaced_ids) - 1 for e in edits)
-    return under_target(count, _tokens_after(snap, edits), config)
+    return under_target(count, _tokens_after(snap, edits), config, arriving)
 
 
-def _reaches_token_target(snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig) -> bool:
+def _reaches_token_target(
+    snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig, arriving: int
+) -> bool:
     """`_reaches_target` for tokens alone (what S6 acts on)."""
-    return _tokens_after(snap, edits) < config.token_target
+    return _tokens_after(snap, edits) + arriving < config.token_target
 
 
 def _tokens_after(snap: Snapshot, edits: Sequence[Edit]) -> int:

@@ -96,6 +96,9 @@ class PlanContext:
     #: The session's latest layout, the base of this snapshot's (see `strategies._common`):
     #: the caller's own, so the planners keep no state of their own.
     layouts: Layouts | None = field(default=None, compare=False, repr=False)
+    #: Tokens expected to come in before the plan commits (a compression that runs beside the
+    #: caller's appends): a plan sized to land under the target lands under it with them.
+    arriving: int = 0
 
     @property
     def floor_waived(self) -> bool:

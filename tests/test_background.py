@@ -485,3 +485,67 @@ def test_a_bad_background_mode_or_bound_is_refused_naming_it(
         AutoContextConfig(summarizer_concurrency=0)
     with pytest.raises(ConfigError, match="threads must be a positive integer"):
         AutoContextWorker(db_url, threads=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the agent appends meanwhile: planned for, not chased
+# ---------------------------------------------------------------------------------------------
+
+
+def _round(rng: random.Random, k: int) -> list[Msg]:
+    """A round of a tool chat: a question, one call and its result, the answer."""
+    question = Msg.user(f"Question {k}: what does module {k} do?")
+    group = _group(rng, f"r{k}", 30)
+    return [question, *group, Msg.assistant(f"Module {k} serves {rng.randrange(10**6)} requests.")]
+
+
+def test_a_background_compression_plans_for_what_the_agent_appended_during_the_last_one(
+    open_memory: Callable[..., AutoContextMemory], server: OpenAIServer, gate: Gate
+) -> None:
+    """The agent outran the first compression (it appended while the summarizer wrote): the
+    next one plans for as much to come in before it commits, and its fold keeps that much
+    less of the older rounds. A twin given the same messages that compresses in the agent's
+    calls (nothing comes in meanwhile) folds as before."""
+    config = dataclasses.replace(CONFIG, msg_threshold=1000)
+    summarizer = _summarizer(server)
+    behind = open_memory(config=config, summarizer=summarizer, background=True)
+    twin = open_memory(f"{behind.session_id}-twin", config=config, summarizer=summarizer)
+    rng = random.Random(5)
+    k = 0
+
+    def both_until(tokens: int) -> None:
+        nonlocal k
+        while behind.token_count() < tokens:
+            r = _round(rng, k)
+            behind.add(r)
+            twin.add(r)
+            k += 1
+
+    for mem in (behind, twin):
+        mem.add(Msg.system("You answer questions about the code."))
+    both_until(config.token_trigger)
+    assert behind.compress_if_needed() == []
+    running = behind.compress_in_background()
+    assert gate.asked.wait(PATIENCE)
+    before = behind.token_count()
+    late = [_round(rng, k + j) for j in range(3)]
+    for r in late:  # the agent goes on while the summarizer writes
+        behind.add(r)
+    k += len(late)
+    arrived = behind.token_count() - before
+    gate.release()
+    first = running.result(PATIENCE)
+    assert [e.strategy for e in first if e.status == "applied"] == [7]
+    twin.compress_if_needed()  # the same fold, written before the late rounds came
+    for r in late:
+        twin.add(r)
+    assert abs(behind.token_count() - twin.token_count()) < 50  # the summaries' wording
+
+    both_until(config.token_trigger)
+    [fold] = [e for e in behind.compress_in_background().result(PATIENCE) if e.status == "applied"]
+    [twin_fold] = [e for e in twin.compress_if_needed() if e.status == "applied"]
+    assert fold.strategy == twin_fold.strategy == 7
+    assert len(fold.replaced_ids) > len(twin_fold.replaced_ids), "it folds deeper"
+    deeper = twin_fold.tokens_after - fold.tokens_after
+    assert 0 < deeper <= arrived + 50, (deeper, arrived)
+    assert_consistent(behind)

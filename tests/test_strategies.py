@@ -710,6 +710,25 @@ def test_s6_budget_never_leaves_the_summary_over_the_token_target() -> None:
     assert s6(small.snap(), config, PRESSURE)[0].char_budget == int(0.3 * 420)
 
 
+def test_s6_budget_leaves_room_for_what_arrives_before_it_commits() -> None:
+    """A compression beside the agent (`PlanContext.arriving`): the room under the target is
+    what is left once the appends expected before the commit are in, so that the summary
+    lands under the target with them rather than a pass short of it."""
+    h = Hist()
+    h.system(tokens=100, chars=400)
+    h.user(tokens=100, chars=400)
+    for _ in range(40):
+        h.group(tokens=1_000, chars=4_000)
+    config = cfg(max_tokens=10_000)
+    [alone] = s6(h.snap(), config, PRESSURE)
+    [beside] = s6(h.snap(), config, PlanContext(token_pressure=True, arriving=2_000))
+    body_chars = sum(m.chars for m in h.msgs[2:])
+    room_tokens = config.token_target - 200 - 2_000 - 24
+    assert beside.char_budget == int(room_tokens * body_chars / beside.replaced_tokens)
+    assert alone.char_budget is not None and beside.char_budget < alone.char_budget
+    assert beside.replaced_ids == alone.replaced_ids  # the same range, summarized shorter
+
+
 def test_s6_budget_is_at_least_one() -> None:
     h = Hist()
     h.user()
@@ -934,6 +953,25 @@ def test_fold_keeps_the_most_recent_whole_rounds_within_its_keep() -> None:
     assert s7(h.snap(), _fold_cfg(fold_keep_tokens=1900), PRESSURE) == []
     # The fallback keeps no round.
     assert s7(h.snap(), _fold_cfg(fold_keep_tokens=1900), FALLBACK)[0].end == u3 + 2
+
+
+def test_fold_beside_the_agent_keeps_less_by_what_arrives_before_it_commits() -> None:
+    """What the agent appends while the fold's summary is written is the newest of the recent
+    rounds when it commits: the fold keeps that much less of the older ones."""
+    h = Hist()
+    u1 = h.user(tokens=100)
+    h.answer(tokens=900)
+    u2 = h.user(tokens=100)
+    h.answer(tokens=400)
+    u3 = h.user(tokens=100)
+    h.answer(tokens=300)
+    h.user()
+    config = _fold_cfg(fold_keep_tokens=900)
+    assert s7(h.snap(), config, PRESSURE)[0].end == u2
+    beside = PlanContext(token_pressure=True, arriving=500)
+    assert s7(h.snap(), config, beside)[0].end == u3  # 400 kept, 500 to come
+    assert s7(h.snap(), config, PlanContext(token_pressure=True, arriving=900))[0].end == u3 + 2
+    assert s7(h.snap(), config, beside)[0].start == u1
 
 
 def test_fold_takes_the_previous_fold_but_never_it_alone() -> None:

@@ -30,7 +30,9 @@ def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     if end <= start:
         return []
     prefix = _verbatim_prefix(lay, start, config)
-    if prefix is not None and not _reaches_target_with_prefix(snapshot, lay, start, end, config):
+    if prefix is not None and not _reaches_target_with_prefix(
+        snapshot, lay, start, end, config, ctx.arriving
+    ):
         prefix = None
     body_start = start + 1 if prefix is not None else start
     # Nothing new after the prefix, or nothing but earlier S6 output: summarizing it would only
@@ -51,7 +53,7 @@ def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
             end,
             "current_round_summary",
             verbatim_prefix_id=prefix,
-            char_budget=char_budget(snapshot, lay, body_start, end, config),
+            char_budget=char_budget(snapshot, lay, body_start, end, config, ctx.arriving),
         )
     ]
 
@@ -61,7 +63,12 @@ _TAG_TOKENS: Final = 24
 
 
 def char_budget(
-    snapshot: Snapshot, lay: Layout, body_start: int, end: int, config: AutoContextConfig
+    snapshot: Snapshot,
+    lay: Layout,
+    body_start: int,
+    end: int,
+    config: AutoContextConfig,
+    arriving: int = 0,
 ) -> int:
     """S6's character budget: `current_round_ratio` of the original characters of what it
     summarizes (SPEC.md section 3), and never more than the room that leaves the context
@@ -69,12 +76,15 @@ def char_budget(
     under the target). A round many times the window would otherwise get a summary larger
     than the window, which no rung could shorten again (S6 never runs on its own output
     alone). The room is converted to characters at the body's own characters per token, and
-    is at least `preview_chars`, a sentence or two."""
+    is at least `preview_chars`, a sentence or two. The room leaves out the `arriving` tokens
+    that will have come in when it commits."""
     body = lay.metas[body_start:end]
     body_chars = sum(m.chars for m in body)
     body_tokens = lay.tokens(body_start, end)
     share = max(1, int(config.current_round_ratio * body_chars))
-    room_tokens = config.token_target - (snapshot.token_count - body_tokens) - _TAG_TOKENS
+    room_tokens = (
+        config.token_target - (snapshot.token_count + arriving - body_tokens) - _TAG_TOKENS
+    )
     room = int(room_tokens * body_chars / max(1, body_tokens))
     return max(1, min(share, max(config.preview_chars, room)))
 
@@ -93,12 +103,13 @@ def current_round_range(lay: Layout) -> tuple[int, int]:
 
 
 def _reaches_target_with_prefix(
-    snapshot: Snapshot, lay: Layout, start: int, end: int, config: AutoContextConfig
+    snapshot: Snapshot, lay: Layout, start: int, end: int, config: AutoContextConfig, arriving: int
 ) -> bool:
     """Whether summarizing only what follows the prefix at `start`, at `current_round_ratio` of
-    its size, would bring the context under the token target."""
+    its size, would bring the context under the token target (with `arriving` tokens come in)."""
     body = lay.tokens(start + 1, end)
-    return snapshot.token_count - body * (1 - config.current_round_ratio) < config.token_target
+    after = snapshot.token_count + arriving - body * (1 - config.current_round_ratio)
+    return after < config.token_target
 
 
 def _verbatim_prefix(lay: Layout, start: int, config: AutoContextConfig) -> int | None:

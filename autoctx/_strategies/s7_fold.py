@@ -31,7 +31,10 @@ def plan_s7(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     if ctx.fallback:
         keep_tokens = keep_messages = 0
     else:
-        keep_tokens = config.fold_keep_tokens
+        # What comes in before the fold commits (`PlanContext.arriving`) is the newest of
+        # the recent rounds then: the fold keeps that much less of the older ones, so that
+        # it lands with about `fold_keep_tokens` of recent rounds, not that plus the arrivals.
+        keep_tokens = max(0, config.fold_keep_tokens - ctx.arriving)
         # The kept rounds hold the same share of the message target as of the token target,
         # so that a fold the message count called for also ends under its target.
         keep_messages = config.msg_target * keep_tokens // max(1, config.token_target)
