@@ -37,6 +37,7 @@ from autoctx import (
     AutoContextConfig,
     AutoContextMemory,
     ConfigError,
+    InvalidMessage,
     OfflineSummarizer,
     SessionNotFound,
     SummaryRequest,
@@ -593,6 +594,25 @@ def test_the_sdks_compaction_wrapper_rewrites_the_history_in_one_transaction(
     assert (clear.strategy, clear.reason) == (0, "clear")
     assert clear.offload_uuid is not None
     assert len(mem.reload(clear.offload_uuid)) == clear.messages_before
+    _assert_totals_match_a_recount(mem)
+
+
+def test_a_rejected_replacement_leaves_the_session_as_it_was(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
+    """A replacement the shape rules refuse (here, a tool output answering no call) is an
+    `InvalidMessage` naming the item, and the clear it came with is rolled back with it: the
+    session keeps its items and records no event."""
+    session = make_session(compress=False)
+    items = varied_items()
+    run(session.add_items(copy.deepcopy(items)))
+    mem = session.memory()
+    before = (run(session.get_items()), len(mem.events()), mem.version())
+    orphan = {"type": "function_call_output", "call_id": "call_nobody", "output": "SECRET-ORPHAN"}
+    with pytest.raises(InvalidMessage) as caught:
+        run(session._atomic_replace_items([{"role": "user", "content": "hi"}, orphan]))
+    assert "SECRET-ORPHAN" not in str(caught.value)
+    assert (run(session.get_items()), len(mem.events()), mem.version()) == before
     _assert_totals_match_a_recount(mem)
 
 
