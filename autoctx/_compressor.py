@@ -863,10 +863,7 @@ def _outside(outer: Edit, edits: Sequence[Edit]) -> list[Edit]:
 
 def _covered_by(outer: Sequence[Edit], edits: Sequence[Edit]) -> bool:
     """Whether the one edit of `outer` (S6's) replaces every message that `edits` replace."""
-    if len(outer) != 1:
-        return False
-    covering = set(outer[0].replaced_ids)
-    return all(covering.issuperset(e.replaced_ids) for e in edits)
+    return len(outer) == 1 and not _outside(outer[0], edits)
 
 
 # ---------------------------------------------------------------------------------------------

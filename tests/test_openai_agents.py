@@ -616,6 +616,28 @@ def test_a_rejected_replacement_leaves_the_session_as_it_was(
     _assert_totals_match_a_recount(mem)
 
 
+def test_a_replacement_that_ends_in_a_pending_call_keeps_the_shape_rules(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
+    """The open calls the replacement leaves are what the next append is checked against:
+    a new message while the call is unanswered is refused, its result is taken."""
+    session = make_session(compress=False)
+    run(session.add_items([{"role": "user", "content": "Read a file."}]))
+    pending = {
+        "type": "function_call",
+        "call_id": "call_open",
+        "name": "read_file",
+        "arguments": json.dumps({"path": "a.txt"}),
+    }
+    run(session._atomic_replace_items([{"role": "user", "content": "Read a.txt."}, pending]))
+    with pytest.raises(InvalidMessage, match="call_open"):
+        run(session.add_items([{"role": "user", "content": "Never mind."}]))
+    answer = {"type": "function_call_output", "call_id": "call_open", "output": "text of a"}
+    run(session.add_items([answer]))
+    assert [i.get("call_id") for i in run(session.get_items())][-2:] == ["call_open"] * 2
+    _assert_totals_match_a_recount(session.memory())
+
+
 def test_reload_tool_answers_plainly(make_session: Callable[..., AutoContextSession]) -> None:
     session = make_session()
     tool, search = context_tools(session)

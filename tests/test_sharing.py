@@ -66,6 +66,8 @@ def _stale_calls(mem: AutoContextMemory) -> list[tuple[str, Callable[[], object]
         ("reload", lambda: mem.reload("00000000-0000-4000-8000-000000000000")),
         ("pop_last", mem.pop_last),
         ("clear", mem.clear),
+        # What the Agents SDK session's atomic replacement runs.
+        ("clear and add", lambda: mem._replace_working(Msg.user("into the wrong session"))),
         ("set_plan", lambda: mem.set_plan({"goal": "g", "steps": []})),
         ("delete", mem.delete),
     ]

@@ -680,21 +680,23 @@ class Store:
         """`clear`, then append `prepared` to the emptied context, in the same transaction: a
         rewrite of a whole history (the Agents SDK's compaction wrapper) that a crash or a
         reader never sees half done. Returns the clear's event and the appended messages."""
+        # The emptied context has no open call; `bind` advances this to the calls the
+        # appended messages leave open, which the tail cache must then hold.
+        open_calls = OpenCalls({})
         with self._begin() as conn:
             row = self._lock(conn, session_id)
             created, version = self._clear_locked(conn, session_id, row, config)
             done: _Appended | None = None
             if prepared:
-                open_calls = OpenCalls({})
                 bound = bind(prepared, open_calls, session_id=session_id)
                 done = self._append_at(conn, session_id, version, open_calls, bound)
                 assert done is not None  # the row is locked at that version
         self._snapshots.pop(session_id, None)
-        self._appended.pop(session_id, None)
-        self._tails[session_id] = (version, {})
         if done is None:
+            self._appended.pop(session_id, None)
+            self._tails[session_id] = (version, {})
             return event_from_row(created), []
-        self._appended_committed(session_id, version, OpenCalls({}), done)
+        self._appended_committed(session_id, version, open_calls, done)
         return event_from_row(created), done.msgs
 
     def _clear_locked(
