@@ -1,0 +1,35 @@
+"""docs/design.md names, for each rule, the tests that prove it: every name it cites must be a
+test that exists, so the document cannot drift from the suite unnoticed."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DESIGN = ROOT / "docs" / "design.md"
+_CITATION = re.compile(r"`(test_[a-z0-9_]+)::([a-z0-9_*]+)`")
+
+
+def _tests_of(module: str) -> set[str]:
+    tree = ast.parse((ROOT / "tests" / f"{module}.py").read_text(encoding="utf-8"))
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test_")
+    }
+
+
+def test_every_test_the_design_cites_exists() -> None:
+    citations = _CITATION.findall(DESIGN.read_text(encoding="utf-8"))
+    assert len(citations) > 100
+    missing = [
+        f"{module}::{pattern}"
+        for module, pattern in citations
+        if not (ROOT / "tests" / f"{module}.py").exists()
+        or not fnmatch.filter(_tests_of(module), pattern)
+    ]
+    assert missing == []
