@@ -20,6 +20,7 @@ an `InvalidExport` that names the field and never quotes what it holds:
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -99,13 +100,72 @@ def _check_text(text: str, path: Sequence[str | int]) -> None:
         ) from None
 
 
-def check_json(doc: Any) -> None:
-    """Raise `InvalidExport` unless `doc` is JSON every reader and PostgreSQL's jsonb take.
+def check_json(doc: Mapping[str, Any]) -> None:
+    """Raise `InvalidExport` unless what an import reads of `doc` is JSON every reader and
+    PostgreSQL's jsonb take (the copies in OpenAI format, for readers, are not read).
 
-    Iterative, so that a hostile depth cannot exhaust the stack before the bound is met.
+    One C-speed `json.dumps` decides the text and numbers, and a walk without recursion (so
+    that a hostile depth cannot exhaust the stack) the depth and the integers; only when one of
+    them finds a problem does the slow walk run that names where it is.
     """
+    roots = _roots(doc)
+    try:
+        text = json.dumps([v for v, _ in roots], ensure_ascii=False, allow_nan=False)
+        suspect = "\\u0000" in text or not _utf8(text) or not _shallow(roots)
+    except (ValueError, TypeError, RecursionError):
+        suspect = True
+    if suspect:
+        _locate(roots)
+
+
+def _roots(doc: Mapping[str, Any]) -> list[tuple[Any, tuple[str | int, ...]]]:
+    roots: list[tuple[Any, tuple[str | int, ...]]] = []
+    for key, value in doc.items():
+        if key == "working_context":
+            continue
+        if key == "offloads" and isinstance(value, list):
+            for k, offload in enumerate(value):
+                if isinstance(offload, dict):
+                    roots.extend((v, (key, k, c)) for c, v in offload.items() if c != "messages")
+                else:
+                    roots.append((offload, (key, k)))
+        else:
+            roots.append((value, (key,)))
+    return roots
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shallow(roots: list[tuple[Any, tuple[str | int, ...]]]) -> bool:
+    """Nesting within the bound, integers within 64 bits, keys all strings."""
     limit = MAX_JSON_DEPTH + _DOCUMENT_DEPTH
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(doc, ())]
+    stack = [(value, len(path)) for value, path in roots]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            if depth >= limit or not all(isinstance(k, str) for k in value):
+                return False
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            if depth >= limit:
+                return False
+            stack.extend((v, depth + 1) for v in value)
+        elif type(value) is int and not -_INT8_MAX - 1 <= value <= _INT8_MAX:
+            return False
+    return True
+
+
+def _locate(roots: list[tuple[Any, tuple[str | int, ...]]]) -> None:
+    """Raise the `InvalidExport` that names the first value that is not JSON PostgreSQL
+    stores (nothing, on a false alarm of `check_json`'s fast checks)."""
+    limit = MAX_JSON_DEPTH + _DOCUMENT_DEPTH
+    stack = list(reversed(roots))
     while stack:
         value, path = stack.pop()
         if len(path) > limit:
@@ -125,13 +185,13 @@ def check_json(doc: Any) -> None:
                     "as null or as a string",
                 )
         elif isinstance(value, dict):
-            for key, item in value.items():
+            for key, item in reversed(value.items()):
                 if not isinstance(key, str):
                     raise refused(_path(path), "has a key that is not a string")
                 _check_text(key, (*path, key))
                 stack.append((item, (*path, key)))
         elif isinstance(value, list):
-            stack.extend((item, (*path, k)) for k, item in enumerate(value))
+            stack.extend((item, (*path, k)) for k, item in reversed(list(enumerate(value))))
         else:
             raise refused(_path(path), f"holds a {type(value).__name__}, which is not JSON")
 
@@ -278,6 +338,9 @@ def _message(
         check_stored(msg, where)
     except InvalidMessage as exc:
         raise refused(where, f"is not a message add() would store ({exc})") from None
+    if row["content"] != msg.content_json():
+        # Keys autoctx does not read would be stored unchecked, and read by nothing.
+        raise refused(f"{where}.content", "is not in autoctx's storage form; export it again")
     chars = msg.payload_chars
     if chars > config.max_message_chars:
         raise refused(

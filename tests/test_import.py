@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
+from typer.testing import CliRunner
 
 from autoctx import (
     AutoContextMemory,
@@ -25,6 +26,7 @@ from autoctx import (
     grant_tenant,
     import_session,
 )
+from autoctx._cli import app
 from autoctx._memory import dispose_engines
 from tests.conftest import _drop_database, clone_database
 from tests.invariants import assert_totals_match, assert_valid_openai_chat
@@ -282,6 +284,7 @@ BREAKS_THE_SESSION: list[tuple[str, Callable[[Doc], None], str]] = [
     ("year 9999", _set("session.updated_at", "9999-12-31T00:00:00+00:00"), "in the future"),
     ("over max_message_chars", _over_the_cap, "over the session's max_message_chars"),
     ("wrong open_calls", _set("session.open_calls", {}), "session.open_calls"),
+    ("unread content key", _set("messages.0.content.0.more", _deep(100)), "storage form"),
 ]
 
 RAW_ERRORS: list[tuple[str, Callable[[Doc], None], str]] = [
@@ -396,3 +399,5 @@ def test_cli_refuses_a_hostile_file_in_one_line(other_db: str, tmp_path: Path) -
         result = invoke(["import", str(tmp_path / name), "-d", other_db])
         assert_one_line_error(result, needle, "nothing was imported")
         assert "4111" not in result.output + result.stderr
+        result = CliRunner().invoke(app, ["import", "-", "-d", other_db], input=content)
+        assert_one_line_error(result, needle, "nothing was imported")
