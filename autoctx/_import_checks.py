@@ -4,13 +4,14 @@
 so that a document that could break the session it creates (or another) is refused whole, with
 an `InvalidExport` that names the field and never quotes what it holds:
 
-- `check_json`: the whole document, once, without recursion: JSON values only, nesting
-  bounded, no text PostgreSQL cannot store (NUL, lone surrogates), no NaN or Infinity, integers
-  within a 64-bit column.
+- `check_json`: everything an import reads (not the copies in OpenAI format, for readers),
+  without recursion: JSON values only, nesting bounded, no text PostgreSQL cannot store (NUL,
+  lone surrogates), no NaN or Infinity, integers within a 64-bit column.
 - `check_rows`: the rows fit together as autoctx writes them. The config is the one
   `AutoContextConfig` builds from it (the worker and the search read some of its fields in
   SQL); every message passes the checks of `add()` (`autoctx._intake`), within the session's
-  `max_message_chars`, with its tokens, characters and tool columns as `add()` counts them;
+  `max_message_chars`, in autoctx's storage form, with its tokens, characters and tool columns
+  as `add()` counts them;
   the working context follows the pairing rules of `add()` and leaves open the calls the
   session says are open; the counters are past every id and position in use and the totals
   are those of the working context; every reference names a row of the document; lineage
@@ -25,16 +26,17 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 from ._agent_plan import validate_plan
 from ._config import AutoContextConfig
 from ._errors import ConfigError, InvalidExport, InvalidMessage, InvalidPlan
 from ._intake import MAX_JSON_DEPTH, OpenCalls, Prepared, bind, check_stored, count_tokens
-from ._messages import Msg
+from ._messages import Kind, Msg
 from ._search import NOT_INDEXED, SEARCH_CONFIGS
 from ._store.lifecycle import SessionRows
 from ._store.rows import msg_from_columns, search_config_of
+from ._strategies.s7_fold import STRATEGY as FOLD
 from ._tokens import TokenCounter, encoding_name_for_model
 
 #: The document's own levels (section, row, column) above a message's metadata or content.
@@ -46,6 +48,8 @@ _INT4_COLUMNS: Final = frozenset(
     {"message_count", "tokens", "chars", "messages_before", "messages_after"}
     | {"prompt_tokens", "completion_tokens"}
 )
+#: The fold's number: events' strategies run from 0 (not a compression) to it.
+_LAST_STRATEGY: Final = FOLD
 #: How far ahead of this machine's clock a time may be (clock skew between hosts).
 _CLOCK_SKEW: Final = timedelta(days=1)
 #: Keys a path in an error may show: the document's own, never a key of the caller's data.
@@ -53,6 +57,7 @@ _SECTIONS: Final = frozenset(
     {"session", "messages", "events", "offloads", "lineage", "working_messages"}
     | {"working_context"}
 )
+KINDS: Final[tuple[Kind, ...]] = get_args(Kind)
 _RULE_TAIL: Final = re.compile(r"[,;] got .*$", re.DOTALL)
 _CONFIG_FIELD: Final = re.compile(r"AutoContextConfig\.(\w+)")
 
@@ -324,6 +329,8 @@ def _message(
     where = f"messages[{k}]"
     if row["id"] < 1:
         raise refused(f"{where}.id", "must be positive")
+    if row["kind"] not in KINDS:
+        raise refused(f"{where}.kind", f"must be one of {', '.join(KINDS)}")
     msg = msg_from_columns(
         row["id"],
         row["role"],
@@ -448,6 +455,8 @@ def _check_events(rows: SessionRows, by_id: Mapping[int, Msg], event_ids: set[in
     for k, e in enumerate(rows.events):
         if e["id"] < 1:
             raise refused(f"events[{k}].id", "must be positive")
+        if not 0 <= e["strategy"] <= _LAST_STRATEGY:
+            raise refused(f"events[{k}].strategy", f"must be from 0 to {_LAST_STRATEGY}")
         if e["summary_message_id"] is not None and e["summary_message_id"] not in by_id:
             raise refused(f"events[{k}].summary_message_id", "names no message of the document")
         if not all(i in by_id for i in e["replaced_ids"]):

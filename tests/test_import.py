@@ -285,6 +285,8 @@ BREAKS_THE_SESSION: list[tuple[str, Callable[[Doc], None], str]] = [
     ("over max_message_chars", _over_the_cap, "over the session's max_message_chars"),
     ("wrong open_calls", _set("session.open_calls", {}), "session.open_calls"),
     ("unread content key", _set("messages.0.content.0.more", _deep(100)), "storage form"),
+    ("unknown kind", _set("messages.0.kind", "x"), "messages[0].kind must be one of"),
+    ("smallint strategy", _set("events.0.strategy", 40000), "events[0].strategy must be from"),
 ]
 
 RAW_ERRORS: list[tuple[str, Callable[[Doc], None], str]] = [
