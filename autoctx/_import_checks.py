@@ -46,7 +46,7 @@ _INT4_MAX: Final = 2**31 - 1
 #: The integer columns that are 32-bit (int, smallint) in the database; the others are bigint.
 _INT4_COLUMNS: Final = frozenset(
     {"message_count", "tokens", "chars", "messages_before", "messages_after"}
-    | {"prompt_tokens", "completion_tokens"}
+    | {"prompt_tokens", "completion_tokens", "ordinal"}
 )
 #: The fold's number: events' strategies run from 0 (not a compression) to it.
 _LAST_STRATEGY: Final = FOLD

@@ -27,7 +27,11 @@ from autoctx import (
     import_session,
 )
 from autoctx._cli import app
+from autoctx._client import AutoContextClient
+from autoctx._exports import parse_document
 from autoctx._memory import dispose_engines
+from autoctx._store.lifecycle import write_rows
+from autoctx._store.store import Store
 from tests.conftest import _drop_database, clone_database
 from tests.invariants import assert_totals_match, assert_valid_openai_chat
 from tests.lifecycle import CONFIG, build, round_of
@@ -287,6 +291,7 @@ BREAKS_THE_SESSION: list[tuple[str, Callable[[Doc], None], str]] = [
     ("unread content key", _set("messages.0.content.0.more", _deep(100)), "storage form"),
     ("unknown kind", _set("messages.0.kind", "x"), "messages[0].kind must be one of"),
     ("smallint strategy", _set("events.0.strategy", 40000), "events[0].strategy must be from"),
+    ("int ordinal", _set("lineage.0.ordinal", 2**40), "lineage[0].ordinal must be an integer"),
 ]
 
 RAW_ERRORS: list[tuple[str, Callable[[Doc], None], str]] = [
@@ -403,3 +408,20 @@ def test_cli_refuses_a_hostile_file_in_one_line(other_db: str, tmp_path: Path) -
         assert "4111" not in result.output + result.stderr
         result = CliRunner().invoke(app, ["import", "-", "-d", other_db], input=content)
         assert_one_line_error(result, needle, "nothing was imported")
+
+
+def test_what_the_database_still_refuses_is_one_autoctx_error(sound: Doc, db_url: str) -> None:
+    """The store's side: rows past the pure checks (here changed after them) that the database
+    refuses give one `InvalidExport` without the driver's text, and write nothing."""
+    before = _snapshot(db_url)
+    doc = copy.deepcopy(sound)
+    doc["session"]["session_id"] = "hostile-4"
+    rows = parse_document(doc)
+    rows.lineage[0]["ordinal"] = 2**40  # an integer column: "integer out of range"
+    rows.messages[0]["name"] = SECRET
+    store = Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine, None)
+    with pytest.raises(InvalidExport) as info:
+        write_rows(store, rows)
+    _assert_refused(info.value, "holds a value the database refused (SQLSTATE 22003)")
+    assert "out of range" not in str(info.value)
+    assert _snapshot(db_url) == before

@@ -730,11 +730,16 @@ def write_rows(store: Store, rows: SessionRows) -> SessionInfo:
             f"{constraint or 'unknown'} refused a row); nothing was imported"
         ) from None
     except sa.exc.DBAPIError as exc:
-        state = getattr(exc.orig, "sqlstate", None)
-        if exc.connection_invalidated or state is None or state.startswith("08"):
-            raise  # the connection, not the document: the caller's to report
+        state = getattr(exc.orig, "sqlstate", None) or ""
+        if state != "42501" and state[:2] not in _REFUSED_VALUE:
+            raise  # the connection or the server, not the document: the caller's to report
         raise _refused_import(sid, rows.session["tenant"], state) from None
     return store._bind(session_info(created))
+
+
+#: SQLSTATE classes of a value the database refuses: data exceptions (22: out of range, bad
+#: text) and program limits (54: a value too large to index).
+_REFUSED_VALUE = frozenset({"22", "54"})
 
 
 def _refused_import(sid: str, tenant: str | None, state: str) -> InvalidExport:
