@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from ._errors import InvalidExport
+from ._import_checks import check_json, check_rows, refused
 from ._messages import Msg, block_from_json, to_openai_messages
 from ._store.lifecycle import (
     EVENT_COLUMNS,
@@ -122,7 +123,7 @@ def build_document(rows: SessionRows) -> dict[str, Any]:
 
 
 def _fail(where: str, problem: str) -> InvalidExport:
-    return InvalidExport(f"export document: {where} {problem}; nothing was imported")
+    return refused(where, problem)
 
 
 def _int(v: Any) -> bool:
@@ -231,8 +232,10 @@ def _rows(doc: Mapping[str, Any], key: str, columns: Sequence[str]) -> list[dict
     ]
 
 
-def parse_document(doc: Any) -> SessionRows:
-    """The rows of an export document, checked; `InvalidExport` names the first problem."""
+def parse_document(doc: Any, *, now: datetime | None = None) -> SessionRows:
+    """The rows of an export document, checked as untrusted input (`autoctx._import_checks`:
+    every value, and that the rows make a sound session) before any SQL; `InvalidExport` names
+    the first problem, never the content. `now` bounds the times (default: this clock)."""
     if not isinstance(doc, dict):
         raise _fail("the document", "must be a JSON object")
     fmt = doc.get("format")
@@ -244,6 +247,7 @@ def parse_document(doc: Any) -> SessionRows:
                 "messages and lineage a restore needs): export the session again",
             )
         raise _fail("format", f"is not {FORMAT!r}: this is not an autoctx export")
+    check_json(doc)
     session = _row("session", doc.get("session"), SESSION_COLUMNS)
     msgs = _rows(doc, "messages", MESSAGE_COLUMNS)
     for k, m in enumerate(msgs):
@@ -270,6 +274,7 @@ def parse_document(doc: Any) -> SessionRows:
         lineage=_rows(doc, "lineage", LINEAGE_COLUMNS),
     )
     _check_references(rows)
+    check_rows(rows, now=now or datetime.now(UTC))
     return rows
 
 

@@ -316,6 +316,12 @@ def _check_blocks(msg: Msg, where: str) -> str:
     return metadata_json
 
 
+def check_stored(msg: Msg, where: str) -> None:
+    """The checks `prepare` makes of one message, for a message of any kind (an import reads
+    summaries and previews too, which `add()` never takes). Raises `InvalidMessage`."""
+    _check_blocks(msg if msg.kind == "original" else msg.with_(kind="original"), where)
+
+
 def count_tokens(msg: Msg, counter: TokenCounter) -> int:
     """Tokens of one message, as documented in `autoctx._tokens`."""
     total = TOKENS_PER_MESSAGE + (TOKENS_PER_NAME if msg.name else 0)

@@ -57,12 +57,7 @@ def import_session(
     `InvalidExport` for a document this version cannot restore; nothing is written then.
     """
     if isinstance(document, str | bytes):
-        try:
-            document = json.loads(document)
-        except ValueError:
-            raise InvalidExport(
-                "export document: the text is not JSON; nothing was imported"
-            ) from None
+        document = _json_document(document)
     rows = parse_document(document)
     sid = validate_session_id(rows.session["session_id"])
     tenant = validate_tenant(rows.session["tenant"])
@@ -70,6 +65,27 @@ def import_session(
     info = lifecycle.write_rows(store, rows)
     assert info.session_id == sid
     return info
+
+
+def _json_document(text: str | bytes) -> Any:
+    """The JSON of an export's text; `InvalidExport` (which quotes none of it) otherwise."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidExport(
+                f"export document: the file is not UTF-8 text (byte {exc.start} is not); "
+                "`autoctx export` writes UTF-8: export the session again; nothing was imported"
+            ) from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InvalidExport(
+            "export document: the JSON is nested deeper than Python can read; an export is "
+            "never that deep; nothing was imported"
+        ) from None
+    except ValueError:
+        raise InvalidExport("export document: the text is not JSON; nothing was imported") from None
 
 
 def purge_sessions(

@@ -186,7 +186,8 @@ def import_(
     autoctx import agent-42.json -d postgresql://new-host/agents
     ```
     """
-    text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    # Bytes: `import_session` says which byte is not UTF-8, without a traceback.
+    text = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     info = import_session(text, database_url)
     typer.echo(
         f"imported {info.session_id!r}: {info.message_count} working messages, "

@@ -729,4 +729,31 @@ def write_rows(store: Store, rows: SessionRows) -> SessionInfo:
             f"the export of session {sid!r} does not fit together (constraint "
             f"{constraint or 'unknown'} refused a row); nothing was imported"
         ) from None
+    except sa.exc.DBAPIError as exc:
+        state = getattr(exc.orig, "sqlstate", None) or ""
+        if state != "42501" and state[:2] not in _REFUSED_VALUE:
+            raise  # the connection or the server, not the document: the caller's to report
+        raise _refused_import(sid, rows.session["tenant"], state) from None
     return store._bind(session_info(created))
+
+
+#: SQLSTATE classes of a value the database refuses: data exceptions (22: out of range, bad
+#: text) and program limits (54: a value too large to index).
+_REFUSED_VALUE = frozenset({"22", "54"})
+
+
+def _refused_import(sid: str, tenant: str | None, state: str) -> InvalidExport:
+    """What the database refused of a document the pure checks passed, as one autoctx error:
+    the driver's text is left out, as it may quote the row's content."""
+    if state == "42501":
+        # Row-level security (database tenancy): the role is not granted the row's tenant.
+        owner = "no tenant" if tenant is None else f"tenant {tenant!r}"
+        return InvalidExport(
+            f"the export of session {sid!r} belongs to {owner}, which this database role may "
+            "not write (database tenancy); import it as a role granted that tenant (`autoctx "
+            "db grant-tenant`) or as the tables' owner; nothing was imported"
+        )
+    return InvalidExport(
+        f"the export of session {sid!r} holds a value the database refused (SQLSTATE "
+        f"{state}); export the session again; nothing was imported"
+    )
