@@ -427,3 +427,21 @@ def test_compression_outputs_still_alternate_and_pair() -> None:
     assert messages[1]["content"][0] == {"type": "text", "text": "Summary of steps 0-9."}
     assert messages[1]["content"][2]["type"] == "tool_use"
     assert shape_errors({"model": "m", "max_tokens": 1, "messages": messages}) == []
+
+
+def test_async_memory_speaks_anthropic(db_url: str, session_id: str) -> None:
+    import asyncio
+
+    from autoctx import AsyncAutoContextMemory, OfflineSummarizer
+
+    async def main() -> None:
+        mem = await AsyncAutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
+        await mem.add([Msg.system("sys"), *CONVERSATION])
+        assert await mem.to_anthropic() == ("sys", CONVERSATION)
+        assert [t["name"] for t in mem.tools(format="anthropic")] == [
+            "context_reload",
+            "context_search",
+        ]
+        await mem.close()
+
+    asyncio.run(main())

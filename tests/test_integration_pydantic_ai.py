@@ -217,3 +217,27 @@ def test_short_runs_through_agent_run(
     assert len(hits) == 1
     mem.close()
     print(f"pydantic-ai short runs: largest {scripted.largest_request()} / {WINDOW}")
+
+
+def test_message_history_is_not_stored_again(
+    server: tuple[OpenAIServer, ScriptedAgent], db_url: str, session_id: str
+) -> None:
+    """A run given `message_history` stores only its own messages; the model receives the
+    session's working context, not the history the caller passed."""
+    srv, scripted = server
+    scripted.calls_per_run = 1
+    capability = _capability(db_url, session_id)
+    agent = _agent(srv, capability, [])
+    first = agent.run_sync("First task.")
+    agent.run_sync("Second task.", message_history=first.all_messages())
+
+    async def stored() -> list[str]:
+        memory = await capability.open()
+        roles = [m.role for m in await memory.messages()]
+        await capability.aclose()
+        return roles
+
+    # Two runs of: prompt, one call, its result, the answer; nothing twice.
+    assert asyncio.run(stored()) == ["user", "assistant", "tool", "assistant"] * 2
+    last = scripted.requests[-1]["messages"]
+    assert [m["role"] for m in last if m["role"] == "user"] == ["user", "user"]
