@@ -8,6 +8,8 @@ events = mem.compress_if_needed()
 messages = mem.to_openai()
 """
 
+from ._anthropic import from_anthropic_messages
+from ._anthropic import to_anthropic as to_anthropic_messages
 from ._client import AutoContextClient
 from ._config import AutoContextConfig
 from ._errors import (
@@ -132,11 +134,13 @@ __all__ = [
     "ToolResultBlock",
     "ToolUseBlock",
     "export_session",
+    "from_anthropic_messages",
     "from_openai_messages",
     "grant_tenant",
     "import_session",
     "purge_sessions",
     "revoke_tenant",
+    "to_anthropic_messages",
     "to_openai_messages",
     "upgrade_database",
 ]

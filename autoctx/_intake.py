@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ._errors import InvalidMessage
 from ._messages import (
+    ANTHROPIC_META,
     OPENAI_META,
     ROLES,
     Msg,
@@ -150,6 +151,7 @@ def _check_fields(msg: Msg, where: str) -> None:
                 f"the message is stored; leave it out), got {type(value).__name__}"
             )
     _check_openai_meta(msg, where)
+    _check_anthropic_meta(msg, where)
     for j, block in enumerate(msg.content):
         _check_block_fields(block, f"{where}, content block {j}")
 
@@ -172,6 +174,16 @@ def _check_openai_meta(msg: Msg, where: str) -> None:
         raise InvalidMessage(
             f"{where}: metadata key {OPENAI_META!r} is reserved for what autoctx keeps of the "
             "OpenAI format (Msg.from_openai writes it); keep your own data under another key"
+        )
+
+
+def _check_anthropic_meta(msg: Msg, where: str) -> None:
+    """Like the OpenAI key: `to_anthropic()` reads it back."""
+    meta = msg.metadata.get(ANTHROPIC_META)
+    if meta is not None and meta != {"content": "list"}:
+        raise InvalidMessage(
+            f"{where}: metadata key {ANTHROPIC_META!r} is reserved for what autoctx keeps of "
+            "the Anthropic format; keep your own data under another key"
         )
 
 
@@ -199,11 +211,19 @@ def _check_block_fields(block: object, where: str) -> None:
         output = block.output
         if not isinstance(output, str) and not (
             isinstance(output, tuple | list)
-            and all(isinstance(p, TextBlock) and isinstance(p.text, str) for p in output)
+            and all(
+                (isinstance(p, TextBlock) and isinstance(p.text, str))
+                or (isinstance(p, OpaqueBlock) and isinstance(p.data, Mapping))
+                for p in output
+            )
         ):
             raise InvalidMessage(
                 f"{where} (ToolResultBlock): 'output' must be a string or a tuple of "
-                f"TextBlocks, got {type(output).__name__}"
+                f"TextBlocks (and OpaqueBlocks for images), got {type(output).__name__}"
+            )
+        if not isinstance(block.is_error, bool) or not isinstance(block.extra, Mapping):
+            raise InvalidMessage(
+                f"{where} (ToolResultBlock): 'is_error' must be True or False and 'extra' a dict"
             )
     elif isinstance(block, OpaqueBlock):
         if not isinstance(block.data, Mapping):
@@ -309,6 +329,12 @@ def _check_blocks(msg: Msg, where: str) -> str:
                 )
             _check_text(block.tool_use_id, where, "the tool_call_id")
             _check_text(block.output_text, where, f"the output of call {block.tool_use_id!r}")
+            if not isinstance(block.output, str):
+                for part in block.output:
+                    if isinstance(part, OpaqueBlock):
+                        _checked_json_text(dict(part.data), where, "a tool output part")
+            if block.extra:
+                _checked_json_text(dict(block.extra), where, "a tool result's extra keys")
         elif isinstance(block, OpaqueBlock):
             _checked_json_text(dict(block.data), where, "an opaque content part")
         else:
@@ -332,6 +358,7 @@ def count_tokens(msg: Msg, counter: TokenCounter) -> int:
             total += counter.count(block.name) + counter.count(block.arguments)
         elif isinstance(block, ToolResultBlock):
             total += counter.count(block.output_text)
+            total += sum(counter.count(part) for part in block.output_parts_json)
         else:
             total += counter.count(json.dumps(dict(block.data), ensure_ascii=False))
     return total
@@ -405,11 +432,7 @@ def _bind(msg: Msg, open_calls: OpenCalls, where: str) -> Msg:
                     "assistant message that made the call"
                 )
             name = calls.pop(block.tool_use_id)
-            bound.append(
-                block
-                if block.name == name
-                else ToolResultBlock(block.tool_use_id, block.output, name)
-            )
+            bound.append(block if block.name == name else replace(block, name=name))
         return msg.with_(content=tuple(bound))
     if calls:
         raise InvalidMessage(

@@ -26,11 +26,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
 from dataclasses import replace
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 
 from ._agent_plan import validate_plan
+from ._anthropic import anthropic_tools, to_anthropic
 from ._background import (
     BackgroundMode,
     BackgroundRunner,
@@ -83,6 +84,7 @@ MAX_SESSION_ID = 255
 #: Tenant names are indexed with the session id; at 255 characters (4 bytes each at most in
 #: UTF-8) the pair stays far below PostgreSQL's btree entry limit of about 2.7 KB.
 MAX_TENANT = 255
+ToolFormat = Literal["openai", "anthropic"]
 MessageInput = Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]]
 
 _P = ParamSpec("_P")
@@ -249,7 +251,8 @@ class AutoContextMemory:
         """Validate, count and append messages atomically; returns them as stored.
 
         Accepts a `Msg`, an OpenAI chat message dict, the `openai` client's own message object
-        (`response.choices[0].message`), or a list mixing them. A rejected list stores none of
+        (`response.choices[0].message`), an Anthropic message (a dict, or the `anthropic`
+        client's response), or a list mixing them. A rejected list stores none of
         its messages. Never compresses (call `compress_if_needed()`).
         """
         self._check_open()
@@ -441,6 +444,12 @@ class AutoContextMemory:
         """The working context as OpenAI Chat Completions messages."""
         return to_openai_messages(self.messages())
 
+    def to_anthropic(self) -> tuple[str, list[dict[str, Any]]]:
+        """The working context as `(system, messages)` for the Anthropic Messages API: the
+        system text, then user and assistant turns that alternate, each call's results in the
+        user turn after it."""
+        return to_anthropic(self.messages())
+
     @_serialized
     def refresh(self) -> SessionInfo:
         """Re-read the session row (one primary-key read)."""
@@ -529,10 +538,15 @@ class AutoContextMemory:
             msgs = self._reload_offload(parsed, other)
         return msgs[offset : None if limit is None else offset + limit]
 
-    def tools(self) -> list[dict[str, Any]]:
-        """The OpenAI function-tool definitions of the memory's model tools (`context_reload`,
-        `context_search`), for a chat completion's `tools=`; `handle_tool_call()` answers a call
-        of any of them."""
+    def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
+        """The definitions of the memory's model tools (`context_reload`, `context_search`):
+        OpenAI function tools for a chat completion's `tools=`, or with `format="anthropic"`
+        the Messages API's tools; `handle_tool_call()` answers a call of any of them (an OpenAI
+        tool call or an Anthropic tool_use block)."""
+        if format == "anthropic":
+            return anthropic_tools(tool_definitions(self.config))
+        if format != "openai":
+            raise ValueError(f"tools(format={format!r}): use 'openai' or 'anthropic'")
         return tool_definitions(self.config)
 
     @_serialized
@@ -1035,11 +1049,16 @@ class AsyncAutoContextMemory:
     def system_prompt_snippet() -> str:
         return AutoContextMemory.system_prompt_snippet()
 
+    async def to_anthropic(self) -> tuple[str, list[dict[str, Any]]]:
+        if self.sync._background_mode is not False:
+            await self._keep_window(start=False)
+        return await asyncio.to_thread(lambda: to_anthropic(self.sync._working()))
+
     async def set_plan(self, plan: Mapping[str, Any] | None) -> None:
         await asyncio.to_thread(self.sync.set_plan, plan)
 
-    def tools(self) -> list[dict[str, Any]]:
-        return self.sync.tools()
+    def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
+        return self.sync.tools(format)
 
     async def fork(
         self, new_session_id: str, *, at_message: int | None = None

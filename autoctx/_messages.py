@@ -31,6 +31,9 @@ Kind: TypeAlias = Literal[
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 #: Metadata key under which autoctx keeps what the OpenAI format carries and the model does not.
 OPENAI_META = "openai"
+#: Metadata key (and `ToolUseBlock.extra` key) for what the Anthropic format carries and the
+#: model does not (see `autoctx._anthropic`).
+ANTHROPIC_META = "anthropic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,27 +60,42 @@ class ToolUseBlock:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolResultBlock:
-    """The answer to the call `tool_use_id`; `name` is that call's tool (filled in at `add()`)."""
-
-    tool_use_id: str
-    output: str | tuple[TextBlock, ...]
-    name: str = ""
-    type: Literal["tool_result"] = "tool_result"
-
-    @property
-    def output_text(self) -> str:
-        if isinstance(self.output, str):
-            return self.output
-        return "".join(part.text for part in self.output)
-
-
-@dataclass(frozen=True, slots=True)
 class OpaqueBlock:
     """Anything else a model produces (images, audio, thinking): stored, counted, never dropped."""
 
     data: Mapping[str, Any]
     type: Literal["opaque"] = "opaque"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultBlock:
+    """The answer to the call `tool_use_id`; `name` is that call's tool (filled in at `add()`).
+
+    `output` is a string or a tuple of parts: text, and (from the Anthropic format) images as
+    opaque parts. `is_error` is the Anthropic flag for a failed call; `extra` keeps the keys of
+    an Anthropic `tool_result` block that autoctx does not model (such as `cache_control`).
+    """
+
+    tool_use_id: str
+    output: str | tuple[TextBlock | OpaqueBlock, ...]
+    name: str = ""
+    is_error: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    type: Literal["tool_result"] = "tool_result"
+
+    @property
+    def output_text(self) -> str:
+        """The output's text (image parts not included)."""
+        if isinstance(self.output, str):
+            return self.output
+        return "".join(part.text for part in self.output if isinstance(part, TextBlock))
+
+    @property
+    def output_parts_json(self) -> list[str]:
+        """The JSON of the output's non-text parts (what they weigh, for counting)."""
+        if isinstance(self.output, str):
+            return []
+        return [json_text(p.data) for p in self.output if isinstance(p, OpaqueBlock)]
 
 
 Block: TypeAlias = TextBlock | ToolUseBlock | ToolResultBlock | OpaqueBlock
@@ -153,7 +171,7 @@ class Msg:
             elif isinstance(b, ToolUseBlock):
                 total += len(b.arguments)
             elif isinstance(b, ToolResultBlock):
-                total += len(b.output_text)
+                total += len(b.output_text) + sum(map(len, b.output_parts_json))
             else:
                 total += len(json_text(b.data))
         return total
@@ -224,14 +242,19 @@ def block_to_json(block: Block) -> dict[str, Any]:
         output: Any = (
             block.output
             if isinstance(block.output, str)
-            else [{"type": "text", "text": p.text} for p in block.output]
+            else [block_to_json(p) for p in block.output]
         )
-        return {
+        result: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": block.tool_use_id,
             "name": block.name,
             "output": output,
         }
+        if block.is_error:
+            result["is_error"] = True
+        if block.extra:
+            result["extra"] = dict(block.extra)
+        return result
     return {"type": "opaque", "data": dict(block.data)}
 
 
@@ -243,14 +266,32 @@ def block_from_json(data: Mapping[str, Any]) -> Block:
         return ToolUseBlock(data["id"], data["name"], data["arguments"], data.get("extra") or {})
     if kind == "tool_result":
         raw = data["output"]
-        output = raw if isinstance(raw, str) else tuple(TextBlock(p["text"]) for p in raw)
-        return ToolResultBlock(data["tool_use_id"], output, data.get("name", ""))
+        output = (
+            raw
+            if isinstance(raw, str)
+            else tuple(
+                OpaqueBlock(p["data"]) if p.get("type") == "opaque" else TextBlock(p["text"])
+                for p in raw
+            )
+        )
+        return ToolResultBlock(
+            data["tool_use_id"],
+            output,
+            data.get("name", ""),
+            bool(data.get("is_error", False)),
+            data.get("extra") or {},
+        )
     return OpaqueBlock(data["data"])
 
 
 # ---------------------------------------------------------------------------------------------
 # OpenAI conversion
 # ---------------------------------------------------------------------------------------------
+
+#: The Chat Completions content part types (the others are refused at intake).
+OPENAI_PART_TYPES = ("text", "image_url", "input_audio", "file", "refusal")
+#: Opaque blocks that only the Anthropic Messages format carries: `to_openai()` refuses them.
+ANTHROPIC_ONLY_TYPES = frozenset({"image", "document", "thinking", "redacted_thinking"})
 
 _ROLE_KEYS = {
     "system": {"role", "content", "name"},
@@ -284,8 +325,16 @@ def _content_blocks(content: Any, where: str) -> tuple[tuple[Block, ...], str]:
                 if not isinstance(part["text"], str):
                     raise InvalidMessage(f"{where}: content part {j} has a non-string 'text'")
                 blocks.append(TextBlock(part["text"]))
-            else:
+            elif part["type"] in OPENAI_PART_TYPES:
                 blocks.append(OpaqueBlock(dict(part)))
+            else:
+                # A part no Chat Completions model reads: stored as is, it would come back out
+                # of to_openai() and fail only at the model call.
+                raise InvalidMessage(
+                    f"{where}: content part {j} has type {part['type']!r}, which is not a Chat "
+                    f"Completions content part ({', '.join(OPENAI_PART_TYPES)}); for an Anthropic "
+                    "message, pass it whole (its blocks are recognized by their types)"
+                )
         return tuple(blocks), "parts"
     raise InvalidMessage(
         f"{where}: 'content' must be a string, a list of content parts or null, "
@@ -402,14 +451,34 @@ def _to_openai(msg: Msg) -> dict[str, Any]:
                 "to_openai_messages(), which gives one OpenAI tool message per result"
             )
         result = results[0]
+        if not isinstance(result.output, str) and not all(
+            isinstance(p, TextBlock) for p in result.output
+        ):
+            raise InvalidMessage(
+                f"message {msg.id} (tool): the result of call {result.tool_use_id!r} holds an "
+                "image, which a Chat Completions tool message cannot carry; read this session "
+                "with to_anthropic()"
+            )
+        # `is_error` has no place in Chat Completions: the output text is what the model reads.
         out["content"] = (
             result.output
             if isinstance(result.output, str)
-            else [{"type": "text", "text": p.text} for p in result.output]
+            else [
+                {"type": "text", "text": p.text} for p in result.output if isinstance(p, TextBlock)
+            ]
         )
         out["tool_call_id"] = result.tool_use_id
     else:
         content_blocks = [b for b in msg.content if not isinstance(b, ToolUseBlock)]
+        for b in content_blocks:
+            if isinstance(b, OpaqueBlock) and b.data.get("type") in ANTHROPIC_ONLY_TYPES:
+                # Converting would drop or rewrite what was stored (a thinking block's
+                # signature only verifies against Anthropic's own models): refuse instead.
+                raise InvalidMessage(
+                    f"message {msg.id} ({msg.role}) holds an Anthropic {b.data['type']!r} "
+                    "block, which the Chat Completions format cannot carry; read this session "
+                    "with to_anthropic()"
+                )
         form = meta.get("content")
         if form is None and len(content_blocks) == 1 and isinstance(content_blocks[0], TextBlock):
             out["content"] = content_blocks[0].text
@@ -434,6 +503,7 @@ def _to_openai(msg: Msg) -> dict[str, Any]:
 def _call_to_openai(call: ToolUseBlock) -> dict[str, Any]:
     extra = dict(call.extra)
     fn: dict[str, Any] = {"name": call.name}
+    extra.pop(ANTHROPIC_META, None)  # e.g. cache_control, which Chat Completions has not
     if not extra.pop("arguments_absent", False):
         fn["arguments"] = call.arguments
     fn.update(extra.pop("function_extra", {}))
@@ -474,21 +544,31 @@ def as_openai_dict(value: object) -> Any:
 def coerce_messages(
     value: Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]],
 ) -> list[Msg]:
-    """What `add()` accepts: one `Msg`, one OpenAI dict (or the `openai` client's message
-    object), or a list mixing them."""
+    """What `add()` accepts: one `Msg`, one OpenAI or Anthropic message dict (or the official
+    clients' message objects), or a list mixing them. An Anthropic message is recognized by its
+    blocks (`tool_use`, `tool_result`, `image`, `document`, `thinking`, `redacted_thinking`);
+    one whose turn carries tool results becomes a tool message (and a user message for any
+    text after them)."""
+    from ._anthropic import from_anthropic, is_anthropic
+
+    def one(item: Mapping[str, Any], i: int) -> list[Msg]:
+        if is_anthropic(item):
+            return from_anthropic(item, index=i)
+        return [Msg.from_openai(item, index=i)]
+
     value = as_openai_dict(value)
     if isinstance(value, Msg):
         return [value]
     if isinstance(value, Mapping):
-        return [Msg.from_openai(value, index=0)]
+        return one(value, 0)
     if isinstance(value, str | bytes):
         raise InvalidMessage(
-            "add() takes a Msg, an OpenAI message dict or a list of them, not a string; "
-            "wrap text as Msg.user(text)"
+            "add() takes a Msg, an OpenAI or Anthropic message dict or a list of them, not a "
+            "string; wrap text as Msg.user(text)"
         )
     if not isinstance(value, Iterable):
         raise InvalidMessage(
-            f"add() takes a Msg, an OpenAI message dict or a list of them, got "
+            f"add() takes a Msg, an OpenAI or Anthropic message dict or a list of them, got "
             f"{type(value).__name__}"
         )
     out: list[Msg] = []
@@ -497,9 +577,10 @@ def coerce_messages(
         if isinstance(item, Msg):
             out.append(item)
         elif isinstance(item, Mapping):
-            out.append(Msg.from_openai(item, index=i))
+            out.extend(one(item, i))
         else:
             raise InvalidMessage(
-                f"message {i}: expected a Msg or an OpenAI message dict, got {type(item).__name__}"
+                f"message {i}: expected a Msg or an OpenAI or Anthropic message dict, got "
+                f"{type(item).__name__}"
             )
     return out

@@ -314,7 +314,8 @@ def answer_search_call(
 
 
 def call_arguments(call: ToolUseBlock | Mapping[str, Any]) -> tuple[str, str | Mapping[str, Any]]:
-    """(tool name, arguments) of an OpenAI tool call dict or a `ToolUseBlock`; a call of any
+    """(tool name, arguments) of an OpenAI tool call dict, an Anthropic tool_use block or a
+    `ToolUseBlock`; a call of any
     other shape names no tool (the handler then answers that it does not know it)."""
     if isinstance(call, ToolUseBlock):
         return call.name, call.arguments
@@ -326,4 +327,6 @@ def call_arguments(call: ToolUseBlock | Mapping[str, Any]) -> tuple[str, str | M
         return "", {}
     name = fn.get("name", "")
     # Arguments of the wrong type are passed on as they are, for the answer to explain them.
-    return name if isinstance(name, str) else "", fn.get("arguments", "{}")
+    # An Anthropic tool_use block (or the `anthropic` client's) carries its arguments as 'input'.
+    arguments = fn.get("arguments", fn.get("input", "{}"))
+    return name if isinstance(name, str) else "", arguments
