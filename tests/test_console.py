@@ -1,0 +1,351 @@
+"""The audit console (`autoctx ui`, issue 23 item 1): pages over a real PostgreSQL, then a real
+browser (Debian's chromium, driven by Playwright) clicking through them.
+
+The servers are the console's own (`make_server`, the standard library's threaded server) on
+127.0.0.1, reading the module's database through the migrations; the tenancy tests read as a
+real LOGIN role granted one tenant. Screenshots go to $AUTOCTX_UI_SCREENSHOTS when set (to
+look at them), else to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+import markupsafe
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+import autoctx
+from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
+from autoctx._cli import app
+from autoctx._memory import dispose_engines, get_engine
+from autoctx._store import console as db
+from autoctx._store.store import Store
+from autoctx._ui.app import make_server
+from tests.histories import SMALL, multi_round
+from tests.test_tenants import Role, login_role
+
+CHROMIUM = "/usr/bin/chromium"
+#: A message whose text is markup: the pages must show it as text.
+SCRIPT = '<script>document.title="owned";alert(1)</script><b>bold?</b> & "quotes"'
+#: Whitespace that a renderer could fold: the offload page must keep it.
+EXACT = "line one\n\tindented with a tab\n    four spaces   and trailing   \n\nlast\n"
+MARKER = "quokkazebra4711"
+
+
+@dataclass
+class World:
+    main: str
+    small: str
+    failing: str
+    acme: str
+    globex: str
+    #: An applied event of `main` whose offload holds originals.
+    offload: uuid.UUID
+    script_id: int
+    exact_id: int
+
+
+def _tag() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="module")
+def world(db_url: str) -> Iterator[World]:
+    tag = _tag()
+
+    def open_(sid: str, config: AutoContextConfig = SMALL, **kw: Any) -> AutoContextMemory:
+        return AutoContextMemory.open(sid, db_url, config, summarizer=OfflineSummarizer(), **kw)
+
+    main = open_(f"ui-main-{tag}")
+    history = multi_round(3, rounds=6, steps=8)
+    # The markup and the whitespace ride in the first round, so a compression offloads them.
+    history[1:1] = [Msg.user(SCRIPT), Msg.assistant(EXACT), Msg.user(f"find {MARKER} please")]
+    applied = []
+    # Step by step, as an agent adds them, so that several strategies run.
+    for start in range(0, len(history), 12):
+        main.add(history[start : start + 12])
+        applied += [e for e in main.compress_if_needed() if e.status == "applied"]
+    assert applied
+    offload = next(
+        e.offload_uuid
+        for e in applied
+        if e.offload_uuid is not None
+        and any(m.kind == "original" for m in main.reload(e.offload_uuid))
+    )
+    store = Store(get_engine(db_url, auto_upgrade=False))
+    stored = store.load_messages(main.session_id, range(1, 6))
+    script_id = next(i for i, m in stored.items() if m.text == SCRIPT)
+    exact_id = next(i for i, m in stored.items() if m.text == EXACT)
+
+    small = open_(f"ui-small-{tag}")
+    small.add([Msg.system("short"), Msg.user("hello")])
+    failing = open_(f"ui-failing-{tag}")
+    failing.add([Msg.system("short"), Msg.user("fails")])
+    for _ in range(3):
+        # What the compressor records when a summarizer call fails (the library's own write).
+        store.record_event(
+            failing.session_id,
+            strategy=4,
+            status="failed",
+            reason="tokens",
+            error="http_error: HTTP 404",
+            config=SMALL.to_json(),
+            model="gpt-test",
+            prompt_tokens=1000,
+            completion_tokens=50,
+            latency_ms=12.5,
+        )
+    acme = open_(f"ui-acme-{tag}", tenant="acme")
+    acme.add([Msg.system("acme"), Msg.user("the acmesecret report")])
+    globex = open_(f"ui-globex-{tag}", tenant="globex")
+    globex.add([Msg.system("globex"), Msg.user("the globexsecret report")])
+    yield World(
+        main.session_id,
+        small.session_id,
+        failing.session_id,
+        acme.session_id,
+        globex.session_id,
+        offload,
+        script_id,
+        exact_id,
+    )
+    dispose_engines()
+
+
+class Served:
+    """A console server in a thread of this process."""
+
+    def __init__(self, server: ThreadingHTTPServer) -> None:
+        self.server = server
+        host, port = server.server_address[:2]
+        self.base = f"http://{host!s}:{port}"
+        self.thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def get(self, path: str, method: str = "GET") -> tuple[int, str]:
+        request = urllib.request.Request(self.base + path, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def serve(url: str, tenant: str | None) -> Iterator[Served]:
+    served = Served(make_server(get_engine(url, auto_upgrade=False), tenant, "127.0.0.1", 0))
+    try:
+        yield served
+    finally:
+        served.close()
+
+
+@pytest.fixture(scope="module")
+def ui(db_url: str, world: World) -> Iterator[Served]:
+    with serve(db_url, None) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def acme_role(db_url: str, world: World) -> Iterator[Role]:
+    with login_role(db_url) as role:
+        assert autoctx.grant_tenant(role.name, "acme", db_url) is True
+        yield role
+
+
+def _q(sid: str) -> str:
+    return urllib.parse.quote(sid, safe="")
+
+
+def _version(db_url: str, sid: str) -> tuple[int, int]:
+    engine = sa.create_engine(db_url, poolclass=sa.NullPool)
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "select version, (select count(*) from compression_events where session_id = :s) "
+                "from sessions where session_id = :s"
+            ),
+            {"s": sid},
+        ).one()
+    engine.dispose()
+    return int(row[0]), int(row[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Pages over HTTP
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_page_answers_and_nothing_writes(ui: Served, world: World, db_url: str) -> None:
+    before = _version(db_url, world.main)
+    s = _q(world.main)
+    for path in (
+        "/",
+        "/?sort=cost",
+        "/?sort=failures&page=0",
+        "/?sort=updated",
+        f"/s/{s}",
+        f"/s/{s}/events",
+        f"/s/{s}/events?after=1",
+        f"/s/{s}/events?before=3",
+        f"/s/{s}/working",
+        f"/s/{s}/working?after=5",
+        f"/s/{s}/working?before=50",
+        f"/s/{s}/m/{world.script_id}",
+        f"/s/{s}/o/{world.offload}",
+        f"/search?q={MARKER}",
+        f"/search?q={MARKER}&session={s}",
+    ):
+        status, body = ui.get(path)
+        assert status == 200, (path, body[:500])
+        assert "autoctx console" in body
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        status, body = ui.get(f"/s/{s}", method=method)
+        assert status == 405
+        assert "read-only" in body
+    assert _version(db_url, world.main) == before
+
+
+def test_the_console_reads_in_read_only_transactions(db_url: str, world: World) -> None:
+    engine = db.read_only(get_engine(db_url, auto_upgrade=False))
+    with pytest.raises(sa.exc.InternalError, match="read-only transaction"), engine.begin() as c:
+        c.execute(
+            sa.text("update sessions set version = version where session_id = :s"),
+            {"s": world.main},
+        )
+
+
+def test_markup_in_a_message_is_escaped(ui: Served, world: World) -> None:
+    for path in (
+        f"/s/{_q(world.main)}/m/{world.script_id}",
+        f"/s/{_q(world.main)}/o/{world.offload}",
+        f"/s/{_q(world.main)}/working",
+    ):
+        status, body = ui.get(path)
+        assert status == 200
+        assert "<script" not in body.lower(), path
+        assert "<b>bold?</b>" not in body
+    _, body = ui.get(f"/s/{_q(world.main)}/m/{world.script_id}")
+    assert str(markupsafe.escape(SCRIPT)) in body
+
+
+def test_the_session_page_draws_the_timeline_with_limits_and_marks(
+    ui: Served, world: World, db_url: str
+) -> None:
+    status, body = ui.get(f"/s/{_q(world.main)}")
+    assert status == 200
+    svg = body[body.index("<svg") : body.index("</svg>")]
+    for limit in ("window", "trigger", "target"):
+        assert f"limit-{limit}" in svg
+    assert "window 20,000" in svg
+    marks = sorted(int(k) for k in re.findall(r'class="mark mark-s(\d)"', svg))
+    events = Store(get_engine(db_url, auto_upgrade=False)).events(world.main)
+    assert marks == sorted(e.strategy for e in events if e.status != "failed")
+    status, body = ui.get(f"/s/{_q(world.failing)}")
+    assert body.count('class="mark mark-failed"') == 3
+
+
+def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None:
+    s = _q(world.main)
+    cases = {
+        "/?sort=cheapest": (400, "&#39;sort&#39; takes one of window, cost, failures, updated"),
+        "/?page=-1": (400, "&#39;page&#39; takes a number &gt;= 0"),
+        f"/s/{s}/events?after=x": (400, "&#39;after&#39; takes a whole number"),
+        f"/s/{s}/o/not-a-uuid": (400, "full uuid"),
+        f"/s/{s}/o/{uuid.uuid4()}": (404, "no offloaded context"),
+        f"/s/{s}/m/999999": (404, "no message 999999"),
+        "/s/no-such-session": (404, "does not exist"),
+        "/search?q=%20": (400, "search"),
+        "/nowhere": (404, "no console page"),
+    }
+    for path, (code, text) in cases.items():
+        status, body = ui.get(path)
+        assert (status, text in body) == (code, True), (path, status, body[-800:])
+        assert MARKER not in body
+
+
+# ---------------------------------------------------------------------------------------------
+# Paging stays on indexes (checked with EXPLAIN; seq scans off, so a plan without an index
+# path would still show a Seq Scan)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_paged_queries_use_indexes(db_url: str, world: World) -> None:
+    engine = sa.create_engine(db_url, poolclass=sa.NullPool)
+    params = {"sid": world.main, "tenant": None, "key": 0, "limit": 101, "mid": 1, "after": 0}
+    queries = {
+        "events": db._EVENTS.format(scope="s.tenant IS NULL", op=">", direction="ASC"),
+        "working": db._WORKING.format(scope="s.tenant IS NULL", op=">", direction="ASC"),
+        "children": db._CHILDREN.format(scope="s.tenant IS NULL"),
+        "covering": db._COVERING.format(scope="s.tenant IS NULL"),
+        "timeline": db._TIMELINE.format(scope="s.tenant IS NULL"),
+    }
+    with engine.begin() as conn:
+        conn.execute(sa.text("set local enable_seqscan = off"))
+        for name, sql in queries.items():
+            plan = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + sql, params).all())
+            assert "Seq Scan" not in plan, (name, plan)
+    engine.dispose()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tenancy: application (the console's tenant) and database (a role granted one tenant)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_console_shows_its_tenant_only(ui: Served, world: World, db_url: str) -> None:
+    _, body = ui.get("/")
+    assert world.main in body and world.acme not in body and world.globex not in body
+    assert ui.get(f"/s/{_q(world.acme)}")[0] == 404
+    _, found = ui.get("/search?q=acmesecret")
+    assert "No hits" in found
+    with serve(db_url, "acme") as acme:
+        _, body = acme.get("/")
+        assert world.acme in body and world.main not in body and world.globex not in body
+        assert acme.get(f"/s/{_q(world.globex)}")[0] == 404
+        assert acme.get(f"/s/{_q(world.main)}/o/{world.offload}")[0] == 404
+        _, found = acme.get("/search?q=report")
+        assert world.acme in found and world.globex not in found
+
+
+def test_a_role_granted_one_tenant_sees_nothing_else_whatever_it_asks(
+    world: World, acme_role: Role
+) -> None:
+    with serve(acme_role.url, "acme") as acme:
+        _, body = acme.get("/")
+        assert world.acme in body and world.globex not in body
+        status, body = acme.get(f"/s/{_q(world.acme)}/working")
+        assert status == 200 and "acmesecret" in body
+    # Asking for globex (not granted): the policies show nothing, whatever the console asks.
+    with serve(acme_role.url, "globex") as other:
+        _, body = other.get("/")
+        assert "No sessions here" in body and world.globex not in body
+        assert other.get(f"/s/{_q(world.globex)}")[0] == 404
+        _, found = other.get("/search?q=globexsecret")
+        assert "No hits" in found
+    with serve(acme_role.url, None) as none:
+        _, body = none.get("/")
+        assert "No sessions here" in body and world.main not in body
+
+
+def test_the_cli_command_is_registered_and_refuses_a_bad_tenant() -> None:
+    result = CliRunner().invoke(app, ["ui", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "read-only" in result.output
+    result = CliRunner().invoke(app, ["ui", "--tenant", ""])
+    assert result.exit_code != 0
