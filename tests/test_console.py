@@ -10,6 +10,7 @@ look at them), else to a temporary folder.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import threading
 import urllib.error
@@ -19,11 +20,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import markupsafe
 import pytest
 import sqlalchemy as sa
+from playwright.sync_api import Browser, Page, sync_playwright
 from typer.testing import CliRunner
 
 import autoctx
@@ -32,7 +35,7 @@ from autoctx._cli import app
 from autoctx._memory import dispose_engines, get_engine
 from autoctx._store import console as db
 from autoctx._store.store import Store
-from autoctx._ui.app import make_server
+from autoctx._ui.app import make_server, parts
 from tests.histories import SMALL, multi_round
 from tests.test_tenants import Role, login_role
 
@@ -55,6 +58,8 @@ class World:
     offload: uuid.UUID
     script_id: int
     exact_id: int
+    #: The summary that event wrote.
+    summary_id: int
 
 
 def _tag() -> str:
@@ -84,6 +89,8 @@ def world(db_url: str) -> Iterator[World]:
         if e.offload_uuid is not None
         and any(m.kind == "original" for m in main.reload(e.offload_uuid))
     )
+    summary_id = next(e.summary_message_id for e in applied if e.offload_uuid == offload)
+    assert summary_id is not None
     store = Store(get_engine(db_url, auto_upgrade=False))
     stored = store.load_messages(main.session_id, range(1, 6))
     script_id = next(i for i, m in stored.items() if m.text == SCRIPT)
@@ -120,6 +127,7 @@ def world(db_url: str) -> Iterator[World]:
         offload,
         script_id,
         exact_id,
+        summary_id,
     )
     dispose_engines()
 
@@ -208,7 +216,10 @@ def test_every_page_answers_and_nothing_writes(ui: Served, world: World, db_url:
         f"/s/{s}/working?after=5",
         f"/s/{s}/working?before=50",
         f"/s/{s}/m/{world.script_id}",
+        f"/s/{s}/m/{world.summary_id}",
+        f"/s/{s}/m/{world.summary_id}?after=1",
         f"/s/{s}/o/{world.offload}",
+        f"/s/{s}/o/{world.offload}?page=1",
         f"/search?q={MARKER}",
         f"/search?q={MARKER}&session={s}",
     ):
@@ -349,3 +360,147 @@ def test_the_cli_command_is_registered_and_refuses_a_bad_tenant() -> None:
     assert result.exit_code == 0 and "read-only" in result.output
     result = CliRunner().invoke(app, ["ui", "--tenant", ""])
     assert result.exit_code != 0
+
+
+# ---------------------------------------------------------------------------------------------
+# In a real browser: Debian's chromium, driven by Playwright (never a downloaded browser)
+# ---------------------------------------------------------------------------------------------
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(
+            f"the browser tests drive Debian's chromium at {CHROMIUM}: apt-get install chromium"
+        )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wanted = os.environ.get("AUTOCTX_UI_SCREENSHOTS")
+    folder = Path(wanted) if wanted else tmp_path_factory.mktemp("console-shots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    dialogs: list[str] = []
+    opened.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    # Nothing may be fetched from anywhere but the console itself.
+    elsewhere: list[str] = []
+    opened.on(
+        "request",
+        lambda r: None if r.url.startswith("http://127.0.0.1:") else elsewhere.append(r.url),
+    )
+    yield opened
+    assert not dialogs, f"a script ran: {dialogs}"
+    assert not elsewhere, f"fetched from elsewhere: {elsewhere}"
+    context.close()
+
+
+def test_browser_sessions_sort_and_navigation(
+    page: Page, ui: Served, world: World, shots: Path
+) -> None:
+    page.goto(ui.base + "/")
+    first = page.locator("#sessions tbody tr td.id a").first
+    assert first.inner_text() == world.main  # nearest the window by default
+    page.screenshot(path=shots / "sessions.png", full_page=True)
+    page.click("#sort-failures")
+    assert page.url.endswith("sort=failures")
+    assert page.locator("#sessions tbody tr td.id a").first.inner_text() == world.failing
+    page.click("#sort-window")
+    page.locator("#sessions tbody tr td.id a", has_text=world.main).click()
+    assert page.locator("svg.timeline").count() == 1
+    assert page.locator("svg.timeline .mark").count() >= 1
+    page.screenshot(path=shots / "session.png", full_page=True)
+    page.click("text=events (")
+    assert page.locator("#events tbody tr").count() >= 1
+    page.screenshot(path=shots / "events.png", full_page=True)
+    page.click("text=working context (")
+    rows = page.locator("#working tbody tr")
+    assert rows.count() >= 1
+    page.screenshot(path=shots / "working.png", full_page=True)
+
+
+def test_browser_lineage_click_through_reaches_an_original(
+    page: Page, ui: Served, world: World, shots: Path
+) -> None:
+    page.goto(f"{ui.base}/s/{_q(world.main)}/working")
+    # The first working message some compression wrote.
+    page.locator("#working tbody tr", has=page.locator("td.kind")).first.locator("td.id a").click()
+    assert page.locator("#kind").inner_text() != "original"
+    page.screenshot(path=shots / "lineage.png", full_page=True)
+    for _ in range(6):
+        if page.locator("#kind").inner_text() == "original":
+            break
+        page.locator("#lineage tbody tr td.id a").first.click()
+    assert page.locator("#kind").inner_text() == "original"
+    assert "Covered now by" in page.inner_text("main")
+    page.screenshot(path=shots / "original.png", full_page=True)
+
+
+def test_browser_offload_shows_the_originals_exactly(
+    page: Page, ui: Served, world: World, shots: Path, db_url: str
+) -> None:
+    page.goto(f"{ui.base}/s/{_q(world.main)}/events")
+    page.locator(f"#events a[href$='/o/{world.offload}']").click()
+    assert page.url.endswith(f"/o/{world.offload}")
+    expected = AutoContextMemory.open(
+        world.main, db_url, summarizer=OfflineSummarizer(), create=False
+    ).reload(world.offload)
+    shown = page.locator(".msg")
+    assert shown.count() == min(len(expected), 20)
+    for k, msg in enumerate(expected[:20]):
+        texts = shown.nth(k).locator("pre.stored").all_text_contents()
+        assert texts == [p.text for p in parts(msg)], msg.id
+    assert EXACT in page.locator(f"#m{world.exact_id} pre.stored").all_text_contents()
+    page.locator(f"#m{world.exact_id}").scroll_into_view_if_needed()
+    page.screenshot(path=shots / "offload.png")
+
+
+def test_browser_search_finds_a_message(page: Page, ui: Served, world: World, shots: Path) -> None:
+    page.goto(ui.base + "/")
+    page.fill("header input[name=q]", MARKER)
+    page.press("header input[name=q]", "Enter")
+    hit = page.locator("#hits tbody tr")
+    assert hit.count() == 1
+    assert page.locator("#hits mark").first.inner_text() == MARKER
+    page.screenshot(path=shots / "search.png", full_page=True)
+    hit.locator("td.id a[href*='/m/']").click()
+    assert f"find {MARKER} please" in page.locator("#content").inner_text()
+
+
+def test_browser_markup_stays_text(page: Page, ui: Served, world: World, shots: Path) -> None:
+    page.goto(f"{ui.base}/s/{_q(world.main)}/m/{world.script_id}")
+    assert page.locator("#content pre.stored").first.text_content() == SCRIPT
+    assert page.evaluate("document.querySelectorAll('script, main b').length") == 0
+    assert page.title() != "owned"
+    page.screenshot(path=shots / "markup.png")
+
+
+def test_browser_a_tenant_role_sees_its_tenant(
+    page: Page, world: World, acme_role: Role, shots: Path
+) -> None:
+    with serve(acme_role.url, "acme") as acme:
+        page.goto(acme.base + "/")
+        ids = page.locator("#sessions tbody tr td.id a").all_inner_texts()
+        assert world.acme in ids and world.globex not in ids and world.main not in ids
+        page.screenshot(path=shots / "tenant.png", full_page=True)
+        page.goto(f"{acme.base}/s/{_q(world.globex)}")
+        assert "404" in page.title()
