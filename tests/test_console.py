@@ -10,6 +10,7 @@ look at them), else to a temporary folder.
 from __future__ import annotations
 
 import contextlib
+import html
 import os
 import re
 import threading
@@ -54,6 +55,8 @@ class World:
     failing: str
     acme: str
     globex: str
+    #: 230 messages, all in the working context: three pages.
+    long: str
     #: An applied event of `main` whose offload holds originals.
     offload: uuid.UUID
     script_id: int
@@ -96,6 +99,8 @@ def world(db_url: str) -> Iterator[World]:
     script_id = next(i for i, m in stored.items() if m.text == SCRIPT)
     exact_id = next(i for i, m in stored.items() if m.text == EXACT)
 
+    long = open_(f"ui-long-{tag}", AutoContextConfig(max_tokens=1_000_000))
+    long.add([Msg.user(f"message number {k}") for k in range(230)])
     small = open_(f"ui-small-{tag}")
     small.add([Msg.system("short"), Msg.user("hello")])
     failing = open_(f"ui-failing-{tag}")
@@ -124,6 +129,7 @@ def world(db_url: str) -> Iterator[World]:
         failing.session_id,
         acme.session_id,
         globex.session_id,
+        long.session_id,
         offload,
         script_id,
         exact_id,
@@ -268,15 +274,46 @@ def test_the_session_page_draws_the_timeline_with_limits_and_marks(
     marks = sorted(int(k) for k in re.findall(r'class="mark mark-s(\d)"', svg))
     events = Store(get_engine(db_url, auto_upgrade=False)).events(world.main)
     assert marks == sorted(e.strategy for e in events if e.status != "failed")
+    for e in events:  # each mark links to its event's row
+        assert f"/events?after={e.id - 1}#e{e.id}" in svg
     status, body = ui.get(f"/s/{_q(world.failing)}")
     assert body.count('class="mark mark-failed"') == 3
+
+
+def _working_numbers(body: str) -> list[int]:
+    return [int(n) for n in re.findall(r"message number (\d+)", body)]
+
+
+def _link(body: str, anchor: str) -> str | None:
+    found = re.search(rf'<a href="([^"]+)" id="{anchor}">', body)
+    return html.unescape(found.group(1)) if found else None
+
+
+def test_working_context_pages_walk_forward_and_back(ui: Served, world: World) -> None:
+    status, body = ui.get(f"/s/{_q(world.long)}/working")
+    assert status == 200 and _working_numbers(body) == list(range(100))
+    assert _link(body, "prev") is None
+    pages = [_working_numbers(body)]
+    while (nxt := _link(body, "next")) is not None:
+        body = ui.get(nxt)[1]
+        pages.append(_working_numbers(body))
+    assert pages == [list(range(100)), list(range(100, 200)), list(range(200, 230))]
+    assert "messages 200 to 229 of 230" in body
+    back = ui.get(_link(body, "prev") or "")[1]
+    assert _working_numbers(back) == list(range(100, 200))
+    assert "messages 100 to 199 of 230" in back
+    first = ui.get(_link(back, "prev") or "")[1]
+    assert _working_numbers(first) == list(range(100))
+    assert _link(first, "prev") is None
 
 
 def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None:
     s = _q(world.main)
     cases = {
         "/?sort=cheapest": (400, "&#39;sort&#39; takes one of window, cost, failures, updated"),
-        "/?page=-1": (400, "&#39;page&#39; takes a number &gt;= 0"),
+        "/?page=-1": (400, "&#39;page&#39; takes a number from 0 to"),
+        f"/s/{s}/working?after={2**64}": (400, "&#39;after&#39; takes a number from 0 to"),
+        f"/s/{s}/m/{2**64}": (400, "no message id is larger than"),
         f"/s/{s}/events?after=x": (400, "&#39;after&#39; takes a whole number"),
         f"/s/{s}/o/not-a-uuid": (400, "full uuid"),
         f"/s/{s}/o/{uuid.uuid4()}": (404, "no offloaded context"),
@@ -423,6 +460,8 @@ def test_browser_sessions_sort_and_navigation(
     page.screenshot(path=shots / "sessions.png", full_page=True)
     page.click("#sort-failures")
     assert page.url.endswith("sort=failures")
+    assert page.locator("#sessions tbody tr td.id a").first.inner_text() == world.failing
+    page.click("#sort-cost")  # the failed attempts' summarizer tokens
     assert page.locator("#sessions tbody tr td.id a").first.inner_text() == world.failing
     page.click("#sort-window")
     page.locator("#sessions tbody tr td.id a", has_text=world.main).click()

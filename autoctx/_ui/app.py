@@ -64,6 +64,8 @@ OFFLOAD_PAGE: Final = 20
 SEARCH_LIMIT: Final = 50
 
 _TEMPLATES: Final = Path(__file__).parent / "templates"
+#: The largest id or position a URL may name (PostgreSQL's bigint).
+_LARGEST: Final = 2**63 - 1
 
 
 class ConsoleRequestError(AutoContextError, ValueError):
@@ -104,8 +106,10 @@ def _int(query: Mapping[str, list[str]], name: str, *, minimum: int = 0) -> int 
         raise ConsoleRequestError(
             f"the URL parameter {name!r} takes a whole number; remove it or give one"
         ) from None
-    if value < minimum:
-        raise ConsoleRequestError(f"the URL parameter {name!r} takes a number >= {minimum}")
+    if not minimum <= value <= _LARGEST:
+        raise ConsoleRequestError(
+            f"the URL parameter {name!r} takes a number from {minimum} to {_LARGEST}"
+        )
     return value
 
 
@@ -234,13 +238,7 @@ class Console:
             tokens_now=info.token_count,
             version_now=info.version,
             limits=timeline.Limits(window, trigger, target),
-            event_href=base + "/events?after={id}&mark={id}",
-        )
-        # The event link opens the page that starts just after it; point at the event itself.
-        svg = re.sub(
-            r"after=(\d+)&amp;mark=(\d+)",
-            lambda m: f"after={int(m.group(1)) - 1}#e{m.group(2)}",
-            svg,
+            event_href=base + "/events?after={prev}#e{id}",
         )
         applied = sum(1 for p in points if p.status == "applied")
         return self._render(
@@ -299,6 +297,8 @@ class Console:
     def message(self, query: Mapping[str, list[str]], session_id: str, message_id: str) -> Page:
         info = self._header(session_id)
         mid = int(message_id)
+        if mid > _LARGEST:
+            raise ConsoleRequestError(f"no message id is larger than {_LARGEST}")
         detail = db.message(self.store, session_id, mid)
         after = _int(query, "after") or 0
         children = db.lineage_children(

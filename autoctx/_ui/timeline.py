@@ -50,7 +50,8 @@ def render(
     limits: Limits,
     event_href: str,
 ) -> str:
-    """The SVG element. `event_href` is a format string with `{id}` for an event's link."""
+    """The SVG element. `event_href` is a format string of an event's link: `{id}` is the
+    event's id, `{prev}` the id before it (where a page that starts at the event begins)."""
     xs_max = max([version_now, *(p.version for p in points), 1])
     ys = [tokens_now, *(p.tokens_before for p in points), *(p.tokens_after for p in points)]
     ys += [v for v in (limits.window, limits.trigger, limits.target) if v]
@@ -108,7 +109,7 @@ def render(
             f"event {p.event_id}: S{p.strategy} {name}, {p.status} ({p.reason}), "
             f"{p.tokens_before:,} -> {p.tokens_after:,} tokens"
         )
-        href = escape(event_href.format(id=p.event_id))
+        href = escape(event_href.format(id=p.event_id, prev=p.event_id - 1))
         if p.status == "failed":
             cx, cy = x(p.version), y(p.tokens_before)
             mark = (
