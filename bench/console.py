@@ -202,6 +202,21 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
             "ORDER BY cardinality(message_ids) DESC LIMIT 1"
         ).fetchone()
         assert offload is not None
+        # The latest offload: the one with the deepest history behind it.
+        deep = conn.execute(
+            "SELECT uuid FROM offloads WHERE session_id = 'compressed' "
+            "ORDER BY event_id DESC LIMIT 1"
+        ).fetchone()
+        assert deep is not None
+        n_behind = conn.execute(
+            db._ORIGINALS.format(scope=SCOPE)
+            .replace(
+                "SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens",
+                "SELECT count(*)",
+            )
+            .replace("ORDER BY m.id\n", ""),
+            {"sid": "compressed", "uuid": deep[0], "after": 0, "limit": 10**9, "tenant": None},
+        ).fetchone()[0]
         counts = conn.execute(
             "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM lineage), "
             "(SELECT count(*) FROM offloads)"
@@ -313,6 +328,18 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
                 (one_session, p(sid="compressed")),
                 (db._OFFLOAD.format(scope=SCOPE), p(sid="compressed", uuid=offload[0])),
                 (db._BY_ID.format(scope=SCOPE), p(sid="compressed", ids=offload_ids)),
+            ],
+        ),
+        (
+            f"offload, originals behind it, first page ({n_behind:,})",
+            f"/s/compressed/o/{deep[0]}?view=originals",
+            [
+                (one_session, p(sid="compressed")),
+                (db._OFFLOAD.format(scope=SCOPE), p(sid="compressed", uuid=deep[0])),
+                (
+                    db._ORIGINALS.format(scope=SCOPE),
+                    p(sid="compressed", uuid=deep[0], after=0, limit=OFFLOAD_PAGE + 1),
+                ),
             ],
         ),
         (f"search {word!r} (tenant-wide)", f"/search?q={quote(word)}", [(search_sql, {"q": word})]),

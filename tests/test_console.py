@@ -35,6 +35,7 @@ from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
 from autoctx._cli import app
 from autoctx._memory import dispose_engines, get_engine
 from autoctx._store import console as db
+from autoctx._store.inspect import lineage_edges
 from autoctx._store.store import Store
 from autoctx._ui.app import make_server, parts
 from tests.histories import SMALL, multi_round
@@ -307,6 +308,50 @@ def test_working_context_pages_walk_forward_and_back(ui: Served, world: World) -
     assert _link(first, "prev") is None
 
 
+def _originals_behind(db_url: str, sid: str, offload: uuid.UUID) -> list[Msg]:
+    """Through the library: what the offload removed, each summary among them followed down
+    its lineage to the originals."""
+    engine = get_engine(db_url, auto_upgrade=False)
+    removed = Store(engine).reload(sid, offload)
+    ids = set()
+    for m in removed:
+        assert m.id is not None
+        if m.kind == "original":
+            ids.add(m.id)
+            continue
+        edges = lineage_edges(engine, sid, m.id)
+        below = {e.summary_id for e in edges}
+        ids |= {e.replaced_id for e in edges if e.replaced_id not in below}
+    found = Store(engine).load_messages(sid, ids)
+    return [found[i] for i in sorted(ids)]
+
+
+def test_an_offload_shows_the_originals_behind_it_down_through_summaries(
+    ui: Served, world: World, db_url: str
+) -> None:
+    events = Store(get_engine(db_url, auto_upgrade=False)).events(world.main)
+    nested = 0
+    for e in events:
+        if e.offload_uuid is None:
+            continue
+        expected = _originals_behind(db_url, world.main, e.offload_uuid)
+        removed = Store(get_engine(db_url, auto_upgrade=False)).reload(world.main, e.offload_uuid)
+        nested += any(m.kind != "original" for m in removed)
+        path: str | None = f"/s/{_q(world.main)}/o/{e.offload_uuid}?view=originals"
+        shown: list[list[str]] = []
+        while path is not None:
+            status, body = ui.get(path)
+            assert status == 200, body[-500:]
+            blocks = re.findall(r'<div class="msg" id="m\d+">(.*?)\n</div>', body, re.S)
+            shown += [
+                [html.unescape(t) for t in re.findall(r'<pre class="stored">(.*?)</pre>', b, re.S)]
+                for b in blocks
+            ]
+            path = _link(body, "next")
+        assert shown == [[p.text for p in parts(m)] for m in expected], e.id
+    assert nested, "the world has an offload that holds a summary"
+
+
 def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None:
     s = _q(world.main)
     cases = {
@@ -316,6 +361,7 @@ def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None
         f"/s/{s}/m/{2**64}": (400, "no message id is larger than"),
         f"/s/{s}/events?after=x": (400, "&#39;after&#39; takes a whole number"),
         f"/s/{s}/o/not-a-uuid": (400, "full uuid"),
+        f"/s/{s}/o/{world.offload}?view=all": (400, "&#39;view&#39; takes removed or originals"),
         f"/s/{s}/o/{uuid.uuid4()}": (404, "no offloaded context"),
         f"/s/{s}/m/999999": (404, "no message 999999"),
         "/s/no-such-session": (404, "does not exist"),
@@ -511,6 +557,10 @@ def test_browser_offload_shows_the_originals_exactly(
     assert EXACT in page.locator(f"#m{world.exact_id} pre.stored").all_text_contents()
     page.locator(f"#m{world.exact_id}").scroll_into_view_if_needed()
     page.screenshot(path=shots / "offload.png")
+    page.click("#view-originals")
+    originals = _originals_behind(db_url, world.main, world.offload)
+    first = page.locator(".msg").first.locator("pre.stored").all_text_contents()
+    assert first == [p.text for p in parts(originals[0])]
 
 
 def test_browser_search_finds_a_message(page: Page, ui: Served, world: World, shots: Path) -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "message",
     "offload_info",
     "offload_messages",
+    "offload_originals",
     "read_only",
     "session_row",
     "sessions_page",
@@ -444,5 +445,45 @@ def offload_messages(store: Store, session_id: str, ids: Sequence[int]) -> list[
     with _read(store) as conn:
         rows = conn.exec_driver_sql(
             _BY_ID.format(scope=_in_scope(store)), _params(store, sid=session_id, ids=list(ids))
+        )
+        return [msg_from_columns(*r) for r in rows]
+
+
+#: The originals behind an offload, down through nested summaries: the walk reads lineage's
+#: primary key (ids only); a message that replaced nothing is an original. Originals are
+#: appended in order and ids are allocated in commit order, so id order is the order they
+#: happened in, and a keyset page on it needs no content until the page's own rows.
+_ORIGINALS = """
+WITH RECURSIVE down(id) AS (
+    SELECT u.id
+    FROM offloads o
+    JOIN sessions s ON s.session_id = o.session_id
+    CROSS JOIN LATERAL unnest(o.message_ids) AS u(id)
+    WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {scope}
+  UNION ALL
+    SELECT l.replaced_id FROM lineage l JOIN down d
+        ON l.session_id = %(sid)s AND l.summary_id = d.id
+),
+page AS (
+    SELECT d.id FROM down d
+    WHERE d.id > %(after)s AND NOT EXISTS (
+        SELECT 1 FROM lineage l WHERE l.session_id = %(sid)s AND l.summary_id = d.id)
+    ORDER BY d.id LIMIT %(limit)s
+)
+SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
+FROM page p JOIN messages m ON m.session_id = %(sid)s AND m.id = p.id
+ORDER BY m.id
+"""
+
+
+def offload_originals(
+    store: Store, session_id: str, offload_uuid: uuid_mod.UUID, *, after: int, limit: int
+) -> list[Msg]:
+    """Up to `limit` of the originals behind an offload (following lineage down through the
+    summaries it removed), in id order after id `after`, exactly as stored."""
+    with _read(store) as conn:
+        rows = conn.exec_driver_sql(
+            _ORIGINALS.format(scope=_in_scope(store)),
+            _params(store, sid=session_id, uuid=offload_uuid, after=after, limit=limit),
         )
         return [msg_from_columns(*r) for r in rows]

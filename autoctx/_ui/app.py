@@ -336,6 +336,29 @@ class Console:
                 "an offload page takes the offload's full uuid, as the events page links it"
             ) from None
         found = db.offload_info(self.store, session_id, offload_id)
+        view = _text(query, "view") or "removed"
+        if view == "originals":
+            # Every original behind it, down through nested summaries, keyset-paged by id.
+            after = _int(query, "after") or 0
+            msgs = db.offload_originals(
+                self.store, session_id, offload_id, after=after, limit=OFFLOAD_PAGE + 1
+            )
+            more = len(msgs) > OFFLOAD_PAGE
+            msgs = msgs[:OFFLOAD_PAGE]
+            return self._render(
+                "offload.html",
+                info=info,
+                offload=found,
+                view=view,
+                msgs=[(None, m, parts(m)) for m in msgs],
+                page=0,
+                pages=0,
+                after=after,
+                next_after=msgs[-1].id if msgs and more else None,
+                more=more,
+            )
+        if view != "removed":
+            raise ConsoleRequestError("the URL parameter 'view' takes removed or originals")
         page = _int(query, "page") or 0
         start = page * OFFLOAD_PAGE
         ids = found.message_ids[start : start + OFFLOAD_PAGE]
@@ -344,9 +367,12 @@ class Console:
             "offload.html",
             info=info,
             offload=found,
+            view=view,
             msgs=[(start + k, m, parts(m)) for k, m in enumerate(msgs)],
             page=page,
             pages=max(1, -(-len(found.message_ids) // OFFLOAD_PAGE)),
+            after=0,
+            next_after=None,
             more=start + OFFLOAD_PAGE < len(found.message_ids),
         )
 
