@@ -354,6 +354,22 @@ def test_an_offload_shows_the_originals_behind_it_down_through_summaries(
     assert nested, "the world has an offload that holds a summary"
 
 
+def test_a_summarys_page_lists_what_it_replaced_in_order(
+    ui: Served, world: World, db_url: str
+) -> None:
+    engine = get_engine(db_url, auto_upgrade=False)
+    for e in Store(engine).events(world.main):
+        assert e.summary_message_id is not None
+        direct = sorted(
+            (x for x in lineage_edges(engine, world.main, e.summary_message_id) if x.depth == 1),
+            key=lambda x: x.ordinal,
+        )
+        _, body = ui.get(f"/s/{_q(world.main)}/m/{e.summary_message_id}")
+        table = body[body.index('<table id="lineage">') :]
+        listed = [int(i) for i in re.findall(r'<td class="id"><a href="[^"]+">#(\d+)</a>', table)]
+        assert listed == [x.replaced_id for x in direct], e.id
+
+
 def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None:
     s = _q(world.main)
     cases = {

@@ -300,7 +300,9 @@ class Console:
         if mid > _LARGEST:
             raise ConsoleRequestError(f"no message id is larger than {_LARGEST}")
         detail = db.message(self.store, session_id, mid)
-        after = _int(query, "after") or 0
+        # Lineage ordinals start at 0: the first page is everything after -1.
+        after = _int(query, "after", minimum=-1)
+        after = -1 if after is None else after
         children = db.lineage_children(
             self.store, session_id, mid, after=after, limit=CHILDREN_PAGE + 1
         )
