@@ -449,26 +449,50 @@ def offload_messages(store: Store, session_id: str, ids: Sequence[int]) -> list[
         return [msg_from_columns(*r) for r in rows]
 
 
-#: The originals behind an offload, down through nested summaries: the walk reads lineage's
-#: primary key (ids only); a message that replaced nothing is an original. Originals are
-#: appended in order and ids are allocated in commit order, so id order is the order they
-#: happened in, and a keyset page on it needs no content until the page's own rows.
+#: The originals behind an offload, down through nested summaries. Every message a compression
+#: wrote is its event's `summary_message_id` (one message per applied event), so the summaries
+#: are a small set read from the events; the walk descends through summaries only (one
+#: primary-key range of lineage per summary, LATERAL so that it is never a hash join over the
+#: session's whole lineage per level), and the originals are the children that are not
+#: summaries. Originals are appended in order and ids are allocated in commit order, so id
+#: order is the order they happened in: a keyset page on it reads content for its rows only.
 _ORIGINALS = """
-WITH RECURSIVE down(id) AS (
+WITH RECURSIVE
+sums AS MATERIALIZED (
+    SELECT e.summary_message_id AS id FROM compression_events e
+    WHERE e.session_id = %(sid)s AND e.status = 'applied' AND e.strategy > 0
+      AND e.summary_message_id IS NOT NULL
+),
+removed AS MATERIALIZED (
     SELECT u.id
     FROM offloads o
     JOIN sessions s ON s.session_id = o.session_id
     CROSS JOIN LATERAL unnest(o.message_ids) AS u(id)
     WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {scope}
+),
+down(id) AS (
+    SELECT r.id FROM removed r WHERE r.id IN (SELECT id FROM sums)
   UNION ALL
-    SELECT l.replaced_id FROM lineage l JOIN down d
-        ON l.session_id = %(sid)s AND l.summary_id = d.id
+    SELECT c.replaced_id FROM down d
+    CROSS JOIN LATERAL (
+        SELECT l.replaced_id FROM lineage l
+        WHERE l.session_id = %(sid)s AND l.summary_id = d.id
+    ) AS c
+    WHERE c.replaced_id IN (SELECT id FROM sums)
+),
+below AS (
+    SELECT r.id FROM removed r
+  UNION ALL
+    SELECT c.replaced_id FROM down d
+    CROSS JOIN LATERAL (
+        SELECT l.replaced_id FROM lineage l
+        WHERE l.session_id = %(sid)s AND l.summary_id = d.id
+    ) AS c
 ),
 page AS (
-    SELECT d.id FROM down d
-    WHERE d.id > %(after)s AND NOT EXISTS (
-        SELECT 1 FROM lineage l WHERE l.session_id = %(sid)s AND l.summary_id = d.id)
-    ORDER BY d.id LIMIT %(limit)s
+    SELECT b.id FROM below b
+    WHERE b.id > %(after)s AND b.id NOT IN (SELECT id FROM sums)
+    ORDER BY b.id LIMIT %(limit)s
 )
 SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
 FROM page p JOIN messages m ON m.session_id = %(sid)s AND m.id = p.id
