@@ -349,6 +349,8 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
         table.add_column(col, justify="left" if col in ("page", "seq scans") else "right")
     figures = []
     with raw_connection(bdb) as conn:
+        conn.execute("SET jit = off")  # as the console's transactions run
+        conn.commit()
         for name, path, statements in pages:
             page_s = timed(fetch(base, path), args.repeats)
             size = fetch(base, path)()
