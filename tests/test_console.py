@@ -542,7 +542,7 @@ def test_browser_sessions_sort_and_navigation(
     page.goto(ui.base + "/")
     first = page.locator("#sessions tbody tr td.id a").first
     assert first.inner_text() == world.main  # nearest the window by default
-    page.screenshot(path=shots / "sessions.png", full_page=True)
+    page.screenshot(path=shots / "sessions.png")
     page.click("#sort-failures")
     assert page.url.endswith("sort=failures")
     assert page.locator("#sessions tbody tr td.id a").first.inner_text() == world.failing
@@ -552,14 +552,14 @@ def test_browser_sessions_sort_and_navigation(
     page.locator("#sessions tbody tr td.id a", has_text=world.main).click()
     assert page.locator("svg.timeline").count() == 1
     assert page.locator("svg.timeline .mark").count() >= 1
-    page.screenshot(path=shots / "session.png", full_page=True)
+    page.screenshot(path=shots / "session.png")
     page.click("text=events (")
     assert page.locator("#events tbody tr").count() >= 1
-    page.screenshot(path=shots / "events.png", full_page=True)
+    page.screenshot(path=shots / "events.png")
     page.click("text=working context (")
     rows = page.locator("#working tbody tr")
     assert rows.count() >= 1
-    page.screenshot(path=shots / "working.png", full_page=True)
+    page.screenshot(path=shots / "working.png")
 
 
 def test_browser_lineage_click_through_reaches_an_original(
@@ -569,7 +569,7 @@ def test_browser_lineage_click_through_reaches_an_original(
     # The first working message some compression wrote.
     page.locator("#working tbody tr", has=page.locator("td.kind")).first.locator("td.id a").click()
     assert page.locator("#kind").inner_text() != "original"
-    page.screenshot(path=shots / "lineage.png", full_page=True)
+    page.screenshot(path=shots / "lineage.png")
     kinds = [page.locator("#kind").inner_text()]
     for _ in range(6):
         if kinds[-1] == "original":
@@ -582,7 +582,7 @@ def test_browser_lineage_click_through_reaches_an_original(
     assert kinds[-1] == "original"
     assert len(kinds) >= 3, f"the walk went through a nested summary: {kinds}"
     assert "Covered now by" in page.inner_text("main")
-    page.screenshot(path=shots / "original.png", full_page=True)
+    page.screenshot(path=shots / "original.png")
 
 
 def test_browser_offload_shows_the_originals_exactly(
@@ -615,7 +615,7 @@ def test_browser_search_finds_a_message(page: Page, ui: Served, world: World, sh
     hit = page.locator("#hits tbody tr")
     assert hit.count() == 1
     assert page.locator("#hits mark").first.inner_text() == MARKER
-    page.screenshot(path=shots / "search.png", full_page=True)
+    page.screenshot(path=shots / "search.png")
     hit.locator("td.id a[href*='/m/']").click()
     assert f"find {MARKER} please" in page.locator("#content").inner_text()
 
@@ -635,6 +635,6 @@ def test_browser_a_tenant_role_sees_its_tenant(
         page.goto(acme.base + "/")
         ids = page.locator("#sessions tbody tr td.id a").all_inner_texts()
         assert world.acme in ids and world.globex not in ids and world.main not in ids
-        page.screenshot(path=shots / "tenant.png", full_page=True)
+        page.screenshot(path=shots / "tenant.png")
         page.goto(f"{acme.base}/s/{_q(world.globex)}")
         assert "404" in page.title()
