@@ -15,6 +15,7 @@
     autoctx worker                        # compress every agent's due sessions, in this process
     autoctx db upgrade | db current       # the schema
     autoctx db grant-tenant ROLE TENANT   # a database role that can use one tenant only
+    autoctx ui [--tenant T]               # the audit console in the browser (read-only)
 
 Every command takes ``--database-url`` (default: ``AUTOCTX_DATABASE_URL``, else the embedded
 PostgreSQL). Errors print as one line that says what to do, with a non-zero exit code.
@@ -23,7 +24,7 @@ PostgreSQL). Errors print as one line that says what to do, with a non-zero exit
 from __future__ import annotations
 
 # Importing the command modules registers their commands on `app`.
-from . import db, demo, export, inspect, lifecycle, search, worker  # noqa: F401
+from . import db, demo, export, inspect, lifecycle, search, ui, worker  # noqa: F401
 from .root import app, main
 
 __all__ = ["app", "main"]

@@ -1,0 +1,518 @@
+"""Read-only, paged queries for the audit console (`autoctx ui`).
+
+Every function reads within the store's tenant (the sessions of `store.tenant`, or the sessions
+without a tenant for a store without one), twice over: each statement names the tenant, and each
+transaction sets the tenant scope the row-level security policies check, so a database role
+granted one tenant sees that tenant only whatever the console asks. A session outside the scope
+looks exactly like an unknown one (`SessionNotFound`, `MessageNotFound`, `OffloadNotFound`).
+
+Nothing here loads a whole session: each page is a keyset (or, for the session list, an offset)
+read on an index that exists (the primary keys of the session tables), at most `limit` rows; the
+token timeline reads the compression events' numeric columns only. Every transaction is
+`READ ONLY` (see `read_only`), so the console cannot write even by mistake.
+"""
+
+from __future__ import annotations
+
+import uuid as uuid_mod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from sqlalchemy.engine import Connection, Engine
+
+from .._errors import MessageNotFound, OffloadNotFound, SessionNotFound
+from .._events import Event
+from .._messages import Msg
+from .rows import event_from_row, msg_from_columns
+from .store import Store
+
+__all__ = [
+    "SESSION_SORTS",
+    "MessageDetail",
+    "MessageRow",
+    "OffloadInfo",
+    "SessionRow",
+    "SessionSort",
+    "TimelinePoint",
+    "covering_chain",
+    "events_page",
+    "lineage_children",
+    "message",
+    "offload_info",
+    "offload_messages",
+    "offload_originals",
+    "read_only",
+    "session_row",
+    "sessions_page",
+    "timeline",
+    "working_page",
+]
+
+SessionSort = Literal["window", "cost", "failures", "updated"]
+#: The session list's orders: nearest the window, most expensive (summarizer tokens, as the
+#: `autoctx_session_cost` view counts them), most failures, most recently updated.
+SESSION_SORTS: Final[tuple[SessionSort, ...]] = ("window", "cost", "failures", "updated")
+
+_ORDER: Final[dict[SessionSort, str]] = {
+    "window": "fill DESC NULLS LAST",
+    "cost": "cost DESC",
+    "failures": "failures DESC",
+    "updated": "s.updated_at DESC",
+}
+
+#: Characters of a message's text a list shows (the message's own page shows all of it).
+PREVIEW_CHARS: Final = 240
+
+#: The start of a message's text for a list: text blocks, tool calls (name and arguments) and
+#: string tool outputs, read from the stored JSON so that a list never fetches whole payloads.
+_PREVIEW = f"""
+left(coalesce((SELECT string_agg(coalesce(
+        b->>'text',
+        CASE WHEN b ? 'arguments' THEN (b->>'name') || ' ' || (b->>'arguments') END,
+        CASE WHEN jsonb_typeof(b->'output') = 'string' THEN b->>'output' END,
+        ''), ' ')
+    FROM jsonb_array_elements(m.content) AS b), ''), {PREVIEW_CHARS})"""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    session_id: str
+    tenant: str | None
+    model: str
+    message_count: int
+    token_count: int
+    max_tokens: int | None
+    #: Working tokens over the window (None without a window in the config).
+    fill: float | None
+    #: Summarizer prompt + completion tokens of the session's own events.
+    cost: int
+    failures: int
+    events: int
+    version: int
+    updated_at: datetime
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePoint:
+    """One compression event, as the token timeline draws it."""
+
+    event_id: int
+    strategy: int
+    status: str
+    reason: str
+    tokens_before: int
+    tokens_after: int
+    version: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    """A message as a list shows it: its metadata and the start of its text."""
+
+    #: The working-set position (working context pages) or the lineage ordinal (children).
+    key: int
+    id: int
+    role: str
+    kind: str
+    pinned: bool
+    tokens: int
+    event_id: int | None
+    preview: str
+    #: The text was cut at `PREVIEW_CHARS`.
+    clipped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadInfo:
+    uuid: uuid_mod.UUID
+    event_id: int
+    strategy: int
+    message_ids: tuple[int, ...]
+    created_at: datetime
+
+
+def read_only(engine: Engine) -> Engine:
+    """The engine the console reads through: every transaction READ ONLY."""
+    return engine.execution_options(postgresql_readonly=True)
+
+
+#: The tenant setting the policies read (as `SET_TENANT` sets it), and no JIT: a page's
+#: statements are short, and compiling them cost more than running them (95 ms of 800 in a
+#: walk over 20,000 messages' lineage).
+_SCOPE = "SELECT set_config('autoctx.tenant', %(t)s, true), set_config('jit', 'off', true)"
+
+
+@contextmanager
+def _read(store: Store) -> Iterator[Connection]:
+    """One transaction, scoped to the store's tenant for the row-level security policies
+    (without a tenant, the setting is the empty string: the untenanted sessions)."""
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(_SCOPE, {"t": store.tenant or ""})
+        yield conn
+
+
+def _in_scope(store: Store, alias: str = "s") -> str:
+    return f"{alias}.tenant = %(tenant)s" if store.tenant is not None else f"{alias}.tenant IS NULL"
+
+
+def _params(store: Store, **values: Any) -> dict[str, Any]:
+    return {"tenant": store.tenant, **values}
+
+
+_SESSIONS = """
+SELECT s.session_id, s.tenant, s.model, s.message_count, s.token_count,
+       (s.config->>'max_tokens')::bigint AS max_tokens,
+       s.token_count::double precision / nullif((s.config->>'max_tokens')::bigint, 0) AS fill,
+       coalesce(e.cost, 0) AS cost, coalesce(e.failures, 0) AS failures,
+       coalesce(e.events, 0) AS events, s.version, s.updated_at, s.config
+FROM sessions s
+LEFT JOIN LATERAL (
+    SELECT sum(coalesce(ce.prompt_tokens, 0) + coalesce(ce.completion_tokens, 0))
+               FILTER (WHERE NOT ce.inherited)::bigint AS cost,
+           count(*) FILTER (WHERE ce.status = 'failed') AS failures,
+           count(*) AS events
+    FROM compression_events ce WHERE ce.session_id = s.session_id
+) e ON true
+WHERE {where}
+"""
+
+
+def _session_row(r: Any) -> SessionRow:
+    return SessionRow(
+        r.session_id,
+        r.tenant,
+        r.model,
+        r.message_count,
+        r.token_count,
+        r.max_tokens,
+        r.fill,
+        r.cost,
+        r.failures,
+        r.events,
+        r.version,
+        r.updated_at,
+        dict(r.config),
+    )
+
+
+def sessions_page(
+    store: Store, sort: SessionSort, offset: int, limit: int
+) -> tuple[list[SessionRow], int]:
+    """One page of the tenant's sessions in `sort` order, and how many sessions there are.
+
+    An offset page: the orders are by aggregates (summarizer tokens, failures) that no index
+    holds, so every session of the tenant is ranked; each one's aggregate is one probe of
+    `compression_events`' primary key (session_id, id).
+    """
+    sql = (
+        _SESSIONS.format(where=_in_scope(store))
+        + f" ORDER BY {_ORDER[sort]}, s.session_id LIMIT %(limit)s OFFSET %(offset)s"
+    )
+    params = _params(store, limit=limit, offset=offset)
+    with _read(store) as conn:
+        rows = [_session_row(r) for r in conn.exec_driver_sql(sql, params)]
+        total = conn.exec_driver_sql(
+            f"SELECT count(*) FROM sessions s WHERE {_in_scope(store)}", params
+        ).scalar_one()
+    return rows, int(total)
+
+
+def session_row(store: Store, session_id: str) -> SessionRow:
+    """One session of the tenant; `SessionNotFound` for any other id."""
+    sql = _SESSIONS.format(where=f"s.session_id = %(sid)s AND {_in_scope(store)}")
+    with _read(store) as conn:
+        row = conn.exec_driver_sql(sql, _params(store, sid=session_id)).one_or_none()
+    if row is None:
+        raise SessionNotFound(
+            f"session {session_id!r} does not exist among "
+            + (f"tenant {store.tenant!r}" if store.tenant is not None else "untenanted sessions")
+            + "; start the console with --tenant for another tenant's sessions"
+        )
+    return _session_row(row)
+
+
+_TIMELINE = """
+SELECT e.id, e.strategy, e.status, e.reason, e.tokens_before, e.tokens_after,
+       e.session_version, e.created_at
+FROM compression_events e JOIN sessions s ON s.session_id = e.session_id
+WHERE e.session_id = %(sid)s AND {scope}
+ORDER BY e.id
+"""
+
+
+def timeline(store: Store, session_id: str) -> list[TimelinePoint]:
+    """Every compression event's numbers (no text), oldest first: the token timeline."""
+    sql = _TIMELINE.format(scope=_in_scope(store))
+    with _read(store) as conn:
+        return [
+            TimelinePoint(*r) for r in conn.exec_driver_sql(sql, _params(store, sid=session_id))
+        ]
+
+
+_EVENTS = """
+SELECT e.* FROM compression_events e JOIN sessions s ON s.session_id = e.session_id
+WHERE e.session_id = %(sid)s AND {scope} AND e.id {op} %(key)s
+ORDER BY e.id {direction} LIMIT %(limit)s
+"""
+
+
+def _keyset(after: int | None, before: int | None) -> tuple[str, str, int]:
+    """(comparison, direction, key) of a keyset page: after a key, or before one (read
+    backwards, then turned round)."""
+    if before is not None:
+        return "<", "DESC", before
+    return ">", "ASC", after if after is not None else -(2**62)
+
+
+def events_page(
+    store: Store, session_id: str, *, after: int | None, before: int | None, limit: int
+) -> list[Event]:
+    """Up to `limit` events after (or before) an event id, in id order: a keyset page on the
+    primary key (session_id, id)."""
+    op, direction, key = _keyset(after, before)
+    sql = _EVENTS.format(scope=_in_scope(store), op=op, direction=direction)
+    with _read(store) as conn:
+        rows = conn.exec_driver_sql(sql, _params(store, sid=session_id, key=key, limit=limit))
+        found = [event_from_row(r) for r in rows]
+    return found[::-1] if before is not None else found
+
+
+_WORKING = f"""
+SELECT w.position, m.id, m.role, m.kind, m.pinned, m.tokens, m.event_id,
+       {_PREVIEW} AS preview, m.chars
+FROM working_set w
+JOIN sessions s ON s.session_id = w.session_id
+JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
+WHERE w.session_id = %(sid)s AND {{scope}} AND w.position {{op}} %(key)s
+ORDER BY w.position {{direction}} LIMIT %(limit)s
+"""
+
+
+def _message_row(r: Any) -> MessageRow:
+    return MessageRow(
+        r[0],
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        r[5],
+        r[6],
+        r[7],
+        len(r[7]) >= PREVIEW_CHARS or r[8] > len(r[7]),
+    )
+
+
+def working_page(
+    store: Store, session_id: str, *, after: int | None, before: int | None, limit: int
+) -> tuple[list[MessageRow], int]:
+    """Up to `limit` working messages after (or before) a working-set position, in order (a
+    keyset page on the primary key (session_id, position)), and the index of the first one
+    in the working context."""
+    op, direction, key = _keyset(after, before)
+    sql = _WORKING.format(scope=_in_scope(store), op=op, direction=direction)
+    with _read(store) as conn:
+        params = _params(store, sid=session_id, key=key, limit=limit)
+        found = [_message_row(r) for r in conn.exec_driver_sql(sql, params)]
+        if before is not None:
+            found.reverse()
+        first = found[0].key if found else key
+        # An index-only count on the primary key: the messages before this page.
+        index = conn.exec_driver_sql(
+            "SELECT count(*) FROM working_set w WHERE w.session_id = %(sid)s "
+            "AND w.position < %(first)s",
+            {"sid": session_id, "first": first},
+        ).scalar_one()
+    return found, int(index)
+
+
+_MESSAGE = """
+SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens,
+       m.event_id, m.created_at,
+       (SELECT count(*) FROM lineage l WHERE l.session_id = m.session_id
+            AND l.summary_id = m.id) AS replaced,
+       (SELECT w.position FROM working_set w WHERE w.session_id = m.session_id
+            AND w.message_id = m.id) AS position
+FROM messages m JOIN sessions s ON s.session_id = m.session_id
+WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {scope}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDetail:
+    msg: Msg
+    #: The compression event that wrote it (None for an original).
+    event_id: int | None
+    created_at: datetime
+    #: How many messages it replaced directly (lineage rows below it).
+    replaced: int
+    #: Its working-set position, None when it is not in the working context.
+    position: int | None
+
+
+def message(store: Store, session_id: str, message_id: int) -> MessageDetail:
+    """One stored message of a session of the tenant; `MessageNotFound` otherwise."""
+    with _read(store) as conn:
+        row = conn.exec_driver_sql(
+            _MESSAGE.format(scope=_in_scope(store)),
+            _params(store, sid=session_id, id=message_id),
+        ).one_or_none()
+    if row is None:
+        raise MessageNotFound(f"no message {message_id} in session {session_id!r}")
+    return MessageDetail(msg_from_columns(*row[:8]), row[8], row[9], row[10], row[11])
+
+
+_CHILDREN = f"""
+SELECT l.ordinal, m.id, m.role, m.kind, m.pinned, m.tokens, m.event_id,
+       {_PREVIEW} AS preview, m.chars
+FROM lineage l
+JOIN sessions s ON s.session_id = l.session_id
+JOIN messages m ON m.session_id = l.session_id AND m.id = l.replaced_id
+WHERE l.session_id = %(sid)s AND l.summary_id = %(mid)s AND {{scope}} AND l.ordinal > %(after)s
+ORDER BY l.ordinal LIMIT %(limit)s
+"""
+
+
+def lineage_children(
+    store: Store, session_id: str, message_id: int, *, after: int, limit: int
+) -> list[MessageRow]:
+    """The messages `message_id` replaced directly, in order, after lineage ordinal `after`
+    (a keyset page on lineage's primary key (session_id, summary_id, ordinal))."""
+    sql = _CHILDREN.format(scope=_in_scope(store))
+    params = _params(store, sid=session_id, mid=message_id, after=after, limit=limit)
+    with _read(store) as conn:
+        return [_message_row(r) for r in conn.exec_driver_sql(sql, params)]
+
+
+_COVERING = """
+WITH RECURSIVE up(summary_id, depth) AS (
+    SELECT l.summary_id, 1 FROM lineage l
+    WHERE l.session_id = %(sid)s AND l.replaced_id = %(mid)s
+  UNION ALL
+    SELECT l.summary_id, u.depth + 1 FROM lineage l
+    JOIN up u ON l.session_id = %(sid)s AND l.replaced_id = u.summary_id
+)
+SELECT u.summary_id FROM up u JOIN sessions s ON s.session_id = %(sid)s
+WHERE {scope} ORDER BY u.depth
+"""
+
+
+def covering_chain(store: Store, session_id: str, message_id: int) -> list[int]:
+    """The summaries above `message_id`, nearest first (lineage's replaced_id index)."""
+    sql = _COVERING.format(scope=_in_scope(store))
+    with _read(store) as conn:
+        return [
+            r[0] for r in conn.exec_driver_sql(sql, _params(store, sid=session_id, mid=message_id))
+        ]
+
+
+_OFFLOAD = """
+SELECT o.uuid, o.event_id, e.strategy, o.message_ids, o.created_at
+FROM offloads o
+JOIN sessions s ON s.session_id = o.session_id
+JOIN compression_events e ON e.session_id = o.session_id AND e.id = o.event_id
+WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {scope}
+"""
+
+
+def offload_info(store: Store, session_id: str, offload_uuid: uuid_mod.UUID) -> OffloadInfo:
+    """An offload of a session of the tenant; `OffloadNotFound` otherwise."""
+    with _read(store) as conn:
+        row = conn.exec_driver_sql(
+            _OFFLOAD.format(scope=_in_scope(store)),
+            _params(store, sid=session_id, uuid=offload_uuid),
+        ).one_or_none()
+    if row is None:
+        raise OffloadNotFound(
+            f"no offloaded context with id {offload_uuid} in session {session_id!r}"
+        )
+    return OffloadInfo(row[0], row[1], row[2], tuple(row[3]), row[4])
+
+
+_BY_ID = """
+SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
+FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS u(id, ord)
+JOIN sessions s ON s.session_id = %(sid)s
+JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+WHERE {scope}
+ORDER BY u.ord
+"""
+
+
+def offload_messages(store: Store, session_id: str, ids: Sequence[int]) -> list[Msg]:
+    """The stored messages `ids` (a page of an offload's), in that order, exactly as stored."""
+    if not ids:
+        return []
+    with _read(store) as conn:
+        rows = conn.exec_driver_sql(
+            _BY_ID.format(scope=_in_scope(store)), _params(store, sid=session_id, ids=list(ids))
+        )
+        return [msg_from_columns(*r) for r in rows]
+
+
+#: The originals behind an offload, down through nested summaries. Every message a compression
+#: wrote is its event's `summary_message_id` (one message per applied event), so the summaries
+#: are a small set read from the events; the walk descends through summaries only (one
+#: primary-key range of lineage per summary, LATERAL so that it is never a hash join over the
+#: session's whole lineage per level), and the originals are the children that are not
+#: summaries. Originals are appended in order and ids are allocated in commit order, so id
+#: order is the order they happened in: a keyset page on it reads content for its rows only.
+_ORIGINALS = """
+WITH RECURSIVE
+sums AS MATERIALIZED (
+    SELECT e.summary_message_id AS id FROM compression_events e
+    WHERE e.session_id = %(sid)s AND e.status = 'applied' AND e.strategy > 0
+      AND e.summary_message_id IS NOT NULL
+),
+removed AS MATERIALIZED (
+    SELECT u.id
+    FROM offloads o
+    JOIN sessions s ON s.session_id = o.session_id
+    CROSS JOIN LATERAL unnest(o.message_ids) AS u(id)
+    WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {scope}
+),
+down(id) AS (
+    SELECT r.id FROM removed r WHERE r.id IN (SELECT id FROM sums)
+  UNION ALL
+    SELECT c.replaced_id FROM down d
+    CROSS JOIN LATERAL (
+        SELECT l.replaced_id FROM lineage l
+        WHERE l.session_id = %(sid)s AND l.summary_id = d.id
+    ) AS c
+    WHERE c.replaced_id IN (SELECT id FROM sums)
+),
+below AS (
+    SELECT r.id FROM removed r
+  UNION ALL
+    SELECT c.replaced_id FROM down d
+    CROSS JOIN LATERAL (
+        SELECT l.replaced_id FROM lineage l
+        WHERE l.session_id = %(sid)s AND l.summary_id = d.id
+    ) AS c
+),
+page AS (
+    SELECT b.id FROM below b
+    WHERE b.id > %(after)s AND b.id NOT IN (SELECT id FROM sums)
+    ORDER BY b.id LIMIT %(limit)s
+)
+SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
+FROM page p JOIN messages m ON m.session_id = %(sid)s AND m.id = p.id
+ORDER BY m.id
+"""
+
+
+def offload_originals(
+    store: Store, session_id: str, offload_uuid: uuid_mod.UUID, *, after: int, limit: int
+) -> list[Msg]:
+    """Up to `limit` of the originals behind an offload (following lineage down through the
+    summaries it removed), in id order after id `after`, exactly as stored."""
+    with _read(store) as conn:
+        rows = conn.exec_driver_sql(
+            _ORIGINALS.format(scope=_in_scope(store)),
+            _params(store, sid=session_id, uuid=offload_uuid, after=after, limit=limit),
+        )
+        return [msg_from_columns(*r) for r in rows]

@@ -1,0 +1,481 @@
+"""The console's pages, served by the standard library's threaded HTTP server.
+
+Why this stack: the store is synchronous and the console is a local, read-only page for one
+operator, so a thread per request over the store's connection pool is all it needs; the
+standard library's `ThreadingHTTPServer` serves it with no framework, and Jinja2 (one small,
+well-kept dependency with MarkupSafe) renders the templates with autoescaping on, so every piece
+of agent text reaches the browser as text. No script, no font, no stylesheet from elsewhere:
+the pages work with no network.
+
+Only GET and HEAD are answered; every other method is 405. Every read goes through
+`autoctx._store.console` (tenant-scoped, READ ONLY transactions) or the library's search.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+from sqlalchemy.engine import Engine
+
+from .._errors import (
+    AutoContextError,
+    InvalidOffloadId,
+    InvalidSearch,
+    InvalidSessionId,
+    MessageNotFound,
+    OffloadNotFound,
+    SessionNotFound,
+)
+from .._messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock, json_text
+from .._plot import STRATEGY_COLORS, STRATEGY_NAMES
+from .._search import HIGHLIGHT, validate_limit, validate_query
+from .._store import console as db
+from .._store import search as search_store
+from .._store.store import Store
+from .._tools import parse_offload_id
+from . import timeline
+
+try:
+    import jinja2
+except ImportError:  # pragma: no cover - exercised only without the extra
+    jinja2 = None  # type: ignore[assignment]
+
+__all__ = ["ConsoleRequestError", "make_server"]
+
+log = logging.getLogger("autoctx.ui")
+
+#: Rows per page of each list.
+SESSIONS_PAGE: Final = 50
+EVENTS_PAGE: Final = 100
+WORKING_PAGE: Final = 100
+CHILDREN_PAGE: Final = 100
+#: Messages per page of an offload (shown whole: they may be large tool outputs).
+OFFLOAD_PAGE: Final = 20
+SEARCH_LIMIT: Final = 50
+
+_TEMPLATES: Final = Path(__file__).parent / "templates"
+#: The largest id or position a URL may name (PostgreSQL's bigint).
+_LARGEST: Final = 2**63 - 1
+
+
+class ConsoleRequestError(AutoContextError, ValueError):
+    """A console URL with a parameter the console cannot read (names the parameter and what
+    it takes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One block of a message, as the page shows it: a label and its text exactly as stored."""
+
+    label: str
+    text: str
+
+
+def parts(msg: Msg) -> list[Part]:
+    """The message's blocks in order, each one's text as stored (no wrapping, no tag removed)."""
+    out: list[Part] = []
+    for b in msg.content:
+        if isinstance(b, TextBlock):
+            out.append(Part("text", b.text))
+        elif isinstance(b, ToolUseBlock):
+            out.append(Part(f"tool call {b.name} id={b.id}", b.arguments))
+        elif isinstance(b, ToolResultBlock):
+            out.append(Part(f"tool result {b.name or '?'} id={b.tool_use_id}", b.output_text))
+        else:
+            out.append(Part(f"{b.type} block", json_text(b.data)))
+    return out
+
+
+def _int(query: Mapping[str, list[str]], name: str, *, minimum: int = 0) -> int | None:
+    values = query.get(name)
+    if not values or values[0] == "":
+        return None
+    try:
+        value = int(values[0])
+    except ValueError:
+        raise ConsoleRequestError(
+            f"the URL parameter {name!r} takes a whole number; remove it or give one"
+        ) from None
+    if not minimum <= value <= _LARGEST:
+        raise ConsoleRequestError(
+            f"the URL parameter {name!r} takes a number from {minimum} to {_LARGEST}"
+        )
+    return value
+
+
+def _text(query: Mapping[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    return values[0] if values and values[0] != "" else None
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    status: int
+    body: bytes
+    content_type: str = "text/html; charset=utf-8"
+
+
+class Console:
+    """The pages of one console: a read-only store of one tenant scope, and the templates."""
+
+    def __init__(self, engine: Engine, tenant: str | None) -> None:
+        if jinja2 is None:
+            raise AutoContextError(
+                "autoctx ui needs Jinja2, which the `ui` extra installs: "
+                "pip install 'autoctx-pg[ui]'"
+            )
+        self.store = Store(db.read_only(engine), tenant)
+        self.tenant = tenant
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(_TEMPLATES),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters["q"] = lambda v: quote(str(v), safe="")
+        self.env.filters["when"] = _when
+        self.env.filters["num"] = lambda v: f"{v:,}" if v is not None else ""
+        self.env.globals.update(
+            strategy_names=STRATEGY_NAMES,
+            strategy_colors=STRATEGY_COLORS,
+            tenant=tenant,
+        )
+        self.routes: list[tuple[re.Pattern[str], Callable[..., Page]]] = [
+            (re.compile(r"/"), self.sessions),
+            (re.compile(r"/search"), self.search),
+            (re.compile(r"/s/([^/]+)"), self.session),
+            (re.compile(r"/s/([^/]+)/events"), self.events),
+            (re.compile(r"/s/([^/]+)/working"), self.working),
+            (re.compile(r"/s/([^/]+)/m/(\d+)"), self.message),
+            (re.compile(r"/s/([^/]+)/o/([^/]+)"), self.offload),
+        ]
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def handle(self, target: str) -> Page:
+        parts_ = urlsplit(target)
+        query = parse_qs(parts_.query, keep_blank_values=True)
+        for pattern, view in self.routes:
+            match = pattern.fullmatch(parts_.path)
+            if match:
+                args = [unquote(g) for g in match.groups()]
+                try:
+                    return view(query, *args)
+                except (SessionNotFound, MessageNotFound, OffloadNotFound) as exc:
+                    return self._error(HTTPStatus.NOT_FOUND, str(exc))
+                except (
+                    ConsoleRequestError,
+                    InvalidSearch,
+                    InvalidSessionId,
+                    InvalidOffloadId,
+                ) as exc:
+                    return self._error(HTTPStatus.BAD_REQUEST, str(exc))
+        return self._error(HTTPStatus.NOT_FOUND, f"no console page at {parts_.path}")
+
+    def _render(self, name: str, **values: Any) -> Page:
+        html = self.env.get_template(name).render(**values)
+        return Page(HTTPStatus.OK, html.encode())
+
+    def _error(self, status: HTTPStatus, text: str) -> Page:
+        html = self.env.get_template("error.html").render(status=status, text=text)
+        return Page(status, html.encode())
+
+    # -- pages --------------------------------------------------------------------------------
+
+    def sessions(self, query: Mapping[str, list[str]]) -> Page:
+        sorts: dict[str, db.SessionSort] = {s: s for s in db.SESSION_SORTS}
+        sort = sorts.get(_text(query, "sort") or "window")
+        if sort is None:
+            raise ConsoleRequestError(
+                f"the URL parameter 'sort' takes one of {', '.join(db.SESSION_SORTS)}"
+            )
+        page = _int(query, "page") or 0
+        rows, total = db.sessions_page(
+            self.store,
+            sort,
+            page * SESSIONS_PAGE,
+            SESSIONS_PAGE,
+        )
+        return self._render(
+            "sessions.html",
+            rows=rows,
+            total=total,
+            sort=sort,
+            sorts=db.SESSION_SORTS,
+            page=page,
+            more=(page + 1) * SESSIONS_PAGE < total,
+        )
+
+    def _header(self, session_id: str) -> db.SessionRow:
+        return db.session_row(self.store, session_id)
+
+    def session(self, query: Mapping[str, list[str]], session_id: str) -> Page:
+        info = self._header(session_id)
+        points = db.timeline(self.store, session_id)
+        window = info.max_tokens
+        trigger = target = None
+        if window:
+            trigger = round(window * float(info.config.get("token_ratio", 0) or 0)) or None
+            target = round(window * float(info.config.get("target_ratio", 0) or 0)) or None
+        base = f"/s/{quote(session_id, safe='')}"
+        svg = timeline.render(
+            points,
+            tokens_now=info.token_count,
+            version_now=info.version,
+            limits=timeline.Limits(window, trigger, target),
+            event_href=base + "/events?after={prev}#e{id}",
+        )
+        applied = sum(1 for p in points if p.status == "applied")
+        return self._render(
+            "session.html",
+            info=info,
+            svg=svg,
+            legend=timeline.legend(points),
+            applied=applied,
+            limits=(window, trigger, target),
+            event_count=len(points),
+        )
+
+    def events(self, query: Mapping[str, list[str]], session_id: str) -> Page:
+        info = self._header(session_id)
+        after, before = _int(query, "after"), _int(query, "before")
+        rows = db.events_page(
+            self.store, session_id, after=after, before=before, limit=EVENTS_PAGE + 1
+        )
+        if before is not None:
+            has_prev, has_next = len(rows) > EVENTS_PAGE, True
+            rows = rows[-EVENTS_PAGE:]
+        else:
+            has_prev, has_next = bool(after), len(rows) > EVENTS_PAGE
+            rows = rows[:EVENTS_PAGE]
+        return self._render(
+            "events.html",
+            info=info,
+            rows=rows,
+            prev_key=rows[0].id if rows and has_prev else None,
+            next_key=rows[-1].id if rows and has_next else None,
+        )
+
+    def working(self, query: Mapping[str, list[str]], session_id: str) -> Page:
+        info = self._header(session_id)
+        after, before = _int(query, "after"), _int(query, "before")
+        rows, index = db.working_page(
+            self.store, session_id, after=after, before=before, limit=WORKING_PAGE + 1
+        )
+        if before is not None:
+            has_next = True
+            if len(rows) > WORKING_PAGE:
+                rows = rows[-WORKING_PAGE:]
+                index += 1
+        else:
+            has_next = len(rows) > WORKING_PAGE
+            rows = rows[:WORKING_PAGE]
+        return self._render(
+            "working.html",
+            info=info,
+            rows=rows,
+            index=index,
+            prev_key=rows[0].key if rows and index > 0 else None,
+            next_key=rows[-1].key if rows and has_next else None,
+        )
+
+    def message(self, query: Mapping[str, list[str]], session_id: str, message_id: str) -> Page:
+        info = self._header(session_id)
+        mid = int(message_id)
+        if mid > _LARGEST:
+            raise ConsoleRequestError(f"no message id is larger than {_LARGEST}")
+        detail = db.message(self.store, session_id, mid)
+        # Lineage ordinals start at 0: the first page is everything after -1.
+        after = _int(query, "after", minimum=-1)
+        after = -1 if after is None else after
+        children = db.lineage_children(
+            self.store, session_id, mid, after=after, limit=CHILDREN_PAGE + 1
+        )
+        more = len(children) > CHILDREN_PAGE
+        children = children[:CHILDREN_PAGE]
+        chain = db.covering_chain(self.store, session_id, mid)
+        made_by = None
+        if detail.event_id is not None:
+            found = db.events_page(
+                self.store, session_id, after=detail.event_id - 1, before=None, limit=1
+            )
+            made_by = found[0] if found and found[0].id == detail.event_id else None
+        return self._render(
+            "message.html",
+            info=info,
+            detail=detail,
+            msg=detail.msg,
+            parts=parts(detail.msg),
+            stored_json=json.dumps(detail.msg.to_openai(), ensure_ascii=False, indent=2),
+            children=children,
+            after=after,
+            next_key=children[-1].key if children and more else None,
+            chain=chain,
+            made_by=made_by,
+        )
+
+    def offload(self, query: Mapping[str, list[str]], session_id: str, text: str) -> Page:
+        info = self._header(session_id)
+        try:
+            offload_id = parse_offload_id(text)
+        except InvalidOffloadId:
+            raise ConsoleRequestError(
+                "an offload page takes the offload's full uuid, as the events page links it"
+            ) from None
+        found = db.offload_info(self.store, session_id, offload_id)
+        view = _text(query, "view") or "removed"
+        if view == "originals":
+            # Every original behind it, down through nested summaries, keyset-paged by id.
+            after = _int(query, "after") or 0
+            msgs = db.offload_originals(
+                self.store, session_id, offload_id, after=after, limit=OFFLOAD_PAGE + 1
+            )
+            more = len(msgs) > OFFLOAD_PAGE
+            msgs = msgs[:OFFLOAD_PAGE]
+            return self._render(
+                "offload.html",
+                info=info,
+                offload=found,
+                view=view,
+                msgs=[(None, m, parts(m)) for m in msgs],
+                page=0,
+                pages=0,
+                after=after,
+                next_after=msgs[-1].id if msgs and more else None,
+                more=more,
+            )
+        if view != "removed":
+            raise ConsoleRequestError("the URL parameter 'view' takes removed or originals")
+        page = _int(query, "page") or 0
+        start = page * OFFLOAD_PAGE
+        ids = found.message_ids[start : start + OFFLOAD_PAGE]
+        msgs = db.offload_messages(self.store, session_id, ids)
+        return self._render(
+            "offload.html",
+            info=info,
+            offload=found,
+            view=view,
+            msgs=[(start + k, m, parts(m)) for k, m in enumerate(msgs)],
+            page=page,
+            pages=max(1, -(-len(found.message_ids) // OFFLOAD_PAGE)),
+            after=0,
+            next_after=None,
+            more=start + OFFLOAD_PAGE < len(found.message_ids),
+        )
+
+    def search(self, query: Mapping[str, list[str]]) -> Page:
+        text = _text(query, "q")
+        session_id = _text(query, "session")
+        hits: list[Any] = []
+        if text is not None:
+            words = validate_query(text)
+            limit = validate_limit(SEARCH_LIMIT)
+            if session_id is not None:
+                self._header(session_id)
+                hits = search_store.search_session(self.store, session_id, words, limit)
+            else:
+                hits = search_store.search_tenant(self.store, words, limit)
+        return self._render(
+            "search.html",
+            q=text or "",
+            session=session_id or "",
+            hits=[(h, _marked(h.snippet)) for h in hits],
+            searched=text is not None,
+        )
+
+
+_MARK: Final = re.compile(re.escape(HIGHLIGHT) + r"(.+?)" + re.escape(HIGHLIGHT))
+
+
+def _marked(snippet: str) -> list[tuple[str, bool]]:
+    """The snippet cut into (text, highlighted) pieces; the template escapes each one."""
+    out: list[tuple[str, bool]] = []
+    last = 0
+    for match in _MARK.finditer(snippet):
+        out.append((snippet[last : match.start()], False))
+        out.append((match.group(1), True))
+        last = match.end()
+    out.append((snippet[last:], False))
+    return out
+
+
+def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "autoctx-ui"
+        protocol_version = "HTTP/1.1"
+
+        def _send(self, page: Page, *, body: bool) -> None:
+            self.send_response(page.status)
+            self.send_header("Content-Type", page.content_type)
+            self.send_header("Content-Length", str(len(page.body)))
+            # Nothing from elsewhere, no script, no framing: the page is text and images only.
+            self.send_header(
+                "Content-Security-Policy",
+                "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            )
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            if body:
+                self.wfile.write(page.body)
+
+        def _serve(self, *, body: bool) -> None:
+            try:
+                page = console.handle(self.path)
+            except Exception:
+                # Logged without the request's query (it may carry search words).
+                log.exception("console page %s failed", urlsplit(self.path).path)
+                page = console._error(
+                    HTTPStatus.INTERNAL_SERVER_ERROR,
+                    "the page failed; the console's log (run with -v) says why",
+                )
+            self._send(page, body=body)
+
+        def do_GET(self) -> None:
+            self._serve(body=True)
+
+        def do_HEAD(self) -> None:
+            self._serve(body=False)
+
+        def _refuse(self) -> None:
+            page = console._error(
+                HTTPStatus.METHOD_NOT_ALLOWED, "the console is read-only: GET and HEAD only"
+            )
+            self.send_response(page.status)
+            self.send_header("Allow", "GET, HEAD")
+            self.send_header("Content-Type", page.content_type)
+            self.send_header("Content-Length", str(len(page.body)))
+            self.end_headers()
+            self.wfile.write(page.body)
+
+        do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.info("%s %s", self.command, urlsplit(self.path).path)
+
+    return Handler
+
+
+def make_server(engine: Engine, tenant: str | None, host: str, port: int) -> ThreadingHTTPServer:
+    """A server for the console (not started: call `serve_forever`)."""
+    console = Console(engine, tenant)
+    server = ThreadingHTTPServer((host, port), _handler(console))
+    server.daemon_threads = True
+    return server

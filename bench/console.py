@@ -1,0 +1,383 @@
+"""The audit console's page times on 100,000-message sessions (issue 23, item 1).
+
+    python bench/console.py                          # embedded PostgreSQL
+    python bench/console.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
+    python bench/console.py --messages 20000 --repeats 3     # quick
+
+Two sessions are built through the library's bulk path (`mem.add` with lists of
+`--batch` messages): `raw`, `--messages` originals all in the working context (a window large
+enough that nothing compresses), and `compressed`, the same number of originals with
+`compress_if_needed()` after every batch (the offline summarizer, a 32,000-token window), so that
+it holds a long event history, offloads and lineage. Then `autoctx ui`'s server (the console's
+own `make_server`, in this process, on 127.0.0.1) answers each page `--repeats` times over HTTP;
+the median is printed beside the baseline: the same page's SQL (the console's own statements,
+same parameters) sent with raw psycopg 3 on one open connection, median of as many runs. The
+difference is the console's own cost: the pool, the tenant scope, building the objects,
+rendering the template and HTTP. EXPLAIN of each page's main statement is checked for
+sequential scans of the session tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+from _common import (
+    BenchDatabase,
+    add_database_argument,
+    fresh_database,
+    machine_description,
+    median,
+    raw_connection,
+    secs,
+)
+from rich.console import Console
+from rich.table import Table
+
+from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
+from autoctx._memory import get_engine
+from autoctx._store import console as db
+from autoctx._store import search as search_store
+from autoctx._ui.app import CHILDREN_PAGE, EVENTS_PAGE, OFFLOAD_PAGE, WORKING_PAGE, make_server
+
+console = Console(width=150)
+SCOPE = "s.tenant IS NULL"
+WORDS = [
+    "build",
+    "deploy",
+    "test",
+    "failing",
+    "passing",
+    "value",
+    "path",
+    "branch",
+    "commit",
+    "schema",
+    "table",
+    "column",
+    "migration",
+    "endpoint",
+    "response",
+    "latency",
+    "error",
+    "warning",
+    "missing",
+    "expected",
+    "found",
+    "update",
+    "install",
+    "package",
+]
+
+
+def _message(k: int) -> list[Msg]:
+    """A short agent step: a user line, an assistant line, every 10th a tool call and result."""
+    w = WORDS[k % len(WORDS)]
+    if k % 10 == 9:
+        call = {"id": f"c{k}", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+        return [
+            Msg.from_openai({"role": "assistant", "content": None, "tool_calls": [call]}),
+            Msg.from_openai({"role": "tool", "tool_call_id": f"c{k}", "content": f"{w} ok {k}"}),
+        ]
+    role = "user" if k % 2 == 0 else "assistant"
+    return [
+        Msg.from_openai({"role": role, "content": f"step {k}: {w} {WORDS[k * 7 % len(WORDS)]} {k}"})
+    ]
+
+
+def build(
+    url: Any, sid: str, total: int, batch: int, config: AutoContextConfig, compress: bool
+) -> float:
+    mem = AutoContextMemory.open(sid, url, config, summarizer=OfflineSummarizer())
+    started = time.perf_counter()
+    mem.add([Msg.system("You are a coding agent.")])
+    k = 0
+    while k < total:
+        msgs: list[Msg] = []
+        while len(msgs) < batch and k < total:
+            msgs += _message(k)
+            k += 1
+        mem.add(msgs)
+        if compress:
+            mem.compress_if_needed()
+    return time.perf_counter() - started
+
+
+def timed(fn: Callable[[], Any], repeats: int) -> float:
+    fn()  # warm: the first request opens the pool and parses the templates
+    runs = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - started)
+    return median(runs)
+
+
+def fetch(base: str, path: str) -> Callable[[], int]:
+    def get() -> int:
+        with urllib.request.urlopen(base + path, timeout=120) as answer:
+            body = answer.read()
+            assert answer.status == 200, path
+            return len(body)
+
+    return get
+
+
+def raw(
+    conn: psycopg.Connection[Any], statements: Sequence[tuple[str, dict[str, Any]]]
+) -> Callable[[], None]:
+    def run() -> None:
+        with conn.transaction():
+            for sql, params in statements:
+                conn.execute(sql, params).fetchall()
+
+    return run
+
+
+def seq_scans(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> str:
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params).fetchall())
+    found = [
+        t
+        for t in ("messages", "working_set", "compression_events", "lineage", "offloads")
+        if f"Seq Scan on {t}" in plan
+    ]
+    return ", ".join(found) or "none"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_database_argument(parser)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=2_000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", default=None, help="Write the figures to this file.")
+    args = parser.parse_args(argv)
+    with fresh_database(args.database_url, "autoctx_bench_console") as bdb:
+        run(bdb, args)
+
+
+def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
+    console.print(f"[bold]console.py[/bold]: {machine_description(bdb)}")
+    big = AutoContextConfig(max_tokens=100_000_000)
+    bounded = AutoContextConfig(max_tokens=32_000)
+    took = build(bdb.url, "raw", args.messages, args.batch, big, compress=False)
+    console.print(f"built raw ({args.messages:,} originals, all working) in {secs(took)}")
+    took = build(bdb.url, "compressed", args.messages, args.batch, bounded, compress=True)
+    console.print(f"built compressed ({args.messages:,} originals) in {secs(took)}")
+    with raw_connection(bdb) as conn:
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE")
+        conn.autocommit = False
+        ev = conn.execute(
+            "SELECT count(*), max(id) FROM compression_events WHERE session_id = 'compressed'"
+        ).fetchone()
+        assert ev is not None
+        n_events, last_event = int(ev[0]), int(ev[1])
+        w = conn.execute(
+            "SELECT count(*), min(position), max(position) FROM working_set "
+            "WHERE session_id = 'raw'"
+        ).fetchone()
+        assert w is not None
+        n_working, first_pos, last_pos = int(w[0]), int(w[1]), int(w[2])
+        middle = conn.execute(
+            "SELECT position FROM working_set WHERE session_id = 'raw' ORDER BY position "
+            "OFFSET %s LIMIT 1",
+            (n_working // 2,),
+        ).fetchone()
+        assert middle is not None
+        big_summary = conn.execute(
+            "SELECT summary_id, count(*) FROM lineage WHERE session_id = 'compressed' "
+            "GROUP BY summary_id ORDER BY count(*) DESC LIMIT 1"
+        ).fetchone()
+        assert big_summary is not None
+        offload = conn.execute(
+            "SELECT uuid, message_ids FROM offloads WHERE session_id = 'compressed' "
+            "ORDER BY cardinality(message_ids) DESC LIMIT 1"
+        ).fetchone()
+        assert offload is not None
+        # The latest offload: the one with the deepest history behind it.
+        deep = conn.execute(
+            "SELECT uuid FROM offloads WHERE session_id = 'compressed' "
+            "ORDER BY event_id DESC LIMIT 1"
+        ).fetchone()
+        assert deep is not None
+        n_behind = conn.execute(
+            db._ORIGINALS.format(scope=SCOPE)
+            .replace(
+                "SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens",
+                "SELECT count(*)",
+            )
+            .replace("ORDER BY m.id\n", ""),
+            {"sid": "compressed", "uuid": deep[0], "after": 0, "limit": 10**9, "tenant": None},
+        ).fetchone()[0]
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM lineage), "
+            "(SELECT count(*) FROM offloads)"
+        ).fetchone()
+    console.print(
+        f"{counts[0]:,} stored messages, {n_events:,} events of `compressed`, {counts[1]:,} "
+        f"lineage rows, {counts[2]:,} offloads; `raw` has {n_working:,} working messages"
+    )
+
+    server = make_server(get_engine(bdb.url, auto_upgrade=False), None, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    t = {"tenant": None}
+
+    def p(**values: Any) -> dict[str, Any]:
+        return {**t, **values}
+
+    sessions_sql = db._SESSIONS.format(where=SCOPE) + (
+        " ORDER BY fill DESC NULLS LAST, s.session_id LIMIT %(limit)s OFFSET %(offset)s"
+    )
+    one_session = db._SESSIONS.format(where=f"s.session_id = %(sid)s AND {SCOPE}")
+    events_fwd = db._EVENTS.format(scope=SCOPE, op=">", direction="ASC")
+    events_back = db._EVENTS.format(scope=SCOPE, op="<", direction="DESC")
+    working_fwd = db._WORKING.format(scope=SCOPE, op=">", direction="ASC")
+    working_back = db._WORKING.format(scope=SCOPE, op="<", direction="DESC")
+    count_before = (
+        "SELECT count(*) FROM working_set w WHERE w.session_id = %(sid)s AND w.position < %(first)s"
+    )
+    summary_id = int(big_summary[0])
+    offload_ids = list(offload[1])[:OFFLOAD_PAGE]
+    word = WORDS[3]
+    search_sql = (
+        "SELECT m.session_id, m.id FROM messages m WHERE m.search_tsv @@ "
+        "websearch_to_tsquery('simple', %(q)s) AND m.session_id IN (SELECT s.session_id FROM "
+        "sessions s WHERE s.tenant IS NULL) ORDER BY ts_rank_cd(m.search_tsv, "
+        "websearch_to_tsquery('simple', %(q)s), 1) DESC LIMIT 50"
+    )
+    assert search_store  # the console's search is the library's (search_tenant)
+    pages: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
+        ("sessions (nearest the window)", "/?sort=window", [(sessions_sql, p(limit=50, offset=0))]),
+        (
+            "timeline of `compressed`",
+            "/s/compressed",
+            [
+                (one_session, p(sid="compressed")),
+                (db._TIMELINE.format(scope=SCOPE), p(sid="compressed")),
+            ],
+        ),
+        (
+            "events, first page",
+            "/s/compressed/events",
+            [
+                (one_session, p(sid="compressed")),
+                (events_fwd, p(sid="compressed", key=-(2**62), limit=EVENTS_PAGE + 1)),
+            ],
+        ),
+        (
+            "events, last page",
+            f"/s/compressed/events?before={last_event + 1}",
+            [
+                (one_session, p(sid="compressed")),
+                (events_back, p(sid="compressed", key=last_event + 1, limit=EVENTS_PAGE + 1)),
+            ],
+        ),
+        (
+            "working context, first page (raw)",
+            "/s/raw/working",
+            [
+                (one_session, p(sid="raw")),
+                (working_fwd, p(sid="raw", key=-(2**62), limit=WORKING_PAGE + 1)),
+                (count_before, {"sid": "raw", "first": first_pos}),
+            ],
+        ),
+        (
+            "working context, middle page (raw)",
+            f"/s/raw/working?after={middle[0]}",
+            [
+                (one_session, p(sid="raw")),
+                (working_fwd, p(sid="raw", key=middle[0], limit=WORKING_PAGE + 1)),
+                (count_before, {"sid": "raw", "first": middle[0] + 1}),
+            ],
+        ),
+        (
+            "working context, last page (raw)",
+            f"/s/raw/working?before={last_pos + 1}",
+            [
+                (one_session, p(sid="raw")),
+                (working_back, p(sid="raw", key=last_pos + 1, limit=WORKING_PAGE + 1)),
+                (count_before, {"sid": "raw", "first": last_pos - WORKING_PAGE}),
+            ],
+        ),
+        (
+            f"message + lineage ({big_summary[1]:,} replaced)",
+            f"/s/compressed/m/{summary_id}",
+            [
+                (one_session, p(sid="compressed")),
+                (db._MESSAGE.format(scope=SCOPE), p(sid="compressed", id=summary_id)),
+                (
+                    db._CHILDREN.format(scope=SCOPE),
+                    p(sid="compressed", mid=summary_id, after=0, limit=CHILDREN_PAGE + 1),
+                ),
+                (db._COVERING.format(scope=SCOPE), p(sid="compressed", mid=summary_id)),
+            ],
+        ),
+        (
+            f"offload, first page ({len(offload[1]):,} messages)",
+            f"/s/compressed/o/{offload[0]}",
+            [
+                (one_session, p(sid="compressed")),
+                (db._OFFLOAD.format(scope=SCOPE), p(sid="compressed", uuid=offload[0])),
+                (db._BY_ID.format(scope=SCOPE), p(sid="compressed", ids=offload_ids)),
+            ],
+        ),
+        (
+            f"offload, originals behind it, first page ({n_behind:,})",
+            f"/s/compressed/o/{deep[0]}?view=originals",
+            [
+                (one_session, p(sid="compressed")),
+                (db._OFFLOAD.format(scope=SCOPE), p(sid="compressed", uuid=deep[0])),
+                (
+                    db._ORIGINALS.format(scope=SCOPE),
+                    p(sid="compressed", uuid=deep[0], after=0, limit=OFFLOAD_PAGE + 1),
+                ),
+            ],
+        ),
+        (f"search {word!r} (tenant-wide)", f"/search?q={quote(word)}", [(search_sql, {"q": word})]),
+    ]
+    table = Table(title=f"console pages, median of {args.repeats} (after one warm-up)")
+    for col in ("page", "console (HTTP)", "raw SQL (psycopg)", "bytes", "seq scans"):
+        table.add_column(col, justify="left" if col in ("page", "seq scans") else "right")
+    figures = []
+    with raw_connection(bdb) as conn:
+        conn.execute("SET jit = off")  # as the console's transactions run
+        conn.commit()
+        for name, path, statements in pages:
+            page_s = timed(fetch(base, path), args.repeats)
+            size = fetch(base, path)()
+            sql_s = timed(raw(conn, statements), args.repeats)
+            main_sql, main_params = statements[-1] if len(statements) == 1 else statements[1]
+            scans = seq_scans(conn, main_sql, main_params)
+            conn.rollback()
+            table.add_row(
+                name, f"{page_s * 1000:,.1f} ms", f"{sql_s * 1000:,.1f} ms", f"{size:,}", scans
+            )
+            figures.append(
+                {
+                    "page": name,
+                    "path": path,
+                    "console_s": page_s,
+                    "sql_s": sql_s,
+                    "bytes": size,
+                    "seq_scans": scans,
+                }
+            )
+    server.shutdown()
+    server.server_close()
+    console.print(table)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(figures, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()

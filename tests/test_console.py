@@ -1,0 +1,640 @@
+"""The audit console (`autoctx ui`, issue 23 item 1): pages over a real PostgreSQL, then a real
+browser (Debian's chromium, driven by Playwright) clicking through them.
+
+The servers are the console's own (`make_server`, the standard library's threaded server) on
+127.0.0.1, reading the module's database through the migrations; the tenancy tests read as a
+real LOGIN role granted one tenant. Screenshots go to $AUTOCTX_UI_SCREENSHOTS when set (to
+look at them), else to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import os
+import re
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import markupsafe
+import pytest
+import sqlalchemy as sa
+from playwright.sync_api import Browser, Page, sync_playwright
+from typer.testing import CliRunner
+
+import autoctx
+from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
+from autoctx._cli import app
+from autoctx._memory import dispose_engines, get_engine
+from autoctx._store import console as db
+from autoctx._store.inspect import lineage_edges
+from autoctx._store.store import Store
+from autoctx._ui.app import make_server, parts
+from tests.histories import SMALL, multi_round
+from tests.test_tenants import Role, login_role
+
+CHROMIUM = "/usr/bin/chromium"
+#: A message whose text is markup: the pages must show it as text.
+SCRIPT = '<script>document.title="owned";alert(1)</script><b>bold?</b> & "quotes"'
+#: Whitespace that a renderer could fold: the offload page must keep it.
+EXACT = "line one\n\tindented with a tab\n    four spaces   and trailing   \n\nlast\n"
+MARKER = "quokkazebra4711"
+
+
+@dataclass
+class World:
+    main: str
+    small: str
+    failing: str
+    acme: str
+    globex: str
+    #: 230 messages, all in the working context: three pages.
+    long: str
+    #: An applied event of `main` whose offload holds originals.
+    offload: uuid.UUID
+    script_id: int
+    exact_id: int
+    #: The summary that event wrote.
+    summary_id: int
+
+
+def _tag() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="module")
+def world(db_url: str) -> Iterator[World]:
+    tag = _tag()
+
+    def open_(sid: str, config: AutoContextConfig = SMALL, **kw: Any) -> AutoContextMemory:
+        return AutoContextMemory.open(sid, db_url, config, summarizer=OfflineSummarizer(), **kw)
+
+    main = open_(f"ui-main-{tag}")
+    history = multi_round(3, rounds=6, steps=8)
+    # The markup and the whitespace ride in the first round, so a compression offloads them.
+    history[1:1] = [Msg.user(SCRIPT), Msg.assistant(EXACT), Msg.user(f"find {MARKER} please")]
+    applied = []
+    # Step by step, as an agent adds them, so that several strategies run.
+    for start in range(0, len(history), 12):
+        main.add(history[start : start + 12])
+        applied += [e for e in main.compress_if_needed() if e.status == "applied"]
+    assert applied
+    offload = next(
+        e.offload_uuid
+        for e in applied
+        if e.offload_uuid is not None
+        and any(m.kind == "original" for m in main.reload(e.offload_uuid))
+    )
+    summary_id = next(e.summary_message_id for e in applied if e.offload_uuid == offload)
+    assert summary_id is not None
+    store = Store(get_engine(db_url, auto_upgrade=False))
+    stored = store.load_messages(main.session_id, range(1, 6))
+    script_id = next(i for i, m in stored.items() if m.text == SCRIPT)
+    exact_id = next(i for i, m in stored.items() if m.text == EXACT)
+
+    long = open_(f"ui-long-{tag}", AutoContextConfig(max_tokens=1_000_000))
+    long.add([Msg.user(f"message number {k}") for k in range(230)])
+    small = open_(f"ui-small-{tag}")
+    small.add([Msg.system("short"), Msg.user("hello")])
+    failing = open_(f"ui-failing-{tag}")
+    failing.add([Msg.system("short"), Msg.user("fails")])
+    for _ in range(3):
+        # What the compressor records when a summarizer call fails (the library's own write).
+        store.record_event(
+            failing.session_id,
+            strategy=4,
+            status="failed",
+            reason="tokens",
+            error="http_error: HTTP 404",
+            config=SMALL.to_json(),
+            model="gpt-test",
+            prompt_tokens=1000,
+            completion_tokens=50,
+            latency_ms=12.5,
+        )
+    acme = open_(f"ui-acme-{tag}", tenant="acme")
+    acme.add([Msg.system("acme"), Msg.user("the acmesecret report")])
+    globex = open_(f"ui-globex-{tag}", tenant="globex")
+    globex.add([Msg.system("globex"), Msg.user("the globexsecret report")])
+    yield World(
+        main.session_id,
+        small.session_id,
+        failing.session_id,
+        acme.session_id,
+        globex.session_id,
+        long.session_id,
+        offload,
+        script_id,
+        exact_id,
+        summary_id,
+    )
+    dispose_engines()
+
+
+class Served:
+    """A console server in a thread of this process."""
+
+    def __init__(self, server: ThreadingHTTPServer) -> None:
+        self.server = server
+        host, port = server.server_address[:2]
+        self.base = f"http://{host!s}:{port}"
+        self.thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def get(self, path: str, method: str = "GET") -> tuple[int, str]:
+        request = urllib.request.Request(self.base + path, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def serve(url: str, tenant: str | None) -> Iterator[Served]:
+    served = Served(make_server(get_engine(url, auto_upgrade=False), tenant, "127.0.0.1", 0))
+    try:
+        yield served
+    finally:
+        served.close()
+
+
+@pytest.fixture(scope="module")
+def ui(db_url: str, world: World) -> Iterator[Served]:
+    with serve(db_url, None) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def acme_role(db_url: str, world: World) -> Iterator[Role]:
+    with login_role(db_url) as role:
+        assert autoctx.grant_tenant(role.name, "acme", db_url) is True
+        yield role
+
+
+def _q(sid: str) -> str:
+    return urllib.parse.quote(sid, safe="")
+
+
+def _version(db_url: str, sid: str) -> tuple[int, int]:
+    engine = sa.create_engine(db_url, poolclass=sa.NullPool)
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "select version, (select count(*) from compression_events where session_id = :s) "
+                "from sessions where session_id = :s"
+            ),
+            {"s": sid},
+        ).one()
+    engine.dispose()
+    return int(row[0]), int(row[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Pages over HTTP
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_page_answers_and_nothing_writes(ui: Served, world: World, db_url: str) -> None:
+    before = _version(db_url, world.main)
+    s = _q(world.main)
+    for path in (
+        "/",
+        "/?sort=cost",
+        "/?sort=failures&page=0",
+        "/?sort=updated",
+        f"/s/{s}",
+        f"/s/{s}/events",
+        f"/s/{s}/events?after=1",
+        f"/s/{s}/events?before=3",
+        f"/s/{s}/working",
+        f"/s/{s}/working?after=5",
+        f"/s/{s}/working?before=50",
+        f"/s/{s}/m/{world.script_id}",
+        f"/s/{s}/m/{world.summary_id}",
+        f"/s/{s}/m/{world.summary_id}?after=1",
+        f"/s/{s}/o/{world.offload}",
+        f"/s/{s}/o/{world.offload}?page=1",
+        f"/search?q={MARKER}",
+        f"/search?q={MARKER}&session={s}",
+    ):
+        status, body = ui.get(path)
+        assert status == 200, (path, body[:500])
+        assert "autoctx console" in body
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        status, body = ui.get(f"/s/{s}", method=method)
+        assert status == 405
+        assert "read-only" in body
+    assert _version(db_url, world.main) == before
+
+
+def test_the_console_reads_in_read_only_transactions(db_url: str, world: World) -> None:
+    engine = db.read_only(get_engine(db_url, auto_upgrade=False))
+    with pytest.raises(sa.exc.InternalError, match="read-only transaction"), engine.begin() as c:
+        c.execute(
+            sa.text("update sessions set version = version where session_id = :s"),
+            {"s": world.main},
+        )
+
+
+def test_markup_in_a_message_is_escaped(ui: Served, world: World) -> None:
+    for path in (
+        f"/s/{_q(world.main)}/m/{world.script_id}",
+        f"/s/{_q(world.main)}/o/{world.offload}",
+        f"/s/{_q(world.main)}/working",
+    ):
+        status, body = ui.get(path)
+        assert status == 200
+        assert "<script" not in body.lower(), path
+        assert "<b>bold?</b>" not in body
+    _, body = ui.get(f"/s/{_q(world.main)}/m/{world.script_id}")
+    assert str(markupsafe.escape(SCRIPT)) in body
+
+
+def test_the_session_page_draws_the_timeline_with_limits_and_marks(
+    ui: Served, world: World, db_url: str
+) -> None:
+    status, body = ui.get(f"/s/{_q(world.main)}")
+    assert status == 200
+    svg = body[body.index("<svg") : body.index("</svg>")]
+    for limit in ("window", "trigger", "target"):
+        assert f"limit-{limit}" in svg
+    assert "window 20,000" in svg
+    marks = sorted(int(k) for k in re.findall(r'class="mark mark-s(\d)"', svg))
+    events = Store(get_engine(db_url, auto_upgrade=False)).events(world.main)
+    assert marks == sorted(e.strategy for e in events if e.status != "failed")
+    for e in events:  # each mark links to its event's row
+        assert f"/events?after={e.id - 1}#e{e.id}" in svg
+    status, body = ui.get(f"/s/{_q(world.failing)}")
+    assert body.count('class="mark mark-failed"') == 3
+
+
+def _working_numbers(body: str) -> list[int]:
+    return [int(n) for n in re.findall(r"message number (\d+)", body)]
+
+
+def _link(body: str, anchor: str) -> str | None:
+    found = re.search(rf'<a href="([^"]+)" id="{anchor}">', body)
+    return html.unescape(found.group(1)) if found else None
+
+
+def test_working_context_pages_walk_forward_and_back(ui: Served, world: World) -> None:
+    status, body = ui.get(f"/s/{_q(world.long)}/working")
+    assert status == 200 and _working_numbers(body) == list(range(100))
+    assert _link(body, "prev") is None
+    pages = [_working_numbers(body)]
+    while (nxt := _link(body, "next")) is not None:
+        body = ui.get(nxt)[1]
+        pages.append(_working_numbers(body))
+    assert pages == [list(range(100)), list(range(100, 200)), list(range(200, 230))]
+    assert "messages 200 to 229 of 230" in body
+    back = ui.get(_link(body, "prev") or "")[1]
+    assert _working_numbers(back) == list(range(100, 200))
+    assert "messages 100 to 199 of 230" in back
+    first = ui.get(_link(back, "prev") or "")[1]
+    assert _working_numbers(first) == list(range(100))
+    assert _link(first, "prev") is None
+
+
+def _originals_behind(db_url: str, sid: str, offload: uuid.UUID) -> list[Msg]:
+    """Through the library: what the offload removed, each summary among them followed down
+    its lineage to the originals."""
+    engine = get_engine(db_url, auto_upgrade=False)
+    removed = Store(engine).reload(sid, offload)
+    ids = set()
+    for m in removed:
+        assert m.id is not None
+        if m.kind == "original":
+            ids.add(m.id)
+            continue
+        edges = lineage_edges(engine, sid, m.id)
+        below = {e.summary_id for e in edges}
+        ids |= {e.replaced_id for e in edges if e.replaced_id not in below}
+    found = Store(engine).load_messages(sid, ids)
+    return [found[i] for i in sorted(ids)]
+
+
+def test_an_offload_shows_the_originals_behind_it_down_through_summaries(
+    ui: Served, world: World, db_url: str
+) -> None:
+    events = Store(get_engine(db_url, auto_upgrade=False)).events(world.main)
+    nested = 0
+    for e in events:
+        if e.offload_uuid is None:
+            continue
+        expected = _originals_behind(db_url, world.main, e.offload_uuid)
+        removed = Store(get_engine(db_url, auto_upgrade=False)).reload(world.main, e.offload_uuid)
+        nested += any(m.kind != "original" for m in removed)
+        path: str | None = f"/s/{_q(world.main)}/o/{e.offload_uuid}?view=originals"
+        shown: list[list[str]] = []
+        while path is not None:
+            status, body = ui.get(path)
+            assert status == 200, body[-500:]
+            blocks = re.findall(r'<div class="msg" id="m\d+">(.*?)\n</div>', body, re.S)
+            shown += [
+                [html.unescape(t) for t in re.findall(r'<pre class="stored">(.*?)</pre>', b, re.S)]
+                for b in blocks
+            ]
+            path = _link(body, "next")
+        assert shown == [[p.text for p in parts(m)] for m in expected], e.id
+    assert nested, "the world has an offload that holds a summary"
+
+
+def test_a_summarys_page_lists_what_it_replaced_in_order(
+    ui: Served, world: World, db_url: str
+) -> None:
+    engine = get_engine(db_url, auto_upgrade=False)
+    for e in Store(engine).events(world.main):
+        assert e.summary_message_id is not None
+        direct = sorted(
+            (x for x in lineage_edges(engine, world.main, e.summary_message_id) if x.depth == 1),
+            key=lambda x: x.ordinal,
+        )
+        _, body = ui.get(f"/s/{_q(world.main)}/m/{e.summary_message_id}")
+        table = body[body.index('<table id="lineage">') :]
+        listed = [int(i) for i in re.findall(r'<td class="id"><a href="[^"]+">#(\d+)</a>', table)]
+        assert listed == [x.replaced_id for x in direct], e.id
+
+
+def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None:
+    s = _q(world.main)
+    cases = {
+        "/?sort=cheapest": (400, "&#39;sort&#39; takes one of window, cost, failures, updated"),
+        "/?page=-1": (400, "&#39;page&#39; takes a number from 0 to"),
+        f"/s/{s}/working?after={2**64}": (400, "&#39;after&#39; takes a number from 0 to"),
+        f"/s/{s}/m/{2**64}": (400, "no message id is larger than"),
+        f"/s/{s}/events?after=x": (400, "&#39;after&#39; takes a whole number"),
+        f"/s/{s}/o/not-a-uuid": (400, "full uuid"),
+        f"/s/{s}/o/{world.offload}?view=all": (400, "&#39;view&#39; takes removed or originals"),
+        f"/s/{s}/o/{uuid.uuid4()}": (404, "no offloaded context"),
+        f"/s/{s}/m/999999": (404, "no message 999999"),
+        "/s/no-such-session": (404, "does not exist"),
+        "/search?q=%20": (400, "search"),
+        "/nowhere": (404, "no console page"),
+    }
+    for path, (code, text) in cases.items():
+        status, body = ui.get(path)
+        assert (status, text in body) == (code, True), (path, status, body[-800:])
+        assert MARKER not in body
+
+
+# ---------------------------------------------------------------------------------------------
+# Paging stays on indexes (checked with EXPLAIN; seq scans off, so a plan without an index
+# path would still show a Seq Scan)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_paged_queries_use_indexes(db_url: str, world: World) -> None:
+    engine = sa.create_engine(db_url, poolclass=sa.NullPool)
+    params = {"sid": world.main, "tenant": None, "key": 0, "limit": 101, "mid": 1, "after": 0}
+    queries = {
+        "events": db._EVENTS.format(scope="s.tenant IS NULL", op=">", direction="ASC"),
+        "working": db._WORKING.format(scope="s.tenant IS NULL", op=">", direction="ASC"),
+        "children": db._CHILDREN.format(scope="s.tenant IS NULL"),
+        "covering": db._COVERING.format(scope="s.tenant IS NULL"),
+        "timeline": db._TIMELINE.format(scope="s.tenant IS NULL"),
+    }
+    with engine.begin() as conn:
+        conn.execute(sa.text("set local enable_seqscan = off"))
+        for name, sql in queries.items():
+            plan = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + sql, params).all())
+            assert "Seq Scan" not in plan, (name, plan)
+    engine.dispose()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tenancy: application (the console's tenant) and database (a role granted one tenant)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_console_shows_its_tenant_only(ui: Served, world: World, db_url: str) -> None:
+    _, body = ui.get("/")
+    assert world.main in body and world.acme not in body and world.globex not in body
+    assert ui.get(f"/s/{_q(world.acme)}")[0] == 404
+    _, found = ui.get("/search?q=acmesecret")
+    assert "No hits" in found
+    with serve(db_url, "acme") as acme:
+        _, body = acme.get("/")
+        assert world.acme in body and world.main not in body and world.globex not in body
+        assert acme.get(f"/s/{_q(world.globex)}")[0] == 404
+        assert acme.get(f"/s/{_q(world.main)}/o/{world.offload}")[0] == 404
+        _, found = acme.get("/search?q=report")
+        assert world.acme in found and world.globex not in found
+
+
+def test_a_role_granted_one_tenant_sees_nothing_else_whatever_it_asks(
+    world: World, acme_role: Role
+) -> None:
+    with serve(acme_role.url, "acme") as acme:
+        _, body = acme.get("/")
+        assert world.acme in body and world.globex not in body
+        status, body = acme.get(f"/s/{_q(world.acme)}/working")
+        assert status == 200 and "acmesecret" in body
+    # Asking for globex (not granted): the policies show nothing, whatever the console asks.
+    with serve(acme_role.url, "globex") as other:
+        _, body = other.get("/")
+        assert "No sessions here" in body and world.globex not in body
+        assert other.get(f"/s/{_q(world.globex)}")[0] == 404
+        _, found = other.get("/search?q=globexsecret")
+        assert "No hits" in found
+    with serve(acme_role.url, None) as none:
+        _, body = none.get("/")
+        assert "No sessions here" in body and world.main not in body
+
+
+def test_autoctx_ui_serves_the_console_from_the_command_line(db_url: str, world: World) -> None:
+    command = [sys.executable, "-u", "-m", "autoctx._cli", "ui", "--port", "0"]
+    child = subprocess.Popen(
+        [*command, "--database-url", db_url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert found, line
+        with urllib.request.urlopen(found.group(0), timeout=30) as answer:
+            body = answer.read().decode()
+        assert answer.status == 200 and world.main in body
+    finally:
+        child.terminate()
+        child.wait(timeout=30)
+
+
+def test_the_cli_command_is_registered_and_refuses_a_bad_tenant() -> None:
+    result = CliRunner().invoke(app, ["ui", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "read-only" in result.output
+    result = CliRunner().invoke(app, ["ui", "--tenant", ""])
+    assert result.exit_code != 0
+
+
+# ---------------------------------------------------------------------------------------------
+# In a real browser: Debian's chromium, driven by Playwright (never a downloaded browser)
+# ---------------------------------------------------------------------------------------------
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(
+            f"the browser tests drive Debian's chromium at {CHROMIUM}: apt-get install chromium"
+        )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wanted = os.environ.get("AUTOCTX_UI_SCREENSHOTS")
+    folder = Path(wanted) if wanted else tmp_path_factory.mktemp("console-shots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    dialogs: list[str] = []
+    opened.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    # Nothing may be fetched from anywhere but the console itself.
+    elsewhere: list[str] = []
+    opened.on(
+        "request",
+        lambda r: None if r.url.startswith("http://127.0.0.1:") else elsewhere.append(r.url),
+    )
+    yield opened
+    assert not dialogs, f"a script ran: {dialogs}"
+    assert not elsewhere, f"fetched from elsewhere: {elsewhere}"
+    context.close()
+
+
+def test_browser_sessions_sort_and_navigation(
+    page: Page, ui: Served, world: World, shots: Path
+) -> None:
+    page.goto(ui.base + "/")
+    first = page.locator("#sessions tbody tr td.id a").first
+    assert first.inner_text() == world.main  # nearest the window by default
+    page.screenshot(path=shots / "sessions.png")
+    page.click("#sort-failures")
+    assert page.url.endswith("sort=failures")
+    assert page.locator("#sessions tbody tr td.id a").first.inner_text() == world.failing
+    page.click("#sort-cost")  # the failed attempts' summarizer tokens
+    assert page.locator("#sessions tbody tr td.id a").first.inner_text() == world.failing
+    page.click("#sort-window")
+    page.locator("#sessions tbody tr td.id a", has_text=world.main).click()
+    assert page.locator("svg.timeline").count() == 1
+    assert page.locator("svg.timeline .mark").count() >= 1
+    page.screenshot(path=shots / "session.png")
+    page.click("text=events (")
+    assert page.locator("#events tbody tr").count() >= 1
+    page.screenshot(path=shots / "events.png")
+    page.click("text=working context (")
+    rows = page.locator("#working tbody tr")
+    assert rows.count() >= 1
+    page.screenshot(path=shots / "working.png")
+
+
+def test_browser_lineage_click_through_reaches_an_original(
+    page: Page, ui: Served, world: World, shots: Path
+) -> None:
+    page.goto(f"{ui.base}/s/{_q(world.main)}/working")
+    # The first working message some compression wrote.
+    page.locator("#working tbody tr", has=page.locator("td.kind")).first.locator("td.id a").click()
+    assert page.locator("#kind").inner_text() != "original"
+    page.screenshot(path=shots / "lineage.png")
+    kinds = [page.locator("#kind").inner_text()]
+    for _ in range(6):
+        if kinds[-1] == "original":
+            break
+        # Down through a nested summary when there is one, else to an original.
+        nested = page.locator("#lineage tbody tr", has=page.locator("td.kind"))
+        target = nested.first if nested.count() else page.locator("#lineage tbody tr").first
+        target.locator("td.id a").click()
+        kinds.append(page.locator("#kind").inner_text())
+    assert kinds[-1] == "original"
+    assert len(kinds) >= 3, f"the walk went through a nested summary: {kinds}"
+    assert "Covered now by" in page.inner_text("main")
+    page.screenshot(path=shots / "original.png")
+
+
+def test_browser_offload_shows_the_originals_exactly(
+    page: Page, ui: Served, world: World, shots: Path, db_url: str
+) -> None:
+    page.goto(f"{ui.base}/s/{_q(world.main)}/events")
+    page.locator(f"#events a[href$='/o/{world.offload}']").click()
+    assert page.url.endswith(f"/o/{world.offload}")
+    expected = AutoContextMemory.open(
+        world.main, db_url, summarizer=OfflineSummarizer(), create=False
+    ).reload(world.offload)
+    shown = page.locator(".msg")
+    assert shown.count() == min(len(expected), 20)
+    for k, msg in enumerate(expected[:20]):
+        texts = shown.nth(k).locator("pre.stored").all_text_contents()
+        assert texts == [p.text for p in parts(msg)], msg.id
+    assert EXACT in page.locator(f"#m{world.exact_id} pre.stored").all_text_contents()
+    page.locator(f"#m{world.exact_id}").scroll_into_view_if_needed()
+    page.screenshot(path=shots / "offload.png")
+    page.click("#view-originals")
+    originals = _originals_behind(db_url, world.main, world.offload)
+    first = page.locator(".msg").first.locator("pre.stored").all_text_contents()
+    assert first == [p.text for p in parts(originals[0])]
+
+
+def test_browser_search_finds_a_message(page: Page, ui: Served, world: World, shots: Path) -> None:
+    page.goto(ui.base + "/")
+    page.fill("header input[name=q]", MARKER)
+    page.press("header input[name=q]", "Enter")
+    hit = page.locator("#hits tbody tr")
+    assert hit.count() == 1
+    assert page.locator("#hits mark").first.inner_text() == MARKER
+    page.screenshot(path=shots / "search.png")
+    hit.locator("td.id a[href*='/m/']").click()
+    assert f"find {MARKER} please" in page.locator("#content").inner_text()
+
+
+def test_browser_markup_stays_text(page: Page, ui: Served, world: World, shots: Path) -> None:
+    page.goto(f"{ui.base}/s/{_q(world.main)}/m/{world.script_id}")
+    assert page.locator("#content pre.stored").first.text_content() == SCRIPT
+    assert page.evaluate("document.querySelectorAll('script, main b').length") == 0
+    assert page.title() != "owned"
+    page.screenshot(path=shots / "markup.png")
+
+
+def test_browser_a_tenant_role_sees_its_tenant(
+    page: Page, world: World, acme_role: Role, shots: Path
+) -> None:
+    with serve(acme_role.url, "acme") as acme:
+        page.goto(acme.base + "/")
+        ids = page.locator("#sessions tbody tr td.id a").all_inner_texts()
+        assert world.acme in ids and world.globex not in ids and world.main not in ids
+        page.screenshot(path=shots / "tenant.png")
+        page.goto(f"{acme.base}/s/{_q(world.globex)}")
+        assert "404" in page.title()
