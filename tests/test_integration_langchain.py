@@ -7,7 +7,10 @@ every request the agent loop sends.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -209,3 +212,52 @@ def test_a_run_without_a_thread_id_is_refused_naming_the_fix(
         with pytest.raises(ConfigError, match="thread_id"):
             agent.invoke({"messages": [{"role": "user", "content": "hi"}]})
     assert agent_model.requests == []
+
+
+def test_an_async_run_stays_under_the_window_and_stores_each_message_once(
+    make_middleware: Callable[..., AutoContextMiddleware], session_id: str
+) -> None:
+    """`ainvoke` goes through the async hooks (`abefore_model`, `aafter_agent`) and tools."""
+    middleware = make_middleware()
+    agent_model = ScriptedAgent(
+        calls_per_run=12, context_calls={10: ("context_search", {"query": '"FACT-0001"'})}
+    )
+    work = _Work()
+    config: Any = {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
+    with OpenAIServer(default=agent_model) as srv:
+        agent = _agent(srv, middleware, work, checkpointer=InMemorySaver())
+
+        async def runs() -> None:
+            for k in range(2):
+                prompt = {"messages": [{"role": "user", "content": f"Task {k}"}]}
+                result = await agent.ainvoke(prompt, config)
+                assert result["messages"][-1].content == agent_model.final_answer
+
+        asyncio.run(runs())
+    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+    answers = _answers_to(agent_model, "context_search")
+    assert len(answers) == 2 and all("FACT-0001" in a for a in answers)
+    mem = middleware.memory(config)
+    assert [e for e in mem.events() if e.status == "applied"]
+    _assert_each_stored_once(mem, prompts=2, calls=24)
+
+
+def test_without_langchain_the_import_error_names_the_extra() -> None:
+    # A child interpreter where LangChain cannot be found, as on an install without the extra.
+    code = """
+import importlib.abc, sys
+class NoLangChain(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "langchain" or name.startswith("langchain."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, NoLangChain())
+try:
+    import autoctx.integrations.langchain
+except ModuleNotFoundError as exc:
+    print(exc)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "autoctx-pg[langchain]" in out.stdout and "pip install -e '.[langchain]'" in out.stdout

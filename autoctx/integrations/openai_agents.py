@@ -9,7 +9,14 @@
         instructions="..." + AutoContextMemory.system_prompt_snippet(),
         tools=[..., *context_tools(session)],
     )
-    await Runner.run(agent, "Fix the failing test", session=session)
+    await Runner.run(
+        agent, "Fix the failing test", session=session, run_config=session.run_config()
+    )
+
+`session.run_config()` sets the SDK's `RunConfig.call_model_input_filter` to
+`session.call_model_input_filter`, so that every model call inside a run is sent the working
+context: without it the SDK builds each call of a run from its own in-memory list of the run's
+items, and a run of many tool calls overflows the window whatever the session compressed.
 
 `AutoContextSession` implements the SDK's `Session` protocol (`get_items`, `add_items`, `pop_item`,
 `clear_session`, `session_id`, `session_settings`). The SDK speaks Responses-API input items;
