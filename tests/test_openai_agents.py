@@ -1176,3 +1176,42 @@ def test_run_config_sets_the_filter_and_keeps_other_options(
         session.run_config(RunConfig(call_model_input_filter=other))
     with pytest.raises(ConfigError, match="call_model_input_filter"):
         session.run_config(call_model_input_filter=other)
+
+
+def test_the_filter_keeps_reasoning_with_its_calls_and_outputs_after_them(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
+    """A Responses-model run (reasoning, call, output per turn) given to the filter as the SDK
+    gives it, with no session saving the turns: the filter stores each turn once, and what it
+    returns keeps each reasoning item right before its call and each output after its call."""
+    session = make_session(config=AutoContextConfig(max_tokens=6_000))
+    run_input: list[dict[str, Any]] = [{"role": "user", "content": "Do the work"}]
+    for i in range(30):
+        run_input += [
+            {"type": "reasoning", "id": f"rs_{i}", "summary": [], "encrypted_content": f"e{i}"},
+            {
+                "type": "function_call",
+                "id": f"fc_{i}",
+                "call_id": f"call_{i}",
+                "name": "work",
+                "arguments": json.dumps({"step": i}),
+            },
+            {
+                "type": "function_call_output",
+                "call_id": f"call_{i}",
+                "output": tool_output(i, 3000),
+            },
+        ]
+        sent = session.filter_input_sync(copy.deepcopy(run_input))
+        assert session.memory().token_count() < 6_000
+        called: set[str] = set()
+        for k, item in enumerate(sent):
+            if item.get("type") == "reasoning":
+                assert sent[k + 1].get("type") == "function_call", sent[k + 1]
+            if item.get("type") == "function_call":
+                called.add(item["call_id"])
+            if item.get("type") == "function_call_output":
+                assert item["call_id"] in called
+    mem = session.memory()
+    assert [e for e in mem.events() if e.status == "applied"]
+    _assert_each_item_stored_once(mem, prompts=1, calls=30)
