@@ -57,4 +57,8 @@ def test_a_python_block_of_the_docs_runs(
     )
     set_default_openai_api("chat_completions")
     set_tracing_disabled(True)
+    if "ChatOpenAI" in code:
+        # LangChain's model reads its endpoint from the environment.
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test")
     exec(compile(code, where, "exec"), {"__name__": "__docs__"})

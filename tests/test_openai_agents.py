@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from agents import (
     Agent,
     OpenAIChatCompletionsModel,
+    RunConfig,
     Runner,
     Session,
     function_tool,
@@ -47,6 +48,7 @@ from autoctx._plot import reconstruct
 from autoctx._store.inspect import message_stamps
 from autoctx._tools import NOT_FOUND_ANSWER
 from autoctx.integrations.openai_agents import AutoContextSession, context_tools
+from tests.agent_model import ScriptedAgent, tool_output
 from tests.dbsql import sql
 from tests.openai_server import OpenAIServer, Reply
 
@@ -937,3 +939,279 @@ def test_a_background_session_adds_items_without_waiting_for_the_summarizer(
 def test_a_bad_background_mode_of_a_session_is_refused_naming_it(db_url: str) -> None:
     with pytest.raises(ConfigError, match="background must be False, True or 'worker'"):
         AutoContextSession("s", db_url, background=cast(Any, "yes"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Inside a run: `call_model_input_filter` bounds every model call of the SDK's own loop
+# ---------------------------------------------------------------------------------------------
+
+WINDOW = 16_000
+
+
+def _output_size(n: int) -> int:
+    """2-20 KB, varying from call to call."""
+    return 2_000 + (n * 7_919) % 18_001
+
+
+class _WorkTool:
+    """The work tool of the scripted agent: call n returns `tool_output(n, 2-20 KB)`."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def tool(self) -> Any:
+        @function_tool
+        def work(step: int) -> str:
+            """Do one step of the work and return its log."""
+            self.calls += 1
+            return tool_output(self.calls, _output_size(self.calls))
+
+        return work
+
+
+def _sdk_agent(
+    srv: OpenAIServer, session: AutoContextSession, work: _WorkTool
+) -> tuple[Agent[Any], AsyncOpenAI]:
+    client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+    agent = Agent(
+        name="worker",
+        instructions="Work. " + AutoContextMemory.system_prompt_snippet(),
+        model=model,
+        tools=[work.tool(), *context_tools(session)],
+    )
+    return agent, client
+
+
+async def _sdk_run(
+    agent: Agent[Any], prompt: str, session: AutoContextSession, *, stream: bool, bounded: bool
+) -> Any:
+    run_config = session.run_config() if bounded else RunConfig()
+    if stream:
+        streamed = Runner.run_streamed(
+            agent, prompt, session=session, run_config=run_config, max_turns=1_000
+        )
+        async for _ in streamed.stream_events():
+            pass
+        return streamed.final_output
+    result = await Runner.run(
+        agent, prompt, session=session, run_config=run_config, max_turns=1_000
+    )
+    return result.final_output
+
+
+def _window_config() -> AutoContextConfig:
+    return AutoContextConfig(max_tokens=WINDOW)
+
+
+def _stored_originals(mem: AutoContextMemory) -> list[dict[str, Any]]:
+    rows = sql(
+        mem,
+        "select role, content from messages where session_id = :s and kind = 'original'"
+        " and event_id is null order by id",
+        s=mem.session_id,
+    )
+    return [{"role": r[0], "content": r[1]} for r in rows]
+
+
+def _assert_each_item_stored_once(mem: AutoContextMemory, *, prompts: int, calls: int) -> None:
+    """Every user prompt and every tool output of the runs is one original, none twice."""
+    originals = _stored_originals(mem)
+    users = [o for o in originals if o["role"] == "user"]
+    results = [
+        block["tool_use_id"]
+        for o in originals
+        if o["role"] == "tool"
+        for block in o["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert len(users) == prompts
+    assert len(results) == len(set(results)) == calls
+
+
+def _assert_reachable(mem: AutoContextMemory, facts: Sequence[int]) -> None:
+    """Each tool output is found by the context tools' search and read back whole."""
+    for n in facts:
+        fact = f"FACT-{n:04d}"
+        head = tool_output(n, 200).splitlines()[0]
+
+        def reload(message_id: int) -> str:
+            arguments = json.dumps({"message_id": message_id})
+            call = {
+                "type": "function",
+                "function": {"name": "context_reload", "arguments": arguments},
+            }
+            return mem.handle_tool_call(call)
+
+        assert any(head in reload(hit.message_id) for hit in mem.search(f'"{fact}"', limit=50)), (
+            fact
+        )
+
+
+def _answers_to(agent_model: ScriptedAgent, name: str) -> list[str]:
+    """The tool results the model was sent for its calls of context tool `name`."""
+    ids = {
+        call["id"]
+        for body in agent_model.requests
+        for m in body["messages"]
+        if m["role"] == "assistant"
+        for call in m.get("tool_calls") or []
+        if call["function"]["name"] == name
+    }
+    answers: dict[str, str] = {}
+    for body in agent_model.requests:
+        for m in body["messages"]:
+            if m["role"] == "tool" and m["tool_call_id"] in ids:
+                answers.setdefault(m["tool_call_id"], m["content"])
+    return list(answers.values())
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
+def test_every_model_call_of_a_long_run_stays_under_the_window(
+    make_session: Callable[..., AutoContextSession], stream: bool
+) -> None:
+    session = make_session(config=_window_config())
+    set_tracing_disabled(True)
+    agent_model = ScriptedAgent(
+        calls_per_run=48, context_calls={40: ("context_search", {"query": '"FACT-0003"'})}
+    )
+    work = _WorkTool()
+
+    async def scenario() -> None:
+        with OpenAIServer(default=agent_model) as srv:
+            agent, client = _sdk_agent(srv, session, work)
+            final = await _sdk_run(agent, "Do the work", session, stream=stream, bounded=True)
+            assert final == agent_model.final_answer
+            await client.close()
+
+    run(scenario())
+    assert work.calls == 47
+    assert len(agent_model.inputs) == 49
+    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+    for body in agent_model.requests:
+        assert_valid_chat_history(body["messages"])
+    mem = session.memory()
+    assert [e for e in mem.events() if e.status == "applied"], "the run never compressed"
+    # The search the model made inside the run was answered from what the run stored.
+    answers = _answers_to(agent_model, "context_search")
+    assert len(answers) == 1 and "FACT-0003" in answers[0].replace("**", "")
+    _assert_each_item_stored_once(mem, prompts=1, calls=48)
+    _assert_reachable(mem, range(1, work.calls + 1))
+
+
+def test_without_the_filter_a_long_run_goes_over_the_window(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
+    """What the README says happens without the filter: the session compresses what it
+    stores, and the SDK still sends every item of the run at each model call."""
+    session = make_session(config=_window_config())
+    set_tracing_disabled(True)
+    agent_model = ScriptedAgent(calls_per_run=48)
+    work = _WorkTool()
+
+    async def scenario() -> None:
+        with OpenAIServer(default=agent_model) as srv:
+            agent, client = _sdk_agent(srv, session, work)
+            await _sdk_run(agent, "Do the work", session, stream=False, bounded=False)
+            await client.close()
+
+    run(scenario())
+    assert [e for e in session.memory().events() if e.status == "applied"]
+    assert agent_model.largest_request() > 5 * WINDOW
+    assert agent_model.over(WINDOW) > 30
+
+
+def test_many_short_runs_and_a_restart_stay_under_the_window(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
+    set_tracing_disabled(True)
+    agent_model = ScriptedAgent(
+        calls_per_run=3, context_calls={1: ("context_search", {"query": '"FACT-0002"'})}
+    )
+    work = _WorkTool()
+    finals: list[Any] = []
+
+    async def runs(session: AutoContextSession, prompts: range) -> None:
+        with OpenAIServer(default=agent_model) as srv:
+            agent, client = _sdk_agent(srv, session, work)
+            for k in prompts:
+                # Streamed and plain runs alternate: both store each item once.
+                finals.append(
+                    await _sdk_run(agent, f"Task {k}", session, stream=k % 2 == 1, bounded=True)
+                )
+            await client.close()
+
+    first = make_session(config=_window_config())
+    run(runs(first, range(13)))
+    # A restart: new objects, the same session id, the runs continue where they stopped.
+    agent_model.requests.clear()
+    second = make_session(first.session_id, config=_window_config())
+    run(runs(second, range(13, 25)))
+    assert finals == [agent_model.final_answer] * 25
+    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+    first_after_restart = json.dumps(agent_model.requests[0]["messages"])
+    assert "Task 12" in first_after_restart
+    mem = second.memory()
+    assert [e for e in mem.events() if e.status == "applied"]
+    answers = _answers_to(agent_model, "context_search")
+    # The 12 searches after the restart (and the one before it, still in the history).
+    assert len(answers) >= 12 and all("FACT-0002" in a.replace("**", "") for a in answers)
+    _assert_each_item_stored_once(mem, prompts=25, calls=75)
+    _assert_reachable(mem, range(1, work.calls + 1))
+
+
+def test_run_config_sets_the_filter_and_keeps_other_options(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
+    session = make_session()
+    config = session.run_config(RunConfig(workflow_name="w"), tracing_disabled=True)
+    assert config.call_model_input_filter == session.call_model_input_filter
+    assert (config.workflow_name, config.tracing_disabled) == ("w", True)
+    assert session.run_config(config).call_model_input_filter == session.call_model_input_filter
+
+    def other(data: Any) -> Any:
+        return data.model_data
+
+    with pytest.raises(ConfigError, match="call_model_input_filter"):
+        session.run_config(RunConfig(call_model_input_filter=other))
+    with pytest.raises(ConfigError, match="call_model_input_filter"):
+        session.run_config(call_model_input_filter=other)
+
+
+def test_the_filter_keeps_reasoning_with_its_calls_and_outputs_after_them(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
+    """A Responses-model run (reasoning, call, output per turn) given to the filter as the SDK
+    gives it, with no session saving the turns: the filter stores each turn once, and what it
+    returns keeps each reasoning item right before its call and each output after its call."""
+    session = make_session(config=AutoContextConfig(max_tokens=6_000))
+    run_input: list[dict[str, Any]] = [{"role": "user", "content": "Do the work"}]
+    for i in range(30):
+        run_input += [
+            {"type": "reasoning", "id": f"rs_{i}", "summary": [], "encrypted_content": f"e{i}"},
+            {
+                "type": "function_call",
+                "id": f"fc_{i}",
+                "call_id": f"call_{i}",
+                "name": "work",
+                "arguments": json.dumps({"step": i}),
+            },
+            {
+                "type": "function_call_output",
+                "call_id": f"call_{i}",
+                "output": tool_output(i, 3000),
+            },
+        ]
+        sent = session.filter_input_sync(copy.deepcopy(run_input))
+        assert session.memory().token_count() < 6_000
+        called: set[str] = set()
+        for k, item in enumerate(sent):
+            if item.get("type") == "reasoning":
+                assert sent[k + 1].get("type") == "function_call", sent[k + 1]
+            if item.get("type") == "function_call":
+                called.add(item["call_id"])
+            if item.get("type") == "function_call_output":
+                assert item["call_id"] in called
+    mem = session.memory()
+    assert [e for e in mem.events() if e.status == "applied"]
+    _assert_each_item_stored_once(mem, prompts=1, calls=30)

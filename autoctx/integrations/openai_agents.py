@@ -9,7 +9,14 @@
         instructions="..." + AutoContextMemory.system_prompt_snippet(),
         tools=[..., *context_tools(session)],
     )
-    await Runner.run(agent, "Fix the failing test", session=session)
+    await Runner.run(
+        agent, "Fix the failing test", session=session, run_config=session.run_config()
+    )
+
+`session.run_config()` sets the SDK's `RunConfig.call_model_input_filter` to
+`session.call_model_input_filter`, so that every model call inside a run is sent the working
+context: without it the SDK builds each call of a run from its own in-memory list of the run's
+items, and a run of many tool calls overflows the window whatever the session compressed.
 
 `AutoContextSession` implements the SDK's `Session` protocol (`get_items`, `add_items`, `pop_item`,
 `clear_session`, `session_id`, `session_settings`). The SDK speaks Responses-API input items;
@@ -44,8 +51,11 @@ The SDK calls are async; autoctx's memory is sync, so each call runs it in a wor
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -57,6 +67,7 @@ try:
         coerce_session_settings,
         resolve_session_limit,
     )
+    from agents.run_config import CallModelData, ModelInputData, RunConfig
     from agents.tool import FunctionTool
     from agents.tool_context import ToolContext
 except ModuleNotFoundError as exc:
@@ -72,7 +83,7 @@ from sqlalchemy.engine import URL
 
 from .._background import BackgroundMode, validate_background
 from .._config import AutoContextConfig
-from .._errors import InvalidMessage, SessionNotFound
+from .._errors import ConfigError, InvalidMessage, SessionNotFound
 from .._gc import paused_gc
 from .._memory import AutoContextMemory
 from .._messages import (
@@ -572,6 +583,8 @@ class AutoContextSession:
         self._cache: dict[int, list[Item]] = {}
         self._cache_epoch: Any = None
         self._cache_lock = threading.Lock()
+        # Which items of a run's input the memory holds already (see `call_model_input_filter`).
+        self._ledger = _Ledger()
 
     @classmethod
     def from_memory(
@@ -628,7 +641,10 @@ class AutoContextSession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The working context as input items, oldest first; with `limit`, the latest `limit`."""
         resolved = resolve_session_limit(limit, self.session_settings)
-        return await asyncio.to_thread(self.get_items_sync, resolved)
+        items = await asyncio.to_thread(self.get_items_sync, resolved)
+        # What the SDK starts a run from: those items of its input are stored already.
+        self._ledger.saw(items)
+        return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append items (one transaction), then compress if the trigger holds."""
@@ -703,6 +719,8 @@ class AutoContextSession:
 
     def add_items_sync(self, items: Sequence[Any]) -> None:
         """Append items (one transaction), then compress if the trigger holds (sync)."""
+        # Items the input filter stored already, earlier in this run, are not stored twice.
+        items = self._ledger.unclaimed(items)
         if not items:
             return
         self._store_items(items, replace=False)
@@ -716,6 +734,7 @@ class AutoContextSession:
         mem = self.memory()
         msgs = [msg for msg, _ in converted]
         stored = mem._replace_working(msgs) if replace else mem.add(msgs)
+        self._ledger.stored(items)
         # What was just written is known: the next read need not fetch it back. (The epoch
         # is not known here; a read with a new epoch starts the cache over anyway.)
         with self._cache_lock:
@@ -753,6 +772,8 @@ class AutoContextSession:
 
         if mem.pop_last(split) is None:
             return None
+        if popped:
+            self._ledger.forget(popped[0])
         return cast(TResponseInputItem | None, popped[0] if popped else None)
 
     def clear_session_sync(self) -> None:
@@ -771,6 +792,54 @@ class AutoContextSession:
                 self._mem = self._mem or mem
         mem.clear()
 
+    # -- inside a run -------------------------------------------------------------------------
+
+    async def call_model_input_filter(self, data: CallModelData[Any]) -> ModelInputData:
+        """The SDK's `RunConfig.call_model_input_filter`: every model call of a run is sent the
+        session's working context, so it stays under `max_tokens` inside a run too.
+
+        Without it the SDK builds each model call of a run from its own in-memory list (the
+        history read at the start plus every item of the run so far): the session compresses
+        what it stores, but a run of many tool calls still sends everything it produced, and
+        its requests grow past the window. Use it with the session:
+
+            await Runner.run(agent, prompt, session=session, run_config=session.run_config())
+
+        Items of the input the memory does not hold yet (a streamed run's new input, or every
+        new item when the run has no session) are stored first, compressed as any append, and
+        recorded so that the SDK's own `add_items` of the same items later stores nothing
+        twice. The instructions pass through unchanged (leave room for them, and for the tool
+        definitions, under `max_tokens`). The working context keeps the SDK's pairing rules: a
+        `function_call_output` follows its `function_call`, and a reasoning item stays with the
+        calls that follow it (they are one message, compressed together).
+        """
+        items = await asyncio.to_thread(self.filter_input_sync, data.model_data.input)
+        return ModelInputData(input=items, instructions=data.model_data.instructions)
+
+    def filter_input_sync(self, items: Sequence[Any]) -> list[TResponseInputItem]:
+        """The input a model call gets instead of `items` (sync; see `call_model_input_filter`)."""
+        pending = self._ledger.pending(items)
+        if pending:
+            self._store_items(pending, replace=False)
+            self._ledger.claim(pending)
+        return self.get_items_sync()
+
+    def run_config(self, config: RunConfig | None = None, /, **options: Any) -> RunConfig:
+        """A `RunConfig` whose `call_model_input_filter` is this session's: `config` (or a new
+        one) with `options` (any other `RunConfig` field) set. A config that has an input
+        filter of its own is refused: the SDK takes one, and two would each undo the other."""
+        base = config if config is not None else RunConfig()
+        theirs = options.pop("call_model_input_filter", base.call_model_input_filter)
+        if theirs is not None and theirs != self.call_model_input_filter:
+            raise ConfigError(
+                "run_config: the RunConfig already has a call_model_input_filter; the SDK runs "
+                "only one, so pass a config without it (wrap your filter around "
+                "session.call_model_input_filter yourself if you need both)"
+            )
+        return dataclasses.replace(
+            base, call_model_input_filter=self.call_model_input_filter, **options
+        )
+
 
 def _remainder(last: Msg, keep: Sequence[int]) -> Msg:
     """The popped message without its last item's blocks (and without its last skeleton)."""
@@ -782,6 +851,82 @@ def _remainder(last: Msg, keep: Sequence[int]) -> Msg:
     return Msg(
         last.role, blocks, name=last.name, metadata=metadata, kind=last.kind, pinned=last.pinned
     )
+
+
+# Keys an item's copy in the SDK's model input may lack or change from the item as stored (the
+# SDK drops reasoning ids under `reasoning_item_id_policy="omit"`).
+_VOLATILE_KEYS = frozenset({"id", "status"})
+
+
+def _digest(item: Any) -> bytes:
+    data = _as_dict(item, 0)
+    kept = {k: v for k, v in data.items() if k not in _VOLATILE_KEYS}
+    text = json.dumps(kept, sort_keys=True, ensure_ascii=False)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class _Ledger:
+    """Which items of a run's model input the memory holds, as counts of item digests.
+
+    The SDK's input to a model call is the history it read at the start of the run
+    (`get_items`: `saw`) followed by the run's new input and items, which it stores through
+    `add_items` (`stored`), in version 0.24 before the next model call except a streamed run's
+    new input, stored after the first one. What the input holds beyond those counts is pending:
+    the filter stores it and `claim`s it, and the SDK's later `add_items` of the same items
+    skips them (`unclaimed`). Counts, not sets: a user may send the same message twice.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: Counter[bytes] = Counter()
+        self._claimed: Counter[bytes] = Counter()
+
+    def saw(self, items: Sequence[Any]) -> None:
+        """Items read from the memory: held, counted once however often they are read."""
+        counts = Counter(_digest(item) for item in items)
+        with self._lock:
+            self._known |= counts
+
+    def stored(self, items: Sequence[Any]) -> None:
+        counts = Counter(_digest(item) for item in items)
+        with self._lock:
+            self._known += counts
+
+    def forget(self, item: Any) -> None:
+        with self._lock:
+            self._known -= Counter([_digest(item)])
+
+    def pending(self, items: Sequence[Any]) -> list[Any]:
+        """The items of `items` the memory does not hold: of equal items, the latest ones."""
+        digests = [_digest(item) for item in items]
+        with self._lock:
+            extra = Counter(digests) - self._known
+        out: list[Any] = []
+        for item, digest in zip(reversed(items), reversed(digests), strict=True):
+            if extra[digest] > 0:
+                extra[digest] -= 1
+                out.append(item)
+        out.reverse()
+        return out
+
+    def claim(self, items: Sequence[Any]) -> None:
+        with self._lock:
+            self._claimed += Counter(_digest(item) for item in items)
+
+    def unclaimed(self, items: Sequence[Any]) -> list[Any]:
+        """`items` without those the filter stored already (each claim is used once)."""
+        with self._lock:
+            if not self._claimed:
+                return list(items)
+            out: list[Any] = []
+            for item in items:
+                digest = _digest(item)
+                if self._claimed[digest] > 0:
+                    self._claimed[digest] -= 1
+                else:
+                    out.append(item)
+            self._claimed = +self._claimed
+            return out
 
 
 # ---------------------------------------------------------------------------------------------

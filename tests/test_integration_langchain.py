@@ -1,0 +1,263 @@
+"""AutoContextMiddleware: autoctx inside LangChain v1's `create_agent`, through its real loop.
+
+The agent's model is `ChatOpenAI` pointed at the local Chat Completions server
+(tests/openai_server.py) whose replies come from `ScriptedAgent`, which counts the input of
+every request the agent loop sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import convert_to_openai_messages
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+
+from autoctx import AutoContextConfig, AutoContextMemory, ConfigError, OfflineSummarizer
+from autoctx.integrations.langchain import AutoContextMiddleware
+from tests.agent_model import ScriptedAgent, request_tokens, tool_output
+from tests.dbsql import sql
+from tests.openai_server import OpenAIServer
+
+WINDOW = 16_000
+
+
+def _output_size(n: int) -> int:
+    """2-20 KB, varying from call to call."""
+    return 2_000 + (n * 7_919) % 18_001
+
+
+class _Work:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def tool(self) -> Any:
+        @tool
+        def work(step: int) -> str:
+            """Do one step of the work and return its log."""
+            self.calls += 1
+            return tool_output(self.calls, _output_size(self.calls))
+
+        return work
+
+
+def _agent(srv: OpenAIServer, middleware: AutoContextMiddleware, work: _Work, **kw: Any) -> Any:
+    model = ChatOpenAI(model="test-model", base_url=srv.base_url, api_key="test", max_retries=0)
+    return create_agent(
+        model,
+        tools=[work.tool()],
+        system_prompt="Work. " + AutoContextMemory.system_prompt_snippet(),
+        middleware=[middleware],
+        **kw,
+    )
+
+
+@pytest.fixture
+def make_middleware(db_url: str) -> Callable[..., AutoContextMiddleware]:
+    def make(**kw: Any) -> AutoContextMiddleware:
+        kw.setdefault("summarizer", OfflineSummarizer())
+        kw.setdefault("config", AutoContextConfig(max_tokens=WINDOW))
+        return AutoContextMiddleware(db_url, **kw)
+
+    return make
+
+
+def _tokens(messages: Sequence[Any]) -> int:
+    return request_tokens({"messages": convert_to_openai_messages(list(messages))})
+
+
+def _answers_to(agent_model: ScriptedAgent, name: str) -> list[str]:
+    ids = {
+        call["id"]
+        for body in agent_model.requests
+        for m in body["messages"]
+        if m["role"] == "assistant"
+        for call in m.get("tool_calls") or []
+        if call["function"]["name"] == name
+    }
+    answers: dict[str, str] = {}
+    for body in agent_model.requests:
+        for m in body["messages"]:
+            if m["role"] == "tool" and m["tool_call_id"] in ids:
+                answers.setdefault(m["tool_call_id"], m["content"])
+    return [a.replace("**", "") for a in answers.values()]
+
+
+def _assert_each_stored_once(mem: AutoContextMemory, *, prompts: int, calls: int) -> None:
+    rows = sql(
+        mem,
+        "select role, content from messages where session_id = :s and kind = 'original'"
+        " and event_id is null",
+        s=mem.session_id,
+    )
+    users = [r for r in rows if r[0] == "user"]
+    results = [b["tool_use_id"] for r in rows if r[0] == "tool" for b in r[1]]
+    assert len(users) == prompts
+    assert len(results) == len(set(results)) == calls
+
+
+def _assert_reachable(mem: AutoContextMemory, facts: Sequence[int]) -> None:
+    """Each tool output is found by the context tools' search and read back whole."""
+    for n in facts:
+        head = tool_output(n, 200).splitlines()[0]
+
+        def reload(message_id: int) -> str:
+            arguments = json.dumps({"message_id": message_id})
+            call = {
+                "type": "function",
+                "function": {"name": "context_reload", "arguments": arguments},
+            }
+            return mem.handle_tool_call(call)
+
+        hits = mem.search(f'"FACT-{n:04d}"', limit=50)
+        assert any(head in reload(hit.message_id) for hit in hits), n
+
+
+def test_every_model_call_of_a_long_run_stays_under_the_window(
+    make_middleware: Callable[..., AutoContextMiddleware], session_id: str
+) -> None:
+    middleware = make_middleware()
+    agent_model = ScriptedAgent(
+        calls_per_run=48, context_calls={40: ("context_search", {"query": '"FACT-0003"'})}
+    )
+    work = _Work()
+    with OpenAIServer(default=agent_model) as srv:
+        agent = _agent(srv, middleware, work)
+        result = agent.invoke(
+            {"messages": [{"role": "user", "content": "Do the work"}]},
+            {"configurable": {"thread_id": session_id}, "recursion_limit": 500},
+        )
+    assert result["messages"][-1].content == agent_model.final_answer
+    assert work.calls == 47 and len(agent_model.inputs) == 49
+    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+    assert {"context_reload", "context_search"} <= set(agent_model.offered_tools(0))
+    # The graph state is the working context (under the window), not every message of the run.
+    mem = middleware.memory({"configurable": {"thread_id": session_id}})
+    assert _tokens(result["messages"]) < WINDOW
+    assert [e for e in mem.events() if e.status == "applied"], "the run never compressed"
+    answers = _answers_to(agent_model, "context_search")
+    assert len(answers) == 1 and "FACT-0003" in answers[0]
+    _assert_each_stored_once(mem, prompts=1, calls=48)
+    _assert_reachable(mem, range(1, work.calls + 1))
+
+
+def test_many_short_runs_and_a_restart_with_a_checkpointer(
+    make_middleware: Callable[..., AutoContextMiddleware], session_id: str
+) -> None:
+    agent_model = ScriptedAgent(
+        calls_per_run=3, context_calls={1: ("context_search", {"query": '"FACT-0002"'})}
+    )
+    work = _Work()
+    checkpointer = InMemorySaver()
+    config: Any = {"configurable": {"thread_id": session_id}}
+    finals: list[Any] = []
+
+    def runs(middleware: AutoContextMiddleware, prompts: range) -> None:
+        with OpenAIServer(default=agent_model) as srv:
+            agent = _agent(srv, middleware, work, checkpointer=checkpointer)
+            for k in prompts:
+                result = agent.invoke(
+                    {"messages": [{"role": "user", "content": f"Task {k}"}]}, config
+                )
+                finals.append(result["messages"][-1].content)
+
+    runs(make_middleware(), range(13))
+    # A restart: a new middleware and agent, the same thread; the runs continue.
+    agent_model.requests.clear()
+    second = make_middleware()
+    runs(second, range(13, 25))
+    assert finals == [agent_model.final_answer] * 25
+    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+    assert "Task 12" in json.dumps(agent_model.requests[0]["messages"])
+    mem = second.memory(config)
+    assert [e for e in mem.events() if e.status == "applied"]
+    answers = _answers_to(agent_model, "context_search")
+    assert len(answers) >= 12 and all("FACT-0002" in a for a in answers)
+    _assert_each_stored_once(mem, prompts=25, calls=75)
+    _assert_reachable(mem, range(1, work.calls + 1))
+    # The checkpointed state stays the working context, not the thread's whole history.
+    state = checkpointer.get(config)
+    assert state is not None
+    assert _tokens(state["channel_values"]["messages"]) < WINDOW
+
+
+def test_without_a_checkpointer_the_session_carries_the_thread(
+    make_middleware: Callable[..., AutoContextMiddleware], session_id: str
+) -> None:
+    """No checkpointer: each invoke starts from its new message only, and the model still
+    gets the thread's history, from autoctx (an explicit session id here)."""
+    agent_model = ScriptedAgent(calls_per_run=1)
+    work = _Work()
+    with OpenAIServer(default=agent_model) as srv:
+        for k in range(2):
+            agent = _agent(srv, make_middleware(session_id=session_id), work)
+            agent.invoke({"messages": [{"role": "user", "content": f"Task {k}"}]})
+    assert "Task 0" in json.dumps(agent_model.requests[-1]["messages"])
+
+
+def test_a_run_without_a_thread_id_is_refused_naming_the_fix(
+    make_middleware: Callable[..., AutoContextMiddleware],
+) -> None:
+    agent_model = ScriptedAgent(calls_per_run=1)
+    with OpenAIServer(default=agent_model) as srv:
+        agent = _agent(srv, make_middleware(), _Work())
+        with pytest.raises(ConfigError, match="thread_id"):
+            agent.invoke({"messages": [{"role": "user", "content": "hi"}]})
+    assert agent_model.requests == []
+
+
+def test_an_async_run_stays_under_the_window_and_stores_each_message_once(
+    make_middleware: Callable[..., AutoContextMiddleware], session_id: str
+) -> None:
+    """`ainvoke` goes through the async hooks (`abefore_model`, `aafter_agent`) and tools."""
+    middleware = make_middleware()
+    agent_model = ScriptedAgent(
+        calls_per_run=12, context_calls={10: ("context_search", {"query": '"FACT-0001"'})}
+    )
+    work = _Work()
+    config: Any = {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
+    with OpenAIServer(default=agent_model) as srv:
+        agent = _agent(srv, middleware, work, checkpointer=InMemorySaver())
+
+        async def runs() -> None:
+            for k in range(2):
+                prompt = {"messages": [{"role": "user", "content": f"Task {k}"}]}
+                result = await agent.ainvoke(prompt, config)
+                assert result["messages"][-1].content == agent_model.final_answer
+
+        asyncio.run(runs())
+    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+    answers = _answers_to(agent_model, "context_search")
+    assert len(answers) == 2 and all("FACT-0001" in a for a in answers)
+    mem = middleware.memory(config)
+    assert [e for e in mem.events() if e.status == "applied"]
+    _assert_each_stored_once(mem, prompts=2, calls=24)
+
+
+def test_without_langchain_the_import_error_names_the_extra() -> None:
+    # A child interpreter where LangChain cannot be found, as on an install without the extra.
+    code = """
+import importlib.abc, sys
+class NoLangChain(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "langchain" or name.startswith("langchain."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, NoLangChain())
+try:
+    import autoctx.integrations.langchain
+except ModuleNotFoundError as exc:
+    print(exc)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "autoctx-pg[langchain]" in out.stdout and "pip install -e '.[langchain]'" in out.stdout
