@@ -26,6 +26,17 @@ def _text_field(value: object, where: str, *, required: bool) -> str:
     if not isinstance(value, str) or (required and not value.strip()):
         got = "an empty string" if isinstance(value, str) else type(value).__name__
         raise InvalidPlan(f"{where} must be a non-empty string, got {got}")
+    # What PostgreSQL cannot store in JSONB: refused here, so that no database error (whose
+    # text would quote the plan) is ever raised.
+    if "\x00" in value:
+        raise InvalidPlan(f"{where} contains a NUL character, which cannot be stored; remove it")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidPlan(
+            f"{where} is not valid Unicode (a lone surrogate), which cannot be stored; decode "
+            "the text properly"
+        ) from None
     return value
 
 

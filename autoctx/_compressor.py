@@ -560,6 +560,7 @@ class Compressor:
             plan=state.plan,
             deadline=None if fallback is not None else self._request_deadline(state),
             clip=clip_for(edit.strategy, self.config),
+            count_tokens=self.counter.count,
         )
         try:
             if fallback is not None:

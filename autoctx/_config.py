@@ -13,11 +13,12 @@ import dataclasses
 import difflib
 import functools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ._errors import ConfigError
+from ._errors import ConfigError, InvalidStoredConfig
 from ._search import DEFAULT_SEARCH_CONFIG, validate_search_config
 
 #: Strategies whose replacement text an LLM writes; their prompts are replaceable. 7 is the
@@ -342,6 +343,37 @@ class AutoContextConfig:
         if "prompts" in kwargs:
             kwargs["prompts"] = {int(k): v for k, v in kwargs["prompts"].items()}
         return cls(**kwargs)
+
+
+def config_argument(config: object) -> AutoContextConfig | None:
+    """The `config=` given to `open`: an `AutoContextConfig` or None (`ConfigError` else)."""
+    if config is None or isinstance(config, AutoContextConfig):
+        return config
+    hint = " (AutoContextConfig(**that_dict))" if isinstance(config, Mapping) else ""
+    raise ConfigError(
+        f"config must be an AutoContextConfig or None, got {type(config).__name__}; build one"
+        f"{hint} and pass it"
+    )
+
+
+def stored_config(session_id: str, data: object) -> AutoContextConfig:
+    """The config recorded on session `session_id`, read back from the database, where anyone
+    with the tables' privileges (or an import) may have written anything: `InvalidStoredConfig`
+    naming the session, the field and the fix when it is not a valid config. The message
+    names the field, never its value."""
+    try:
+        if not isinstance(data, Mapping):
+            raise TypeError("not a JSON object")
+        return AutoContextConfig.from_json(data)
+    except (ConfigError, TypeError, ValueError, AttributeError, KeyError) as exc:
+        found = re.match(r"AutoContextConfig(?:\.| has no field ')(\w+)", str(exc))
+        field = f"field {found.group(1)!r}" if found else "its shape"
+        raise InvalidStoredConfig(
+            f"session {session_id!r}: the config recorded on it is invalid ({field}), so it is "
+            "not compressed. Open it once with config=AutoContextConfig(...) (the thresholds to "
+            "record), or rewrite sessions.config with the tables' owner; its messages are "
+            "untouched"
+        ) from None
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:

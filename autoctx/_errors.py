@@ -112,3 +112,13 @@ class InvalidSearch(AutoContextError, ValueError):
 class InvalidMessageId(AutoContextError, ValueError):
     """A reload by message id is malformed: the id is not a positive integer, or both (or
     neither) of an offload id and a message id were given."""
+
+
+class InvalidStoredConfig(ConfigError):
+    """The config recorded on a session (read back from the database: written there outside
+    autoctx, or carried by an import) is not a valid `AutoContextConfig`. The session is not
+    compressed until it is repaired; its messages are untouched."""
+
+
+class InvalidPage(AutoContextError, ValueError):
+    """A reload's page is invalid: `offset` is negative or `limit` is not positive."""

@@ -16,6 +16,11 @@ MAX_REASON: Final = 1000
 MAX_ERASE_IDS: Final = 100_000
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _DURATION: Final = re.compile(r"(\d+)\s*([smhdw])")
+#: The longest retention age: 100,000 days (about 273 years), far from the dates Python and
+#: PostgreSQL can compute with (`now - age` must stay a date).
+MAX_AGE: Final = timedelta(days=100_000)
+#: Message ids are positive 64-bit integers (PostgreSQL bigint).
+MAX_STORED_ID: Final = 2**63 - 1
 
 
 def message_id(value: object, what: str) -> int:
@@ -24,6 +29,13 @@ def message_id(value: object, what: str) -> int:
         raise MessageNotFound(
             f"{what} must be a message id (an int, as `mem.messages()` gives in `.id`), got "
             f"{type(value).__name__}"
+        )
+    if not 1 <= value <= MAX_STORED_ID:
+        # No stored message has it (ids are positive 64-bit integers); the database would
+        # refuse the comparison with a raw error.
+        raise MessageNotFound(
+            f"{what} must be a message id between 1 and {MAX_STORED_ID} (as `mem.messages()` "
+            f"gives in `.id`), got {value}"
         )
     return value
 
@@ -72,13 +84,29 @@ def parse_duration(text: str | timedelta) -> timedelta:
         age = text
     else:
         compact = text.strip().lower() if isinstance(text, str) else ""
+        if len(compact) > 64:
+            raise InvalidDuration(
+                f"the age is {len(compact)} characters long; write a number and a unit (s, m, "
+                "h, d, w), such as 30d, 12h or 1d12h"
+            )
         parts = _DURATION.findall(compact)
         if not parts or _DURATION.sub("", compact).strip():
             raise InvalidDuration(
                 f"cannot read the age {text!r}; write a number and a unit (s, m, h, d, w), "
                 "such as 30d, 12h or 1d12h"
             )
-        age = timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in parts))
+        seconds = sum(int(n) * _UNITS[u] for n, u in parts)
+        if seconds > MAX_AGE.total_seconds():
+            raise InvalidDuration(
+                f"the age {text!r} is over the longest one autoctx reads ({MAX_AGE.days} "
+                "days); write a shorter age"
+            )
+        age = timedelta(seconds=seconds)
     if age <= timedelta(0):
         raise InvalidDuration(f"the age must be positive, got {text!r}")
+    if age > MAX_AGE:
+        raise InvalidDuration(
+            f"the age is over the longest one autoctx reads ({MAX_AGE.days} days); pass a "
+            "shorter timedelta"
+        )
     return age

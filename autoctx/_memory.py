@@ -41,17 +41,24 @@ from ._background import (
 )
 from ._client import AutoContextClient
 from ._compressor import Compressor, SessionState, is_due, trigger_of
-from ._config import AutoContextConfig
+from ._config import AutoContextConfig, config_argument, stored_config
 from ._erasure import Derived, rewrite_erased
-from ._errors import InvalidMessageId, InvalidSessionId, SessionNotFound
+from ._errors import (
+    InvalidMessage,
+    InvalidMessageId,
+    InvalidPage,
+    InvalidSessionId,
+    SessionNotFound,
+)
 from ._events import Event
-from ._intake import Prepared, count_tokens, prepare
+from ._intake import Prepared, prepare
 from ._lifecycle_args import erasure_ids, erasure_reason, message_id
 from ._messages import Msg, coerce_messages, to_openai_messages
 from ._prompts import RELOAD_SNIPPET
 from ._search import (
     DEFAULT_LIMIT,
     NOT_INDEXED,
+    SEARCH_CONFIGS,
     AutoContextSearchHit,
     SearchScope,
     stored_search_config,
@@ -109,6 +116,41 @@ def _check_message_id(message_id: object) -> int:
     if not 1 <= message_id <= MAX_MESSAGE_ID:
         raise InvalidMessageId(f"message_id must be a positive integer, got {message_id}")
     return message_id
+
+
+def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepared:
+    """What `pop_last`'s `split` returned, checked as `add` checks a message (storable, under
+    the size cap) and as the rest of `last`: the same role, and only tool calls and results
+    `last` had, so that the working context stays a valid chat. `InvalidMessage` naming the
+    rule, never the content; nothing is written."""
+    where = f"session {mem.session_id!r}, pop_last: the remainder split returned"
+    if not isinstance(rest, Msg):
+        raise InvalidMessage(f"{where} must be a Msg or None, got {type(rest).__name__}")
+    try:
+        (prepared,) = prepare(
+            [rest],
+            mem._counter,
+            max_chars=mem.config.max_message_chars,
+            session_id=mem.session_id,
+        )
+    except InvalidMessage as exc:
+        raise InvalidMessage(f"{where} is invalid: {exc}") from None
+    if rest.role != last.role:
+        raise InvalidMessage(
+            f"{where} has role {rest.role!r}, the message it stands for {last.role!r}; return "
+            "the rest of that message (same role), or None"
+        )
+    calls = {c.id for c in last.tool_uses}
+    results = {r.tool_use_id for r in last.tool_results}
+    if (
+        not {c.id for c in rest.tool_uses} <= calls
+        or not {r.tool_use_id for r in rest.tool_results} <= results
+    ):
+        raise InvalidMessage(
+            f"{where} has tool calls or results the message it stands for does not have; it "
+            "may keep some of that message's calls and results, never add any"
+        )
+    return replace(prepared, final=False)
 
 
 def _check_storable(what: str, name: str, limit: int) -> None:
@@ -232,6 +274,7 @@ class AutoContextMemory:
         validate_session_id(session_id)  # before anything connects
         validate_tenant(tenant)
         validate_background(background)
+        config_argument(config)
         client = AutoContextClient.shared(
             database_url, auto_upgrade=(config or AutoContextConfig()).auto_upgrade
         )
@@ -305,31 +348,37 @@ class AutoContextMemory:
             if not is_due(info, self.config):
                 return done_future([])
             guard, stop = self._background.guard(self._lock), self._background.stop
-            future = self._runner.submit(
-                lambda: compressor.run(info, guard=guard, stop=stop),
-                name=f"autoctx-compress-{self.session_id[:40]}",
-            )
+            engine, session_id, tenant = self.engine, self.session_id, self._store.tenant
+
+            def run() -> list[Event]:
+                # The claim `autoctx worker` takes: while this thread compresses, no worker
+                # does, and a session a worker is compressing is left to it.
+                with claimed(engine, session_id, 0.0, tenant=tenant) as held:
+                    return compressor.run(info, guard=guard, stop=stop) if held else []
+
+            future = self._runner.submit(run, name=f"autoctx-compress-{self.session_id[:40]}")
             future.add_done_callback(self._background.collect)
             self._running = future
             return future
 
-    def _wait_background(self, *, until_under_window: bool = False) -> None:
+    def _wait_background(self, *, until_under_window: bool = False) -> bool:
         """Wait for this memory's background compression, if one runs (with
         `until_under_window`, only until one of its commits brings the working context under
-        the window: the agent goes on while it finishes). Never under the memory's lock: the
-        compression's steps take it."""
+        the window: the agent goes on while it finishes; then True). Never under the memory's
+        lock: the compression's steps take it."""
         running = self._running
         if running is None:
-            return
+            return False
         if not until_under_window:
             wait_for_futures([running])
-            return
+            return False
         while not running.done():
             seen = self._background.steps
             if self.refresh().token_count < self.config.max_tokens:
-                return
+                return True
             # Woken as each step ends; the timeout only guards against a lost wake-up.
             self._background.wait_for_step(seen, timeout=1.0)
+        return False
 
     @_serialized
     def _compress_now(self, *, over_window: bool = False) -> None:
@@ -348,18 +397,27 @@ class AutoContextMemory:
             if start and is_due(info, self.config):
                 self.compress_in_background()
             return
-        self._wait_background(until_under_window=True)
+        if self._wait_background(until_under_window=True):
+            # Under the window while the background compression goes on (holding the claim,
+            # which the block below would wait for).
+            return
         with self._worker_claim():
             self._compress_now(over_window=True)
 
     @contextlib.contextmanager
     def _worker_claim(self) -> Iterator[None]:
-        """With ``background="worker"``: wait for the claim a worker holds on the session
-        (its compression) and keep it for the block, so that no worker compresses beside it."""
-        if self._background_mode != "worker":
+        """In background mode (a thread, or ``"worker"``): wait for the claim a worker holds on
+        the session (its compression) and keep it for the block, so that no worker compresses
+        beside it."""
+        if self._background_mode is False:
             yield
             return
-        with claimed(self.engine, self.session_id, self.config.compress_deadline_s):
+        with claimed(
+            self.engine,
+            self.session_id,
+            self.config.compress_deadline_s,
+            tenant=self._store.tenant,
+        ):
             yield
 
     @_serialized
@@ -391,7 +449,7 @@ class AutoContextMemory:
             rest = split(last) if split is not None else None
             if rest is None:
                 return None
-            return Prepared(rest, count_tokens(rest, self._counter), rest.payload_chars, False)
+            return _checked_remainder(rest, last, self)
 
         return self._store.pop_last(self.session_id, remainder, config=self.config.to_json())
 
@@ -522,11 +580,17 @@ class AutoContextMemory:
                 "message_id= (a search hit's message_id), not both and not neither"
             )
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+            raise InvalidPage(
+                f"reload: offset must be an integer >= 0 (the first message of the page), got "
+                f"{offset!r}"
+            )
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
         ):
-            raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+            raise InvalidPage(
+                f"reload: limit must be a positive integer (messages in the page) or None for "
+                f"all, got {limit!r}"
+            )
         other = self._other_session(session_id)
         if message_id is not None:
             msgs = [self._reload_message(_check_message_id(message_id), other)]
@@ -777,7 +841,7 @@ def open_memory(
     validate_session_id(session_id)
     validate_tenant(tenant)
     validate_background(background)
-    given = config
+    given = config = config_argument(config)
     config = config or AutoContextConfig()
     store = Store(client.engine, tenant)
     info = store.get_session(session_id, tenant)
@@ -791,11 +855,13 @@ def open_memory(
             session_id, tenant=tenant, config=config, encoding=counter.encoding_name
         )
     elif given is None:
-        # Reopening without a config keeps the thresholds the session was run with.
-        config = AutoContextConfig.from_json(info.config)
+        # Reopening without a config keeps the thresholds the session was run with (read
+        # back from the database: checked, an InvalidStoredConfig naming the session if not).
+        config = stored_config(session_id, info.config)
     if info.model != config.model:
         config = _with_model(config, info)
-    if stored_search_config(config.search_config) != search_config_of(info.config):
+    indexed = _indexed_with(info)
+    if indexed is not None and stored_search_config(config.search_config) != indexed:
         config = _with_search_config(config, info)
     if config.to_json() != info.config:
         # The thresholds in force are recorded on the session (and on each event).
@@ -824,6 +890,15 @@ def _with_model(config: AutoContextConfig, info: SessionInfo) -> AutoContextConf
         config.model,
     )
     return replace(config, model=info.model)
+
+
+def _indexed_with(info: SessionInfo) -> str | None:
+    """The search configuration the session's recorded config names, None when that cannot be
+    read (a config given to `open` then records its own, which repairs it)."""
+    if not isinstance(info.config, Mapping):
+        return None
+    indexed = search_config_of(info.config)
+    return indexed if indexed == NOT_INDEXED or indexed in SEARCH_CONFIGS else None
 
 
 def _with_search_config(config: AutoContextConfig, info: SessionInfo) -> AutoContextConfig:
@@ -932,6 +1007,10 @@ class AsyncAutoContextMemory:
 
     async def _run_in_background(self, compressor: Compressor, info: SessionInfo) -> list[Event]:
         sink: list[Event] = []
+        # The claim `autoctx worker` takes (as the sync memory's background thread does).
+        claim = SessionClaim(self.sync.engine, self.session_id, tenant=self.sync._store.tenant)
+        if not await asyncio.to_thread(claim.acquire):
+            return sink  # a worker is compressing the session
         try:
             async with self._compress_lock():
                 summarizer = self.sync.summarizer
@@ -944,6 +1023,9 @@ class AsyncAutoContextMemory:
         except asyncio.CancelledError:
             self.sync._background.keep(sink)  # what committed before the cancellation
             raise
+        finally:
+            # At once, not in a thread: a second cancellation must not skip it.
+            claim.release()
         return sink
 
     async def _compress_now(self, *, over_window: bool) -> None:
@@ -982,8 +1064,8 @@ class AsyncAutoContextMemory:
             either: list[asyncio.Future[Any]] = [running, stepped]
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         claim = None
-        if self.sync._background_mode == "worker":
-            claim = SessionClaim(self.sync.engine, self.session_id)
+        if self.sync._background_mode is not False:
+            claim = SessionClaim(self.sync.engine, self.session_id, tenant=self.sync._store.tenant)
             await asyncio.to_thread(claim.acquire, config.compress_deadline_s)
         try:
             async with self._compress_lock():

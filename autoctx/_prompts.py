@@ -11,7 +11,7 @@ reproduce it, and an answer carrying one is refused (reason ``tag_in_answer``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from ._agent_plan import plan_hint
@@ -198,6 +198,7 @@ def build_request(
     plan: Mapping[str, Any] | None = None,
     deadline: float | None = None,
     clip: Clip | None = None,
+    count_tokens: Callable[[str], int] | None = None,
 ) -> SummaryRequest:
     """The summarizer request for `messages` under `strategy`.
 
@@ -220,4 +221,5 @@ def build_request(
         plan_hint=plan_hint(plan),
         token_budget=token_budget,
         deadline=deadline,
+        count_tokens=count_tokens if token_budget is not None else None,
     )

@@ -170,6 +170,7 @@ def stored_search_config(value: str | None) -> str:
 
 
 _TERM = re.compile(r"\S+")
+_NEGATIONS = re.compile(r"-(?:\s*-)+")
 
 
 def websearch_text(query: str) -> str:
@@ -177,6 +178,9 @@ def websearch_text(query: str) -> str:
     parts, as the index splits paths (migration 0008), so that `/srv/app/main.py` matches that
     path and `main.py` matches it too. In a query that quotes phrases itself, `/` only
     separates."""
+    # A run of negations is one negation to the reader, but PostgreSQL's parser stacks each
+    # (32 at most: `"-" * 33` is an error): the run is collapsed first.
+    query = _NEGATIONS.sub("-", query)
     if '"' in query:
         return query.replace("/", " ")
 

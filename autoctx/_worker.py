@@ -3,8 +3,9 @@ of a database, the sessions that are over their trigger, so that the agents neve
 
 Each worker thread looks for a due session (over its token or message trigger, by the
 thresholds recorded on the session, and not settled at its version), claims it
-(`autoctx._store.claims`: an advisory lock, which any number of worker processes and threads
-share safely, so no session is ever compressed by two of them at once), runs the compression
+(`autoctx._store.claims`: a row lock on the session's claim, which any number of worker
+processes and threads share safely, so no session is ever compressed by two of them at once,
+and which a role granted another tenant cannot take), runs the compression
 loop on it exactly as `compress_if_needed()` would, and releases the claim. The agents open
 their memories with ``background="worker"``: they never compress at the trigger, and at the
 window they wait for the worker's compression (its claim) before compressing what is still
@@ -25,7 +26,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Final
 
 from sqlalchemy.engine import URL
 
@@ -33,13 +33,10 @@ from ._client import AutoContextClient
 from ._errors import ConfigError
 from ._events import Event
 from ._memory import validate_tenant
-from ._store.claims import DueSession, SessionClaim, due_sessions
+from ._store.claims import DueSession, SessionClaim, claim_due
 from ._summarizers import Summarizer, default_summarizer
 
 logger = logging.getLogger("autoctx")
-
-#: Due sessions read per look, per thread: enough to find a free one among those others hold.
-_LOOK_AHEAD: Final = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +92,16 @@ class AutoContextWorker:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._compressions = 0
+        #: Sessions whose compression raised, and looks for due sessions that failed (the
+        #: database), since the worker was built: `autoctx worker --once` exits non-zero when
+        #: its run added any.
+        self._failures = 0
         #: Sessions whose compression raised, with the version they were at: not claimed
         #: again until they change (a session that always fails must not spin a worker).
         self._failed: dict[str, int] = {}
+        #: Sessions a compression left as they were, with that version: not claimed again
+        #: until they change.
+        self._idle: dict[str, int] = {}
 
     # -- running ---------------------------------------------------------------------------
 
@@ -133,6 +137,14 @@ class AutoContextWorker:
         """Compressions made since the worker was built."""
         return self._compressions
 
+    @property
+    def failures(self) -> int:
+        """Failures since the worker was built: a session whose compression raised (its stored
+        config cannot be read, the database failed under it, ...), or a look for due sessions
+        that the database refused. Each is logged with the session id and the error's type,
+        never with content; the other sessions go on being compressed."""
+        return self._failures
+
     def close(self) -> None:
         """Stop, and release the database connections and the summarizer the worker made."""
         self.stop()
@@ -157,6 +169,8 @@ class AutoContextWorker:
                 logger.warning(
                     "autoctx worker: looking for due sessions failed (%s)", type(exc).__name__
                 )
+                with self._lock:
+                    self._failures += 1
                 claimed = None
                 if once:
                     return
@@ -172,14 +186,9 @@ class AutoContextWorker:
                 claim.release()
 
     def _claim(self) -> tuple[DueSession, SessionClaim] | None:
-        engine = self.client.engine
-        for due in due_sessions(engine, limit=_LOOK_AHEAD * self.threads, tenant=self.tenant):
-            if self._failed.get(due.session_id) == due.version:
-                continue
-            claim = SessionClaim(engine, due.session_id)
-            if claim.acquire():
-                return due, claim
-        return None
+        with self._lock:
+            skip = {**self._idle, **self._failed}
+        return claim_due(self.client.engine, tenant=self.tenant, skip=skip)
 
     def _compress(self, due: DueSession) -> None:
         try:
@@ -194,7 +203,8 @@ class AutoContextWorker:
             finally:
                 mem.close()
         except Exception as exc:
-            # The type only: a database error's text may carry what the session holds.
+            # The type only: a database error's text may carry what the session holds. An
+            # InvalidStoredConfig names the session and the fix; the other sessions go on.
             logger.warning(
                 "autoctx worker: compressing session %r failed (%s); it is tried again once it "
                 "changes",
@@ -203,9 +213,17 @@ class AutoContextWorker:
             )
             with self._lock:
                 self._failed[due.session_id] = due.version
+                self._failures += 1
             return
         with self._lock:
             self._failed.pop(due.session_id, None)
+            if any(e.status == "applied" for e in events):
+                self._idle.pop(due.session_id, None)
+            else:
+                # Nothing changed it (the summarizer failed, or the ladder found nothing): it
+                # is still due at the same version, and must not take the worker's every look
+                # from the sessions behind it.
+                self._idle[due.session_id] = due.version
             self._compressions += 1
         if self.on_compressed is not None:
             self.on_compressed(Compressed(due.session_id, due.tenant, events))

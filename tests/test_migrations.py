@@ -94,13 +94,13 @@ def test_a_failed_migration_surfaces_its_cause_and_releases_the_lock(empty_db_ur
     engine = create_engine(normalize_url(empty_db_url))  # pooled: the lock must not linger
     with engine.begin() as conn:
         conn.execute(sa.text("create table sessions (id int primary key)"))
-    with pytest.raises(sa.exc.ProgrammingError) as info:
+    with pytest.raises(SchemaError, match="DuplicateTable") as info:
         upgrade(engine)
-    assert "sessions" in str(info.value) and "InFailedSqlTransaction" not in repr(info.value)
+    assert "sessions" in str(info.value) and "InFailedSqlTransaction" not in str(info.value)
     assert current_revision(engine) is None  # rolled back whole
     other = create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool)
     again = _upgrade_in_thread(other, 20)
-    assert isinstance(again, sa.exc.ProgrammingError), again  # the same cause, not a hang
+    assert isinstance(again, SchemaError), again  # the same cause, not a hang
     with engine.begin() as conn:
         conn.execute(sa.text("drop table sessions"))
     assert _upgrade_in_thread(other, 60) == head_revision()

@@ -40,16 +40,21 @@ def worker(
 ) -> None:
     """Compress the sessions that are over their trigger, for every agent of the database.
 
-    Start as many workers as you like, on as many machines: each session is claimed (an
-    advisory lock) by one of them at a time, so none is ever compressed twice at once. The
-    agents open their memories with background="worker": they never compress at the trigger,
-    and wait (for the worker's compression, then compressing what is still over themselves)
-    only when the next model call would be over the window.
+    Start as many workers as you like, on as many machines: each session is claimed (a row
+    lock that no other tenant's role can take) by one of them at a time, so none is ever
+    compressed twice at once. The agents open their memories with background="worker": they
+    never compress at the trigger, and wait (for the worker's compression, then compressing
+    what is still over themselves) only when the next model call would be over the window.
 
     Summaries come from the LLM endpoint in OPENAI_BASE_URL / OPENAI_API_KEY
     (AUTOCTX_SUMMARY_MODEL names the model) when set, else from the offline extractive
     summarizer. SIGTERM or Ctrl-C stops it: nothing is written after the signal (an answer in
     flight is dropped) and it exits 0; a second signal exits at once.
+
+    A session that cannot be compressed (its stored config is invalid, the database failed
+    under it) is logged with its id and skipped until it changes; the others go on. With
+    --once the exit status is 1 when there was any such failure (or a look for due sessions
+    failed), 0 otherwise.
 
     Examples:
 
@@ -85,7 +90,15 @@ def worker(
             err=True,
         )
         made = run_until_signalled(running, once=once, grace_s=grace)
-        typer.echo(f"autoctx worker: stopped after {made} compression(s)", err=True)
+        failures = running.failures
+        typer.echo(
+            f"autoctx worker: stopped after {made} compression(s), {failures} failure(s)",
+            err=True,
+        )
     close = getattr(summarizer, "close", None)
     if callable(close):
         close()
+    if once and failures:
+        # The failures are logged above, each with its session; the other sessions were
+        # compressed. A script that runs `--once` learns that something needs a look.
+        raise typer.Exit(1)

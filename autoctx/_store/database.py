@@ -26,6 +26,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Engine, make_url
 
 from .._errors import DatabaseUnavailable, SchemaError
@@ -306,13 +307,47 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
     migration that fails rolls everything back and releases the lock with it, and its own
     error is what the caller sees, so no other process is left waiting for the lock.
     """
-    with engine.begin() as conn:
-        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": _MIGRATION_LOCK_KEY})
-        _refuse_newer(engine, MigrationContext.configure(conn).get_current_revision())
-        cfg = alembic_config()
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
-        return MigrationContext.configure(conn).get_current_revision() or ""
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": _MIGRATION_LOCK_KEY})
+            current = MigrationContext.configure(conn).get_current_revision()
+            _refuse_newer(engine, current)
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+            return MigrationContext.configure(conn).get_current_revision() or ""
+    except sa_exc.DBAPIError as exc:
+        state = getattr(exc.orig, "sqlstate", None) or ""
+        if (
+            exc.connection_invalidated
+            or isinstance(exc, sa_exc.InterfaceError)
+            or not state
+            or state[:2] in ("08", "53", "57")
+        ):
+            raise  # the connection or the server, not the schema
+        raise SchemaError(_failed_upgrade(engine, exc)) from None
+
+
+def _failed_upgrade(engine: Engine, exc: sa_exc.DBAPIError) -> str:
+    """What a migration that the database refused says: the cause's class and SQLSTATE, and
+    for a refused definition (class 42: an object that exists already, or is missing) the
+    server's one-line reason, which names schema objects only. Never the statement or its
+    parameters (a backfill's could carry stored data)."""
+    orig = exc.orig
+    cause = type(orig).__name__ if orig is not None else type(exc).__name__
+    state = getattr(orig, "sqlstate", None) or ""
+    reason = ""
+    diag = getattr(orig, "diag", None)
+    primary = getattr(diag, "message_primary", None)
+    if state.startswith("42") and isinstance(primary, str):
+        reason = f": {primary[:200]}"
+    return (
+        f"upgrading the schema of the database at {describe(engine.url)} failed with {cause} "
+        f"({state or 'no SQLSTATE'}{reason}); nothing was changed (the upgrade is one "
+        "transaction). The database holds objects autoctx's migrations do not expect (tables "
+        "or types of another application, or left from a manual change): give autoctx a "
+        "database of its own, or remove them, then run `autoctx db upgrade` again"
+    )
 
 
 def ensure_schema(engine: Engine, *, auto_upgrade: bool) -> None:

@@ -17,13 +17,16 @@ rows the words match.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any, Final
 
+import psycopg
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
-from .._errors import MessageNotFound, OffloadNotFound, SessionNotFound
+from .._errors import InvalidSearch, MessageNotFound, OffloadNotFound, SessionNotFound
 from .._messages import Msg
 from .._search import (
     HIGHLIGHT,
@@ -92,6 +95,44 @@ _OFFLOAD_OF_HIT = """
 _IN_WORKING = """
 EXISTS (SELECT 1 FROM working_set w
         WHERE w.session_id = h.session_id AND w.message_id = h.id)"""
+
+
+logger = logging.getLogger("autoctx")
+
+
+def _check_query(conn: Connection, configs: Sequence[str], params: dict[str, Any]) -> None:
+    """Parse the query once, alone, with each configuration the search uses: a query that
+    PostgreSQL cannot turn into a tsquery (operators nested past its stack, and whatever else
+    the parser refuses) is the caller's `InvalidSearch`, never a database error. The query is
+    the model's or the user's text and the error concerns it alone, so any refusal here is
+    the query's; the message does not repeat it."""
+    parsed = ", ".join(f"websearch_to_tsquery({_literal(c)}, %(query)s)" for c in configs)
+    try:
+        conn.exec_driver_sql(f"SELECT {parsed}", params)
+    except (sa_exc.InternalError, sa_exc.DataError, sa_exc.OperationalError) as exc:
+        if isinstance(exc.orig, psycopg.OperationalError) and not isinstance(
+            exc.orig, psycopg.errors.ProgramLimitExceeded
+        ):
+            raise  # the connection, not the query
+        raise InvalidSearch(
+            "PostgreSQL cannot parse the search query "
+            f"({type(exc.orig).__name__}: too many operators in a row?); search for plain "
+            "words, ids or paths"
+        ) from None
+
+
+def _known_configs(configs: Sequence[str], what: str) -> list[str]:
+    """The configurations autoctx indexes with among those `what` records (a session's config
+    is read back from the database, where anyone with the tables' privileges may have written
+    anything): the others are left out, and logged without the value."""
+    known = [c for c in configs if c in SEARCH_CONFIGS]
+    if len(known) < len(configs):
+        logger.warning(
+            "autoctx: %s records a search_config autoctx does not index with; it is left out "
+            "of the search (repair the session's config)",
+            what,
+        )
+    return known
 
 
 def _tenant_condition(tenant: str | None, alias: str = "s") -> str:
@@ -202,6 +243,13 @@ def search_session(
             raise _no_session(session_id, store.tenant, incarnation is not None)
         if configs[0] == NOT_INDEXED:
             return []
+        if configs[0] not in SEARCH_CONFIGS:
+            raise InvalidSearch(
+                f"session {session_id!r} records a search_config autoctx does not index with, so "
+                "it cannot be searched; reopen it with config=AutoContextConfig(search_config="
+                "...) naming the configuration it was created with (or None)"
+            )
+        _check_query(conn, configs, params)
         return _hits(conn, _search_sql(configs, "m.session_id = %(sid)s"), params)
 
 
@@ -240,8 +288,10 @@ def search_tenant(
             ).scalars()
             if c != NOT_INDEXED
         ]
+        configs = _known_configs(configs, f"a session of tenant {store.tenant!r}")
         if not configs:
             return []
+        _check_query(conn, configs, params)
         where = f"m.session_id IN (SELECT s.session_id FROM sessions s WHERE {in_tenant})"
         return _hits(conn, _search_sql(configs, where), params)
 

@@ -174,6 +174,15 @@ lineage = sa.Table(
     sa.Index("lineage_replaced_idx", "session_id", "replaced_id"),
 )
 
+#: One row per session id, written by triggers on `sessions` (migration 0010): a worker's
+#: claim on a session is a row lock on its row (autoctx._store.claims). No foreign key, so that
+#: deleting a session never waits for a compression that holds its claim.
+session_claims = sa.Table(
+    "session_claims",
+    metadata,
+    sa.Column("session_id", sa.Text, primary_key=True),
+)
+
 #: Tables that hold a session's data, children first (for deletes and checks).
 SESSION_TABLES = (lineage, offloads, working_set, compression_events, messages, sessions)
 

@@ -36,6 +36,9 @@ TABLE_PRIVILEGES: Final[dict[str, tuple[str, ...]]] = {
     "compression_events": ("SELECT", "INSERT"),
     "offloads": ("SELECT", "INSERT"),
     "lineage": ("SELECT", "INSERT"),
+    # A claim is a row lock (FOR UPDATE needs UPDATE); the triggers on sessions insert and
+    # delete the rows as the role that writes the session (migration 0010).
+    "session_claims": ("SELECT", "INSERT", "UPDATE", "DELETE"),
 }
 #: Read-only: the schema check when a memory opens, the audit views (security_invoker, so the
 #: policies apply to the reader), and the grants the policies look up (its own rows only).

@@ -27,6 +27,9 @@ _log = logging.getLogger("autoctx")
 OFFLINE_MAX_CHARS: Final = 4000
 OFFLINE_MIN_CHARS: Final = 200
 OFFLINE_MODEL: Final = "autoctx-offline"
+#: Extracts made at most to fit a token budget (each aims 5% under what the last one measured,
+#: so two or three suffice in practice).
+_TOKEN_FIT_ROUNDS: Final = 8
 
 # An entry of `render_transcript`: a bracketed header naming a role or a tool result.
 _ENTRY_RE: Final = re.compile(
@@ -264,7 +267,20 @@ class OfflineSummarizer:
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         started = time.perf_counter()
-        text = _extract(neutralize_tags(request.transcript), self.budget_for(request))
+        transcript = neutralize_tags(request.transcript)
+        budget = self.budget_for(request)
+        text = _extract(transcript, budget)
+        count, limit = request.count_tokens, request.token_budget
+        if count is not None and limit is not None:
+            # Characters only estimate tokens (ids, hashes and numbers take fewer characters a
+            # token than prose): measured the way the compressor checks the answer, an extract
+            # over the token budget is made again with fewer characters, until it fits.
+            for _ in range(_TOKEN_FIT_ROUNDS):
+                tokens = count(text)
+                if tokens <= limit or budget <= 1:
+                    break
+                budget = max(1, min(budget - 1, budget * limit * 95 // (tokens * 100)))
+                text = _extract(transcript, budget)
         return SummaryResult(
             text=text,
             model=self.model,

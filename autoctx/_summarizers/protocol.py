@@ -4,8 +4,8 @@ and awaitable), and the machine reasons a `SummarizerError` carries."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from .._tags import neutralize_tags
@@ -39,6 +39,10 @@ class SummaryRequest:
     #: included (the compressor sets it from the config's deadlines); None leaves the deadline
     #: to the summarizer.
     deadline: float | None = None
+    #: How the answer's tokens are counted against `token_budget` (the session's encoding, as
+    #: the compressor checks the answer): a summarizer that measures its own output, such as
+    #: the offline one, keeps to the budget with it. None: no such counting is offered.
+    count_tokens: Callable[[str], int] | None = field(default=None, compare=False, repr=False)
 
     def user_content(self) -> str:
         """The user message an LLM receives: the transcript, then the character budget when
