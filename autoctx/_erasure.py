@@ -4,14 +4,17 @@ in the same transaction (`autoctx._store.lifecycle.erase`).
 
 - An erased original keeps its role, id, time, pinned flag and tool structure (every call id
   and tool name, every result's call id), so that the working context stays valid OpenAI chat;
-  its text, tool arguments, tool outputs, opaque blocks and free metadata are gone.
+  its text, tool arguments, tool outputs, opaque blocks, participant name and free metadata
+  are gone.
 - Every message derived from it by lineage, up to the working message that stands for it, is
   rewritten bottom-up (children before parents: a summary's id is always greater than the ids
   it replaced), from what it replaced as that now stands, the erased messages left out:
   a preview is made again from its (tombstoned) original, a large-message summary keeps its
   tool ids around a tombstone, and a text summary is written again by the offline summarizer
   over the messages it replaced (what its offload holds, one level deep, which is what the
-  summarizer read when it was made) or becomes a tombstone when nothing of them remains. Each
+  summarizer read when it was made), with as many characters as the text it replaces (so
+  that it loses what was erased and keeps the rest, instead of shrinking to a fraction), or
+  becomes a tombstone when nothing of them remains. Each
   keeps its offload tag, so reload works as before. A rewritten summary is never longer in
   tokens than the one it replaces, so an erasure never pushes a context over its window.
 """
@@ -70,10 +73,10 @@ def tombstone(msg: Msg) -> Msg:
     # anything else may hold content.
     role = (msg.metadata.get(OPENAI_META) or {}).get("role")
     metadata = {OPENAI_META: {"role": role}} if role is not None else {}
+    # The participant name goes too: it is free text the caller chose (a person's name, say).
     return Msg(
         msg.role,
         tuple(blocks),
-        name=msg.name,
         metadata=metadata,
         kind=msg.kind,
         pinned=msg.pinned,
@@ -121,15 +124,19 @@ def _rewrite(
         return tombstone(old)
     if old.kind == "preview":
         return _stored_as(old, preview(kids[0], config, d.offload))
+    tag = offload_tag(str(d.offload))
+    # The rewrite may be as long as the text it replaces (what is left of the originals is
+    # usually far longer): the summary loses what was erased and keeps the rest, instead of
+    # shrinking to the offline summarizer's default of a quarter of its input, capped.
+    budget = max(1, _body_chars(old) - len(tag) - 1)
     if old.kind == "large_summary":
-        body = TOMBSTONE if not remaining else _offline_text(5, remaining, config)
+        body = TOMBSTONE if not remaining else _offline_text(5, remaining, config, budget)
         return _stored_as(old, summarized_payload(kids[0], body, d.offload))
     strategy = d.strategy if d.strategy in _TEXT_SUMMARY_STRATEGIES else None
     if strategy is None or not remaining:
         text = TOMBSTONE
     else:
-        text = _offline_text(strategy, remaining, config)
-    tag = offload_tag(str(d.offload))
+        text = _offline_text(strategy, remaining, config, budget)
     msg = _stored_as(old, Msg.assistant(f"{text}\n{tag}", kind=old.kind))
     over = count_tokens(msg, counter) - (old.tokens or 0)
     if over > 0 and text != TOMBSTONE:
@@ -140,14 +147,24 @@ def _rewrite(
     return msg
 
 
-def _offline_text(strategy: int, msgs: list[Msg], config: AutoContextConfig) -> str:
+def _offline_text(
+    strategy: int, msgs: list[Msg], config: AutoContextConfig, char_budget: int
+) -> str:
     request = build_request(
         strategy,
         msgs,
         prompts=config.prompts,
+        char_budget=char_budget,
         token_budget=config.fold_budget_tokens if strategy == FOLD else None,
     )
     return OfflineSummarizer().summarize(request).text.strip() or TOMBSTONE
+
+
+def _body_chars(msg: Msg) -> int:
+    """The characters of a summary's text (or, in a tool message, of its longest output)."""
+    return max(
+        [len(msg.text)] + [len(b.output_text) for b in msg.tool_results],
+    )
 
 
 def _stored_as(old: Msg, new: Msg) -> Msg:

@@ -26,6 +26,7 @@ import pytest
 import sqlalchemy as sa
 
 from autoctx import (
+    AutoContextConfig,
     AutoContextMemory,
     ErasureNotPermitted,
     InvalidDuration,
@@ -37,6 +38,7 @@ from autoctx import (
     SessionNotFound,
     SummaryRequest,
     SummaryResult,
+    ToolUseBlock,
     export_session,
     grant_tenant,
     import_session,
@@ -563,3 +565,70 @@ def test_forks_own_their_copies_and_are_named(open_mem: Opener, secret: str) -> 
         )
         assert_valid_session(fork)
     assert holding(mem.engine, secret) == {}
+
+
+def test_a_tombstone_keeps_no_name(open_mem: Opener, secret: str) -> None:
+    """The participant name is free text the caller chose: it goes with the content."""
+    mem = open_mem()
+    mem.add([Msg.user(f"hello {secret}", name=f"agent_{secret}"), Msg.assistant("hi")])
+    done = mem.erase([1], reason="user request")
+    assert holding(mem.engine, secret) == {}
+    (m,) = mem._store.load_messages(mem.session_id, done.erased_ids).values()
+    assert m.name is None and m.text == "[erased]"
+    assert_valid_session(mem)
+
+
+class _Thorough:
+    """A summarizer that keeps as much of the transcript as its budget allows (as a thorough
+    LLM does): a current-round summary ten thousand tokens long."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        return SummaryResult(text=request.transcript[: request.char_budget or 4000], model="t")
+
+
+def test_a_rewritten_summary_keeps_what_was_not_erased(open_mem: Opener, secret: str) -> None:
+    """Erasing two tool outputs that a large current-round summary covered rewrites it without
+    them and keeps the rest: within its own size, not the offline summarizer's default of a
+    quarter of its input (a 9,040-token summary went down to 1,668 tokens before; now 8,800
+    to 7,652)."""
+    config = AutoContextConfig(
+        max_tokens=40000,
+        msg_threshold=1000,
+        large_payload_chars=100000,
+        last_keep=2,
+        min_tool_run=100,  # no tool-run summaries: the round stays whole for S6
+        min_compress_tokens=300,
+    )
+    mem = open_mem(summarizer=_Thorough(), config=config)
+    mem.add([Msg.user("refactor the parser")])
+    for i in range(12):
+        mark = f" {secret}" if i in (0, 1) else ""
+        mem.add(
+            [
+                Msg.assistant(
+                    None, [ToolUseBlock(f"c{i}", "read_file", json.dumps({"path": f"/m{i}.py"}))]
+                ),
+                Msg.tool(
+                    f"c{i}",
+                    "\n".join(
+                        f"{n:4d} def f{n}_{i}(x): return x * {n}  # w{i}x{n}{mark}"
+                        for n in range(120)
+                    ),
+                ),
+            ]
+        )
+        mem.compress_if_needed()
+    (summary,) = [m for m in mem.messages() if m.kind == "current_round_summary"]
+    assert summary.tokens is not None and summary.tokens > 8000
+    assert secret in summary.text and "w2x" in summary.text  # it covers outputs 0 to 2 at least
+    done = mem.erase([3, 5], reason="user request")  # the outputs of calls c0 and c1
+    assert summary.id in done.rewritten_ids
+    (after,) = [m for m in mem.messages() if m.id == summary.id]
+    assert after.tokens is not None
+    assert secret not in after.text and "w0x" not in after.text and "w1x" not in after.text
+    assert "w2x" in after.text  # what was not erased stays
+    print(f"summary tokens {summary.tokens} -> {after.tokens}")
+    # It keeps most of its size: the erased outputs were two of the several it covered.
+    assert summary.tokens * 0.7 <= after.tokens <= summary.tokens, (summary.tokens, after.tokens)
+    assert holding(mem.engine, secret) == {}
+    assert_valid_session(mem)
