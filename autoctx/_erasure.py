@@ -21,19 +21,33 @@ in the same transaction (`autoctx._store.lifecycle.erase`).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ._compressor import preview, summarized_payload
 from ._config import AutoContextConfig
 from ._intake import Prepared, count_tokens
-from ._messages import OPENAI_META, Block, Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from ._messages import (
+    OPENAI_META,
+    Block,
+    Msg,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    block_from_json,
+    json_value,
+)
 from ._prompts import build_request
 from ._strategies.s7_fold import STRATEGY as FOLD
 from ._summarizers import OfflineSummarizer
 from ._tags import offload_tag
 from ._tokens import TokenCounter
+from ._tools import SEARCH_TOOL_NAME, TOOL_NAME
 
 #: What stands where erased content was.
 TOMBSTONE = "[erased]"
@@ -170,3 +184,100 @@ def _body_chars(msg: Msg) -> int:
 def _stored_as(old: Msg, new: Msg) -> Msg:
     """`new` in the place of `old`: its id, kind and pinned flag."""
     return Msg(new.role, new.content, name=new.name, kind=old.kind, pinned=old.pinned, id=old.id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies autoctx made: the answers of its context tools
+# ---------------------------------------------------------------------------------------------
+
+#: The names of the tools whose answers quote stored messages.
+CONTEXT_TOOLS = (SEARCH_TOOL_NAME, TOOL_NAME)
+#: A hit of a `context_search` answer, as `autoctx._search.render_hit` writes its head.
+_HIT = re.compile(r'^\d+\. \[(?:this session|session ("(?:[^"\\]|\\.)*")), message (\d+), ', re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    """What one context-tool answer quoted: a message, or the messages of an offload."""
+
+    session_id: str
+    message_id: int | None = None
+    offload: uuid.UUID | None = None
+
+
+def quotes(
+    answer: Sequence[Mapping[str, Any]], call: Sequence[Mapping[str, Any]], own_session: str
+) -> list[Quote]:
+    """What a stored context-tool answer (a tool message's content JSON) quoted, read from the
+    answer itself (a search answer names each hit's session and message) and from the call it
+    answers (a reload names a message or an offload, and a session): autoctx wrote the answer,
+    so its form is known. Anything that does not parse quotes nothing."""
+    calls: dict[str, ToolUseBlock] = {}
+    for data in call:
+        block = _block(data)
+        if isinstance(block, ToolUseBlock):
+            calls[block.id] = block
+    out: list[Quote] = []
+    for data in answer:
+        block = _block(data)
+        if not isinstance(block, ToolResultBlock):
+            continue
+        made = calls.get(block.tool_use_id)
+        name = made.name if made is not None else block.name
+        if name == SEARCH_TOOL_NAME:
+            for m in _HIT.finditer(block.output_text):
+                session = own_session
+                if m.group(1) is not None:
+                    with contextlib.suppress(ValueError):
+                        session = str(json.loads(m.group(1)))
+                out.append(Quote(session, message_id=int(m.group(2))))
+        elif name == TOOL_NAME and made is not None:
+            quote = _reload_quote(made.arguments, own_session)
+            if quote is not None:
+                out.append(quote)
+    return out
+
+
+def _block(data: Mapping[str, Any]) -> Block | None:
+    try:
+        return block_from_json(data)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _reload_quote(arguments: str, own_session: str) -> Quote | None:
+    try:
+        args = json_value(arguments)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(args, dict):
+        return None
+    session = args.get("session_id")
+    session = session if isinstance(session, str) and session else own_session
+    message_id, raw = args.get("message_id"), args.get("uuid")
+    if isinstance(message_id, int) and not isinstance(message_id, bool):
+        return Quote(session, message_id=message_id)
+    if isinstance(raw, str):
+        try:
+            return Quote(session, offload=uuid.UUID(raw.strip()))
+        except ValueError:
+            return None
+    return None
+
+
+def quotes_any(
+    found: Iterable[Quote],
+    changed: Mapping[str, set[int]],
+    offloads: Mapping[tuple[str, uuid.UUID], Sequence[int]],
+) -> bool:
+    """Whether an answer that quoted `found` holds content of a message in `changed` (session
+    -> ids an erasure rewrites), `offloads` giving the message ids each offload holds."""
+    for q in found:
+        ids = changed.get(q.session_id)
+        if not ids:
+            continue
+        if q.message_id is not None and q.message_id in ids:
+            return True
+        if q.offload is not None and ids.intersection(offloads.get((q.session_id, q.offload), ())):
+            return True
+    return False
