@@ -674,8 +674,9 @@ def _reach(
 
 #: The answers of autoctx's context tools in the sessions of a tenant that no erasure has
 #: tombstoned yet, with the content of the call each answers (the latest message before it
-#: that made the call). A walk over the tenant's tool results, as finding forks is.
-_ANSWERS = """
+#: that made the call). The tool names are spelled out (`CONTEXT_TOOLS`), so that the planner
+#: sees the predicate of the partial index over them (migration 0010).
+_ANSWERS = f"""
 SELECT r.session_id, r.id, r.content, c.content
 FROM sessions s
 JOIN messages r ON r.session_id = s.session_id
@@ -686,7 +687,7 @@ LEFT JOIN LATERAL (
 ) c ON true
 WHERE s.tenant IS NOT DISTINCT FROM %(tenant)s
   AND r.role = 'tool' AND r.kind = 'original' AND r.erased_by IS NULL
-  AND r.tool_names && %(tools)s::text[]
+  AND r.tool_names && ARRAY[{", ".join(f"'{t}'" for t in CONTEXT_TOOLS)}]
 """
 
 
@@ -697,7 +698,7 @@ def _answers(
     offload they quoted."""
     found = [
         (r[0], int(r[1]), quotes(r[2] or [], r[3] or [], r[0]))
-        for r in conn.exec_driver_sql(_ANSWERS, {"tenant": tenant, "tools": list(CONTEXT_TOOLS)})
+        for r in conn.exec_driver_sql(_ANSWERS, {"tenant": tenant})
     ]
     wanted = {(q.session_id, q.offload) for _, _, qs in found for q in qs if q.offload}
     offloads: dict[tuple[str, uuid.UUID], Sequence[int]] = {}

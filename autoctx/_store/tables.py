@@ -96,6 +96,15 @@ messages = sa.Table(
         postgresql_using="gin",
         postgresql_where=sa.text("search_tsv IS NOT NULL"),
     ),
+    # The answers of autoctx's context tools, which an erasure looks through (0010).
+    sa.Index(
+        "messages_context_answers_idx",
+        "session_id",
+        "id",
+        postgresql_where=sa.text(
+            "role = 'tool' AND tool_names && ARRAY['context_search', 'context_reload']"
+        ),
+    ),
 )
 
 working_set = sa.Table(
