@@ -765,3 +765,65 @@ def test_context_tool_answers_that_quoted_erased_text_are_erased_and_named(
     assert f"also erased 1 context-tool answer(s) that quoted it: {other.session_id!r} " in (
         result.stdout
     )
+
+
+def test_two_erasures_that_reach_into_each_others_sessions_both_succeed(
+    open_mem: Opener, secret: str
+) -> None:
+    """Each session holds an answer that quoted the other's message: erasing both at once
+    locks the two sessions in opposite orders, PostgreSQL fails one to break the deadlock, and
+    that one starts over. Erasure A is held just before it locks B, until B waits on A."""
+    tenant = f"acme-{uuid.uuid4().hex[:8]}"
+    a = open_mem(tenant=tenant)
+    b = open_mem(f"{a.session_id}-b", tenant=tenant)
+    for mem in (a, b):
+        mem.add([Msg.user(f"note of {mem.session_id}: {secret}"), Msg.assistant("noted")])
+    _ask(a, "ra", "context_reload", {"message_id": 1, "session_id": b.session_id})
+    _ask(b, "rb", "context_reload", {"message_id": 1, "session_id": a.session_id})
+    at_b, release = threading.Event(), threading.Event()
+
+    def hold(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if (
+            threading.current_thread().name == "erase-a"
+            and "FROM sessions" in statement
+            and isinstance(parameters, dict)
+            and b.session_id in parameters.values()
+        ):
+            at_b.set()
+            release.wait(30)
+
+    sa.event.listen(a.engine, "before_cursor_execute", hold)
+    results: dict[str, Any] = {}
+
+    def erase(mem: AutoContextMemory, key: str) -> None:
+        try:
+            results[key] = mem.erase([1], reason="user request")
+        except Exception as exc:  # the test reports what the erasure raised
+            results[key] = exc
+
+    first = threading.Thread(target=erase, args=(a, "a"), name="erase-a")
+    second = threading.Thread(target=erase, args=(b, "b"), name="erase-b")
+    try:
+        first.start()
+        assert at_b.wait(30)
+        second.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            waiting = sql(
+                a,
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()",
+            )[0].n
+            if waiting:
+                break
+            time.sleep(0.05)
+    finally:
+        release.set()
+        first.join(60)
+        second.join(60)
+        sa.event.remove(a.engine, "before_cursor_execute", hold)
+    assert all(not isinstance(r, Exception) for r in results.values()), results
+    assert sorted(results) == ["a", "b"]
+    assert holding(a.engine, secret) == {}
+    for mem in (a, b):
+        assert_valid_session(mem)

@@ -540,25 +540,41 @@ def erase(
     """Erase the originals `ids` and rewrite what derives from them, in one transaction, with
     every answer of autoctx's context tools that quoted any of it (in any session of the
     tenant; `rewrite_for` gives another session's rewrite from its stored config)."""
-    try:
-        return _erase(
-            store,
-            session_id,
-            ids,
-            note=note,
-            rewrite=rewrite,
-            config=config,
-            rewrite_for=rewrite_for,
-        )
-    except sa.exc.ProgrammingError as exc:
-        if getattr(exc.orig, "sqlstate", None) != "42501":
-            raise
-        raise ErasureNotPermitted(
-            f"this database role may not rewrite the messages of session {session_id!r}: a "
-            "role granted a tenant only appends (its history is its own to read, not to "
-            "rewrite); run the erasure as the owner of autoctx's tables, for example "
-            "`autoctx erase ... --database-url <the owner's URL>`. Nothing was erased"
-        ) from None
+    for attempt in range(_DEADLOCK_ATTEMPTS):
+        try:
+            return _erase(
+                store,
+                session_id,
+                ids,
+                note=note,
+                rewrite=rewrite,
+                config=config,
+                rewrite_for=rewrite_for,
+            )
+        except sa.exc.DBAPIError as exc:
+            state = getattr(exc.orig, "sqlstate", None)
+            # Two erasures that rewrite answers in each other's sessions lock the two session
+            # rows in opposite orders; PostgreSQL breaks the cycle by failing one, which rolled
+            # back whole and starts over.
+            if state == "40P01" and attempt + 1 < _DEADLOCK_ATTEMPTS:
+                continue
+            if state != "42501":
+                raise
+            raise _not_permitted(session_id) from None
+    raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+#: How many times an erasure runs when PostgreSQL picks it to break a deadlock.
+_DEADLOCK_ATTEMPTS: Final = 3
+
+
+def _not_permitted(session_id: str) -> ErasureNotPermitted:
+    return ErasureNotPermitted(
+        f"this database role may not rewrite the messages of session {session_id!r}: a "
+        "role granted a tenant only appends (its history is its own to read, not to "
+        "rewrite); run the erasure as the owner of autoctx's tables, for example "
+        "`autoctx erase ... --database-url <the owner's URL>`. Nothing was erased"
+    )
 
 
 def _erase(
