@@ -4,33 +4,50 @@ in the same transaction (`autoctx._store.lifecycle.erase`).
 
 - An erased original keeps its role, id, time, pinned flag and tool structure (every call id
   and tool name, every result's call id), so that the working context stays valid OpenAI chat;
-  its text, tool arguments, tool outputs, opaque blocks and free metadata are gone.
+  its text, tool arguments, tool outputs, opaque blocks, participant name and free metadata
+  are gone.
 - Every message derived from it by lineage, up to the working message that stands for it, is
   rewritten bottom-up (children before parents: a summary's id is always greater than the ids
   it replaced), from what it replaced as that now stands, the erased messages left out:
   a preview is made again from its (tombstoned) original, a large-message summary keeps its
   tool ids around a tombstone, and a text summary is written again by the offline summarizer
   over the messages it replaced (what its offload holds, one level deep, which is what the
-  summarizer read when it was made) or becomes a tombstone when nothing of them remains. Each
+  summarizer read when it was made), with as many characters as the text it replaces (so
+  that it loses what was erased and keeps the rest, instead of shrinking to a fraction), or
+  becomes a tombstone when nothing of them remains. Each
   keeps its offload tag, so reload works as before. A rewritten summary is never longer in
   tokens than the one it replaces, so an erasure never pushes a context over its window.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ._compressor import preview, summarized_payload
 from ._config import AutoContextConfig
 from ._intake import Prepared, count_tokens
-from ._messages import OPENAI_META, Block, Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from ._messages import (
+    OPENAI_META,
+    Block,
+    Msg,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    block_from_json,
+    json_value,
+)
 from ._prompts import build_request
 from ._strategies.s7_fold import STRATEGY as FOLD
 from ._summarizers import OfflineSummarizer
 from ._tags import offload_tag
 from ._tokens import TokenCounter
+from ._tools import SEARCH_TOOL_NAME, TOOL_NAME
 
 #: What stands where erased content was.
 TOMBSTONE = "[erased]"
@@ -70,10 +87,10 @@ def tombstone(msg: Msg) -> Msg:
     # anything else may hold content.
     role = (msg.metadata.get(OPENAI_META) or {}).get("role")
     metadata = {OPENAI_META: {"role": role}} if role is not None else {}
+    # The participant name goes too: it is free text the caller chose (a person's name, say).
     return Msg(
         msg.role,
         tuple(blocks),
-        name=msg.name,
         metadata=metadata,
         kind=msg.kind,
         pinned=msg.pinned,
@@ -121,15 +138,19 @@ def _rewrite(
         return tombstone(old)
     if old.kind == "preview":
         return _stored_as(old, preview(kids[0], config, d.offload))
+    tag = offload_tag(str(d.offload))
+    # The rewrite may be as long as the text it replaces (what is left of the originals is
+    # usually far longer): the summary loses what was erased and keeps the rest, instead of
+    # shrinking to the offline summarizer's default of a quarter of its input, capped.
+    budget = max(1, _body_chars(old) - len(tag) - 1)
     if old.kind == "large_summary":
-        body = TOMBSTONE if not remaining else _offline_text(5, remaining, config)
+        body = TOMBSTONE if not remaining else _offline_text(5, remaining, config, budget)
         return _stored_as(old, summarized_payload(kids[0], body, d.offload))
     strategy = d.strategy if d.strategy in _TEXT_SUMMARY_STRATEGIES else None
     if strategy is None or not remaining:
         text = TOMBSTONE
     else:
-        text = _offline_text(strategy, remaining, config)
-    tag = offload_tag(str(d.offload))
+        text = _offline_text(strategy, remaining, config, budget)
     msg = _stored_as(old, Msg.assistant(f"{text}\n{tag}", kind=old.kind))
     over = count_tokens(msg, counter) - (old.tokens or 0)
     if over > 0 and text != TOMBSTONE:
@@ -140,16 +161,123 @@ def _rewrite(
     return msg
 
 
-def _offline_text(strategy: int, msgs: list[Msg], config: AutoContextConfig) -> str:
+def _offline_text(
+    strategy: int, msgs: list[Msg], config: AutoContextConfig, char_budget: int
+) -> str:
     request = build_request(
         strategy,
         msgs,
         prompts=config.prompts,
+        char_budget=char_budget,
         token_budget=config.fold_budget_tokens if strategy == FOLD else None,
     )
     return OfflineSummarizer().summarize(request).text.strip() or TOMBSTONE
 
 
+def _body_chars(msg: Msg) -> int:
+    """The characters of a summary's text (or, in a tool message, of its longest output)."""
+    return max(
+        [len(msg.text)] + [len(b.output_text) for b in msg.tool_results],
+    )
+
+
 def _stored_as(old: Msg, new: Msg) -> Msg:
     """`new` in the place of `old`: its id, kind and pinned flag."""
     return Msg(new.role, new.content, name=new.name, kind=old.kind, pinned=old.pinned, id=old.id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies autoctx made: the answers of its context tools
+# ---------------------------------------------------------------------------------------------
+
+#: The names of the tools whose answers quote stored messages.
+CONTEXT_TOOLS = (SEARCH_TOOL_NAME, TOOL_NAME)
+#: A hit of a `context_search` answer, as `autoctx._search.render_hit` writes its head.
+_HIT = re.compile(r'^\d+\. \[(?:this session|session ("(?:[^"\\]|\\.)*")), message (\d+), ', re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    """What one context-tool answer quoted: a message, or the messages of an offload."""
+
+    session_id: str
+    message_id: int | None = None
+    offload: uuid.UUID | None = None
+
+
+def quotes(
+    answer: Sequence[Mapping[str, Any]], call: Sequence[Mapping[str, Any]], own_session: str
+) -> list[Quote]:
+    """What a stored context-tool answer (a tool message's content JSON) quoted, read from the
+    answer itself (a search answer names each hit's session and message) and from the call it
+    answers (a reload names a message or an offload, and a session): autoctx wrote the answer,
+    so its form is known. Anything that does not parse quotes nothing."""
+    calls: dict[str, ToolUseBlock] = {}
+    for data in call:
+        block = _block(data)
+        if isinstance(block, ToolUseBlock):
+            calls[block.id] = block
+    out: list[Quote] = []
+    for data in answer:
+        block = _block(data)
+        if not isinstance(block, ToolResultBlock):
+            continue
+        made = calls.get(block.tool_use_id)
+        name = made.name if made is not None else block.name
+        if name == SEARCH_TOOL_NAME:
+            for m in _HIT.finditer(block.output_text):
+                session = own_session
+                if m.group(1) is not None:
+                    with contextlib.suppress(ValueError):
+                        session = str(json.loads(m.group(1)))
+                out.append(Quote(session, message_id=int(m.group(2))))
+        elif name == TOOL_NAME and made is not None:
+            quote = _reload_quote(made.arguments, own_session)
+            if quote is not None:
+                out.append(quote)
+    return out
+
+
+def _block(data: Mapping[str, Any]) -> Block | None:
+    try:
+        return block_from_json(data)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _reload_quote(arguments: str, own_session: str) -> Quote | None:
+    try:
+        args = json_value(arguments)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(args, dict):
+        return None
+    session = args.get("session_id")
+    session = session if isinstance(session, str) and session else own_session
+    message_id, raw = args.get("message_id"), args.get("uuid")
+    if isinstance(message_id, int) and not isinstance(message_id, bool):
+        return Quote(session, message_id=message_id)
+    if isinstance(raw, str):
+        try:
+            return Quote(session, offload=uuid.UUID(raw.strip()))
+        except ValueError:
+            return None
+    return None
+
+
+def quotes_any(
+    found: Iterable[Quote],
+    changed: Mapping[str, set[int]],
+    offloads: Mapping[tuple[str, uuid.UUID], Sequence[int]],
+) -> bool:
+    """Whether an answer that quoted `found` holds content of a message in `changed` (session
+    -> ids an erasure rewrites), `offloads` giving the message ids each offload holds."""
+    for q in found:
+        ids = changed.get(q.session_id)
+        if not ids:
+            continue
+        if q.message_id is not None and q.message_id in ids:
+            return True
+        if q.offload is not None and ids.intersection(offloads.get((q.session_id, q.offload), ())):
+            return True
+    return False

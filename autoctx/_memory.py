@@ -44,6 +44,7 @@ from ._compressor import Compressor, SessionState, is_due, trigger_of
 from ._config import AutoContextConfig, config_argument, stored_config
 from ._erasure import Derived, rewrite_erased
 from ._errors import (
+    AutoContextError,
     InvalidMessage,
     InvalidMessageId,
     InvalidPage,
@@ -735,25 +736,23 @@ class AutoContextMemory:
         `InvalidErasure` for an id that is not an original or an empty reason, and
         `ErasureNotPermitted` for a database role granted a tenant (only the tables' owner
         rewrites history); nothing is erased then. Forks own their copies and are not
-        changed: the result names them (`.forks`); erase the same ids there too.
+        changed: the result names them (`.forks`); erase the same ids there too. The answers
+        of autoctx's context tools that quoted what is erased (tool results of
+        `context_search` and `context_reload`, in this session or another of the tenant) are
+        tombstoned in the same transaction, each by an erasure event of its session, and
+        named (`.answers`).
         """
         self._check_open()
         ids = erasure_ids(message_ids)
         note = erasure_reason(reason)
-        config, counter = self.config, self._counter
-
-        def rewrite(
-            erased: Mapping[int, Msg], derived: Sequence[Derived], stored: Mapping[int, Msg]
-        ) -> dict[int, Prepared]:
-            return rewrite_erased(erased, derived, stored, config, counter)
-
         return lifecycle.erase(
             self._store,
             self.session_id,
             ids,
             note=note,
-            rewrite=rewrite,
-            config=config.to_json(),
+            rewrite=_rewrite_with(self.config, self._counter),
+            config=self.config.to_json(),
+            rewrite_for=functools.partial(_rewrite_for, self.config, self._counter),
         )
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -794,12 +793,13 @@ class AutoContextMemory:
     # -- for autoctx's own integrations (the Agents SDK session, the CLI) ----------------------
 
     @_serialized
-    def _working_ids(self, limit: int | None = None) -> tuple[uuid.UUID, list[int]]:
-        """The session's incarnation and its working message ids (the last `limit` of them)."""
+    def _working_ids(self, limit: int | None = None) -> tuple[tuple[uuid.UUID, int], list[int]]:
+        """The epoch of the session's message content (its incarnation and its erasure count:
+        a message's content changes only when one of them does) and its working message ids
+        (the last `limit` of them)."""
         self._check_open()
-        return self._store.incarnation(self.session_id), self._store.working_ids(
-            self.session_id, limit
-        )
+        erasures, ids = self._store.working_ids(self.session_id, limit)
+        return (self._store.incarnation(self.session_id), erasures), ids
 
     @_serialized
     def _message_documents(self, ids: Sequence[int]) -> list[tuple[int, str, str, Any, Any]]:
@@ -825,6 +825,29 @@ class AutoContextMemory:
     @property
     def summarizer(self) -> Summarizer:
         return self._summarizer
+
+
+def _rewrite_with(
+    config: AutoContextConfig, counter: TokenCounter
+) -> Callable[[Mapping[int, Msg], Sequence[Derived], Mapping[int, Msg]], dict[int, Prepared]]:
+    def rewrite(
+        erased: Mapping[int, Msg], derived: Sequence[Derived], stored: Mapping[int, Msg]
+    ) -> dict[int, Prepared]:
+        return rewrite_erased(erased, derived, stored, config, counter)
+
+    return rewrite
+
+
+def _rewrite_for(
+    config: AutoContextConfig, counter: TokenCounter, stored: Mapping[str, Any]
+) -> Callable[[Mapping[int, Msg], Sequence[Derived], Mapping[int, Msg]], dict[int, Prepared]]:
+    """The rewrite of another session's messages, with the config it was stored with (its
+    token encoding counts its totals); the erasing memory's when that cannot be read back."""
+    try:
+        theirs = AutoContextConfig.from_json(stored)
+        return _rewrite_with(theirs, TokenCounter(theirs.model))
+    except (AutoContextError, ValueError, TypeError, KeyError):
+        return _rewrite_with(config, counter)
 
 
 def open_memory(

@@ -15,6 +15,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -26,6 +27,7 @@ import pytest
 import sqlalchemy as sa
 
 from autoctx import (
+    AutoContextConfig,
     AutoContextMemory,
     ErasureNotPermitted,
     InvalidDuration,
@@ -37,6 +39,7 @@ from autoctx import (
     SessionNotFound,
     SummaryRequest,
     SummaryResult,
+    ToolUseBlock,
     export_session,
     grant_tenant,
     import_session,
@@ -563,3 +566,264 @@ def test_forks_own_their_copies_and_are_named(open_mem: Opener, secret: str) -> 
         )
         assert_valid_session(fork)
     assert holding(mem.engine, secret) == {}
+
+
+def test_a_tombstone_keeps_no_name(open_mem: Opener, secret: str) -> None:
+    """The participant name is free text the caller chose: it goes with the content."""
+    mem = open_mem()
+    mem.add([Msg.user(f"hello {secret}", name=f"agent_{secret}"), Msg.assistant("hi")])
+    done = mem.erase([1], reason="user request")
+    assert holding(mem.engine, secret) == {}
+    (m,) = mem._store.load_messages(mem.session_id, done.erased_ids).values()
+    assert m.name is None and m.text == "[erased]"
+    assert_valid_session(mem)
+
+
+class _Thorough:
+    """A summarizer that keeps as much of the transcript as its budget allows (as a thorough
+    LLM does): a current-round summary ten thousand tokens long."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        return SummaryResult(text=request.transcript[: request.char_budget or 4000], model="t")
+
+
+def test_a_rewritten_summary_keeps_what_was_not_erased(open_mem: Opener, secret: str) -> None:
+    """Erasing two tool outputs that a large current-round summary covered rewrites it without
+    them and keeps the rest: within its own size, not the offline summarizer's default of a
+    quarter of its input (a 9,040-token summary went down to 1,668 tokens before; now 8,800
+    to 7,652)."""
+    config = AutoContextConfig(
+        max_tokens=40000,
+        msg_threshold=1000,
+        large_payload_chars=100000,
+        last_keep=2,
+        min_tool_run=100,  # no tool-run summaries: the round stays whole for S6
+        min_compress_tokens=300,
+    )
+    mem = open_mem(summarizer=_Thorough(), config=config)
+    mem.add([Msg.user("refactor the parser")])
+    for i in range(12):
+        mark = f" {secret}" if i in (0, 1) else ""
+        mem.add(
+            [
+                Msg.assistant(
+                    None, [ToolUseBlock(f"c{i}", "read_file", json.dumps({"path": f"/m{i}.py"}))]
+                ),
+                Msg.tool(
+                    f"c{i}",
+                    "\n".join(
+                        f"{n:4d} def f{n}_{i}(x): return x * {n}  # w{i}x{n}{mark}"
+                        for n in range(120)
+                    ),
+                ),
+            ]
+        )
+        mem.compress_if_needed()
+    (summary,) = [m for m in mem.messages() if m.kind == "current_round_summary"]
+    assert summary.tokens is not None and summary.tokens > 8000
+    assert secret in summary.text and "w2x" in summary.text  # it covers outputs 0 to 2 at least
+    done = mem.erase([3, 5], reason="user request")  # the outputs of calls c0 and c1
+    assert summary.id in done.rewritten_ids
+    (after,) = [m for m in mem.messages() if m.id == summary.id]
+    assert after.tokens is not None
+    assert secret not in after.text and "w0x" not in after.text and "w1x" not in after.text
+    assert "w2x" in after.text  # what was not erased stays
+    print(f"summary tokens {summary.tokens} -> {after.tokens}")
+    # It keeps most of its size: the erased outputs were two of the several it covered.
+    assert summary.tokens * 0.7 <= after.tokens <= summary.tokens, (summary.tokens, after.tokens)
+    assert holding(mem.engine, secret) == {}
+    assert_valid_session(mem)
+
+
+def test_a_fork_in_flight_when_an_erasure_runs_is_named(open_mem: Opener, secret: str) -> None:
+    """A fork whose snapshot predates an erasure and that commits after it would keep the
+    erased content unnamed: the erasure waits for it, then names it. The fork is held inside
+    its transaction (copies written, not committed) while the erasure starts."""
+    mem = open_mem()
+    build(mem, 6, secret=secret, at=1)
+    forker = open_mem()  # another memory object on the session, as another process has
+    child_id = f"{mem.session_id}-inflight"
+    in_fork, release = threading.Event(), threading.Event()
+
+    def hold(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        # The fork's last copy (its working set), before its commit.
+        if "INSERT INTO working_set" in statement and "%(child)s" in statement:
+            in_fork.set()
+            release.wait(30)
+
+    sa.event.listen(forker.engine, "before_cursor_execute", hold)
+    forked: list[AutoContextMemory] = []
+    erased: list[Any] = []
+    try:
+        fork_thread = threading.Thread(target=lambda: forked.append(forker.fork(child_id)))
+        fork_thread.start()
+        assert in_fork.wait(30)
+        erase_thread = threading.Thread(
+            target=lambda: erased.append(mem.erase([5, 6, 7, 8], reason="user request"))
+        )
+        erase_thread.start()
+        # The erasure either finishes (without waiting for the fork) or waits on a lock.
+        deadline = time.monotonic() + 20
+        while erase_thread.is_alive() and time.monotonic() < deadline:
+            waiting = sql(
+                mem,
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND wait_event = 'advisory' AND datname = current_database()",
+            )[0].n
+            if waiting:
+                break
+            time.sleep(0.05)
+    finally:
+        release.set()
+        fork_thread.join(30)
+        erase_thread.join(30)
+        sa.event.remove(forker.engine, "before_cursor_execute", hold)
+    (child,) = forked
+    (done,) = erased
+    assert done.forks == (child_id,)
+    # The fork took its copies before the erasure: they hold the secret, and erasing the same
+    # ids there, as the result says to, leaves none.
+    assert "messages.content" in holding(mem.engine, secret)
+    child.erase([5, 6, 7, 8], reason="user request")
+    assert holding(mem.engine, secret) == {}
+    assert_valid_session(child)
+
+
+def test_the_fork_of_a_deleted_fork_is_named(open_mem: Opener, secret: str) -> None:
+    """Forks record every session they descend from: deleting the middle fork of a chain does
+    not hide its own fork from an erasure of the root."""
+    mem = open_mem()
+    build(mem, 6, secret=secret, at=1)
+    child = mem.fork(f"{mem.session_id}-child")
+    grandchild = child.fork(f"{mem.session_id}-grandchild")
+    child.delete()
+    done = mem.erase([5, 6, 7, 8], reason="user request")
+    assert done.forks == (grandchild.session_id,)
+    assert grandchild.erase([5, 6, 7, 8], reason="user request").forks == ()
+    assert holding(mem.engine, secret) == {}
+
+
+def _ask(mem: AutoContextMemory, call_id: str, tool: str, args: dict[str, Any]) -> int:
+    """The model calls one of autoctx's context tools; the agent stores the call and the
+    answer autoctx gave, as an agent loop does. Returns the answer's message id."""
+    call = ToolUseBlock(call_id, tool, json.dumps(args))
+    answer = mem.handle_tool_call(call)
+    stored = mem.add([Msg.assistant(None, [call]), Msg.tool(call_id, answer)])
+    assert stored[-1].id is not None
+    return stored[-1].id
+
+
+def test_context_tool_answers_that_quoted_erased_text_are_erased_and_named(
+    open_mem: Opener, secret: str
+) -> None:
+    """autoctx's own answers to context_search and context_reload are copies of what they
+    quoted: an erasure finds them (in this session and in another of the tenant), tombstones
+    them with what derives from them, and names them; an answer that quoted other messages
+    stays."""
+    tenant = f"acme-{uuid.uuid4().hex[:8]}"  # the module's other sessions are not its own
+    mem = open_mem(tenant=tenant)
+    build(mem, 4, secret=secret, at=1)  # round 1: ids 5-8, the secret in each
+    other = open_mem(f"{mem.session_id}-other", tenant=tenant)
+    other.add([Msg.user("what did I do before?")])
+    asked = [
+        (mem.session_id, _ask(mem, "q1", "context_search", {"query": "task 1"})),
+        (mem.session_id, _ask(mem, "q2", "context_reload", {"message_id": 7})),
+        (
+            other.session_id,
+            _ask(other, "q3", "context_search", {"query": "look module 1", "scope": "tenant"}),
+        ),
+        (
+            other.session_id,
+            _ask(other, "q4", "context_reload", {"message_id": 6, "session_id": mem.session_id}),
+        ),
+    ]
+    kept = _ask(other, "q5", "context_reload", {"message_id": 11, "session_id": mem.session_id})
+    for sid, answer in asked:
+        owner = mem if sid == mem.session_id else other
+        (msg,) = owner._store.load_messages(sid, [answer]).values()
+        assert secret in msg.tool_results[0].output_text, msg.tool_results[0].output_text
+    assert (
+        "m2.py"
+        in other._store.load_messages(other.session_id, [kept])[kept].tool_results[0].output_text
+    )
+
+    done = mem.erase([5, 6, 7, 8], reason="user request")
+
+    assert done.answers == tuple(sorted(asked))
+    assert holding(mem.engine, secret) == {}
+    (still,) = other._store.load_messages(other.session_id, [kept]).values()
+    assert "m2.py" in still.tool_results[0].output_text  # quoted no erased message: kept
+    # Each other session's answers went by an erasure event of its own, with the same reason.
+    (event,) = [e for e in other.events() if e.reason == "erase"]
+    assert event.replaced_ids == tuple(sorted(a for s, a in asked if s == other.session_id))
+    for m in (mem, other):
+        assert_valid_session(m)
+    # The command names them too: erasing what the kept answer quoted takes it along.
+    url = mem.engine.url.render_as_string(hide_password=False)
+    result = invoke(["erase", mem.session_id, "11", "--reason", "x", "-d", url])
+    assert result.exit_code == 0, result.stderr
+    assert f"also erased 1 context-tool answer(s) that quoted it: {other.session_id!r} " in (
+        result.stdout
+    )
+
+
+def test_two_erasures_that_reach_into_each_others_sessions_both_succeed(
+    open_mem: Opener, secret: str
+) -> None:
+    """Each session holds an answer that quoted the other's message: erasing both at once
+    locks the two sessions in opposite orders, PostgreSQL fails one to break the deadlock, and
+    that one starts over. Erasure A is held just before it locks B, until B waits on A."""
+    tenant = f"acme-{uuid.uuid4().hex[:8]}"
+    a = open_mem(tenant=tenant)
+    b = open_mem(f"{a.session_id}-b", tenant=tenant)
+    for mem in (a, b):
+        mem.add([Msg.user(f"note of {mem.session_id}: {secret}"), Msg.assistant("noted")])
+    _ask(a, "ra", "context_reload", {"message_id": 1, "session_id": b.session_id})
+    _ask(b, "rb", "context_reload", {"message_id": 1, "session_id": a.session_id})
+    at_b, release = threading.Event(), threading.Event()
+
+    def hold(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if (
+            threading.current_thread().name == "erase-a"
+            and "FROM sessions" in statement
+            and isinstance(parameters, dict)
+            and b.session_id in parameters.values()
+        ):
+            at_b.set()
+            release.wait(30)
+
+    sa.event.listen(a.engine, "before_cursor_execute", hold)
+    results: dict[str, Any] = {}
+
+    def erase(mem: AutoContextMemory, key: str) -> None:
+        try:
+            results[key] = mem.erase([1], reason="user request")
+        except Exception as exc:  # the test reports what the erasure raised
+            results[key] = exc
+
+    first = threading.Thread(target=erase, args=(a, "a"), name="erase-a")
+    second = threading.Thread(target=erase, args=(b, "b"), name="erase-b")
+    try:
+        first.start()
+        assert at_b.wait(30)
+        second.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            waiting = sql(
+                a,
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()",
+            )[0].n
+            if waiting:
+                break
+            time.sleep(0.05)
+    finally:
+        release.set()
+        first.join(60)
+        second.join(60)
+        sa.event.remove(a.engine, "before_cursor_execute", hold)
+    assert all(not isinstance(r, Exception) for r in results.values()), results
+    assert sorted(results) == ["a", "b"]
+    assert holding(a.engine, secret) == {}
+    for mem in (a, b):
+        assert_valid_session(mem)

@@ -294,6 +294,40 @@ def test_reads_follow_other_writers_and_never_hand_out_shared_items(
         run(mine.add_items([{"role": "user", "content": "into the wrong session"}]))
 
 
+def test_an_erasure_elsewhere_empties_the_items_cache(
+    make_session: Callable[..., AutoContextSession], db_url: str, session_id: str
+) -> None:
+    """The items cache keys on the session's erasure count: after an erasure by another memory
+    object or by `autoctx erase` in another process, `get_items()` serves the tombstones, never
+    the erased text it had cached."""
+    first, second = (f"cardnumber{uuid.uuid4().hex[:10]}" for _ in range(2))
+    session = make_session(compress=False)
+    items = [
+        {"role": "user", "content": f"my card is {first}"},
+        {"role": "user", "content": f"and my other card is {second}"},
+        {"role": "user", "content": "thanks"},
+    ]
+    run(session.add_items(copy.deepcopy(items)))
+    assert run(session.get_items()) == items  # every item now cached by message id
+
+    other = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
+    assert other.erase([1], reason="user request").erased_ids == (1,)
+    got = json.dumps(run(session.get_items()))
+    assert first not in got and "[erased]" in got and second in got
+
+    cli = [sys.executable, "-m", "autoctx._cli", "erase", session_id, "2", "--reason", "gdpr"]
+    subprocess.run(
+        [*cli, "--database-url", db_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    got = json.dumps(run(session.get_items()))
+    assert first not in got and second not in got and "thanks" in got
+    assert second not in json.dumps(run(session.get_items(limit=2)))
+
+
 def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
     make_session: Callable[..., AutoContextSession],
 ) -> None:

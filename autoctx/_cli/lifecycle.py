@@ -124,6 +124,11 @@ def erase(
         f"message(s); event {done.event.id}, working tokens {done.event.tokens_before:,} -> "
         f"{done.event.tokens_after:,}"
     )
+    if done.answers:
+        shown = ", ".join(f"{sid!r} message {mid}" for sid, mid in done.answers)
+        typer.echo(
+            f"also erased {len(done.answers)} context-tool answer(s) that quoted it: {shown}"
+        )
     if done.forks:
         typer.echo(
             f"note: {len(done.forks)} fork(s) of {session!r} keep their own copies: "

@@ -11,7 +11,10 @@ caches), kept apart from `store.py`, which holds the units of work of the agent 
   session_id leads every key, so the copies are the child's own rows, and the tags in the
   summaries' text stay valid.
 - `erase` tombstones originals and rewrites every message derived from them, in one transaction
-  under the session row lock (`autoctx._erasure` says what is written).
+  under the session row lock (`autoctx._erasure` says what is written), and names the forks
+  that keep copies. Forks and erasures of a session serialize on an advisory lock (`_forking`):
+  an erasure waits for the forks in flight, which a fork's REPEATABLE READ snapshot would
+  otherwise hide from it; appends and compressions never wait for a fork.
 - `purge` deletes whole sessions last updated before a time.
 - `read_rows` and `write_rows` move every row of a session to and from an export document
   (`autoctx._exports`).
@@ -22,15 +25,17 @@ copied by accident, and a generated column cannot be written.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .._erasure import Derived
+from .._erasure import CONTEXT_TOOLS, Derived, Quote, quotes, quotes_any
 from .._errors import (
     ErasureNotPermitted,
     InvalidErasure,
@@ -151,41 +156,23 @@ def fork(store: Store, parent_id: str, child_id: str, at_message: int | None) ->
     """Create `child_id` from `parent_id`'s working context (up to and including
     `at_message`); returns the child's session row. Raises `SessionExists` when the id is
     taken and `MessageNotFound` for a message the parent does not have (or cannot cut at)."""
+    with store._single() as conn:
+        lineage = conn.execute(
+            sa.select(sessions.c.incarnation, sessions.c.fork_ancestry).where(
+                store._this(parent_id)
+            )
+        ).one_or_none()
+    if lineage is None:
+        raise _gone(parent_id)
     repeatable = store.engine.execution_options(isolation_level="REPEATABLE READ")
     try:
-        with repeatable.begin() as conn:
+        with (
+            repeatable.connect() as conn,
+            _forking(conn, [*lineage[1], lineage[0]]),
+            conn.begin(),
+        ):
             store._scope(conn)
-            parent = conn.execute(sa.select(sessions).where(store._this(parent_id))).one_or_none()
-            if parent is None:
-                raise _gone(parent_id)
-            if at_message is None:
-                # The whole context: its ids in one array, and the totals and open calls the
-                # parent's row holds for them (no per-message read).
-                ids = conn.exec_driver_sql(
-                    WORKING_IDS, {"sid": parent_id, "inc": parent.incarnation, "n": None}
-                ).scalar_one()
-                cut = _Cut(list(ids), parent.token_count, dict(parent.open_calls))
-            else:
-                avoid_nested_loops(conn)
-                # The planner's snapshot of the working context (positions start at 1).
-                working = [
-                    _Meta(
-                        r.id,
-                        r.kind,
-                        r.role,
-                        r.tokens,
-                        tuple(r.call_ids),
-                        tuple(r.result_ids),
-                        tuple(r.tool_names),
-                    )
-                    for r in conn.exec_driver_sql(SNAPSHOT, {"sid": parent_id, "after": 0})
-                ]
-                conn.exec_driver_sql("SET LOCAL enable_nestloop = on")
-                metas = _cut_at(conn, parent_id, working, at_message)
-                cut = _Cut(
-                    [m.id for m in metas], sum(m.tokens for m in metas), open_calls_of(metas)
-                )
-            info = _copy(conn, parent, child_id, cut)
+            info = _fork_in(store, conn, parent_id, child_id, at_message)
     except sa.exc.DBAPIError as exc:
         # A session created under the id meanwhile: committed before our insert (a unique
         # violation) or after our snapshot (REPEATABLE READ reports it as a serialization
@@ -194,6 +181,78 @@ def fork(store: Store, parent_id: str, child_id: str, at_message: int | None) ->
             raise _taken(child_id) from None
         raise
     return store._bind(info)
+
+
+#: The first key of the advisory locks by which forks and erasures serialize ("acxf"; claims
+#: use "actx", migrations a single 64-bit key), the second is hashtext(incarnation).
+FORK_SPACE: Final = 0x61637866
+
+
+@contextlib.contextmanager
+def _forking(conn: Connection, incarnations: Sequence[Any]) -> Iterator[None]:
+    """Hold a shared lock on the session being forked and each it descends from, from before
+    the fork's snapshot until after its commit.
+
+    An erasure takes its session's lock exclusively before it writes, so it waits for every
+    fork (of the session or of a fork of it) whose snapshot predates it and then finds that
+    fork committed, and a fork that starts while an erasure runs takes its snapshot after the
+    erasure committed: no fork holds erased content without the erasure naming it. The locks
+    are session-level, on the fork's own connection (a transaction-level lock would be taken
+    after the snapshot of a REPEATABLE READ transaction); a shared lock never waits for another
+    fork, and the keys are hashes of incarnations, which a role of another tenant cannot see.
+    """
+    keys = sorted({str(i) for i in incarnations})
+    conn.exec_driver_sql(
+        "SELECT pg_advisory_lock_shared(%(space)s, hashtext(k)) FROM unnest(%(keys)s::text[]) k",
+        {"space": FORK_SPACE, "keys": keys},
+    )
+    conn.commit()
+    try:
+        yield
+    finally:
+        if not conn.invalidated:
+            conn.rollback()
+            conn.exec_driver_sql(
+                "SELECT pg_advisory_unlock_shared(%(space)s, hashtext(k)) "
+                "FROM unnest(%(keys)s::text[]) k",
+                {"space": FORK_SPACE, "keys": keys},
+            )
+            conn.commit()
+
+
+def _fork_in(
+    store: Store, conn: Connection, parent_id: str, child_id: str, at_message: int | None
+) -> SessionInfo:
+    """The fork's work, in its REPEATABLE READ transaction."""
+    parent = conn.execute(sa.select(sessions).where(store._this(parent_id))).one_or_none()
+    if parent is None:
+        raise _gone(parent_id)
+    if at_message is None:
+        # The whole context: its ids in one array, and the totals and open calls the
+        # parent's row holds for them (no per-message read).
+        ids = conn.exec_driver_sql(
+            WORKING_IDS, {"sid": parent_id, "inc": parent.incarnation, "n": None}
+        ).scalar_one()
+        cut = _Cut(list(ids), parent.token_count, dict(parent.open_calls))
+    else:
+        avoid_nested_loops(conn)
+        # The planner's snapshot of the working context (positions start at 1).
+        working = [
+            _Meta(
+                r.id,
+                r.kind,
+                r.role,
+                r.tokens,
+                tuple(r.call_ids),
+                tuple(r.result_ids),
+                tuple(r.tool_names),
+            )
+            for r in conn.exec_driver_sql(SNAPSHOT, {"sid": parent_id, "after": 0})
+        ]
+        conn.exec_driver_sql("SET LOCAL enable_nestloop = on")
+        metas = _cut_at(conn, parent_id, working, at_message)
+        cut = _Cut([m.id for m in metas], sum(m.tokens for m in metas), open_calls_of(metas))
+    return _copy(conn, parent, child_id, cut)
 
 
 def _taken(child_id: str) -> SessionExists:
@@ -314,6 +373,7 @@ def _copy(conn: Connection, parent: Any, child_id: str, cut: _Cut) -> SessionInf
             next_event_id=fork_event + 1,
             forked_from=sid,
             forked_from_incarnation=parent.incarnation,
+            fork_ancestry=[*parent.fork_ancestry, parent.incarnation],
             forked_at_message=cut_ids[-1] if cut_ids else None,
         )
         .on_conflict_do_nothing(index_elements=["session_id"])
@@ -424,15 +484,19 @@ WHERE m.session_id = %(sid)s AND m.id = u.id
 """
 
 #: The sessions forked from a session incarnation, and from them, ... (an audit walk over the
-#: sessions table: forks are found by their parent, which no index leads with).
+#: sessions table: forks are found by their ancestry, which no index leads with). The ancestry
+#: finds the fork of a fork whose middle session was deleted; the chain of parents finds the
+#: forks an import wrote, which carry no ancestry of this database.
 _FORKS_OF = """
 WITH RECURSIVE f(session_id, incarnation) AS (
     SELECT s.session_id, s.incarnation FROM sessions s
-    WHERE s.forked_from = %(sid)s AND s.forked_from_incarnation = %(inc)s
+    WHERE (CAST(%(inc)s AS uuid) = ANY(s.fork_ancestry)
+           OR (s.forked_from = %(sid)s AND s.forked_from_incarnation = %(inc)s))
       AND s.tenant IS NOT DISTINCT FROM %(tenant)s
   UNION
     SELECT s.session_id, s.incarnation FROM f
     JOIN sessions s ON s.forked_from = f.session_id AND s.forked_from_incarnation = f.incarnation
+    WHERE s.tenant IS NOT DISTINCT FROM %(tenant)s
 )
 SELECT session_id FROM f ORDER BY session_id
 """
@@ -456,6 +520,11 @@ class AutoContextErasure:
     #: The sessions forked from this one (and from them, ...): each owns its copies, which this
     #: erasure did not touch; erase the same ids there too.
     forks: tuple[str, ...] = field(default=())
+    #: The answers of autoctx's own context tools (`context_search`, `context_reload`, stored
+    #: as tool results) that quoted what was erased, as (session id, message id), in this
+    #: session or another of the tenant: each was tombstoned as an original (with what derives
+    #: from it) by an erasure event of its session with the same reason.
+    answers: tuple[tuple[str, int], ...] = field(default=())
 
 
 def erase(
@@ -466,19 +535,46 @@ def erase(
     note: str,
     rewrite: Rewrite,
     config: Mapping[str, Any],
+    rewrite_for: Callable[[Mapping[str, Any]], Rewrite] | None = None,
 ) -> AutoContextErasure:
-    """Erase the originals `ids` and rewrite what derives from them, in one transaction."""
-    try:
-        return _erase(store, session_id, ids, note=note, rewrite=rewrite, config=config)
-    except sa.exc.ProgrammingError as exc:
-        if getattr(exc.orig, "sqlstate", None) != "42501":
-            raise
-        raise ErasureNotPermitted(
-            f"this database role may not rewrite the messages of session {session_id!r}: a "
-            "role granted a tenant only appends (its history is its own to read, not to "
-            "rewrite); run the erasure as the owner of autoctx's tables, for example "
-            "`autoctx erase ... --database-url <the owner's URL>`. Nothing was erased"
-        ) from None
+    """Erase the originals `ids` and rewrite what derives from them, in one transaction, with
+    every answer of autoctx's context tools that quoted any of it (in any session of the
+    tenant; `rewrite_for` gives another session's rewrite from its stored config)."""
+    for attempt in range(_DEADLOCK_ATTEMPTS):
+        try:
+            return _erase(
+                store,
+                session_id,
+                ids,
+                note=note,
+                rewrite=rewrite,
+                config=config,
+                rewrite_for=rewrite_for,
+            )
+        except sa.exc.DBAPIError as exc:
+            state = getattr(exc.orig, "sqlstate", None)
+            # Two erasures that rewrite answers in each other's sessions lock the two session
+            # rows in opposite orders; PostgreSQL breaks the cycle by failing one, which rolled
+            # back whole and starts over.
+            if state == "40P01" and attempt + 1 < _DEADLOCK_ATTEMPTS:
+                continue
+            if state != "42501":
+                raise
+            raise _not_permitted(session_id) from None
+    raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+#: How many times an erasure runs when PostgreSQL picks it to break a deadlock.
+_DEADLOCK_ATTEMPTS: Final = 3
+
+
+def _not_permitted(session_id: str) -> ErasureNotPermitted:
+    return ErasureNotPermitted(
+        f"this database role may not rewrite the messages of session {session_id!r}: a "
+        "role granted a tenant only appends (its history is its own to read, not to "
+        "rewrite); run the erasure as the owner of autoctx's tables, for example "
+        "`autoctx erase ... --database-url <the owner's URL>`. Nothing was erased"
+    )
 
 
 def _erase(
@@ -489,8 +585,12 @@ def _erase(
     note: str,
     rewrite: Rewrite,
     config: Mapping[str, Any],
+    rewrite_for: Callable[[Mapping[str, Any]], Rewrite] | None,
 ) -> AutoContextErasure:
+    incarnation = store.incarnation(session_id)
     with store._begin() as conn:
+        # First, before the row lock: wait for the forks in flight (see `_forking`).
+        _wait_for_forks(conn, incarnation)
         row = store._lock(conn, session_id)
         params: dict[str, Any] = {"sid": session_id, "ids": list(ids)}
         kinds: dict[int, str] = dict(
@@ -501,63 +601,30 @@ def _erase(
             ).all()
         )
         _check_erasable(session_id, ids, kinds)
-        derived_rows = conn.exec_driver_sql(_DERIVED, params).all()
-        read = set(ids) | {r[0] for r in derived_rows} | {c for r in derived_rows for c in r[3]}
-        stored = messages_by_id(conn, session_id, row.incarnation, sorted(read))
-        derived = [Derived(stored[r[0]], r[1], r[2], tuple(r[3])) for r in derived_rows]
-        new = rewrite({i: stored[i] for i in ids}, derived, stored)
-        changed = sorted(new)
-        working = {
-            r[0]
-            for r in conn.exec_driver_sql(
-                "SELECT w.message_id FROM unnest(%(ids)s::bigint[]) AS u(id) "
-                "JOIN working_set w ON w.session_id = %(sid)s AND w.message_id = u.id",
-                {"sid": session_id, "ids": changed},
-            )
-        }
-        delta = sum(new[i].tokens - (stored[i].tokens or 0) for i in working)
-        event_id, version = row.next_event_id, row.version + 1
-        tokens_after = row.token_count + delta
-        conn.exec_driver_sql(
-            _REWRITE,
-            {"sid": session_id, "event": event_id, "id": changed, **_rewrite_columns(new, changed)},
-        )
-        created = conn.execute(
-            sa.insert(compression_events)
-            .values(
-                session_id=session_id,
-                id=event_id,
-                strategy=0,
-                status="applied",
-                reason="erase",
-                messages_before=row.message_count,
-                messages_after=row.message_count,
-                tokens_before=row.token_count,
-                tokens_after=tokens_after,
-                replaced_ids=sorted(ids),
-                session_version=version,
-                config=dict(config),
+        rows, targets, derived, answers = _reach(conn, store, row, set(ids))
+        done = {}
+        for sid in [session_id, *sorted(set(rows) - {session_id})]:
+            own = sid == session_id
+            done[sid] = _rewrite_session(
+                conn,
+                rows[sid],
+                targets[sid],
+                derived[sid],
                 note=note,
+                rewrite=rewrite if own or rewrite_for is None else rewrite_for(rows[sid].config),
+                config=config if own else rows[sid].config,
             )
-            .returning(compression_events)
-        ).one()
-        conn.execute(
-            sa.update(sessions)
-            .where(store._this(session_id))
-            .values(
-                token_count=tokens_after,
-                version=version,
-                next_event_id=event_id + 1,
-                updated_at=sa.func.now(),
-            )
-        )
-    # What this store cached of the session predates the rewrite (tokens and chars changed);
+    # What this store cached of the sessions predates the rewrite (tokens and chars changed);
     # the open calls did not (tombstones keep every id).
-    store._snapshots.pop(session_id, None)
-    store._appended.pop(session_id, None)
-    store._tails[session_id] = (version, dict(row.open_calls))
+    for sid in rows:
+        store._snapshots.pop(sid, None)
+        store._appended.pop(sid, None)
+        store._tails.pop(sid, None)
+    created, changed, working = done[session_id]
+    store._tails[session_id] = (created.session_version, dict(row.open_calls))
     # After the commit, in a read of its own: the erasure's transaction stays on its session's
-    # rows (one shard, docs/scaling.md), and finding forks is a walk over every session.
+    # rows (one shard, docs/scaling.md), and finding forks is a walk over every session. Every
+    # fork whose snapshot predates the erasure has committed (the erasure waited for it).
     with store._single() as conn:
         forks = tuple(
             r[0]
@@ -568,10 +635,182 @@ def _erase(
     return AutoContextErasure(
         event_from_row(created),
         tuple(sorted(ids)),
-        tuple(i for i in changed if i not in set(ids)),
+        tuple(i for i in changed if i not in targets[session_id]),
         tuple(sorted(working)),
         forks,
+        tuple(sorted(answers)),
     )
+
+
+def _wait_for_forks(conn: Connection, incarnation: Any) -> None:
+    conn.exec_driver_sql(
+        "SELECT pg_advisory_xact_lock(%(space)s, hashtext(%(k)s))",
+        {"space": FORK_SPACE, "k": str(incarnation)},
+    )
+
+
+def _reach(
+    conn: Connection, store: Store, row: Any, ids: set[int]
+) -> tuple[dict[str, Any], dict[str, set[int]], dict[str, list[Any]], list[tuple[str, int]]]:
+    """Everything the erasure of `ids` in `row`'s session rewrites, found under the locks of
+    the sessions it touches: per session its row, the originals to tombstone and the rows of
+    the messages derived from them; and the answers of autoctx's context tools (in any
+    session of the tenant) that quoted any of it, which are tombstoned as originals too.
+    Repeated until nothing new is found: an answer can quote an answer."""
+    sid0 = row.session_id
+    rows: dict[str, Any] = {sid0: row}
+    targets: dict[str, set[int]] = {sid0: ids}
+    derived: dict[str, list[Any]] = {}
+    answers: list[tuple[str, int]] = []
+    found: list[tuple[str, int, list[Quote]]] | None = None
+    offloads: dict[tuple[str, uuid.UUID], Sequence[int]] = {}
+    pending = [sid0]
+    while pending:
+        sid = pending.pop()
+        derived[sid] = list(
+            conn.exec_driver_sql(_DERIVED, {"sid": sid, "ids": sorted(targets[sid])}).all()
+        )
+        if found is None:
+            found, offloads = _answers(conn, row.tenant)
+        changed = {t: targets[t] | {r[0] for r in derived.get(t, ())} for t in targets}
+        for t, a, quoted in found:
+            if a in targets.get(t, ()) or not quotes_any(quoted, changed, offloads):
+                continue
+            if t not in rows:
+                other = _lock_other(conn, store, t)
+                if other is None:
+                    continue
+                rows[t], targets[t] = other, set()
+            targets[t].add(a)
+            answers.append((t, a))
+            if t not in pending:
+                pending.append(t)
+    return rows, targets, derived, answers
+
+
+#: The answers of autoctx's context tools in the sessions of a tenant that no erasure has
+#: tombstoned yet, with the content of the call each answers (the latest message before it
+#: that made the call). The tool names are spelled out (`CONTEXT_TOOLS`), so that the planner
+#: sees the predicate of the partial index over them (migration 0010).
+_ANSWERS = f"""
+SELECT r.session_id, r.id, r.content, c.content
+FROM sessions s
+JOIN messages r ON r.session_id = s.session_id
+LEFT JOIN LATERAL (
+    SELECT m.content FROM messages m
+    WHERE m.session_id = r.session_id AND m.id < r.id AND m.call_ids && r.result_ids
+    ORDER BY m.id DESC LIMIT 1
+) c ON true
+WHERE s.tenant IS NOT DISTINCT FROM %(tenant)s
+  AND r.role = 'tool' AND r.kind = 'original' AND r.erased_by IS NULL
+  AND r.tool_names && ARRAY[{", ".join(f"'{t}'" for t in CONTEXT_TOOLS)}]
+"""
+
+
+def _answers(
+    conn: Connection, tenant: str | None
+) -> tuple[list[tuple[str, int, list[Quote]]], dict[tuple[str, uuid.UUID], Sequence[int]]]:
+    """The tenant's context-tool answers with what each quoted, and the message ids of every
+    offload they quoted."""
+    found = [
+        (r[0], int(r[1]), quotes(r[2] or [], r[3] or [], r[0]))
+        for r in conn.exec_driver_sql(_ANSWERS, {"tenant": tenant})
+    ]
+    wanted = {(q.session_id, q.offload) for _, _, qs in found for q in qs if q.offload}
+    offloads: dict[tuple[str, uuid.UUID], Sequence[int]] = {}
+    if wanted:
+        keys = sorted(wanted, key=str)
+        for sid, u, message_ids in conn.exec_driver_sql(
+            "SELECT o.session_id, o.uuid, o.message_ids FROM offloads o "
+            "JOIN unnest(%(sids)s::text[], %(uuids)s::uuid[]) AS k(sid, uuid) "
+            "ON o.session_id = k.sid AND o.uuid = k.uuid",
+            {"sids": [k[0] for k in keys], "uuids": [k[1] for k in keys]},
+        ):
+            offloads[(sid, u)] = list(message_ids)
+    return found, offloads
+
+
+def _lock_other(conn: Connection, store: Store, session_id: str) -> Any:
+    """Lock another session of the tenant whose answers the erasure tombstones (None if it
+    is gone)."""
+    inc = conn.execute(
+        sa.select(sessions.c.incarnation).where(sessions.c.session_id == session_id)
+    ).scalar_one_or_none()
+    if inc is None:
+        return None
+    _wait_for_forks(conn, inc)
+    return conn.execute(
+        sa.select(sessions)
+        .where(sessions.c.session_id == session_id, sessions.c.incarnation == inc)
+        .with_for_update()
+    ).one_or_none()
+
+
+def _rewrite_session(
+    conn: Connection,
+    row: Any,
+    ids: set[int],
+    derived_rows: Sequence[Any],
+    *,
+    note: str,
+    rewrite: Rewrite,
+    config: Mapping[str, Any],
+) -> tuple[Any, list[int], set[int]]:
+    """Tombstone `ids` in `row`'s session and rewrite what derives from them; one event.
+    Returns the event row, the ids rewritten (all of them) and those in the working context."""
+    session_id = row.session_id
+    read = set(ids) | {r[0] for r in derived_rows} | {c for r in derived_rows for c in r[3]}
+    stored = messages_by_id(conn, session_id, row.incarnation, sorted(read))
+    derived = [Derived(stored[r[0]], r[1], r[2], tuple(r[3])) for r in derived_rows]
+    new = rewrite({i: stored[i] for i in ids}, derived, stored)
+    changed = sorted(new)
+    working = {
+        r[0]
+        for r in conn.exec_driver_sql(
+            "SELECT w.message_id FROM unnest(%(ids)s::bigint[]) AS u(id) "
+            "JOIN working_set w ON w.session_id = %(sid)s AND w.message_id = u.id",
+            {"sid": session_id, "ids": changed},
+        )
+    }
+    delta = sum(new[i].tokens - (stored[i].tokens or 0) for i in working)
+    event_id, version = row.next_event_id, row.version + 1
+    tokens_after = row.token_count + delta
+    conn.exec_driver_sql(
+        _REWRITE,
+        {"sid": session_id, "event": event_id, "id": changed, **_rewrite_columns(new, changed)},
+    )
+    created = conn.execute(
+        sa.insert(compression_events)
+        .values(
+            session_id=session_id,
+            id=event_id,
+            strategy=0,
+            status="applied",
+            reason="erase",
+            messages_before=row.message_count,
+            messages_after=row.message_count,
+            tokens_before=row.token_count,
+            tokens_after=tokens_after,
+            replaced_ids=sorted(ids),
+            session_version=version,
+            config=dict(config),
+            note=note,
+        )
+        .returning(compression_events)
+    ).one()
+    conn.execute(
+        sa.update(sessions)
+        .where(sessions.c.session_id == session_id, sessions.c.incarnation == row.incarnation)
+        .values(
+            token_count=tokens_after,
+            version=version,
+            next_event_id=event_id + 1,
+            # Every cache of message content checks it (`Store.working_ids`).
+            erasures=sessions.c.erasures + 1,
+            updated_at=sa.func.now(),
+        )
+    )
+    return created, changed, working
 
 
 def _check_erasable(session_id: str, ids: Sequence[int], kinds: Mapping[int, str]) -> None:

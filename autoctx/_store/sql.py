@@ -96,7 +96,8 @@ WORKING_IDS = """
 SELECT coalesce((SELECT array_agg(x.message_id ORDER BY x.position)
                  FROM (SELECT w.message_id, w.position FROM working_set w
                        WHERE w.session_id = s.session_id
-                       ORDER BY w.position DESC LIMIT %(n)s) x), '{}')
+                       ORDER BY w.position DESC LIMIT %(n)s) x), '{}'),
+       s.erasures
 FROM sessions s WHERE s.session_id = %(sid)s AND s.incarnation = %(inc)s
 """
 LAST_WORKING = """

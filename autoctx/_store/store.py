@@ -565,15 +565,17 @@ class Store:
                 self._check_alive(conn, session_id)
         return docs
 
-    def working_ids(self, session_id: str, limit: int | None = None) -> list[int]:
-        """The session's working message ids in order (the last `limit` of them when given).
-        One short query: no content."""
+    def working_ids(self, session_id: str, limit: int | None = None) -> tuple[int, list[int]]:
+        """The session's erasure count and its working message ids in order (the last `limit`
+        of them when given). One short query: no content. The count changes with every
+        erasure, which rewrites messages in place: a cache of content by message id must be
+        dropped when it changes."""
         params = {"sid": session_id, "inc": self.incarnation(session_id), "n": limit}
         with self._single() as conn:
             row = conn.exec_driver_sql(WORKING_IDS, params).one_or_none()
         if row is None:
             raise _gone(session_id)
-        return list(row[0])
+        return int(row[1]), list(row[0])
 
     def pop_last(
         self,

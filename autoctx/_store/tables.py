@@ -53,6 +53,11 @@ sessions = sa.Table(
     sa.Column("forked_from", sa.Text, nullable=True),
     sa.Column("forked_from_incarnation", pg.UUID(as_uuid=True), nullable=True),
     sa.Column("forked_at_message", sa.BigInteger, nullable=True),
+    # How many erasures rewrote the session's messages in place (migration 0010): every cache
+    # of message content is keyed by it.
+    sa.Column("erasures", sa.BigInteger, nullable=False, server_default="0"),
+    # The incarnations a fork descends from, the root first and its parent last (0010).
+    sa.Column("fork_ancestry", pg.ARRAY(pg.UUID), nullable=False, server_default="{}"),
     sa.Index("sessions_tenant_idx", "session_id", "tenant"),
 )
 
@@ -90,6 +95,15 @@ messages = sa.Table(
         "search_tsv",
         postgresql_using="gin",
         postgresql_where=sa.text("search_tsv IS NOT NULL"),
+    ),
+    # The answers of autoctx's context tools, which an erasure looks through (0010).
+    sa.Index(
+        "messages_context_answers_idx",
+        "session_id",
+        "id",
+        postgresql_where=sa.text(
+            "role = 'tool' AND tool_names && ARRAY['context_search', 'context_reload']"
+        ),
     ),
 )
 

@@ -578,8 +578,8 @@ class AutoContextSession:
         self._mem: AutoContextMemory | None = None
         # Opening touches the database; it happens once, in whichever worker thread asks first.
         self._lock = threading.Lock()
-        # Items of working messages by message id (see `get_items_sync`), and the incarnation
-        # of the session they belong to.
+        # Items of working messages by message id (see `get_items_sync`), and the epoch of the
+        # session's content they belong to (its incarnation and erasure count).
         self._cache: dict[int, list[Item]] = {}
         self._cache_epoch: Any = None
         self._cache_lock = threading.Lock()
@@ -677,11 +677,13 @@ class AutoContextSession:
     def get_items_sync(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The working context as items (sync).
 
-        Messages are immutable, so the items of each working message are kept in memory by
-        message id: a read asks the database only for the working set's message ids (one
-        short query) and for the content of the messages it has not seen yet, whoever wrote
-        them. The cache belongs to the memory's incarnation of the session: message ids start over
-        when a session is deleted and created again under the same id.
+        A message changes only when it is erased, so the items of each working message are kept
+        in memory by message id: a read asks the database only for the working set's message
+        ids (one short query) and for the content of the messages it has not seen yet, whoever
+        wrote them. The cache belongs to the memory's incarnation of the session (message ids
+        start over when a session is deleted and created again under the same id) and to its
+        erasure count, which the same short query returns: after an erasure, by this process or
+        any other, the next read starts the cache over and never serves erased text.
         """
         if limit is not None and limit <= 0:
             return []
