@@ -495,9 +495,14 @@ class AutoContextMemory:
         *,
         message_id: int | None = None,
         session_id: str | None = None,
+        originals: bool = False,
     ) -> list[Msg]:
         """The messages an offload removed (one level deep), optionally a page of them; or,
         with `message_id` instead of an offload id, that one stored message (a search hit).
+
+        With `originals=True`, the originals behind the offload instead: lineage followed down
+        through the summaries and previews it holds (and theirs), so that the raw messages
+        come back in one call, in the order they were appended; `offset` and `limit` page them.
 
         `session_id` reads another session of this memory's tenant (of the untenanted sessions
         for an untenanted memory), as a search of scope "tenant" finds them. Raises
@@ -526,7 +531,7 @@ class AutoContextMemory:
             parsed = (
                 offload_id if isinstance(offload_id, uuid.UUID) else parse_offload_id(offload_id)
             )
-            msgs = self._reload_offload(parsed, other)
+            msgs = self._reload_offload(parsed, other, originals=originals)
         return msgs[offset : None if limit is None else offset + limit]
 
     def tools(self) -> list[dict[str, Any]]:
@@ -547,7 +552,9 @@ class AutoContextMemory:
         if name == TOOL_NAME:
             return answer_reload_call(
                 arguments,
-                lambda u, sid: self._reload_offload(u, self._other_session(sid)),
+                lambda u, sid, deep: self._reload_offload(
+                    u, self._other_session(sid), originals=deep
+                ),
                 self.config.reload_page_chars,
                 lambda mid, sid: self._reload_message(mid, self._other_session(sid)),
             )
@@ -569,10 +576,12 @@ class AutoContextMemory:
         validate_session_id(session_id)
         return None if session_id == self.session_id else session_id
 
-    def _reload_offload(self, offload: uuid.UUID, session_id: str | None) -> list[Msg]:
+    def _reload_offload(
+        self, offload: uuid.UUID, session_id: str | None, *, originals: bool = False
+    ) -> list[Msg]:
         if session_id is None:
-            return self._store.reload(self.session_id, offload)
-        return search_store.reload_in_tenant(self._store, session_id, offload)
+            return self._store.reload(self.session_id, offload, originals=originals)
+        return search_store.reload_in_tenant(self._store, session_id, offload, originals=originals)
 
     def _reload_message(self, message_id: int, session_id: str | None) -> Msg:
         if session_id is None:
@@ -997,6 +1006,7 @@ class AsyncAutoContextMemory:
         *,
         message_id: int | None = None,
         session_id: str | None = None,
+        originals: bool = False,
     ) -> list[Msg]:
         return await asyncio.to_thread(
             functools.partial(
@@ -1006,6 +1016,7 @@ class AsyncAutoContextMemory:
                 limit,
                 message_id=message_id,
                 session_id=session_id,
+                originals=originals,
             )
         )
 
