@@ -47,6 +47,7 @@ from ._events import Event
 from ._intake import Prepared, count_tokens, prepare
 from ._lifecycle_args import erasure_ids, erasure_reason, message_id
 from ._messages import Msg, coerce_messages, to_openai_messages
+from ._observe import CompressionHooks, Observer, hooks_of
 from ._prompts import RELOAD_SNIPPET
 from ._search import (
     DEFAULT_LIMIT,
@@ -64,7 +65,7 @@ from ._store.claims import SessionClaim, claimed
 from ._store.lifecycle import AutoContextErasure
 from ._store.rows import SessionInfo, search_config_of
 from ._store.store import Store
-from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer
+from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer, describe_summarizer
 from ._tokens import TokenCounter
 from ._tools import (
     MAX_MESSAGE_ID,
@@ -183,8 +184,11 @@ class AutoContextMemory:
         owns_summarizer: bool = False,
         client: AutoContextClient | None = None,
         background: BackgroundMode = False,
+        hooks: Sequence[CompressionHooks] = (),
     ) -> None:
         self._store = store
+        #: The lifecycle hooks of its compressions (the client's, then its own).
+        self._hooks = tuple(hooks)
         self.session_id = info.session_id
         self.tenant = info.tenant
         self.config = config
@@ -214,6 +218,7 @@ class AutoContextMemory:
         summarizer: Summarizer | None = None,
         create: bool = True,
         background: BackgroundMode = False,
+        hooks: CompressionHooks | Sequence[CompressionHooks] | None = None,
     ) -> AutoContextMemory:
         """Open the session `session_id`, creating it unless `create=False`.
 
@@ -225,11 +230,13 @@ class AutoContextMemory:
 
         `background=True` compresses in a background thread while the agent goes on, and
         `background="worker"` leaves compression to `autoctx worker` processes: see
-        `compress_if_needed()`.
+        `compress_if_needed()`. `hooks` (a `CompressionHooks`, or a list of them) are called
+        before each strategy's attempt, after each event it applied and on each failure.
         """
         validate_session_id(session_id)  # before anything connects
         validate_tenant(tenant)
         validate_background(background)
+        hooks_of(hooks)
         client = AutoContextClient.shared(
             database_url, auto_upgrade=(config or AutoContextConfig()).auto_upgrade
         )
@@ -240,6 +247,7 @@ class AutoContextMemory:
             summarizer=summarizer,
             create=create,
             background=background,
+            hooks=hooks,
         )
 
     # -- writing ----------------------------------------------------------------------------
@@ -371,6 +379,7 @@ class AutoContextMemory:
             self._counter,
             self._summarizer,
             self._session,
+            Observer(self.session_id, self._hooks),
         )
         return compressor, info
 
@@ -767,6 +776,7 @@ def open_memory(
     summarizer: Summarizer | None,
     create: bool,
     background: BackgroundMode = False,
+    hooks: Sequence[CompressionHooks] = (),
 ) -> AutoContextMemory:
     """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls)."""
     validate_session_id(session_id)
@@ -795,18 +805,25 @@ def open_memory(
     if config.to_json() != info.config:
         # The thresholds in force are recorded on the session (and on each event).
         store.set_config(session_id, config.to_json())
+    chosen = summarizer if summarizer is not None else default_summarizer()
+    logger.info(
+        "autoctx: session %r: %s",
+        session_id,
+        describe_summarizer(chosen, given=summarizer is not None),
+    )
     if summarizer is not None:
         return AutoContextMemory(
-            store, info, config, summarizer, client=client, background=background
+            store, info, config, summarizer, client=client, background=background, hooks=hooks
         )
     return AutoContextMemory(
         store,
         info,
         config,
-        default_summarizer(),
+        chosen,
         owns_summarizer=True,
         client=client,
         background=background,
+        hooks=hooks,
     )
 
 
