@@ -532,6 +532,13 @@ class AutoContextMemory:
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
         ):
             raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+        if not isinstance(originals, bool):
+            raise ValueError(f"originals must be True or False, got {type(originals).__name__}")
+        if originals and message_id is not None:
+            raise InvalidMessageId(
+                "originals=True reads the originals behind an offload: pass the offload id "
+                "(a search hit's offload_uuid), not message_id="
+            )
         other = self._other_session(session_id)
         if message_id is not None:
             msgs = [self._reload_message(_check_message_id(message_id), other)]

@@ -208,6 +208,8 @@ def answer_reload_call(
     originals = args.get("originals", False)
     if not isinstance(originals, bool):
         return "Invalid originals: pass true (the raw messages behind the offload) or false."
+    if message_id is not None and originals:
+        return "originals applies to a uuid (an offload), not to a message_id: pass one of them."
     if message_id is not None and reload_message is not None:
         if (
             isinstance(message_id, bool)

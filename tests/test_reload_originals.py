@@ -15,7 +15,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from autoctx import AsyncAutoContextMemory, AutoContextMemory, Event, Msg, OfflineSummarizer
+import pytest
+
+from autoctx import (
+    AsyncAutoContextMemory,
+    AutoContextMemory,
+    Event,
+    InvalidMessageId,
+    Msg,
+    OfflineSummarizer,
+)
 from autoctx._transcript import render_transcript
 from tests.histories import SMALL, long_task, multi_round
 
@@ -96,6 +105,11 @@ def test_reload_reaches_the_originals_through_nested_summaries(open_memory: Open
         render_transcript(one_level, keep_tags=True)[: SMALL.reload_page_chars]
     )
     assert "Invalid originals" in _ask(mem, uuid=str(offload), originals="yes")
+    assert "not to a message_id" in _ask(mem, message_id=1, originals=True)
+    with pytest.raises(InvalidMessageId, match="offload id"):
+        mem.reload(message_id=1, originals=True)
+    with pytest.raises(ValueError, match="originals must be True or False"):
+        mem.reload(offload, originals="yes")  # type: ignore[arg-type]
     properties = mem.tools()[0]["function"]["parameters"]["properties"]
     assert properties["originals"]["type"] == "boolean"
     assert mem.version() == version, "reloading never changes the working context"
