@@ -357,3 +357,29 @@ print(json.dumps({
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["applied"] > 0 and result["after"] == result["applied"]
     assert result["otel"] == ["opentelemetry"]  # only the blocked name itself
+
+
+def test_a_workers_hooks_observe_its_compressions(db_url: str, open_memory: Open) -> None:
+    from autoctx import OfflineSummarizer
+    from autoctx._worker import AutoContextWorker
+
+    mem = open_memory("worker-hooks-" + os.urandom(4).hex(), config=SMALL)
+    mem.add(multi_round(8, rounds=4, steps=8))
+    assert mem.needs_compression()
+    seen = Seen()
+    worker = AutoContextWorker(db_url, summarizer=OfflineSummarizer(), hooks=seen.hooks())
+    try:
+        assert worker.run(once=True) >= 1
+    finally:
+        worker.close()
+    # Read back, the events carry their commit time; the hooks got them as committed.
+    applied = [
+        dataclasses.replace(e, created_at=None) for e in mem.events() if e.status == "applied"
+    ]
+    assert applied
+    seen.after = [
+        dataclasses.replace(i, event=dataclasses.replace(i.event, created_at=None))
+        for i in seen.after
+        if i.event is not None
+    ]
+    _check_after(seen, applied, mem.session_id)
