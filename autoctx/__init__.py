@@ -47,6 +47,7 @@ from ._messages import (
     from_openai_messages,
     to_openai_messages,
 )
+from ._observe import CompressionHooks, CompressionInfo, SummarizerUsage
 from ._operations import export_session, import_session, purge_sessions
 from ._search import AutoContextSearchHit
 from ._store import tenancy as _tenancy
@@ -104,6 +105,8 @@ __all__ = [
     "AutoContextError",
     "AutoContextMemory",
     "AutoContextSearchHit",
+    "CompressionHooks",
+    "CompressionInfo",
     "ConfigError",
     "DatabaseUnavailable",
     "ErasureNotPermitted",
@@ -131,6 +134,7 @@ __all__ = [
     "SessionNotFound",
     "Summarizer",
     "SummarizerError",
+    "SummarizerUsage",
     "SummaryRequest",
     "SummaryResult",
     "TenantGrantError",

@@ -17,11 +17,13 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from sqlalchemy.engine import URL, Engine
 
 from ._background import BackgroundRunner
+from ._observe import CompressionHooks, hooks_of
 from ._store.database import check_connection, create_engine, ensure_schema, resolve_url
 
 if TYPE_CHECKING:
@@ -44,9 +46,18 @@ class AutoContextClient:
     #: Every client alive in the process, for the at-fork handler.
     _live: ClassVar[weakref.WeakSet[AutoContextClient]] = weakref.WeakSet()
 
-    def __init__(self, database_url: str | URL | None = None, *, auto_upgrade: bool = True) -> None:
+    def __init__(
+        self,
+        database_url: str | URL | None = None,
+        *,
+        auto_upgrade: bool = True,
+        hooks: CompressionHooks | Sequence[CompressionHooks] | None = None,
+    ) -> None:
         """Connect to `database_url` (default: `AUTOCTX_DATABASE_URL`, else the embedded
-        PostgreSQL) and check its schema, upgrading it when `auto_upgrade`."""
+        PostgreSQL) and check its schema, upgrading it when `auto_upgrade`. `hooks` observe
+        the compressions of every memory opened through this client."""
+        #: The lifecycle hooks of every memory opened here (before each memory's own).
+        self.hooks = hooks_of(hooks)
         self.url = resolve_url(database_url)
         engine = create_engine(self.url)
         try:
@@ -110,6 +121,7 @@ class AutoContextClient:
         summarizer: Summarizer | None = None,
         create: bool = True,
         background: BackgroundMode = False,
+        hooks: CompressionHooks | Sequence[CompressionHooks] | None = None,
     ) -> AutoContextMemory:
         """Open a session's memory through this client (see `AutoContextMemory.open`)."""
         from ._memory import open_memory  # the memory module imports this one
@@ -122,6 +134,7 @@ class AutoContextClient:
             summarizer=summarizer,
             create=create,
             background=background,
+            hooks=self.hooks + hooks_of(hooks),
         )
         with self._lock:
             self._memories.add(mem)

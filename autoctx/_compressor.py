@@ -33,6 +33,7 @@ from ._errors import SummarizerError
 from ._events import Event
 from ._intake import Prepared, count_tokens
 from ._messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from ._observe import Observer
 from ._plans import Edit, PlanContext, Snapshot
 from ._prompts import build_request, clip_for
 from ._store.rows import SessionInfo
@@ -218,6 +219,7 @@ class Compressor:
         counter: TokenCounter,
         summarizer: Summarizer,
         session: SessionState | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
         self.session_id = session_id
@@ -225,6 +227,8 @@ class Compressor:
         self.counter = counter
         self.summarizer = summarizer
         self.session = session if session is not None else SessionState()
+        #: The lifecycle hooks and spans of this call.
+        self.observer = observer if observer is not None else Observer(session_id)
 
     def run(
         self,
@@ -428,21 +432,25 @@ class Compressor:
             ):
                 yielded.add(6)
                 continue
-            replacements = yield from self._build(snap, edits, state, reason)
-            if not replacements:
-                if strategy in yielded:
-                    # The rung that cheaper ones gave way to failed: they get their turn in a
-                    # new pass (the failed range is not planned again in this call).
-                    return "replan"
-                continue  # every range failed: the ladder moves on
-            outcome = self.store.apply(
-                self.session_id,
-                replacements,
-                reason=reason,
-                config=cfg.to_json(),
-                seen_version=snap.version,
-            )
-            state.events.extend(outcome.events)
+            attempt = self.observer.begin(strategy, reason, snap.token_count, snap.message_count)
+            try:
+                replacements = yield from self._build(snap, edits, state, reason)
+                if not replacements:
+                    if strategy in yielded:
+                        # The rung that cheaper ones gave way to failed: they get their turn
+                        # in a new pass (the failed range is not planned again in this call).
+                        return "replan"
+                    continue  # every range failed: the ladder moves on
+                outcome = self.store.apply(
+                    self.session_id,
+                    replacements,
+                    reason=reason,
+                    config=cfg.to_json(),
+                    seen_version=snap.version,
+                )
+                self._recorded(state, outcome.events)
+            finally:
+                attempt.end()
             if outcome.conflict:
                 return "conflict"
             if state.beside and outcome.events and edits[0].llm:
@@ -562,19 +570,30 @@ class Compressor:
             clip=clip_for(edit.strategy, self.config),
             count_tokens=self.counter.count,
         )
+        call = self.observer.summarizer_call(
+            fallback if fallback is not None else self.summarizer,
+            FALLBACK_MODEL if fallback is not None else None,
+        )
         try:
             if fallback is not None:
                 # Offline and local: called here, not yielded to the driver. Recorded under
                 # the fallback's own name (SPEC.md section 2).
                 result = replace(fallback.summarize(request), model=FALLBACK_MODEL)
             else:
-                result = yield request
+                try:
+                    result = yield request
+                except GeneratorExit:
+                    call.failed("abandoned")  # the call was stopped: its answer is not wanted
+                    raise
                 self._check_in_time(request)
+            call.answered(result)
             text = check_answer(result.text)
         except SummarizerError as exc:
+            call.failed(exc.reason)
             self._fail(edit, state, reason, exc.reason, exc.detail)
             return None
         except Exception as exc:  # a caller's summarizer may raise anything
+            call.failed("error")
             if self.config.strict:
                 raise
             # Only the type: a caller's exception text may quote the transcript.
@@ -670,19 +689,25 @@ class Compressor:
                 if not edits:
                     continue
                 state.fell_back.update((e.strategy, e.replaced_ids) for e in edits)
-                replacements = yield from self._build(
-                    snap, edits, state, "fallback", fallback=offline
+                attempt = self.observer.begin(
+                    strategy, "fallback", snap.token_count, snap.message_count
                 )
-                if not replacements:
-                    continue
-                outcome = self.store.apply(
-                    self.session_id,
-                    replacements,
-                    reason="fallback",
-                    config=cfg.to_json(),
-                    seen_version=snap.version,
-                )
-                state.events.extend(outcome.events)
+                try:
+                    replacements = yield from self._build(
+                        snap, edits, state, "fallback", fallback=offline
+                    )
+                    if not replacements:
+                        continue
+                    outcome = self.store.apply(
+                        self.session_id,
+                        replacements,
+                        reason="fallback",
+                        config=cfg.to_json(),
+                        seen_version=snap.version,
+                    )
+                    self._recorded(state, outcome.events)
+                finally:
+                    attempt.end()
                 break
             else:
                 return
@@ -720,7 +745,14 @@ class Compressor:
             error=detail,
             config=cfg.to_json(),
         )
-        state.events.append(event)
+        self._recorded(state, [event])
+
+    def _recorded(self, state: _CallState, events: Sequence[Event]) -> None:
+        """Committed events: the call's, and the hooks' and spans' (after the commit, so that
+        a hook sees the session as the event left it)."""
+        state.events.extend(events)
+        for event in events:
+            self.observer.recorded(event)
 
     def _fail(
         self,
@@ -734,7 +766,9 @@ class Compressor:
         state.failed.add(edit.replaced_ids)
         if self.config.strict:
             raise SummarizerError(why, detail)
-        logger.warning(
+        # Backing off was said once, when it began: the events say it for every attempt.
+        logger.log(
+            logging.DEBUG if why == "backoff" else logging.WARNING,
             "autoctx: session %r strategy %d failed (%s): %s",
             self.session_id,
             edit.strategy,
@@ -751,7 +785,7 @@ class Compressor:
             config=self.config.to_json(),
             **usage,  # type: ignore[arg-type]
         )
-        state.events.append(event)
+        self._recorded(state, [event])
 
     def _prepare(self, msg: Msg, final: bool) -> Prepared:
         return Prepared(msg, count_tokens(msg, self.counter), msg.payload_chars, final)

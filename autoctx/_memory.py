@@ -55,6 +55,7 @@ from ._events import Event
 from ._intake import Prepared, prepare
 from ._lifecycle_args import erasure_ids, erasure_reason, message_id
 from ._messages import Msg, coerce_messages, to_openai_messages
+from ._observe import CompressionHooks, Observer, hooks_of
 from ._prompts import RELOAD_SNIPPET
 from ._search import (
     DEFAULT_LIMIT,
@@ -73,7 +74,7 @@ from ._store.claims import SessionClaim, claimed
 from ._store.lifecycle import AutoContextErasure
 from ._store.rows import SessionInfo, search_config_of
 from ._store.store import Store
-from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer
+from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer, describe_summarizer
 from ._tokens import TokenCounter
 from ._tools import (
     MAX_MESSAGE_ID,
@@ -228,8 +229,11 @@ class AutoContextMemory:
         owns_summarizer: bool = False,
         client: AutoContextClient | None = None,
         background: BackgroundMode = False,
+        hooks: Sequence[CompressionHooks] = (),
     ) -> None:
         self._store = store
+        #: The lifecycle hooks of its compressions (the client's, then its own).
+        self._hooks = tuple(hooks)
         self.session_id = info.session_id
         self.tenant = info.tenant
         self.config = config
@@ -259,6 +263,7 @@ class AutoContextMemory:
         summarizer: Summarizer | None = None,
         create: bool = True,
         background: BackgroundMode = False,
+        hooks: CompressionHooks | Sequence[CompressionHooks] | None = None,
     ) -> AutoContextMemory:
         """Open the session `session_id`, creating it unless `create=False`.
 
@@ -270,12 +275,14 @@ class AutoContextMemory:
 
         `background=True` compresses in a background thread while the agent goes on, and
         `background="worker"` leaves compression to `autoctx worker` processes: see
-        `compress_if_needed()`.
+        `compress_if_needed()`. `hooks` (a `CompressionHooks`, or a list of them) are called
+        before each strategy's attempt, after each event it applied and on each failure.
         """
         validate_session_id(session_id)  # before anything connects
         validate_tenant(tenant)
         validate_background(background)
         config_argument(config)
+        hooks_of(hooks)
         client = AutoContextClient.shared(
             database_url, auto_upgrade=(config or AutoContextConfig()).auto_upgrade
         )
@@ -286,6 +293,7 @@ class AutoContextMemory:
             summarizer=summarizer,
             create=create,
             background=background,
+            hooks=hooks,
         )
 
     # -- writing ----------------------------------------------------------------------------
@@ -433,6 +441,7 @@ class AutoContextMemory:
             self._counter,
             self._summarizer,
             self._session,
+            Observer(self.session_id, self._hooks),
         )
         return compressor, info
 
@@ -563,9 +572,14 @@ class AutoContextMemory:
         *,
         message_id: int | None = None,
         session_id: str | None = None,
+        originals: bool = False,
     ) -> list[Msg]:
         """The messages an offload removed (one level deep), optionally a page of them; or,
         with `message_id` instead of an offload id, that one stored message (a search hit).
+
+        With `originals=True`, the originals behind the offload instead: lineage followed down
+        through the summaries and previews it holds (and theirs), so that the raw messages
+        come back in one call, in the order they were appended; `offset` and `limit` page them.
 
         `session_id` reads another session of this memory's tenant (of the untenanted sessions
         for an untenanted memory), as a search of scope "tenant" finds them. Raises
@@ -592,6 +606,15 @@ class AutoContextMemory:
                 f"reload: limit must be a positive integer (messages in the page) or None for "
                 f"all, got {limit!r}"
             )
+        if not isinstance(originals, bool):
+            raise InvalidPage(
+                f"reload: originals must be True or False, got {type(originals).__name__}"
+            )
+        if originals and message_id is not None:
+            raise InvalidMessageId(
+                "originals=True reads the originals behind an offload: pass the offload id "
+                "(a search hit's offload_uuid), not message_id="
+            )
         other = self._other_session(session_id)
         if message_id is not None:
             msgs = [self._reload_message(_check_message_id(message_id), other)]
@@ -600,7 +623,7 @@ class AutoContextMemory:
             parsed = (
                 offload_id if isinstance(offload_id, uuid.UUID) else parse_offload_id(offload_id)
             )
-            msgs = self._reload_offload(parsed, other)
+            msgs = self._reload_offload(parsed, other, originals=originals)
         return msgs[offset : None if limit is None else offset + limit]
 
     def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
@@ -626,7 +649,9 @@ class AutoContextMemory:
         if name == TOOL_NAME:
             return answer_reload_call(
                 arguments,
-                lambda u, sid: self._reload_offload(u, self._other_session(sid)),
+                lambda u, sid, deep: self._reload_offload(
+                    u, self._other_session(sid), originals=deep
+                ),
                 self.config.reload_page_chars,
                 lambda mid, sid: self._reload_message(mid, self._other_session(sid)),
             )
@@ -648,10 +673,12 @@ class AutoContextMemory:
         validate_session_id(session_id)
         return None if session_id == self.session_id else session_id
 
-    def _reload_offload(self, offload: uuid.UUID, session_id: str | None) -> list[Msg]:
+    def _reload_offload(
+        self, offload: uuid.UUID, session_id: str | None, *, originals: bool = False
+    ) -> list[Msg]:
         if session_id is None:
-            return self._store.reload(self.session_id, offload)
-        return search_store.reload_in_tenant(self._store, session_id, offload)
+            return self._store.reload(self.session_id, offload, originals=originals)
+        return search_store.reload_in_tenant(self._store, session_id, offload, originals=originals)
 
     def _reload_message(self, message_id: int, session_id: str | None) -> Msg:
         if session_id is None:
@@ -859,6 +886,7 @@ def open_memory(
     summarizer: Summarizer | None,
     create: bool,
     background: BackgroundMode = False,
+    hooks: Sequence[CompressionHooks] = (),
 ) -> AutoContextMemory:
     """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls)."""
     validate_session_id(session_id)
@@ -889,18 +917,25 @@ def open_memory(
     if config.to_json() != info.config:
         # The thresholds in force are recorded on the session (and on each event).
         store.set_config(session_id, config.to_json())
+    chosen = summarizer if summarizer is not None else default_summarizer()
+    logger.info(
+        "autoctx: session %r: %s",
+        session_id,
+        describe_summarizer(chosen, given=summarizer is not None),
+    )
     if summarizer is not None:
         return AutoContextMemory(
-            store, info, config, summarizer, client=client, background=background
+            store, info, config, summarizer, client=client, background=background, hooks=hooks
         )
     return AutoContextMemory(
         store,
         info,
         config,
-        default_summarizer(),
+        chosen,
         owns_summarizer=True,
         client=client,
         background=background,
+        hooks=hooks,
     )
 
 
@@ -1116,6 +1151,7 @@ class AsyncAutoContextMemory:
         *,
         message_id: int | None = None,
         session_id: str | None = None,
+        originals: bool = False,
     ) -> list[Msg]:
         return await asyncio.to_thread(
             functools.partial(
@@ -1125,6 +1161,7 @@ class AsyncAutoContextMemory:
                 limit,
                 message_id=message_id,
                 session_id=session_id,
+                originals=originals,
             )
         )
 

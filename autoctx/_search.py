@@ -74,6 +74,13 @@ HIGHLIGHT: Final = "**"
 #: The separator the snippet's text carries instead of `/` while ts_headline parses it (the
 #: index splits paths at `/`; so must the headline, to find and mark `main.py` in a path).
 SLASH_STAND_IN: Final = "\x01"
+#: How ts_headline marks a match in the SQL (control characters, which the text it reads never
+#: holds: the SQL turns them into spaces), so that a `**` of the text is never taken for a mark.
+MARK_START: Final = "\x02"
+MARK_STOP: Final = "\x03"
+#: A whole token around a match: word characters, and `-` or `.` between two of them
+#: (`MARKER-0003`, `req-7f3a`, `v1.2`), which ts_headline marks part by part.
+_TOKEN_JOINERS: Final = "-."
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,15 +203,72 @@ def websearch_text(query: str) -> str:
 
 
 def clean_snippet(headline: str) -> str:
-    """ts_headline's extract on one line, with its slashes back, tags neutralized and its length
-    bounded (a cut never leaves a highlight open)."""
+    """ts_headline's extract on one line, with its slashes back, each mark widened to the whole
+    token it falls in (ts_headline marks `MARKER-0003` as two matches), tags neutralized and
+    its length bounded (a cut never leaves a highlight open)."""
     text = " ".join(headline.replace(SLASH_STAND_IN, "/").split())
-    text = neutralize_tags(text)
-    if len(text) > SNIPPET_CHARS:
-        text = text[: SNIPPET_CHARS - 1].rstrip() + "…"
-        if text.count(HIGHLIGHT) % 2:
-            text = text[:-1] + HIGHLIGHT + "…"
-    return text
+    plain, spans = _marks(text)
+    spans = _whole_tokens(plain, spans)
+    cut = len(plain) > SNIPPET_CHARS
+    if cut:
+        plain = plain[: SNIPPET_CHARS - 1].rstrip()
+        spans = [(start, min(end, len(plain))) for start, end in spans if start < len(plain)]
+    pieces: list[str] = []
+    at = 0
+    for start, end in spans:
+        pieces += [plain[at:start], HIGHLIGHT, plain[start:end], HIGHLIGHT]
+        at = end
+    pieces.append(plain[at:])
+    return neutralize_tags("".join(pieces) + ("…" if cut else ""))
+
+
+def _marks(text: str) -> tuple[str, list[tuple[int, int]]]:
+    """The text without ts_headline's marks, and the marked spans in it."""
+    plain: list[str] = []
+    spans: list[tuple[int, int]] = []
+    length = 0
+    start: int | None = None
+    for part in re.split(f"([{MARK_START}{MARK_STOP}])", text):
+        if part == MARK_START:
+            start = length
+        elif part == MARK_STOP:
+            if start is not None and length > start:
+                spans.append((start, length))
+            start = None
+        else:
+            plain.append(part)
+            length += len(part)
+    if start is not None and length > start:
+        spans.append((start, length))
+    return "".join(plain), spans
+
+
+def _whole_tokens(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each span widened to the token it is part of; spans that then touch are merged."""
+
+    def inside(i: int) -> bool:
+        if not 0 <= i < len(text):
+            return False
+        if text[i].isalnum() or text[i] == "_":
+            return True
+        return (
+            text[i] in _TOKEN_JOINERS
+            and 0 < i < len(text) - 1
+            and (text[i - 1].isalnum() or text[i - 1] == "_")
+            and (text[i + 1].isalnum() or text[i + 1] == "_")
+        )
+
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        while inside(start - 1):
+            start -= 1
+        while inside(end):
+            end += 1
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _when(value: datetime) -> str:

@@ -42,8 +42,9 @@ DEFAULT_TOOL_HITS = 5
 
 NOT_FOUND_ANSWER = "No offloaded context with that id in this session."
 MESSAGE_NOT_FOUND_ANSWER = "No message with that id in that session."
-#: A reload by uuid, optionally of another session of the tenant.
-ReloadOffload = Callable[[uuid.UUID, str | None], list[Msg]]
+#: A reload by uuid, optionally of another session of the tenant, of the messages the offload
+#: removed (one level) or, when the last argument is true, of the originals behind them.
+ReloadOffload = Callable[[uuid.UUID, str | None, bool], list[Msg]]
 #: A reload of one message by id, optionally of another session of the tenant.
 ReloadMessage = Callable[[int, str | None], Msg]
 #: A search: (query, scope, limit) -> hits, best first.
@@ -84,7 +85,9 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
             "description": (
                 "Reload context that was compressed to save space. Messages that end with "
                 "<!-- CONTEXT_OFFLOAD: uuid=... --> replace original messages; call this with "
-                "that uuid to read the originals. To read a message that context_search found, "
+                "that uuid to read what they replaced (a summary inside keeps its own tag; pass "
+                "originals=true to read the raw messages behind every nested summary at once). "
+                "To read a message that context_search found, "
                 "pass its message_id (and its session_id when it is from another session). "
                 "Long results come in pages of about "
                 f"{page_chars} characters: call again with the offset the answer gives."
@@ -115,6 +118,14 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
                         "type": "integer",
                         "minimum": 0,
                         "description": "Character offset of the page to read (default 0).",
+                    },
+                    "originals": {
+                        "type": "boolean",
+                        "description": (
+                            "With uuid: true answers the original messages behind the offload, "
+                            "through every nested summary, instead of what it replaced one "
+                            "level down (default false)."
+                        ),
                     },
                 },
                 # uuid or message_id: a search hit in another session's working context is
@@ -194,6 +205,11 @@ def answer_reload_call(
     if raw is not None and message_id is not None:
         return "Pass either uuid (an offload) or message_id (one message), not both."
     offset = args.get("offset", 0)
+    originals = args.get("originals", False)
+    if not isinstance(originals, bool):
+        return "Invalid originals: pass true (the raw messages behind the offload) or false."
+    if message_id is not None and originals:
+        return "originals applies to a uuid (an offload), not to a message_id: pass one of them."
     if message_id is not None and reload_message is not None:
         if (
             isinstance(message_id, bool)
@@ -229,7 +245,7 @@ def answer_reload_call(
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         return "Invalid offset: pass a non-negative integer character offset."
     try:
-        msgs = reload(offload, session)
+        msgs = reload(offload, session, originals)
     except OffloadNotFound:
         return NOT_FOUND_ANSWER if session is None else NOT_FOUND_ANSWER.replace("this", "that")
     # Tags stay visible: a reloaded summary points at its own offload, one level further down.

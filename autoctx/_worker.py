@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
@@ -33,6 +33,7 @@ from ._client import AutoContextClient
 from ._errors import ConfigError
 from ._events import Event
 from ._memory import validate_tenant
+from ._observe import CompressionHooks
 from ._store.claims import DueSession, SessionClaim, claim_due
 from ._summarizers import Summarizer, default_summarizer
 
@@ -73,6 +74,7 @@ class AutoContextWorker:
         tenant: str | None = None,
         on_compressed: Callable[[Compressed], None] | None = None,
         auto_upgrade: bool = True,
+        hooks: CompressionHooks | Sequence[CompressionHooks] | None = None,
     ) -> None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ConfigError(
@@ -88,7 +90,8 @@ class AutoContextWorker:
         self.on_compressed = on_compressed
         self._owns_summarizer = summarizer is None
         self.summarizer = summarizer if summarizer is not None else default_summarizer()
-        self.client = AutoContextClient(database_url, auto_upgrade=auto_upgrade)
+        # The lifecycle hooks observe every compression of the worker (its client's).
+        self.client = AutoContextClient(database_url, auto_upgrade=auto_upgrade, hooks=hooks)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._compressions = 0

@@ -649,3 +649,76 @@ def test_a_search_answer_stays_within_a_reload_page(open_memory: Open) -> None:
     answer = mem.handle_tool_call(_call("context_search", {"query": "needle", "limit": 10}))
     assert len(answer) <= SMALL.reload_page_chars < SMALL.large_payload_chars
     assert answer.startswith("10 hit(s)") and "more hit(s) left out" in answer
+
+
+# ---------------------------------------------------------------------------------------------
+# Hits are content: not autoctx's own tool traffic; marks cover whole tokens (issue 23 item 6)
+# ---------------------------------------------------------------------------------------------
+
+
+def _tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
+
+
+def test_the_agents_own_context_tool_calls_and_answers_are_not_hits(open_memory: Open) -> None:
+    mem = open_memory(config=SMALL)
+    mem.add(
+        [
+            Msg.user("the canary run logged MARKER-0003 before the deploy stalled"),
+            Msg.assistant("noted: MARKER-0003 is the last good build"),
+        ]
+    )
+    # The agent searches for the marker, then reloads the hit: calls and answers stored as any
+    # other tool traffic of the conversation.
+    search_call = _tool_call("call_s", "context_search", {"query": "MARKER-0003"})
+    mem.add(search_call)
+    answer = mem.handle_tool_call(search_call["tool_calls"][0])
+    assert "MARKER" in answer
+    mem.add({"role": "tool", "tool_call_id": "call_s", "content": answer})
+    reload_call = _tool_call("call_r", "context_reload", {"message_id": 1})
+    mem.add(reload_call)
+    mem.add(
+        {
+            "role": "tool",
+            "tool_call_id": "call_r",
+            "content": mem.handle_tool_call(reload_call["tool_calls"][0]),
+        }
+    )
+    # Another tool's call and answer with the same words are content, and stay hits.
+    grep_call = _tool_call("call_g", "grep_logs", {"pattern": "MARKER-0003"})
+    mem.add(grep_call)
+    mem.add({"role": "tool", "tool_call_id": "call_g", "content": "build.log:12: MARKER-0003"})
+    hits = mem.search("MARKER-0003", limit=100)
+    assert sorted(h.message_id for h in hits) == [1, 2, 7, 8]
+    searched = mem.handle_tool_call(_call("context_search", {"query": "MARKER-0003"}))
+    assert searched.startswith("4 hit(s)"), searched
+
+
+def test_a_highlight_marks_the_whole_token(open_memory: Open) -> None:
+    mem = open_memory()
+    mem.add(
+        [
+            Msg.user("the canary run logged MARKER-0003 before the deploy stalled"),
+            Msg.user("then req-7f3a failed **badly** at v1.2 in /srv/app/main.py. Then"),
+        ]
+    )
+    snippet = mem.search("MARKER-0003")[0].snippet
+    assert "**MARKER-0003**" in snippet and "****" not in snippet, snippet
+    # One part of a token marks the token; a `**` of the text is text, not a mark.
+    assert "logged **MARKER-0003** before" in mem.search("MARKER")[0].snippet
+    snippet = mem.search("req-7f3a")[0].snippet
+    assert "then **req-7f3a** failed **badly** at v1.2" in snippet, snippet
+    # A path keeps its parts (the index splits it at `/`), and a sentence's period is no part
+    # of the word before it.
+    snippet = mem.search("main.py")[0].snippet
+    assert "/srv/app/**main.py**. Then" in snippet, snippet

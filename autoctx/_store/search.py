@@ -29,7 +29,8 @@ from sqlalchemy.engine import Connection
 from .._errors import InvalidSearch, MessageNotFound, OffloadNotFound, SessionNotFound
 from .._messages import Msg
 from .._search import (
-    HIGHLIGHT,
+    MARK_START,
+    MARK_STOP,
     NOT_INDEXED,
     SEARCH_CONFIGS,
     SLASH_STAND_IN,
@@ -37,14 +38,15 @@ from .._search import (
     clean_snippet,
     websearch_text,
 )
+from .._tools import SEARCH_TOOL_NAME, TOOL_NAME
 from .rows import msg_from_columns
-from .sql import messages_by_id
+from .sql import messages_by_id, originals_below
 from .store import Store
 
 #: Characters of a hit's text that ts_headline reads (what the index covers, migration 0008).
 HEADLINE_CHARS: Final = 100_000
 HEADLINE_OPTIONS: Final = (
-    f"StartSel={HIGHLIGHT}, StopSel={HIGHLIGHT}, MaxWords=18, MinWords=6, ShortWord=2, "
+    f"StartSel={MARK_START}, StopSel={MARK_STOP}, MaxWords=18, MinWords=6, ShortWord=2, "
     'MaxFragments=2, FragmentDelimiter=" … "'
 )
 
@@ -84,13 +86,23 @@ translate(left(
     coalesce((SELECT string_agg({_ARGUMENT_TEXT}, ' ')
               FROM jsonb_array_elements_text(jsonb_path_query_array(m.content, '$[*].arguments'))
                    AS x), ''),
-    {HEADLINE_CHARS}), '/', chr({ord(SLASH_STAND_IN)}))"""
+    {HEADLINE_CHARS}), '/' || chr({ord(MARK_START)}) || chr({ord(MARK_STOP)}),
+    chr({ord(SLASH_STAND_IN)}) || '  ')"""
 
 _OFFLOAD_OF_HIT = """
 (SELECT e.offload_uuid
  FROM lineage l JOIN compression_events e ON e.session_id = l.session_id AND e.id = l.event_id
  WHERE l.session_id = h.session_id AND l.replaced_id = h.id AND e.offload_uuid IS NOT NULL
  ORDER BY l.event_id LIMIT 1)"""
+
+#: A call of autoctx's own model tools (`context_search`, `context_reload`) or its answer, with
+#: no text of its own: never a hit. The agent's search call matches its own query word for
+#: word, and a reload's answer repeats originals that are hits themselves.
+_OWN_TOOL_TRAFFIC = f"""
+(cardinality(m.tool_names) > 0
+ AND m.tool_names <@ ARRAY['{TOOL_NAME}', '{SEARCH_TOOL_NAME}']::text[]
+ AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(m.content) AS b
+                 WHERE b->>'type' = 'text' AND btrim(b->>'text') <> ''))"""
 
 _IN_WORKING = """
 EXISTS (SELECT 1 FROM working_set w
@@ -172,7 +184,7 @@ WITH hits AS (
     SELECT m.session_id, m.id, m.role, m.created_at, m.search_config,
            ts_rank_cd(m.search_tsv, {tsquery}, 1) AS rank
     FROM messages m
-    WHERE {match} AND {where}
+    WHERE {match} AND {where} AND NOT {_OWN_TOOL_TRAFFIC}
     ORDER BY rank DESC, m.created_at DESC, m.session_id, m.id
     LIMIT %(limit)s
 )
@@ -353,9 +365,12 @@ def load_message(
     return msg_from_columns(*row)
 
 
-def reload_in_tenant(store: Store, session_id: str, offload_uuid: uuid.UUID) -> list[Msg]:
+def reload_in_tenant(
+    store: Store, session_id: str, offload_uuid: uuid.UUID, *, originals: bool = False
+) -> list[Msg]:
     """The messages an offload of another session of the store's tenant removed (one level
-    deep); `OffloadNotFound` for an unknown one, or one of a session outside the tenant."""
+    deep; with `originals`, the originals behind them); `OffloadNotFound` for an unknown one,
+    or one of a session outside the tenant."""
     params = {"sid": session_id, "uuid": offload_uuid, "tenant": store.tenant}
     with store._begin() as conn:
         row = conn.exec_driver_sql(
@@ -366,5 +381,7 @@ def reload_in_tenant(store: Store, session_id: str, offload_uuid: uuid.UUID) -> 
                 f"no offloaded context with id {offload_uuid} in session {session_id!r}"
             )
         ids, incarnation = list(row[0]), row[1]
+        if originals:
+            ids = originals_below(conn, session_id, ids)
         by_id = messages_by_id(conn, session_id, incarnation, ids)
     return [by_id[i] for i in ids]

@@ -160,6 +160,27 @@ FROM down
 ORDER BY depth, summary_id, ordinal
 """
 
+#: The originals behind some messages: lineage followed down through nested summaries to the
+#: messages that replace nothing, in id order (the order they were appended in).
+ORIGINALS_BELOW = """
+WITH RECURSIVE down(id) AS (
+    SELECT unnest(%(ids)s::bigint[])
+  UNION
+    SELECT l.replaced_id FROM lineage l
+    JOIN down d ON l.session_id = %(sid)s AND l.summary_id = d.id
+)
+SELECT d.id FROM down d
+WHERE NOT EXISTS (SELECT 1 FROM lineage l WHERE l.session_id = %(sid)s AND l.summary_id = d.id)
+ORDER BY d.id
+"""
+
+
+def originals_below(conn: Connection, session_id: str, ids: list[int]) -> list[int]:
+    """The ids of the originals behind `ids` (see `ORIGINALS_BELOW`)."""
+    rows = conn.exec_driver_sql(ORIGINALS_BELOW, {"sid": session_id, "ids": ids})
+    return [r[0] for r in rows]
+
+
 #: The summaries above a message, nearest first.
 COVERING_CHAIN = """
 WITH RECURSIVE up(summary_id, depth) AS (

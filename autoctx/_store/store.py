@@ -57,6 +57,7 @@ from .sql import (
     WORKING_IDS,
     avoid_nested_loops,
     messages_by_id,
+    originals_below,
 )
 from .tables import compression_events, lineage, messages, offloads, sessions, working_set
 
@@ -1081,8 +1082,11 @@ class Store:
 
     # -- reload and audit ----------------------------------------------------------------------
 
-    def reload(self, session_id: str, offload_uuid: uuid_mod.UUID) -> list[Msg]:
-        """The messages an offload removed, in order (one level deep)."""
+    def reload(
+        self, session_id: str, offload_uuid: uuid_mod.UUID, *, originals: bool = False
+    ) -> list[Msg]:
+        """The messages an offload removed, in order (one level deep); with `originals`, the
+        originals behind them, lineage followed down through nested summaries."""
         with self._connect() as conn:
             ids = conn.execute(
                 sa.select(offloads.c.message_ids).where(
@@ -1096,7 +1100,8 @@ class Store:
                 raise OffloadNotFound(
                     f"no offloaded context with id {offload_uuid} in session {session_id!r}"
                 )
-            by_id = messages_by_id(conn, session_id, self.incarnation(session_id), list(ids))
+            ids = originals_below(conn, session_id, list(ids)) if originals else list(ids)
+            by_id = messages_by_id(conn, session_id, self.incarnation(session_id), ids)
         return [by_id[i] for i in ids]
 
     def events(self, session_id: str) -> list[Event]:

@@ -14,7 +14,7 @@ network). `default_summarizer()` picks the first when the environment names an e
 
 from __future__ import annotations
 
-import logging
+import os
 
 from .answers import check_answer
 from .offline import OFFLINE_MAX_CHARS, OFFLINE_MIN_CHARS, OFFLINE_MODEL, OfflineSummarizer
@@ -44,15 +44,34 @@ __all__ = [
     "SummaryResult",
     "check_answer",
     "default_summarizer",
+    "describe_summarizer",
 ]
-
-_log = logging.getLogger("autoctx")
 
 
 def default_summarizer() -> Summarizer:
     """The OpenAI-compatible summarizer when the environment names an endpoint, else offline."""
     summarizer = OpenAISummarizer.from_env()
-    if summarizer is None:
-        _log.info("autoctx: no OPENAI_BASE_URL or OPENAI_API_KEY set; using the offline summarizer")
-        return OfflineSummarizer()
-    return summarizer
+    return OfflineSummarizer() if summarizer is None else summarizer
+
+
+def describe_summarizer(summarizer: Summarizer, *, given: bool) -> str:
+    """Which summarizer a memory uses, with which model and endpoint, and why: the line it
+    logs when it opens (names and settings only, never a key)."""
+    if given:
+        what = (
+            summarizer.describe()
+            if isinstance(summarizer, OpenAISummarizer)
+            else type(summarizer).__name__
+        )
+        return f"summaries by the summarizer passed to open(): {what}"
+    if isinstance(summarizer, OpenAISummarizer):
+        named = [n for n in ("OPENAI_BASE_URL", "OPENAI_API_KEY") if os.environ.get(n, "").strip()]
+        return (
+            f"summaries by {summarizer.describe()}; chosen because {' and '.join(named)} "
+            f"{'is' if len(named) == 1 else 'are'} set (pass summarizer=OfflineSummarizer() to "
+            "keep summaries local)"
+        )
+    return (
+        "summaries by the offline summarizer (extractive, no network): neither "
+        "OPENAI_BASE_URL nor OPENAI_API_KEY is set"
+    )

@@ -46,6 +46,23 @@ _RETRY_STATUSES: Final = frozenset({408, 409, 429})
 _FIRST_RETRY_S: Final = 0.5
 _MAX_RETRY_S: Final = 8.0
 _MAX_RETRY_AFTER_S: Final = 120.0
+#: Reasons that say the endpoint failed (not the answer): enough of them in a row, or one that
+#: retrying cannot cure, and the endpoint is not called again until a back-off has passed.
+_ENDPOINT_FAILURES: Final = frozenset(
+    {
+        "timeout",
+        "deadline",
+        "rate_limited",
+        "http_error",
+        "connection",
+        "bad_response",
+        "api_error",
+        "model_not_found",
+        "auth",
+    }
+)
+#: Failures that no retry cures: the endpoint backs off after the first.
+_PERMANENT: Final = frozenset({"model_not_found", "auth"})
 
 _Answer: TypeAlias = "tuple[str, str, int | None, int | None]"
 
@@ -89,10 +106,17 @@ class OpenAISummarizer:
         stream: bool = False,
         temperature: float | None = 0,
         deadline_s: float | None = None,
+        backoff_after: int = 3,
+        backoff_s: float = 30.0,
+        max_backoff_s: float = 600.0,
     ) -> None:
-        self.model = (
-            model or _env("AUTOCTX_SUMMARY_MODEL") or _env("OPENAI_MODEL") or DEFAULT_SUMMARY_MODEL
-        )
+        self.model, model_from = _pick_model(model)
+        _check_backoff(backoff_after, backoff_s, max_backoff_s)
+        #: Consecutive failures of the endpoint, and the back-off they started.
+        self._health = _Health(backoff_after, backoff_s, max_backoff_s)
+        #: Where the model, the endpoint and the key came from (the open log line, the hints of
+        #: a model-not-found or authentication failure).
+        self.chosen: dict[str, str] = {"model": model_from}
         self.stream = stream
         self.temperature = temperature
         if deadline_s is not None and not (isinstance(deadline_s, int | float) and deadline_s > 0):
@@ -113,9 +137,24 @@ class OpenAISummarizer:
                     "not both"
                 )
             self.client = client
+            self.chosen.update(endpoint="the client= argument", key="the client= argument")
             return
         import openai
 
+        self.chosen["endpoint"] = (
+            "the base_url= argument"
+            if base_url
+            else "OPENAI_BASE_URL"
+            if _env("OPENAI_BASE_URL")
+            else "the default endpoint (OPENAI_BASE_URL is not set)"
+        )
+        self.chosen["key"] = (
+            "the api_key= argument"
+            if api_key
+            else "OPENAI_API_KEY"
+            if _env("OPENAI_API_KEY")
+            else "no key (OPENAI_API_KEY is not set)"
+        )
         base_url = base_url or _env("OPENAI_BASE_URL")
         api_key = api_key or _env("OPENAI_API_KEY") or (_PLACEHOLDER_KEY if base_url else None)
         if api_key is None:
@@ -145,6 +184,47 @@ class OpenAISummarizer:
         base_url = str(self.client.base_url).rstrip("/")
         return f"OpenAISummarizer(model={self.model!r}, base_url={base_url!r})"
 
+    def describe(self) -> str:
+        """Which model and endpoint, and why (for the line a memory logs when it opens)."""
+        base_url = str(self.client.base_url).rstrip("/")
+        return (
+            f"OpenAISummarizer, model {self.model!r} (from {self.chosen['model']}) at "
+            f"{base_url} (from {self.chosen['endpoint']}; key from {self.chosen['key']})"
+        )
+
+    def _settings_hint(self, reason: str) -> str:
+        """What to change for a failure that retrying cannot cure."""
+        if reason == "model_not_found":
+            model_from = self.chosen["model"]
+            where = (
+                "pass another model= to OpenAISummarizer"
+                if model_from.startswith("the model=")
+                else "set AUTOCTX_SUMMARY_MODEL to a model it serves (or pass model= to "
+                f"OpenAISummarizer; the model now comes from {model_from})"
+            )
+            return (
+                f"model not found: the endpoint does not serve model {self.model!r}, or has no "
+                f"chat completions at this URL; {where}, or check the endpoint (from "
+                f"{self.chosen['endpoint']})"
+            )
+        key_from = self.chosen.get("key", "the client= argument")
+        return (
+            f"authentication failed: the endpoint refused the API key (from {key_from}); set "
+            "OPENAI_API_KEY (or pass api_key= to OpenAISummarizer) to a key it accepts for "
+            f"model {self.model!r}"
+        )
+
+    def _checked(self, failure: SummarizerError) -> SummarizerError:
+        """A failure as the caller sees it (with the settings to change when retrying cannot
+        cure it), counted against the endpoint's health."""
+        if failure.reason in _PERMANENT:
+            failure = SummarizerError(
+                failure.reason, f"{failure.detail}: {self._settings_hint(failure.reason)}"
+            )
+        if failure.reason in _ENDPOINT_FAILURES:
+            self._health.failed(failure.reason, self._where())
+        return failure
+
     def close(self) -> None:
         """Close the HTTP client, when this summarizer created it."""
         if self._owns_client:
@@ -155,19 +235,30 @@ class OpenAISummarizer:
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         import openai
 
+        self._health.check(self._where())
         call = self._begin(request, self.client.timeout, self.client.max_retries)
         while True:
             try:
                 answer = self._attempt(call)
             except openai.OpenAIError as err:
                 wait = call.after(err)
+            except SummarizerError as failure:
+                raise self._checked(failure) from None
             else:
-                return call.result(answer, self.model)
+                return self._answered(call, answer)
             # Raised outside the handler, so that the client's error (whose text may quote
             # what the server sent) is neither its cause nor its context.
             if isinstance(wait, SummarizerError):
-                raise wait
+                raise self._checked(wait)
             time.sleep(wait)
+
+    def _answered(self, call: _Call, answer: _Answer) -> SummaryResult:
+        try:
+            result = call.result(answer, self.model)
+        except SummarizerError as failure:
+            raise self._checked(failure) from None
+        self._health.succeeded()
+        return result
 
     def _attempt(self, call: _Call) -> _Answer:
         client = self.client.with_options(timeout=call.next_timeout(), max_retries=0)
@@ -202,6 +293,7 @@ class OpenAISummarizer:
 
         With a given sync client and no async one, the sync call runs in a worker thread.
         """
+        self._health.check(self._where())
         if self._async_given is not None:
             return await self._acall(self._async_given, request)
         if self._async_settings is None:
@@ -226,10 +318,12 @@ class OpenAISummarizer:
                 wait = call.after(err)
             except TimeoutError:
                 wait = call.expired()
+            except SummarizerError as failure:
+                raise self._checked(failure) from None
             else:
-                return call.result(answer, self.model)
+                return self._answered(call, answer)
             if isinstance(wait, SummarizerError):
-                raise wait  # outside the handler, as in `summarize`
+                raise self._checked(wait)  # outside the handler, as in `summarize`
             await asyncio.sleep(wait)
 
     async def _aattempt(self, client: openai.AsyncOpenAI, call: _Call) -> _Answer:
@@ -466,6 +560,10 @@ def _failure(err: openai.OpenAIError, where: str) -> SummarizerError:
         return SummarizerError(
             "rate_limited", f"{where}: HTTP 429, retry-after={retry_after or 'not given'}"
         )
+    if isinstance(err, openai.APIStatusError) and err.status_code == 404:
+        return SummarizerError("model_not_found", f"{where}: HTTP 404")
+    if isinstance(err, openai.APIStatusError) and err.status_code in (401, 403):
+        return SummarizerError("auth", f"{where}: HTTP {err.status_code}")
     if isinstance(err, openai.APIStatusError):
         return SummarizerError("http_error", f"{where}: HTTP {err.status_code}")
     if isinstance(err, openai.APIConnectionError):
@@ -553,3 +651,99 @@ def _check_finish(finish_reason: str | None, where: str) -> None:
         # Kept: a cut summary still beats none, and the originals stay reloadable. Logged so
         # that an operator can raise the endpoint's output limit.
         _log.warning("autoctx: the summary from %s hit the output token limit", where)
+
+
+def _pick_model(model: str | None) -> tuple[str, str]:
+    """The model and where it came from."""
+    if model:
+        return model, "the model= argument"
+    for name in ("AUTOCTX_SUMMARY_MODEL", "OPENAI_MODEL"):
+        value = _env(name)
+        if value is not None:
+            return value, name
+    return (
+        DEFAULT_SUMMARY_MODEL,
+        "the default: neither AUTOCTX_SUMMARY_MODEL nor OPENAI_MODEL is set",
+    )
+
+
+def _check_backoff(after: object, first: object, most: object) -> None:
+    if isinstance(after, bool) or not isinstance(after, int) or after < 1:
+        raise ConfigError(
+            f"OpenAISummarizer: backoff_after must be an integer >= 1 (failed calls in a row "
+            f"before the endpoint is left alone), got {after!r}"
+        )
+    for name, value in (("backoff_s", first), ("max_backoff_s", most)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise ConfigError(
+                f"OpenAISummarizer: {name} must be a positive number of seconds, got {value!r}"
+            )
+    assert isinstance(first, int | float) and isinstance(most, int | float)
+    if most < first:
+        raise ConfigError(
+            f"OpenAISummarizer: max_backoff_s ({most}) must be at least backoff_s ({first})"
+        )
+
+
+class _Health:
+    """Whether the endpoint may be called: after `after` failed calls in a row (one, for a
+    failure that retrying cannot cure) it is left alone for `first` seconds, then tried once
+    again; each failure of that try doubles the wait (up to `most`), a success ends it. Meanwhile
+    every call fails at once with reason ``backoff`` (the compressor's offline fallback keeps
+    the bound), so a dead endpoint is not paid for at every compression."""
+
+    def __init__(self, after: int, first: float, most: float) -> None:
+        self.after = after
+        self.first = first
+        self.most = most
+        self._lock = threading.Lock()
+        self.failures = 0
+        self.last: str | None = None
+        #: `time.monotonic()` before which no call goes out (0: none pending).
+        self.until = 0.0
+        #: The current back-off (0: not backing off).
+        self.wait = 0.0
+
+    def check(self, where: str) -> None:
+        with self._lock:
+            left = self.until - time.monotonic()
+            if left <= 0:
+                return
+            failures, last, wait = self.failures, self.last, self.wait
+        raise SummarizerError(
+            "backoff",
+            f"{where}: not called: it failed {failures} call{'s' if failures != 1 else ''} in a "
+            f"row (last: {last}); retried in {left:.0f} s (back-off {wait:.0f} s, doubling up "
+            f"to {self.most:.0f} s while it keeps failing)",
+        )
+
+    def failed(self, reason: str, where: str) -> None:
+        with self._lock:
+            self.failures += 1
+            self.last = reason
+            if self.wait == 0.0 and reason not in _PERMANENT and self.failures < self.after:
+                return
+            self.wait = self.first if self.wait == 0.0 else min(self.wait * 2, self.most)
+            self.until = time.monotonic() + self.wait
+            failures, wait = self.failures, self.wait
+        _log.warning(
+            "autoctx: the summarizer endpoint (%s) failed %d call%s in a row (last: %s); not "
+            "calling it for %.0f s (the offline summarizer keeps the bound meanwhile)",
+            where,
+            failures,
+            "s" if failures != 1 else "",
+            reason,
+            wait,
+        )
+
+    def succeeded(self) -> None:
+        with self._lock:
+            backing_off = self.wait > 0.0
+            self.failures, self.last, self.until, self.wait = 0, None, 0.0, 0.0
+        if backing_off:
+            _log.info("autoctx: the summarizer endpoint answers again; back-off ended")

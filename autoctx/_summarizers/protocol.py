@@ -105,6 +105,12 @@ SUMMARIZER_REASONS: Final[Mapping[str, str]] = {
     "a slow stream included)",
     "rate_limited": "HTTP 429; the detail carries the Retry-After value when the server sent one",
     "http_error": "any other HTTP error status; the detail carries the status",
+    "model_not_found": "HTTP 404: the endpoint does not serve the model (or has no chat "
+    "completions at that URL); the detail names the setting to change",
+    "auth": "HTTP 401 or 403: the endpoint refused the API key; the detail names the setting "
+    "to change",
+    "backoff": "not called: the endpoint kept failing and is retried after a back-off; the "
+    "detail says why and when",
     "connection": "the connection failed, or a stream ended before the answer was complete",
     "bad_response": "the endpoint answered with something that is not a chat completion",
     "api_error": "the endpoint reported an error inside a stream, or the client failed",
