@@ -32,9 +32,10 @@ from .output import (
     _content_line,
     _engine,
     _event_json,
-    _event_kind,
     _fits,
     _fmt_time,
+    _is_compression,
+    _kind_name,
     _offload_of,
     _per_kind_table,
     _print_events,
@@ -327,15 +328,15 @@ def lineage(
         text.append(f"{m.role} ")
         text.append(m.kind, style="" if m.kind == "original" else "magenta")
         text.append(f" {m.tokens or 0:,} tok")
-        event = events.get(made_by[mid]) if mid in made_by else None
-        if event is not None:
-            text.append("  ")
-            text.append_text(_event_kind(event))
-            text.append(f" event {event.id}", style="cyan")
-            if event.offload_uuid is not None:
-                text.append(f" offload {event.offload_uuid}", style="cyan")
         if mid in in_working:
             text.append(f"  [working #{in_working[mid]}]", style="green")
+        event = events.get(made_by[mid]) if mid in made_by else None
+        if event is not None:
+            # A line of its own: the ids whole on one line down to a deep level of the tree.
+            made = f"S{event.strategy}" if _is_compression(event) else _kind_name(event)
+            text.append(f"\nevent {event.id} {made}", style="cyan")
+            if event.offload_uuid is not None:
+                text.append(f", offload {event.offload_uuid}", style="cyan")
         text.append("\n")
         text.append(_clip(_content_line(m), LINEAGE_PREVIEW_CHARS), style="dim")
         return text

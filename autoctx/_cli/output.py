@@ -58,8 +58,8 @@ def _console(*, stderr: bool = False) -> Console:
 
 
 def _print_whole(console: Console, table: Table) -> None:
-    """Print `table`; into a pipe or file, at its natural width, so that nothing is cut to an
-    assumed 80 columns (a terminal keeps its width, and the table wraps what may wrap)."""
+    """Print `table`; into a pipe or file, at its natural width, so that a row stays one line
+    (for grep and cut); in a terminal too narrow for it whole, one block per row."""
     if not console.is_terminal:
         unbounded = console.options.update_width(sys.maxsize)
         console.width = max(console.width, console.measure(table, options=unbounded).maximum)
@@ -524,11 +524,23 @@ def _per_kind_table(events: Sequence[Event]) -> Table:
 
 
 def _print_fitting(console: Console, table: Table) -> None:
-    """`table`, at the console's width where it fits whole, else at the narrowest width that
-    keeps every cell whole (longer lines rather than a cut id)."""
-    if not _fits(console, table):
-        console.width = _min_width(console, table)
-    console.print(table)
+    """`table` where it fits the console's width whole; else one block per row, titled by its
+    first cell, with every other cell on a line of its own under its column's name."""
+    if _fits(console, table):
+        console.print(table)
+        return
+    if table.title:
+        console.print(Text(str(table.title), style="italic"))
+    first, *rest = table.columns
+    for k, title in enumerate(first.cells):
+        head = title.copy() if isinstance(title, Text) else Text(str(title))
+        head.stylize("bold")
+        fields: list[tuple[str, str | Text]] = []
+        for column in rest:
+            cell = list(column.cells)[k]
+            fields.append((str(column.header), cell if isinstance(cell, Text) else str(cell)))
+        _record(console, head, fields)
+    console.print()
 
 
 def _raw_message(msg: Msg) -> None:
