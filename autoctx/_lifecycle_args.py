@@ -14,8 +14,10 @@ from ._errors import InvalidDuration, InvalidErasure, MessageNotFound
 MAX_REASON: Final = 1000
 #: Ids one erasure may name (each is a row it rewrites in one transaction).
 MAX_ERASE_IDS: Final = 100_000
-_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-_DURATION: Final = re.compile(r"(\d+)\s*([smhdw])")
+_UNITS: Final = {"s": 1, "min": 60, "h": 3600, "d": 86_400, "w": 604_800}
+#: A number and a unit; `m` alone is read so as to be refused (minutes or months?). The
+#: longer units come first so that `min` is not read as `m` and a stray `in`.
+_DURATION: Final = re.compile(r"(\d+)\s*(min|[smhdw])(?![a-z])")
 #: The longest retention age: 100,000 days (about 273 years), far from the dates Python and
 #: PostgreSQL can compute with (`now - age` must stay a date).
 MAX_AGE: Final = timedelta(days=100_000)
@@ -78,8 +80,8 @@ def erasure_reason(value: object) -> str:
 
 
 def parse_duration(text: str | timedelta) -> timedelta:
-    """An age such as ``30d``, ``12h``, ``90m``, ``2w`` or ``1d12h`` (s, m, h, d, w), or a
-    timedelta as is; positive."""
+    """An age such as ``30d``, ``12h``, ``15min``, ``45s``, ``2w`` or ``1d12h`` (s, min, h, d,
+    w), or a timedelta as is; positive. ``m`` is refused: minutes and months both read as it."""
     if isinstance(text, timedelta):
         age = text
     else:
@@ -92,8 +94,13 @@ def parse_duration(text: str | timedelta) -> timedelta:
         parts = _DURATION.findall(compact)
         if not parts or _DURATION.sub("", compact).strip():
             raise InvalidDuration(
-                f"cannot read the age {text!r}; write a number and a unit (s, m, h, d, w), "
-                "such as 30d, 12h or 1d12h"
+                f"cannot read the age {text!r}; write a number and a unit (s, min, h, d, w), "
+                "such as 30d, 12h, 15min or 1d12h"
+            )
+        if any(unit == "m" for _, unit in parts):
+            raise InvalidDuration(
+                f"the age {text!r} is ambiguous: 'm' could mean minutes or months; write "
+                "'min' for minutes (15min) or days for months (30d)"
             )
         seconds = sum(int(n) * _UNITS[u] for n, u in parts)
         if seconds > MAX_AGE.total_seconds():

@@ -8,6 +8,7 @@ what the store holds.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -215,7 +216,9 @@ def test_show_lists_the_working_context(demo_id: str, db_url: str, store: Store)
     result = invoke(["show", demo_id, "--database-url", db_url])
     assert result.exit_code == 0, result.stderr
     working = store.load_working(demo_id)
-    rows = [line.split() for line in result.stdout.splitlines()[2:] if line.strip()]
+    # One row per message (its content wraps onto lines of its own below the row's first).
+    row = re.compile(r"^\s*(\d+)\s+(\d+)\s+(system|user|assistant|tool)\*?\s+(\S+)\s", re.M)
+    rows = row.findall(result.stdout)
     assert [(int(r[0]), int(r[1]), r[2], r[3]) for r in rows] == [
         (k, m.id, m.role, m.kind) for k, m in enumerate(working)
     ]
@@ -234,7 +237,7 @@ def test_history_shows_every_event(demo_id: str, db_url: str, store: Store) -> N
     for e in events:
         assert re.search(rf"^\s*{e.id}\s+\S+\s+S{e.strategy} ", result.stdout, re.M)
         assert f"{e.tokens_before:,}→{e.tokens_after:,}" in result.stdout
-    assert "events per strategy" in result.stdout
+    assert "events per kind" in result.stdout
 
 
 def test_history_fits_a_narrow_terminal(demo_id: str, db_url: str, store: Store) -> None:
@@ -639,3 +642,318 @@ def test_plot_merges_dense_markers_into_counted_ones(
         counts = [int(t.get_text()[1:]) for t in ax.texts if re.fullmatch(r"x\d+", t.get_text())]
         assert drawn - len(counts) + sum(counts) == len(series.marks), ax.get_ylabel()
         assert counts, "the cascade is shown as counted markers"
+
+
+# -- issue 23: a lossless CLI (piped, 80 columns), --json everywhere, kinds, durations -------
+
+
+def run_cli(args: Sequence[str], columns: int = 80) -> subprocess.CompletedProcess[str]:
+    """`autoctx ARGS` as a real process whose output is a pipe, $COLUMNS wide."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TTY_COMPATIBLE", "FORCE_COLOR")}
+    env |= {"COLUMNS": str(columns), "OPENAI_BASE_URL": "", "OPENAI_API_KEY": ""}
+    return subprocess.run(
+        [sys.executable, "-m", "autoctx._cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def flat(text: str) -> str:
+    """`text` with the tree guides gone and every run of whitespace one space: what a wrapped
+    value reads as (a wrap replaces a space by a line end and an indent)."""
+    return " ".join(re.sub("[│├└─]", " ", text).split())
+
+
+#: An endpoint error with an id in it, longer than any line of 80 columns.
+UPSTREAM = (
+    "upstream model gateway rejected the request req_7Hc2fQ9kLm3Xp5Wz8Rt1Yv4Bn6 after the "
+    "provider timed out; retry later or check the gateway's status page"
+)
+
+
+@pytest.fixture(scope="module")
+def kinds_session(db_url: str) -> Iterator[tuple[str, str]]:
+    """A session with failed compressions carrying an endpoint's error, fallbacks, a pop, an
+    erasure and a clear; and a fork of it (its first event: fork)."""
+    from autoctx import OpenAISummarizer
+    from tests.histories import SMALL, multi_round
+    from tests.openai_server import OpenAIServer, Reply
+
+    session_id = f"cli-kinds-{uuid.uuid4().hex[:8]}"
+    with OpenAIServer() as server:
+        server.set_default(Reply.server_error(500, UPSTREAM))
+        summarizer = OpenAISummarizer(
+            base_url=server.base_url, api_key="test", timeout=10, max_retries=0
+        )
+        mem = AutoContextMemory.open(session_id, db_url, SMALL, summarizer=summarizer)
+        mem.add(multi_round(3, rounds=4, steps=8))
+        events = mem.compress_if_needed()
+        assert any(e.status == "failed" and e.error for e in events)
+    mem.add({"role": "user", "content": "one more thing"})
+    assert mem.pop_last() is not None
+    first = next(m.id for m in mem.messages() if m.kind == "original" and m.role == "user")
+    mem.erase([first], reason="user request #5521")
+    child = f"{session_id}-fork"
+    mem.fork(child)
+    mem.clear()
+    mem.close()
+    yield session_id, child
+
+
+def test_history_piped_at_80_columns_keeps_every_field_whole(
+    kinds_session: tuple[str, str], db_url: str, store: Store
+) -> None:
+    session_id, _ = kinds_session
+    proc = run_cli(["history", session_id, "-d", db_url])
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, out
+    events = store.events(session_id)
+    assert any(e.status == "failed" and e.error for e in events)
+    text = flat(out)
+    for e in events:
+        assert f"event {e.id} " in text
+        # time, why, tokens, model, latency and error: all there, whole.
+        assert _fmt(e.created_at) in text
+        assert f"why {e.reason}" in text
+        assert f"{e.tokens_before:,} → {e.tokens_after:,}" in text
+        if e.offload_uuid is not None:
+            assert any(str(e.offload_uuid) in line for line in lines), e.offload_uuid
+        if e.model is not None:
+            assert e.model in text
+        if e.latency_ms is not None:
+            assert f"{e.latency_ms:.0f} ms" in text
+        if e.error:
+            assert " ".join(e.error.split()) in text
+
+
+def test_history_names_pop_erase_clear_and_fork_and_saves_nothing_for_them(
+    kinds_session: tuple[str, str], db_url: str, store: Store
+) -> None:
+    session_id, child = kinds_session
+    out = run_cli(["history", session_id, "-d", db_url]).stdout
+    assert "S0" not in out
+    for kind in ("pop", "erase", "clear"):
+        event = next(
+            e
+            for e in store.events(session_id)
+            if e.strategy == 0 and e.reason == {"pop": "manual"}.get(kind, kind)
+        )
+        block = re.search(rf"^event {event.id}  {kind}  applied .*?(?=\n\n)", out, re.S | re.M)
+        assert block is not None, out
+        assert "saved" not in block.group(0)
+        row = re.search(rf"^ {kind}\s+1\s+0\s+0\s+-\s+-\s+0 *$", out, re.M)
+        assert row is not None, out
+    assert "why erase: user request #5521" in flat(out)
+    forked = run_cli(["history", child, "-d", db_url]).stdout
+    fork = store.events(child)[-1]
+    assert fork.reason == "fork"
+    assert re.search(rf"^event {fork.id}  fork  applied ", forked, re.M), forked
+    # Wide enough, the same events are a table of every column, the kinds named there too.
+    wide = run_cli(["history", session_id, "-d", db_url], columns=400).stdout
+    assert re.search(r"^\s*\d+\s+\S+\s+erase\s+applied\s+erase: user request #5521", wide, re.M)
+    assert "S0" not in wide
+    for e in store.events(session_id):
+        if e.error:
+            assert " ".join(e.error.split()) in wide
+
+
+def _fmt(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+
+
+def test_lineage_piped_at_80_columns_keeps_event_and_offload_ids_whole(
+    demo_id: str, db_url: str, store: Store
+) -> None:
+    events = {e.id: e for e in store.events(demo_id)}
+    top = max(
+        (e for e in events.values() if e.summary_message_id and e.strategy in (1, 4, 6, 7)),
+        key=lambda e: len(e.replaced_ids),
+    )
+    proc = run_cli(["lineage", demo_id, str(top.summary_message_id), "-d", db_url])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, proc.stdout
+    text = flat(proc.stdout)
+    doc = json.loads(
+        run_cli(["lineage", demo_id, str(top.summary_message_id), "--json", "-d", db_url]).stdout
+    )
+
+    def summaries(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if node["event_id"] is not None:
+            yield node
+        for child in node["children"]:
+            yield from summaries(child)
+
+    shown = list(summaries(doc["tree"]))
+    assert shown and shown[0]["id"] == top.summary_message_id
+    for node in shown:
+        event = events[node["event_id"]]
+        assert f"#{node['id']} " in text
+        assert f"event {event.id}" in text
+        assert node["offload_uuid"] == str(event.offload_uuid)
+        assert f"offload {event.offload_uuid}" in text
+        assert any(str(event.offload_uuid) in line for line in lines), event.offload_uuid
+
+
+def test_reload_prints_the_stored_text_exactly(db_url: str) -> None:
+    """Tabs, long lines and spacing as stored: no rewrap at 80 columns, no tab expansion."""
+    config = AutoContextConfig(max_tokens=2_000, large_payload_chars=400, preview_chars=50)
+    mem = AutoContextMemory.open(f"cli-raw-{uuid.uuid4().hex[:8]}", db_url, config)
+    table = "".join(f"col_a\tcol_b\t{'x' * 150}  {k:>4}   trailing  \n" for k in range(60))
+    mem.add({"role": "user", "content": "dump it"})
+    mem.add(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+            ],
+        }
+    )
+    mem.add({"role": "tool", "tool_call_id": "c1", "content": table})
+    mem.add({"role": "assistant", "content": "Dumped."})
+    mem.add({"role": "user", "content": "thanks"})
+    offload = next(e.offload_uuid for e in mem.compress_if_needed() if e.offload_uuid)
+    proc = run_cli(["reload", mem.session_id, str(offload), "-d", db_url])
+    assert proc.returncode == 0, proc.stderr
+    assert table in proc.stdout
+    assert proc.stdout.startswith(f"offload {offload}: ")
+    mem.delete()
+
+
+def test_show_piped_at_80_columns_shows_content_and_whole_offload_ids(
+    demo_id: str, db_url: str, store: Store
+) -> None:
+    proc = run_cli(["show", demo_id, "-d", db_url])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, proc.stdout
+    text = flat(proc.stdout)
+    for index, msg in enumerate(store.load_working(demo_id)):
+        assert f"[{index}] #{msg.id} {msg.role}" in text
+        offload = next(
+            (str(e.offload_uuid) for e in store.events(demo_id) if e.summary_message_id == msg.id),
+            None,
+        )
+        if offload is not None:
+            assert any(offload in line for line in lines), offload
+    # A useful share of each message: the system prompt's first 200 characters.
+    system = store.load_working(demo_id)[0]
+    assert " ".join(system.text.split())[:200] in text
+
+
+def _leaf_paths() -> list[tuple[str, ...]]:
+    root = typer.main.get_command(app)
+    assert isinstance(root, TyperGroup)
+    return list(_leaf_commands(root))
+
+
+def test_every_command_takes_json_and_verbose_after_its_name() -> None:
+    for path in _leaf_paths():
+        page = invoke([*path, "--help"])
+        assert page.exit_code == 0
+        assert "--verbose" in page.stdout, path
+        if path != ("export",):  # export prints JSON whatever it is given
+            assert "--json" in page.stdout, path
+
+
+def test_lifecycle_and_db_commands_print_json(
+    kinds_session: tuple[str, str], db_url: str, store: Store, tmp_path: Path
+) -> None:
+    _, session_id = kinds_session  # the fork: the parent was cleared after it
+    new = f"{session_id}-j"
+    forked = json.loads(run_cli(["fork", session_id, new, "--json", "-d", db_url]).stdout)
+    info = store.get_session(new)
+    assert info is not None
+    assert (forked["parent"], forked["session_id"], forked["token_count"]) == (
+        session_id,
+        new,
+        info.token_count,
+    )
+    original = next(m.id for m in store.load_working(new) if m.kind == "original")
+    erased = run_cli(["erase", new, str(original), "--reason", "test", "--json", "-d", db_url])
+    assert erased.returncode == 0, erased.stderr
+    doc = json.loads(erased.stdout)
+    assert doc["erased_ids"] == [original]
+    assert doc["event"]["id"] == store.events(new)[-1].id and doc["event"]["reason"] == "erase"
+
+    info = store.get_session(new)
+    assert info is not None
+    export = tmp_path / "s.json"
+    assert invoke(["export", new, "-o", str(export), "-d", db_url]).exit_code == 0
+    AutoContextMemory.open(new, db_url, create=False).delete()
+    imported = json.loads(run_cli(["import", str(export), "--json", "-d", db_url]).stdout)
+    assert imported["session_id"] == new and imported["token_count"] == info.token_count
+
+    purge = run_cli(["purge", "--older-than", "3650d", "--dry-run", "--json", "-d", db_url])
+    assert json.loads(purge.stdout) == {
+        "dry_run": True,
+        "older_than_seconds": 3650 * 86_400,
+        "sessions": [],
+    }
+    current = json.loads(run_cli(["db", "current", "--json", "-d", db_url]).stdout)
+    assert current["up_to_date"] is True and current["revision"] == current["head"]
+    worker = run_cli(["worker", "--once", "--offline", "--json", "-d", db_url])
+    assert worker.returncode == 0, worker.stderr
+    for line in worker.stdout.splitlines():
+        assert set(json.loads(line)) >= {"session_id", "applied", "failed", "event_ids"}
+
+
+@pytest.mark.parametrize("age", ["1m", "90m", "5M"])
+def test_purge_refuses_a_duration_in_m_and_names_the_fix(age: str, db_url: str) -> None:
+    assert_one_line_error(
+        invoke(["purge", "--older-than", age, "--dry-run", "-d", db_url]),
+        repr(age),
+        "ambiguous",
+        "min",
+        "30d",
+    )
+
+
+def test_purge_reads_min_and_seconds(db_url: str) -> None:
+    from autoctx._lifecycle_args import parse_duration
+
+    assert parse_duration("15min").total_seconds() == 900
+    assert parse_duration("45s").total_seconds() == 45
+    assert parse_duration("1d12h").total_seconds() == 129_600
+    result = invoke(["purge", "--older-than", "15min", "--dry-run", "-d", db_url])
+    assert result.exit_code == 0, result.stderr
+    assert "last updated more than 15min ago" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args", [["sessions"], ["history", "s"], ["show", "s"], ["search", "x"], ["worker", "--once"]]
+)
+def test_a_schema_behind_says_run_autoctx_db_upgrade(args: list[str], empty_db_url: str) -> None:
+    proc = run_cli([*args, "-d", empty_db_url])
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "no autoctx schema yet" in proc.stderr
+    assert "run `autoctx db upgrade`" in proc.stderr
+    assert "auto_upgrade" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_verbose_works_after_the_subcommand(db_url: str) -> None:
+    after = run_cli(["worker", "--once", "-v", "-d", db_url])
+    assert after.returncode == 0, after.stderr
+    assert "INFO autoctx" in after.stderr
+    before = run_cli(["-v", "worker", "--once", "-d", db_url])
+    assert before.returncode == 0 and "INFO autoctx" in before.stderr
+    quiet = run_cli(["worker", "--once", "-d", db_url])
+    assert quiet.returncode == 0 and "INFO" not in quiet.stderr
+
+
+def test_demo_json_prints_a_summary_on_stdout_and_the_run_on_stderr(
+    db_url: str, store: Store
+) -> None:
+    proc = run_cli(["demo", "--rounds", "1", "--steps", "0", "--json", "-d", db_url])
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    info = store.get_session(doc["session_id"])
+    assert info is not None and doc["token_count"] == info.token_count
+    assert [e["id"] for e in doc["events"]] == [e.id for e in store.events(doc["session_id"])]
+    assert f"autoctx demo: session {doc['session_id']}" in proc.stderr

@@ -1,8 +1,11 @@
 """Every Python block of README.md and docs/ runs as written (so the docs cannot drift).
 
 Each block is extracted and executed on its own, in a fresh namespace, against this module's
-test database (`AUTOCTX_DATABASE_URL`); the Agents SDK's default client points at the local
-OpenAI-protocol server, which answers for the model.
+test database (`AUTOCTX_DATABASE_URL`). A block that needs an LLM endpoint says so on its first
+line (`# Needs an LLM endpoint: ...`, the `ENDPOINT_MARK`); it runs with `OPENAI_BASE_URL` and
+`OPENAI_API_KEY` pointing at the local OpenAI-protocol server (tests/openai_server.py), as a
+reader would point them at theirs. Every other block runs with neither variable set and no
+default client for the Agents SDK, so a block that reaches for a model without saying so fails.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agents import set_default_openai_api, set_default_openai_client, set_tracing_disabled
-from openai import AsyncOpenAI
+from agents import set_default_openai_api, set_tracing_disabled
+from agents.models import _openai_shared
 
 from tests.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+#: How a block says that it needs an LLM endpoint (its first line starts with this).
+ENDPOINT_MARK = "# Needs an LLM endpoint:"
 
 
 def _blocks() -> list[tuple[str, str]]:
@@ -35,9 +40,21 @@ def _blocks() -> list[tuple[str, str]]:
 BLOCKS = _blocks()
 
 
+def _needs_endpoint(code: str) -> bool:
+    return code.lstrip().startswith(ENDPOINT_MARK)
+
+
 def test_the_docs_have_python_blocks() -> None:
-    # The extraction itself must not silently find nothing.
-    assert len(BLOCKS) >= 4
+    # The extraction itself must not silently find nothing, and every doc is read.
+    assert len(BLOCKS) >= 9
+    assert {where.split(":")[0] for where, _ in BLOCKS} >= {
+        "README.md",
+        "docs/audit.md",
+        "docs/operations.md",
+    }
+    # The Agents SDK example runs a model: it says so, and it is the only one that does.
+    marked = [where for where, code in BLOCKS if _needs_endpoint(code)]
+    assert len(marked) == 1 and marked[0].startswith("README.md"), marked
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +68,42 @@ def test_a_python_block_of_the_docs_runs(
     where: str, code: str, db_url: str, server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AUTOCTX_DATABASE_URL", db_url)
-    set_default_openai_client(
-        AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0),
-        use_for_tracing=False,
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    # No client left over from another test: the SDK builds its own from the environment.
+    monkeypatch.setattr(_openai_shared, "_default_openai_client", None)
+    monkeypatch.setattr(_openai_shared, "_default_openai_key", None)
+    monkeypatch.setattr(
+        _openai_shared, "_use_responses_by_default", _openai_shared._use_responses_by_default
     )
-    set_default_openai_api("chat_completions")
     set_tracing_disabled(True)
-    if "ChatOpenAI" in code:
-        # LangChain's model reads its endpoint from the environment.
+    before = len(server.requests)
+    if _needs_endpoint(code):
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "test")
+        # The local server speaks Chat Completions only (the block's doc says what to do then).
+        set_default_openai_api("chat_completions")
+    else:
+        monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     exec(compile(code, where, "exec"), {"__name__": "__docs__"})
+    if _needs_endpoint(code):
+        assert len(server.requests) > before, f"{where} says it needs an endpoint but called none"
+    else:
+        assert len(server.requests) == before
+
+
+def test_prepare_threshold_none_in_the_url_turns_preparation_off(db_url: str) -> None:
+    """What docs/scaling.md and the README tell users behind a transaction-mode pooler."""
+    from autoctx._store.database import create_engine, resolve_url
+
+    sep = "&" if "?" in db_url else "?"
+    engine = create_engine(resolve_url(db_url + sep + "prepare_threshold=none"))
+    try:
+        with engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None and raw.prepare_threshold is None
+    finally:
+        engine.dispose()
+    for doc in ("README.md", "docs/scaling.md"):
+        assert "prepare_threshold=none" in (ROOT / doc).read_text(encoding="utf-8")
+    assert "does not expose" not in (ROOT / "docs/scaling.md").read_text(encoding="utf-8")

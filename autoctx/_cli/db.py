@@ -15,8 +15,8 @@ from .._store.database import (
     head_revision,
     upgrade,
 )
-from .output import friendly_errors
-from .root import DatabaseUrl, db_app
+from .output import _print_json, friendly_errors
+from .root import AsJson, DatabaseUrl, Verbose, db_app
 
 # ---------------------------------------------------------------------------------------------
 # db
@@ -25,7 +25,9 @@ from .root import DatabaseUrl, db_app
 
 @db_app.command("upgrade")
 @friendly_errors
-def db_upgrade(database_url: DatabaseUrl = None) -> None:
+def db_upgrade(
+    as_json: AsJson = False, database_url: DatabaseUrl = None, verbose: Verbose = False
+) -> None:
     """Create autoctx's tables, or bring them to this version's schema (idempotent).
 
     Runs the Alembic migrations shipped in the package, under an advisory lock, so several
@@ -43,6 +45,9 @@ def db_upgrade(database_url: DatabaseUrl = None) -> None:
         before = current_revision(engine)
         after = upgrade(engine)
         where = describe(engine.url)
+    if as_json:
+        _print_json({"database": where, "before": before, "after": after, "head": after})
+        return
     if before == after:
         typer.echo(f"{where}: schema already at revision {after} (head)")
     else:
@@ -52,7 +57,9 @@ def db_upgrade(database_url: DatabaseUrl = None) -> None:
 @db_app.command("current")
 @friendly_errors
 def db_current(
+    as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
     check: Annotated[
         bool, typer.Option("--check", help="Exit with code 1 unless the schema is at head.")
     ] = False,
@@ -64,6 +71,7 @@ def db_current(
     ```
     autoctx db current
     autoctx db current --check && echo ready
+    autoctx db current --json
     ```
     """
     with engine_for(database_url) as engine:
@@ -71,6 +79,13 @@ def db_current(
         current = current_revision(engine)
         where = describe(engine.url)
     head = head_revision()
+    if as_json:
+        _print_json(
+            {"database": where, "revision": current, "head": head, "up_to_date": current == head}
+        )
+        if check and current != head:
+            raise typer.Exit(1)
+        return
     if current == head:
         typer.echo(f"{where}: revision {current} (head): up to date")
         return
@@ -88,7 +103,13 @@ TenantArg = Annotated[str, typer.Argument(metavar="TENANT", help="The tenant's n
 
 @db_app.command("grant-tenant")
 @friendly_errors
-def db_grant_tenant(role: RoleArg, tenant: TenantArg, database_url: DatabaseUrl = None) -> None:
+def db_grant_tenant(
+    role: RoleArg,
+    tenant: TenantArg,
+    as_json: AsJson = False,
+    database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
+) -> None:
     """Let ROLE run autoctx for TENANT and see nothing of any other tenant (database tenancy).
 
     Grants ROLE the privileges a memory uses (no DDL) and records the tenant; the row-level
@@ -106,13 +127,22 @@ def db_grant_tenant(role: RoleArg, tenant: TenantArg, database_url: DatabaseUrl 
         check_connection(engine)
         added = tenancy.grant_tenant(engine, role, tenant)
         where = describe(engine.url)
+    if as_json:
+        _print_json({"database": where, "role": role, "tenant": tenant, "changed": added})
+        return
     state = "granted" if added else "already held"
     typer.echo(f"{where}: role {role!r} {state} tenant {tenant!r}")
 
 
 @db_app.command("revoke-tenant")
 @friendly_errors
-def db_revoke_tenant(role: RoleArg, tenant: TenantArg, database_url: DatabaseUrl = None) -> None:
+def db_revoke_tenant(
+    role: RoleArg,
+    tenant: TenantArg,
+    as_json: AsJson = False,
+    database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
+) -> None:
     """Take TENANT away from ROLE; with its last tenant gone, ROLE loses every privilege on
     autoctx's tables and views.
 
@@ -126,6 +156,9 @@ def db_revoke_tenant(role: RoleArg, tenant: TenantArg, database_url: DatabaseUrl
         check_connection(engine)
         removed = tenancy.revoke_tenant(engine, role, tenant)
         where = describe(engine.url)
+    if as_json:
+        _print_json({"database": where, "role": role, "tenant": tenant, "changed": removed})
+        return
     if removed:
         typer.echo(f"{where}: role {role!r} no longer holds tenant {tenant!r}")
     else:

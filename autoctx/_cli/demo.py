@@ -43,13 +43,16 @@ from .._transcript import render_transcript
 from .output import (
     _clip,
     _console,
+    _event_json,
     _event_line,
-    _events_table,
-    _per_strategy_table,
+    _per_kind_table,
+    _print_events,
+    _print_fitting,
+    _print_json,
     _shown,
     friendly_errors,
 )
-from .root import CliError, DatabaseUrl, app
+from .root import CliError, DatabaseUrl, Verbose, app
 
 #: Events `demo` repeats in its closing history table (the rest: `autoctx history`).
 DEMO_HISTORY_ROWS: Final = 12
@@ -109,7 +112,16 @@ def demo(
         bool,
         typer.Option("--offline", help="Use the offline summarizer even if an endpoint is set."),
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the run on stderr and a JSON summary on stdout (session id, events, "
+            "totals).",
+        ),
+    ] = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Watch autoctx keep a long agent session inside a small context window.
 
@@ -132,9 +144,10 @@ def demo(
     autoctx demo
     autoctx demo --rounds 2 --steps 40
     autoctx demo --seed 7 --session demo-mine --database-url postgresql://localhost/agents
+    autoctx demo --rounds 1 --steps 20 --json | jq -r .session_id
     ```
     """
-    console = _console()
+    console = _console(stderr=as_json)
     started = time.perf_counter()
     session_id = session or demo_mod.new_session_id()
     if not session_id.startswith(demo_mod.SESSION_PREFIX):
@@ -206,8 +219,8 @@ def demo(
     title = f"history of {session_id}: {len(events)} events"
     if len(events) > len(shown):
         title += f" (last {len(shown)} shown; all: autoctx history {session_id})"
-    console.print(_events_table(shown, title, console.width))
-    console.print(_per_strategy_table(events))
+    _print_events(console, shown, title)
+    _print_fitting(console, _per_kind_table(events))
     fired = sorted({e.strategy for e in events if e.status == "applied"})
     console.print(
         Text(
@@ -268,6 +281,19 @@ def demo(
     ):
         # Soft-wrapped: a terminal narrower than the line folds it, but a copy stays one line.
         console.print(Text(f"  {command}{url}", style="cyan"), soft_wrap=True)
+    if as_json:
+        _print_json(
+            {
+                "session_id": session_id,
+                "steps": result.steps,
+                "message_count": info.message_count,
+                "token_count": info.token_count,
+                "max_tokens": config.max_tokens,
+                "originals_added": added,
+                "originals_stored": kept,
+                "events": [_event_json(e) for e in events],
+            }
+        )
 
 
 def _deepest_summary(events: Sequence[Event]) -> int | None:

@@ -20,7 +20,7 @@ from .output import (
     _session,
     friendly_errors,
 )
-from .root import DatabaseUrl, SessionArg, app
+from .root import AsJson, DatabaseUrl, SessionArg, Verbose, app
 
 # ---------------------------------------------------------------------------------------------
 # plot, export
@@ -42,7 +42,9 @@ def plot(
     x: Annotated[
         Axis, typer.Option("--x", help="Horizontal axis: originals appended, or wall-clock time.")
     ] = Axis.step,
+    as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Plot the working context's tokens (and messages) over the session's life.
 
@@ -75,6 +77,17 @@ def plot(
     )
     by_strategy = Counter(m.strategy for m in series.marks if m.status == "applied")
     peak = max(p.tokens for p in series.points)
+    if as_json:
+        _print_json(
+            {
+                "output": str(path),
+                "originals": series.points[-1].step,
+                "compressions": {f"S{s}": n for s, n in sorted(by_strategy.items())},
+                "peak_tokens": peak,
+                "tokens_now": series.points[-1].tokens,
+            }
+        )
+        return
     typer.echo(
         f"wrote {path}: {series.points[-1].step} originals appended, "
         f"{sum(by_strategy.values())} compressions "
@@ -91,6 +104,7 @@ def export(
         str, typer.Option("--output", "-o", help="JSON file to write; '-' for stdout.")
     ] = "-",
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Export a session as JSON: everything needed to audit it elsewhere, or to restore it
     with `autoctx import`.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import sys
 import uuid
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import typer
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -25,31 +27,35 @@ from .._store.store import Store
 from .._tools import parse_offload_id
 from .output import (
     _add_columns,
-    _cell,
     _clip,
     _console,
     _content_line,
     _engine,
     _event_json,
-    _events_table,
+    _fits,
     _fmt_time,
+    _is_compression,
+    _kind_name,
     _offload_of,
-    _per_strategy_table,
+    _per_kind_table,
+    _print_events,
+    _print_fitting,
     _print_json,
     _print_message,
     _print_whole,
+    _raw_message,
     _session,
     _session_json,
-    _short,
-    _strategy_label,
     _table,
     _working_json,
     friendly_errors,
 )
-from .root import AsJson, CliError, DatabaseUrl, SessionArg, app
+from .root import AsJson, CliError, DatabaseUrl, SessionArg, Verbose, app
 
-#: Characters of content `show` prints per message.
-PREVIEW_CHARS: Final = 100
+#: Characters of content `show` prints per message (wrapped; `--full` prints all of it).
+PREVIEW_CHARS: Final = 300
+#: Characters of content `lineage` prints under each message.
+LINEAGE_PREVIEW_CHARS: Final = 70
 #: Characters of an offload uuid `reload` needs at least: the 8 `history` prints. Fewer would
 #: match by luck today and become ambiguous as the session grows.
 MIN_PREFIX: Final = 8
@@ -69,6 +75,7 @@ def sessions(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's sessions.")] = None,
     as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """List sessions, most recently updated first.
 
@@ -117,11 +124,13 @@ def show(
     full: Annotated[bool, typer.Option("--full", help="Print every message in full.")] = False,
     as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Show a session's working context: what the model would be sent now.
 
-    One line per message: index, message id, role, kind (original or which compression wrote
-    it), tokens, the offload behind it, and the start of its content. With --full, every
+    One row per message: index, message id, role, kind (original or which compression wrote
+    it), tokens, the offload behind it (whole uuid), and the first 300 characters of its
+    content, wrapped; where the columns do not fit, one block per message. With --full, every
     message in full, offload tags included.
 
     Examples:
@@ -169,21 +178,43 @@ def show(
             msg.role + ("*" if msg.pinned else ""),
             Text(msg.kind, style="" if msg.kind == "original" else "magenta"),
             f"{msg.tokens or 0:,}",
-            _short(_offload_of(msg)),
-            _cell(_clip(_content_line(msg), PREVIEW_CHARS)),
+            _offload_of(msg),
+            Text(_clip(_content_line(msg), PREVIEW_CHARS), overflow="fold"),
         )
-    console.print(table)
+    if _fits(console, table):
+        console.print(table)
+        return
+    # Too narrow for the columns whole: one block per message, its content indented below.
+    for index, msg in enumerate(msgs):
+        head = Text(f"[{index}] #{msg.id} ", style="bold", overflow="fold")
+        head.append(f"{msg.role}{'*' if msg.pinned else ''} ")
+        head.append(msg.kind, style="" if msg.kind == "original" else "magenta")
+        head.append(f" {msg.tokens or 0:,} tokens")
+        offload = _offload_of(msg)
+        if offload:
+            head.append(f" offload {offload}", style="cyan")
+        console.print(head)
+        preview = Text(_clip(_content_line(msg), PREVIEW_CHARS), style="dim", overflow="fold")
+        console.print(Padding(preview, (0, 0, 0, 4)))
 
 
 @app.command()
 @friendly_errors
-def history(session: SessionArg, as_json: AsJson = False, database_url: DatabaseUrl = None) -> None:
+def history(
+    session: SessionArg,
+    as_json: AsJson = False,
+    database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
+) -> None:
     """Show a session's compression events, oldest first, and totals per strategy.
 
-    Each row is one attempt: the strategy, whether it applied (or failed, and why), which
-    trigger held, the working tokens and messages before and after, how many messages it
-    replaced, the offload uuid (its first 8 characters are enough for `autoctx reload`), the
-    summarizer's model and latency.
+    Each row is one attempt: its time, its kind (the strategy of a compression; pop, clear,
+    fork or erase for what is not one, which saves nothing), whether it applied (or failed,
+    and why), which trigger held, the working tokens and messages before and after, how many
+    messages it replaced, the offload uuid (its first 8 characters are enough for `autoctx
+    reload`), the summarizer's model, latency and error. Where the table does not fit the
+    width (80 columns into a pipe unless $COLUMNS says otherwise), one block per event: every
+    field, whole.
 
     Examples:
 
@@ -201,8 +232,8 @@ def history(session: SessionArg, as_json: AsJson = False, database_url: Database
     if not events:
         console.print(f"{session}: no compression events yet")
         return
-    console.print(_events_table(events, f"{session}: {len(events)} events", console.width))
-    console.print(_per_strategy_table(events))
+    _print_events(console, events, f"{session}: {len(events)} events")
+    _print_fitting(console, _per_kind_table(events))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +250,9 @@ def lineage(
         int | None,
         typer.Option(min=1, help="Show only this many levels below the message (default: all)."),
     ] = None,
+    as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Show what stands behind a message: the tree of what it replaced, down to the originals.
 
@@ -232,6 +265,7 @@ def lineage(
     ```
     autoctx lineage demo-20261130-101500-1a2b 812
     autoctx lineage demo-20261130-101500-1a2b 812 --depth 1
+    autoctx lineage demo-20261130-101500-1a2b 812 --json | jq '.originals'
     ```
     """
     engine = _engine(database_url)
@@ -253,23 +287,58 @@ def lineage(
     for e in edges:
         children.setdefault(e.summary_id, []).append(e.replaced_id)
         made_by[e.summary_id] = e.event_id
+    leaves = [e.replaced_id for e in edges if e.replaced_id not in children]
+
+    def node_json(mid: int, level: int) -> dict[str, Any]:
+        m = msgs[mid]
+        event = events.get(made_by[mid]) if mid in made_by else None
+        node: dict[str, Any] = {
+            "id": mid,
+            "role": m.role,
+            "kind": m.kind,
+            "tokens": m.tokens,
+            "working_position": in_working.get(mid),
+            "event_id": event.id if event is not None else None,
+            "strategy": event.strategy if event is not None else None,
+            "offload_uuid": event.offload_uuid if event is not None else None,
+        }
+        kids = children.get(mid, [])
+        if depth is not None and level > depth:
+            return node | {"children": [], "more_below": len(kids)}
+        return node | {"children": [node_json(k, level + 1) for k in kids], "more_below": 0}
+
+    if as_json:
+        _print_json(
+            {
+                "session_id": session,
+                "tree": node_json(message_id, 1),
+                "originals": leaves,
+                "depth": max((e.depth for e in edges), default=0),
+                "covered_by": chain,
+                "in_working_context": message_id in in_working,
+            }
+        )
+        return
 
     def label(mid: int) -> Text:
+        # Ids first and whole (the line wraps, folding only a word longer than it); the
+        # content preview on a line of its own.
         m = msgs[mid]
-        text = Text(f"#{mid} ", style="bold")
+        text = Text(f"#{mid} ", style="bold", overflow="fold")
         text.append(f"{m.role} ")
         text.append(m.kind, style="" if m.kind == "original" else "magenta")
         text.append(f" {m.tokens or 0:,} tok")
-        event = events.get(made_by[mid]) if mid in made_by else None
-        if event is not None:
-            text.append("  ")
-            text.append_text(_strategy_label(event.strategy))
-            text.append(f" event {event.id}, offload {_short(event.offload_uuid)}", style="cyan")
         if mid in in_working:
             text.append(f"  [working #{in_working[mid]}]", style="green")
-        text.append(f"  {_clip(_content_line(m), 70)}", style="dim")
-        text.no_wrap = True
-        text.overflow = "ellipsis"
+        event = events.get(made_by[mid]) if mid in made_by else None
+        if event is not None:
+            # A line of its own: the ids whole on one line down to a deep level of the tree.
+            made = f"S{event.strategy}" if _is_compression(event) else _kind_name(event)
+            text.append(f"\nevent {event.id} {made}", style="cyan")
+            if event.offload_uuid is not None:
+                text.append(f", offload {event.offload_uuid}", style="cyan")
+        text.append("\n")
+        text.append(_clip(_content_line(m), LINEAGE_PREVIEW_CHARS), style="dim")
         return text
 
     tree = Tree(label(message_id))
@@ -286,7 +355,6 @@ def lineage(
     grow(tree, message_id, 1)
     console = _console()
     console.print(tree)
-    leaves = [e.replaced_id for e in edges if e.replaced_id not in children]
     if edges:
         console.print(
             f"{len(leaves)} original message(s) behind #{message_id}, through "
@@ -345,12 +413,17 @@ def reload(
         bool, typer.Option("--json", help="Print the messages as OpenAI-format JSON.")
     ] = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Print the messages an offload removed from the working context, as they were stored.
 
     The uuid is in the offload tag of a summary or preview (`<!-- CONTEXT_OFFLOAD: uuid=... -->`),
     in `autoctx history` and in `autoctx show`. One level deep: a summary among them keeps its
     own tag, which you can reload in turn. Reloading changes nothing in the session.
+
+    Each message is a `--- #id role kind tokens` line and then its text exactly as stored
+    (lines, tabs and spacing untouched; only terminal control characters are written as
+    \\xNN escapes; --json gives every character as stored).
 
     Examples:
 
@@ -368,15 +441,11 @@ def reload(
         _print_json(to_openai_messages(msgs))
         return
     row = next(r for r in inspect_db.offload_rows(engine, session) if r.uuid == offload_id)
-    console = _console()
-    console.print(
-        Text(
-            f"offload {offload_id}: {len(msgs)} message(s), "
-            f"{sum(m.tokens or 0 for m in msgs):,} tokens, removed by S{row.strategy} "
-            f"{STRATEGY_NAMES.get(row.strategy, '?')} (event {row.event_id}, "
-            f"{_fmt_time(row.created_at)})",
-            style="bold",
-        )
+    sys.stdout.write(
+        f"offload {offload_id}: {len(msgs)} message(s), "
+        f"{sum(m.tokens or 0 for m in msgs):,} tokens, removed by S{row.strategy} "
+        f"{STRATEGY_NAMES.get(row.strategy, '?')} (event {row.event_id}, "
+        f"{_fmt_time(row.created_at)})\n"
     )
     for msg in msgs:
-        _print_message(console, None, msg)
+        _raw_message(msg)

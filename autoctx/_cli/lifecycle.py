@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from .._errors import SessionNotFound
+from .._lifecycle_args import parse_duration
 from .._memory import (
     AutoContextMemory,
     validate_session_id,
@@ -20,10 +21,13 @@ from .._store.store import Store
 from .._summarizers import OfflineSummarizer
 from .output import (
     _engine,
+    _event_json,
     _fmt_time,
+    _print_json,
+    _session_json,
     friendly_errors,
 )
-from .root import DatabaseUrl, SessionArg, app
+from .root import AsJson, DatabaseUrl, SessionArg, Verbose, app
 
 TenantOption = Annotated[
     str | None,
@@ -66,7 +70,9 @@ def fork(
         ),
     ] = None,
     tenant: TenantOption = None,
+    as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Branch SESSION into a new session NEW that starts from its working context.
 
@@ -85,6 +91,12 @@ def fork(
     child = _memory(session, tenant, database_url).fork(new, at_message=at)
     info = child.refresh()
     _, ids = child._working_ids(1)
+    if as_json:
+        _print_json(
+            {"parent": session, "at_message": ids[-1] if ids else None}
+            | _session_json(info, full=False)
+        )
+        return
     typer.echo(
         f"forked {session!r} into {new!r} at message {ids[-1] if ids else '-'}: "
         f"{info.message_count} working messages, {info.token_count:,} tokens"
@@ -102,7 +114,9 @@ def erase(
         str, typer.Option("--reason", help="Why (recorded with the ids; never content).")
     ],
     tenant: TenantOption = None,
+    as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Erase originals of SESSION and everything derived from them, in one transaction.
 
@@ -118,6 +132,17 @@ def erase(
     ```
     """
     done = _memory(session, tenant, database_url).erase(message_ids, reason=reason)
+    if as_json:
+        _print_json(
+            {
+                "session_id": session,
+                "erased_ids": list(done.erased_ids),
+                "rewritten_ids": list(done.rewritten_ids),
+                "event": _event_json(done.event),
+                "forks": list(done.forks),
+            }
+        )
+        return
     typer.echo(
         f"erased {len(done.erased_ids)} original(s) of {session!r} "
         f"({', '.join(map(str, done.erased_ids))}); rewrote {len(done.rewritten_ids)} derived "
@@ -144,7 +169,7 @@ def purge(
         typer.Option(
             "--older-than",
             metavar="DURATION",
-            help="Age of the last update: 30d, 12h, 90m, 2w, 1d12h.",
+            help="Age of the last update, with its unit: 30d, 12h, 15min, 45s, 2w, 1d12h.",
         ),
     ],
     tenant: Annotated[
@@ -153,7 +178,9 @@ def purge(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")
     ] = False,
+    as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Delete whole sessions last updated before a time (retention), with everything of them.
 
@@ -162,9 +189,25 @@ def purge(
     ```
     autoctx purge --older-than 90d --dry-run
     autoctx purge --older-than 30d --tenant acme
+    autoctx purge --older-than 12h --dry-run --json
     ```
+
+    A duration is a number and a unit: s, min, h, d, w (`1m` is refused: minutes or
+    months? write 1min or 30d).
     """
     gone = purge_sessions(older_than, database_url, tenant=validate_tenant(tenant), dry_run=dry_run)
+    if as_json:
+        _print_json(
+            {
+                "dry_run": dry_run,
+                "older_than_seconds": parse_duration(older_than).total_seconds(),
+                "sessions": [
+                    {"session_id": s.session_id, "tenant": s.tenant, "updated_at": s.updated_at}
+                    for s in gone
+                ],
+            }
+        )
+        return
     for s in gone:
         typer.echo(f"{s.session_id}\t{s.tenant or ''}\t{_fmt_time(s.updated_at)}")
     verb = "would delete" if dry_run else "deleted"
@@ -177,7 +220,9 @@ def import_(
     file: Annotated[
         str, typer.Argument(metavar="FILE", help="What `autoctx export` wrote; '-' for stdin.")
     ],
+    as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Recreate a session from an export (restore, or move it to another database).
 
@@ -194,6 +239,9 @@ def import_(
     # Bytes: `import_session` says which byte is not UTF-8, without a traceback.
     text = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     info = import_session(text, database_url)
+    if as_json:
+        _print_json(_session_json(info, full=False))
+        return
     typer.echo(
         f"imported {info.session_id!r}: {info.message_count} working messages, "
         f"{info.token_count:,} tokens, version {info.version}"

@@ -15,6 +15,8 @@ import sqlalchemy as sa
 import typer
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from sqlalchemy.engine import Engine
@@ -34,6 +36,7 @@ from .._messages import (
     ToolUseBlock,
 )
 from .._plot import STRATEGY_COLORS, STRATEGY_NAMES
+from .._store.database import SchemaBehind
 from .._store.rows import SessionInfo
 from .._store.store import Store
 from .._summarizers import OFFLINE_MODEL
@@ -49,18 +52,18 @@ R = TypeVar("R")
 # ---------------------------------------------------------------------------------------------
 
 
-def _console() -> Console:
+def _console(*, stderr: bool = False) -> Console:
     # Built per command, not at import: the test runner swaps sys.stdout for each invocation.
-    return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=False, stderr=stderr)
 
 
 def _print_whole(console: Console, table: Table) -> None:
-    """Print `table`; into a pipe or file, at its natural width, so that nothing is cut to an
-    assumed 80 columns (a terminal keeps its width, and the table wraps what may wrap)."""
+    """Print `table`; into a pipe or file, at its natural width, so that a row stays one line
+    (for grep and cut); in a terminal too narrow for it whole, one block per row."""
     if not console.is_terminal:
         unbounded = console.options.update_width(sys.maxsize)
         console.width = max(console.width, console.measure(table, options=unbounded).maximum)
-    console.print(table)
+    _print_fitting(console, table)
 
 
 def _one_line(text: str) -> str:
@@ -77,6 +80,16 @@ def _shown(text: str) -> str:
     """`text` with the control characters a terminal would act on written as escapes (CRLF
     line ends read as newlines)."""
     return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
+
+
+#: What `_raw` escapes: the same controls, but a CR that ends a line (CRLF) is kept.
+_RAW_CONTROL_RE: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+
+
+def _raw(text: str) -> str:
+    """`text` exactly as stored (tabs, line ends, spacing, no rewrapping), except the control
+    characters a terminal would act on, written as escapes."""
+    return _RAW_CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _jsonable(value: Any) -> Any:
@@ -171,6 +184,11 @@ def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
+        except SchemaBehind as exc:
+            raise _fail(
+                f"{exc.state}: run `autoctx db upgrade` (with the same --database-url), then "
+                "this command again"
+            ) from None
         except AutoContextError as exc:
             raise _fail(str(exc)) from None
         except sa.exc.DBAPIError as exc:
@@ -248,11 +266,6 @@ def _content_line(msg: Msg) -> str:
     return _shown(_one_line(OFFLOAD_TAG_RE.sub("", " ".join(parts))))
 
 
-def _cell(text: str, style: str = "") -> Text:
-    """One line of text that ends in an ellipsis where the column or terminal ends."""
-    return Text(text, style=style, no_wrap=True, overflow="ellipsis")
-
-
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -271,8 +284,8 @@ def _offload_of(msg: Msg) -> str:
 def _event_line(event: Event, where: str, width: int) -> Text:
     """One compression as the demo prints it; the location prefix only where it fits."""
     line = Text(f"  {where:<18} " if width >= 120 else "  ", style="dim")
-    line.append_text(_strategy_label(event.strategy))
-    line.append(" " * max(1, 23 - len(STRATEGY_NAMES.get(event.strategy, "?"))))
+    line.append_text(_event_kind(event))
+    line.append(" " * max(1, 26 - len(_kind_name(event))))
     line.append(f"{event.status:<8}", style=_STATUS_STYLE.get(event.status, ""))
     line.append(
         f"{event.tokens_before:>6,}→{event.tokens_after:>6,} tok"
@@ -283,6 +296,27 @@ def _event_line(event: Event, where: str, width: int) -> Text:
     if event.error:
         line.append(f"  {_clip(_one_line(event.error), 60)}", style="red")
     return line
+
+
+#: What a strategy-0 event is, by its reason: none of them is a compression (nothing is
+#: summarized, so nothing is saved), each is named for what it did.
+_NON_COMPRESSION: Final = {"manual": "pop", "clear": "clear", "fork": "fork", "erase": "erase"}
+
+
+def _is_compression(event: Event) -> bool:
+    return event.strategy != 0
+
+
+def _kind_name(event: Event) -> str:
+    """`S4 round summary` for a compression; `pop`, `clear`, `fork` or `erase` otherwise."""
+    if not _is_compression(event):
+        return _NON_COMPRESSION.get(event.reason, event.reason or "manual")
+    return f"S{event.strategy} {STRATEGY_NAMES.get(event.strategy, '?')}"
+
+
+def _event_kind(event: Event) -> Text:
+    style = STRATEGY_COLORS.get(event.strategy, "") if _is_compression(event) else "bold"
+    return Text(_kind_name(event), style=style)
 
 
 def _table(title: str | None = None) -> Table:
@@ -299,66 +333,145 @@ def _table(title: str | None = None) -> Table:
 
 def _add_columns(table: Table, *names: str, wrap: str | None = None) -> None:
     """Columns by name; a leading '>' right-aligns one (numbers). Only the `wrap` column may
-    wrap or shrink when the terminal is narrow; the others keep their width."""
+    wrap (folding a word longer than it) when the terminal is narrow; the others keep their
+    width, so that `_fits` can tell whether the table is shown whole."""
     for name in names:
         label = name.removeprefix(">")
         table.add_column(
             label,
             justify="right" if name.startswith(">") else "left",
             no_wrap=label != wrap,
+            overflow="fold",
             min_width=12 if label == wrap else None,
         )
 
 
-def _events_table(events: Sequence[Event], title: str | None, width: int) -> Table:
-    """The events; below 120 columns only what identifies them and what they did."""
+def _fits(console: Console, table: Table) -> bool:
+    """Whether `table` fits the console's width with every cell whole: no column dropped,
+    none cut (only the wrapping column wraps). Into a pipe the width is $COLUMNS, else 80."""
+    return _min_width(console, table) <= console.width
+
+
+def _min_width(console: Console, table: Table) -> int:
+    """The narrowest width at which every cell of `table` is whole."""
+    # Measured without the console's bound (a bounded measure clamps each column to it). A
+    # table's measure takes a column's longest word as its minimum even where the column may
+    # not wrap; its `min_width` is what says otherwise, so a no-wrap column gets its widest cell.
+    unbounded = console.options.update_width(sys.maxsize)
+    for column in table.columns:
+        if column.no_wrap:
+            cells = [column.header, *column.cells]
+            widest = max(Measurement.get(console, unbounded, cell).maximum for cell in cells)
+            column.min_width = max(column.min_width or 0, widest)
+    return console.measure(table, options=unbounded).minimum
+
+
+def _record(console: Console, title: Text, fields: Sequence[tuple[str, str | Text]]) -> None:
+    """One record as a block: a blank line, a title line, then one `label  value` line per
+    field, each value wrapped under itself (a word longer than the line is folded, never cut)."""
+    console.print()
+    title.overflow = "fold"
+    console.print(title)
+    grid = Table.grid(padding=(0, 2), pad_edge=False)
+    grid.add_column(no_wrap=True, style="dim")
+    grid.add_column(overflow="fold")
+    for label, value in fields:
+        grid.add_row(label, value)
+    console.print(Padding(grid, (0, 0, 0, 2), expand=False))
+
+
+def _cost(event: Event) -> str:
+    cost = event.model or ""
+    if event.latency_ms is not None:
+        cost += f" {event.latency_ms:.0f} ms"
+    return cost.strip()
+
+
+def _why(event: Event) -> str:
+    return f"{event.reason}: {event.note}" if event.note else event.reason
+
+
+def _events_table(events: Sequence[Event], title: str | None) -> Table:
+    """Every column of the events, ids whole and errors whole (the last column wraps)."""
     table = _table(title)
-    wide = width >= 120
-    if wide:
-        _add_columns(
-            table,
-            ">#",
-            "time",
-            "strategy",
-            "status",
-            "why",
-            ">tokens",
-            ">msgs",
-            ">repl",
-            "offload",
-            "model ms error",
-            wrap="model ms error",
-        )
-    else:
-        _add_columns(
-            table, ">#", "strategy", "status", ">tokens", ">msgs", "offload", wrap="strategy"
-        )
+    _add_columns(
+        table,
+        ">#",
+        "time",
+        "kind",
+        "status",
+        "why",
+        ">tokens",
+        ">msgs",
+        ">repl",
+        "offload",
+        "model, latency, error",
+        wrap="model, latency, error",
+    )
     for e in events:
-        cost = e.model or ""
-        if e.latency_ms is not None:
-            cost += f" {e.latency_ms:.0f}ms"
+        cost = Text(_cost(e))
         if e.error:
-            cost += f" {_clip(_one_line(e.error), 80)}"
-        cells: list[str | Text] = [str(e.id)]
-        if wide:
-            cells.append(e.created_at.astimezone().strftime("%H:%M:%S") if e.created_at else "")
-        cells += [
-            _strategy_label(e.strategy),
+            cost.append((" " if cost else "") + _one_line(e.error), style="red")
+        table.add_row(
+            str(e.id),
+            e.created_at.astimezone().strftime("%H:%M:%S") if e.created_at else "",
+            _event_kind(e),
             Text(e.status, style=_STATUS_STYLE.get(e.status, "")),
-        ]
-        if wide:
-            cells.append(e.reason)
-        cells += [
+            _shown(_why(e)),
             f"{e.tokens_before:,}→{e.tokens_after:,}",
             f"{e.messages_before}→{e.messages_after}",
-        ]
-        if wide:
-            cells.append(str(len(e.replaced_ids)))
-        cells.append(_short(e.offload_uuid))
-        if wide:
-            cells.append(Text(cost.strip()))
-        table.add_row(*cells)
+            str(len(e.replaced_ids)),
+            str(e.offload_uuid or ""),
+            cost,
+        )
     return table
+
+
+def _print_event_records(console: Console, events: Sequence[Event], title: str) -> None:
+    """The events one block each (what a table too wide for the console shows instead)."""
+    console.print(Text(title, style="italic"))
+    for e in events:
+        head = Text(f"event {e.id}  ", style="bold")
+        head.append_text(_event_kind(e))
+        head.append("  ")
+        head.append(e.status, style=_STATUS_STYLE.get(e.status, ""))
+        head.append(f"  {_fmt_time(e.created_at)}")
+        fields: list[tuple[str, str | Text]] = [("why", _shown(_why(e)))]
+        tokens = f"{e.tokens_before:,} → {e.tokens_after:,}"
+        if _is_compression(e) and e.status == "applied":
+            tokens += f" (saved {e.tokens_saved:,})"
+        fields.append(("tokens", tokens))
+        fields.append(
+            (
+                "messages",
+                f"{e.messages_before} → {e.messages_after}, {len(e.replaced_ids)} replaced",
+            )
+        )
+        if e.offload_uuid is not None:
+            fields.append(("offload", Text(str(e.offload_uuid), style="cyan")))
+        if e.summary_message_id is not None:
+            fields.append(("summary", f"#{e.summary_message_id}"))
+        if e.model or e.latency_ms is not None:
+            fields.append(("model", _cost(e)))
+        if e.prompt_tokens is not None or e.completion_tokens is not None:
+            fields.append(
+                ("usage", f"{e.prompt_tokens or 0:,} in, {e.completion_tokens or 0:,} out")
+            )
+        if e.error:
+            fields.append(("error", Text(_shown(_one_line(e.error)), style="red")))
+        if e.inherited:
+            fields.append(("inherited", "copied from the parent session by the fork"))
+        _record(console, head, fields)
+
+
+def _print_events(console: Console, events: Sequence[Event], title: str) -> None:
+    """The events as a table where it fits whole, else one block per event."""
+    table = _events_table(events, title)
+    if _fits(console, table):
+        console.print(table)
+    else:
+        _print_event_records(console, events, title)
+        console.print()
 
 
 def _is_llm_call(event: Event) -> bool:
@@ -367,32 +480,76 @@ def _is_llm_call(event: Event) -> bool:
     return event.model is not None and event.model not in (OFFLINE_MODEL, FALLBACK_MODEL)
 
 
-def _per_strategy_table(events: Sequence[Event]) -> Table:
-    table = _table("events per strategy")
+def _per_kind_table(events: Sequence[Event]) -> Table:
+    """Totals per strategy; pops, clears, forks and erasures on rows of their own that save
+    nothing (they summarize nothing: what they take out is not compressed)."""
+    table = _table("events per kind")
     _add_columns(
         table,
-        "strategy",
+        "kind",
         ">applied",
         ">failed",
         ">conflict",
         ">tok saved",
         ">msgs cut",
         ">LLM calls",
-        wrap="strategy",
+        wrap="kind",
     )
-    for s in sorted({e.strategy for e in events}):
-        mine = [e for e in events if e.strategy == s]
+    compressions = sorted({e.strategy for e in events if _is_compression(e)})
+    others = sorted({_kind_name(e) for e in events if not _is_compression(e)})
+    groups: list[tuple[Text, list[Event], bool]] = [
+        (_strategy_label(s), [e for e in events if _is_compression(e) and e.strategy == s], True)
+        for s in compressions
+    ]
+    groups += [
+        (
+            Text(name, style="bold"),
+            [e for e in events if not _is_compression(e) and _kind_name(e) == name],
+            False,
+        )
+        for name in others
+    ]
+    for label, mine, saves in groups:
         applied = [e for e in mine if e.status == "applied"]
         table.add_row(
-            _strategy_label(s),
+            label,
             str(len(applied)),
             str(sum(e.status == "failed" for e in mine)),
             str(sum(e.status == "conflict" for e in mine)),
-            f"{sum(e.tokens_saved for e in applied):,}",
-            f"{sum(e.messages_before - e.messages_after for e in applied):,}",
+            f"{sum(e.tokens_saved for e in applied):,}" if saves else "-",
+            f"{sum(e.messages_before - e.messages_after for e in applied):,}" if saves else "-",
             str(sum(_is_llm_call(e) for e in mine)),
         )
     return table
+
+
+def _print_fitting(console: Console, table: Table) -> None:
+    """`table` where it fits the console's width whole; else one block per row, titled by its
+    first cell, with every other cell on a line of its own under its column's name."""
+    if _fits(console, table):
+        console.print(table)
+        return
+    if table.title:
+        console.print(Text(str(table.title), style="italic"))
+    first, *rest = table.columns
+    for k, title in enumerate(first.cells):
+        head = title.copy() if isinstance(title, Text) else Text(str(title))
+        head.stylize("bold")
+        fields: list[tuple[str, str | Text]] = []
+        for column in rest:
+            cell = list(column.cells)[k]
+            fields.append((str(column.header), cell if isinstance(cell, Text) else str(cell)))
+        _record(console, head, fields)
+    console.print()
+
+
+def _raw_message(msg: Msg) -> None:
+    """A message written to stdout as its stored text: a plain header line, then the
+    transcript of its content byte for byte (rich would rewrap it and expand its tabs)."""
+    header = f"--- #{msg.id} {msg.role} {msg.kind} {msg.tokens or 0:,} tokens"
+    if msg.pinned:
+        header += " pinned"
+    sys.stdout.write(f"{header}\n{_raw(render_transcript([msg], keep_tags=True))}\n")
 
 
 def _print_message(console: Console, index: int | None, msg: Msg) -> None:

@@ -55,11 +55,28 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _log_progress(verbose: bool) -> None:
+    """`-v`, before or after the command's name: autoctx's INFO log lines on stderr."""
+    if verbose:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+        logging.getLogger("autoctx").setLevel(logging.INFO)
+
+
+#: `-v` on every command, so that `autoctx worker -v` works as `autoctx -v worker` does.
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        callback=_log_progress,
+        help="Log autoctx's progress (INFO) to stderr.",
+    ),
+]
+
+
 @app.callback()
 def _root(
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Log autoctx's progress (INFO) to stderr.")
-    ] = False,
+    verbose: Verbose = False,
     version: Annotated[
         bool,
         typer.Option(
@@ -70,9 +87,7 @@ def _root(
         ),
     ] = False,
 ) -> None:
-    if verbose:
-        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
-        logging.getLogger("autoctx").setLevel(logging.INFO)
+    pass  # `--verbose` acts in its callback; `--version` in its own
 
 
 DatabaseUrl = Annotated[

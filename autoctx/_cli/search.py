@@ -37,7 +37,7 @@ from .output import (
     _shown,
     friendly_errors,
 )
-from .root import AsJson, DatabaseUrl, app
+from .root import AsJson, DatabaseUrl, Verbose, app
 
 _MARKED: Final = re.compile(re.escape(HIGHLIGHT) + r"(.+?)" + re.escape(HIGHLIGHT))
 
@@ -144,6 +144,7 @@ def search(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Best hits to show (1-100).")] = 10,
     as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Search the originals of every session of a tenant, or of one session, by words, ids or
     paths; best first, with the matched words marked.

@@ -3,6 +3,7 @@ other workers through per-session claims (see autoctx._worker)."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
@@ -12,7 +13,7 @@ from .._summarizers import OfflineSummarizer, Summarizer, default_summarizer
 from .._worker import AutoContextWorker, Compressed, run_until_signalled
 from .demo import _describe_summarizer
 from .output import friendly_errors
-from .root import DatabaseUrl, app
+from .root import DatabaseUrl, Verbose, app
 
 
 @app.command()
@@ -36,7 +37,14 @@ def worker(
         float,
         typer.Option(min=0, help="Seconds a stop waits for the summarizer calls in flight."),
     ] = 10.0,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print one JSON object per compression (JSON lines) on stdout."
+        ),
+    ] = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Compress the sessions that are over their trigger, for every agent of the database.
 
@@ -61,10 +69,22 @@ def worker(
     ```
     autoctx worker --threads 4
     autoctx worker --once --offline --database-url postgresql://localhost/agents
+    autoctx worker --once --offline --json -v
     ```
     """
 
     def report(done: Compressed) -> None:
+        if as_json:
+            line = {
+                "session_id": done.session_id,
+                "applied": done.applied,
+                "failed": done.failed,
+                "tokens_before": done.events[0].tokens_before if done.events else None,
+                "tokens_after": done.events[-1].tokens_after if done.events else None,
+                "event_ids": [e.id for e in done.events],
+            }
+            typer.echo(json.dumps(line, ensure_ascii=False))
+            return
         tokens = ""
         if done.events:
             tokens = (

@@ -358,11 +358,31 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool) -> None:
         return
     _refuse_newer(engine, current)
     if not auto_upgrade:
-        raise SchemaError(
-            f"the database at {describe(engine.url)} is at schema revision {current!r}, autoctx "
-            f"needs {head!r}; run `autoctx db upgrade` or open with auto_upgrade=True"
-        )
+        raise SchemaBehind(describe(engine.url), current, head)
     upgrade(engine)
+
+
+class SchemaBehind(SchemaError):
+    """The schema is missing or older than this version's: `autoctx db upgrade` brings it to
+    head. The command line words the fix for itself (no Python advice there)."""
+
+    def __init__(self, where: str, current: str | None, head: str) -> None:
+        self.where = where
+        self.current = current
+        self.head = head
+        super().__init__(
+            f"{self.state}; run `autoctx db upgrade` or open with "
+            "AutoContextConfig(auto_upgrade=True)"
+        )
+
+    @property
+    def state(self) -> str:
+        if self.current is None:
+            return f"the database at {self.where} has no autoctx schema yet"
+        return (
+            f"the database at {self.where} is at schema revision {self.current!r}, autoctx "
+            f"needs {self.head!r}"
+        )
 
 
 @contextlib.contextmanager
