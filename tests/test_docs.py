@@ -18,6 +18,7 @@ import pytest
 from agents import set_default_openai_api, set_tracing_disabled
 from agents.models import _openai_shared
 
+from tests.anthropic_server import AnthropicAgent, AnthropicServer
 from tests.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +26,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 #: How a block says that it needs an LLM endpoint (its first line starts with this).
 ENDPOINT_MARK = "# Needs an LLM endpoint:"
+#: How a block says that it needs an Anthropic Messages endpoint.
+ANTHROPIC_MARK = "# Needs an Anthropic endpoint:"
 
 
 def _blocks() -> list[tuple[str, str]]:
@@ -44,6 +47,10 @@ def _needs_endpoint(code: str) -> bool:
     return code.lstrip().startswith(ENDPOINT_MARK)
 
 
+def _needs_anthropic(code: str) -> bool:
+    return code.lstrip().startswith(ANTHROPIC_MARK)
+
+
 def test_the_docs_have_python_blocks() -> None:
     # The extraction itself must not silently find nothing, and every doc is read.
     assert len(BLOCKS) >= 9
@@ -52,9 +59,9 @@ def test_the_docs_have_python_blocks() -> None:
         "docs/audit.md",
         "docs/operations.md",
     }
-    # The Agents SDK example runs a model: it says so, and it is the only one that does.
-    marked = [where for where, code in BLOCKS if _needs_endpoint(code)]
-    assert len(marked) == 1 and marked[0].startswith("README.md"), marked
+    # The framework examples run a model and say so; no block of docs/ needs one.
+    marked = [where for where, code in BLOCKS if _needs_endpoint(code) or _needs_anthropic(code)]
+    assert len(marked) >= 4 and all(where.startswith("README.md") for where in marked), marked
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +70,20 @@ def server() -> Iterator[OpenAIServer]:
         yield srv
 
 
+@pytest.fixture(scope="module")
+def anthropic_server() -> Iterator[AnthropicServer]:
+    with AnthropicServer(AnthropicAgent(calls_per_run=3)) as srv:
+        yield srv
+
+
 @pytest.mark.parametrize(("where", "code"), BLOCKS, ids=[w for w, _ in BLOCKS])
 def test_a_python_block_of_the_docs_runs(
-    where: str, code: str, db_url: str, server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+    where: str,
+    code: str,
+    db_url: str,
+    server: OpenAIServer,
+    anthropic_server: AnthropicServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("AUTOCTX_DATABASE_URL", db_url)
     monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
@@ -85,11 +103,23 @@ def test_a_python_block_of_the_docs_runs(
     else:
         monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    anthropic_before = len(anthropic_server.agent.requests)
+    if _needs_anthropic(code):
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", anthropic_server.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+    else:
+        monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     exec(compile(code, where, "exec"), {"__name__": "__docs__"})
     if _needs_endpoint(code):
         assert len(server.requests) > before, f"{where} says it needs an endpoint but called none"
     else:
         assert len(server.requests) == before
+    if _needs_anthropic(code):
+        assert len(anthropic_server.agent.requests) > anthropic_before
+        assert anthropic_server.rejected == [], "the Messages API would refuse a request"
+    else:
+        assert len(anthropic_server.agent.requests) == anthropic_before
 
 
 def test_prepare_threshold_none_in_the_url_turns_preparation_off(db_url: str) -> None:
