@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Coroutine, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -333,3 +334,18 @@ def test_without_agentscope_the_import_error_names_the_extra() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "autoctx-pg[agentscope]" in out.stdout
+
+
+def test_the_example_runs_against_the_local_endpoint(db_url: str) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "agentscope_agent.py"
+    agent_model = ScriptedAgent(calls_per_run=4)
+    with OpenAIServer(default=agent_model) as srv:
+        out = subprocess.run(
+            [sys.executable, str(example), srv.base_url, db_url],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert agent_model.final_answer in out.stdout
+    assert agent_model.offered_tools(0)[-2:] == ["context_reload", "context_search"]
