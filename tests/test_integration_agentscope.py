@@ -349,3 +349,32 @@ def test_the_example_runs_against_the_local_endpoint(db_url: str) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     assert agent_model.final_answer in out.stdout
     assert agent_model.offered_tools(0)[-2:] == ["context_reload", "context_search"]
+
+
+def test_a_restored_agent_state_is_not_stored_twice(open_mw: Any) -> None:
+    """An agent built from a saved AgentState and a new middleware (a restart that restores
+    AgentScope's own state too) does not store again what the session already holds."""
+    agent_model = ScriptedAgent(calls_per_run=2)
+
+    async def go() -> None:
+        mw = await open_mw()
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, mw)
+            await agent.reply(UserMsg(name="user", content="first run"))
+            saved = agent.state.model_copy(deep=True)
+            assert saved.context  # the reply's final message stays in the agent's state
+            await mw.close()
+            mw2 = await open_mw()
+            agent2 = make_agent(srv, mw2)
+            agent2.state = saved
+            await agent2.reply(UserMsg(name="user", content="second run"))
+            finals = [
+                m
+                for m in await mw2.memory.messages()
+                if m.role == "assistant"
+                and any(getattr(b, "text", None) == agent_model.final_answer for b in m.content)
+            ]
+            assert len(finals) == 2, [m.id for m in finals]
+            await mw2.close()
+
+    run(go())
