@@ -69,12 +69,16 @@ def work(step: int) -> str:
 
 
 def make_agent(
-    srv: OpenAIServer, middleware: AutoContextMiddleware | None, *, context_size: int = 128_000
+    srv: OpenAIServer,
+    middleware: AutoContextMiddleware | None,
+    *,
+    context_size: int = 128_000,
+    stream: bool = False,
 ) -> Agent:
     model = OpenAIChatModel(
         credential=OpenAICredential(api_key="test", base_url=srv.base_url),
         model="test-model",
-        stream=False,
+        stream=stream,
         context_size=context_size,
     )
     allow = PermissionDecision(behavior=PermissionBehavior.ALLOW, message="test tool")
@@ -376,5 +380,22 @@ def test_a_restored_agent_state_is_not_stored_twice(open_mw: Any) -> None:
             ]
             assert len(finals) == 2, [m.id for m in finals]
             await mw2.close()
+
+    run(go())
+
+
+def test_a_streaming_model_is_bounded_too(open_mw: Any) -> None:
+    agent_model = ScriptedAgent(calls_per_run=24)
+
+    async def go() -> None:
+        mw = await open_mw()
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, mw, stream=True)
+            reply = await agent.reply(UserMsg(name="user", content="Run the job."))
+            assert reply.get_text_content() == agent_model.final_answer
+        assert all(r.get("stream") for r in agent_model.requests)
+        assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+        await stored_once(mw, range(24))
+        await mw.close()
 
     run(go())
