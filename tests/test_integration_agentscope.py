@@ -1,0 +1,401 @@
+"""AgentScope 2.x with autoctx's middleware: the agent's own ReAct loop, its OpenAI chat model and
+a real local Chat Completions server (tests/openai_server.py) scripted by tests/agent_model.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from agentscope.agent import Agent, InjectionConfig, ReActConfig
+from agentscope.credential import OpenAICredential
+from agentscope.message import (
+    Base64Source,
+    DataBlock,
+    HintBlock,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    URLSource,
+    UserMsg,
+)
+from agentscope.model import OpenAIChatModel
+from agentscope.permission import PermissionBehavior, PermissionDecision
+from agentscope.tool import FunctionTool, Toolkit
+
+from autoctx import AutoContextConfig, InvalidMessage, OfflineSummarizer
+from autoctx.integrations.agentscope import (
+    AutoContextMiddleware,
+    _from_autoctx,
+    _to_autoctx,
+)
+
+from .agent_model import ScriptedAgent, tool_output
+from .openai_server import OpenAIServer
+
+T = TypeVar("T")
+WINDOW = 16_000
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def size_of(step: int) -> int:
+    """Outputs between 2 and 20 KB, varying from step to step."""
+    return 2000 + (step * 3571) % 18_001
+
+
+def value(step: int) -> str:
+    """The fact of step `step` as `tool_output` states it (a search answer bolds its query)."""
+    return f"value-{step * 7919 % 100_003}"
+
+
+def work(step: int) -> str:
+    """Run one step of the job.
+
+    Args:
+        step: the step number
+    """
+    return tool_output(step, size_of(step))
+
+
+def make_agent(
+    srv: OpenAIServer,
+    middleware: AutoContextMiddleware | None,
+    *,
+    context_size: int = 128_000,
+    stream: bool = False,
+) -> Agent:
+    model = OpenAIChatModel(
+        credential=OpenAICredential(api_key="test", base_url=srv.base_url),
+        model="test-model",
+        stream=stream,
+        context_size=context_size,
+    )
+    allow = PermissionDecision(behavior=PermissionBehavior.ALLOW, message="test tool")
+    return Agent(
+        name="worker",
+        system_prompt="You run the job step by step.",
+        model=model,
+        toolkit=Toolkit(tools=[FunctionTool(work, permission=allow)]),
+        middlewares=[middleware] if middleware is not None else [],
+        # The runtime-state hints are user messages; the scripted model reads a user message
+        # last as the start of a new run.
+        injection_config=InjectionConfig(inject_runtime_state=False),
+        react_config=ReActConfig(max_iters=200),
+    )
+
+
+@pytest.fixture
+def open_mw(db_url: str, session_id: str) -> Iterator[Any]:
+    async def _open(config: AutoContextConfig | None = None) -> AutoContextMiddleware:
+        return await AutoContextMiddleware.open(
+            session_id,
+            db_url,
+            config or AutoContextConfig(max_tokens=WINDOW),
+            summarizer=OfflineSummarizer(),
+        )
+
+    yield _open
+
+
+async def stored_once(mw: AutoContextMiddleware, steps: range) -> None:
+    """Every step's output is stored exactly once, whole, and found by `context_search`."""
+    for step in steps:
+        fact = f"FACT-{step:04d}"
+        hits = await mw.memory.search(f'"{fact}"', limit=20)
+        originals = []
+        for hit in hits:
+            (msg,) = await mw.memory.reload(message_id=hit.message_id)
+            if msg.role == "tool" and msg.content[0].output_text == work(step):  # type: ignore[union-attr]
+                originals.append(hit.message_id)
+        assert len(originals) == 1, (step, originals)
+        answer = await mw.memory.handle_tool_call(
+            {"function": {"name": "context_search", "arguments": json.dumps({"query": fact})}}
+        )
+        assert value(step) in answer
+
+
+# -- the conversion --------------------------------------------------------------------------
+
+
+def every_block_kind() -> list[Msg]:
+    return [
+        Msg(name="system", role="system", content=[TextBlock(text="Be brief.")]),
+        Msg(
+            name="user",
+            role="user",
+            content=[
+                TextBlock(text="look at this"),
+                DataBlock(
+                    source=URLSource(url="https://example.com/a.png", media_type="image/png")
+                ),
+            ],
+            metadata={"channel": "cli"},
+        ),
+        Msg(
+            name="worker",
+            role="assistant",
+            content=[
+                HintBlock(hint="a runtime hint", source="system"),
+                ThinkingBlock(thinking="plan", signature="sig-bytes"),
+                TextBlock(text="calling two tools"),
+                ToolCallBlock(id="c1", name="work", input='{"step": 1}', state="finished"),
+                ToolCallBlock(id="c2", name="work", input='{"step": 2}', state="finished"),
+                ToolResultBlock(id="c1", name="work", output="plain output", state="success"),
+                ToolResultBlock(
+                    id="c2",
+                    name="work",
+                    output=[
+                        TextBlock(text="part one"),
+                        DataBlock(source=Base64Source(data="aGk=", media_type="image/png")),
+                        TextBlock(text="part two"),
+                    ],
+                    state="error",
+                    metadata={"exit": 2},
+                ),
+                HintBlock(hint=[TextBlock(text="multimodal hint")]),
+                TextBlock(text="done"),
+            ],
+            metadata={"k": [1, 2]},
+        ),
+    ]
+
+
+def test_every_block_kind_converts_both_ways_without_loss() -> None:
+    msgs = every_block_kind()
+    converted = [m for msg in msgs for m in _to_autoctx(msg)]
+    # One reply's calls and results become messages autoctx pairs: results in tool messages.
+    assert [m.role for m in converted] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    assert _from_autoctx(converted) == msgs
+
+
+def test_the_conversion_survives_storage(open_memory: Any) -> None:
+    msgs = every_block_kind()
+    with open_memory() as mem:
+        mem.add([m for msg in msgs for m in _to_autoctx(msg)])
+        assert _from_autoctx(mem.messages()) == msgs
+
+
+def test_a_message_stored_in_parts_comes_back_whole() -> None:
+    msg = every_block_kind()[2]
+    parts = _to_autoctx(msg, 0, 4) + _to_autoctx(msg, 4, 5) + _to_autoctx(msg, 5)
+    assert _from_autoctx(parts) == [msg]
+
+
+def test_a_foreign_context_entry_is_invalid_message_naming_it() -> None:
+    with pytest.raises(InvalidMessage, match=r"dict, not an agentscope\.message\.Msg") as info:
+        _to_autoctx({"role": "user", "content": "secret words"})  # type: ignore[arg-type]
+    assert "secret" not in str(info.value)
+
+
+def test_the_middleware_takes_an_async_memory_only(open_memory: Any) -> None:
+    with open_memory() as mem, pytest.raises(TypeError, match="AsyncAutoContextMemory"):
+        AutoContextMiddleware(mem)
+
+
+# -- the agent loop --------------------------------------------------------------------------
+
+
+def test_a_long_run_stays_under_the_window_and_stores_every_output(open_mw: Any) -> None:
+    calls = 48
+    agent_model = ScriptedAgent(
+        calls_per_run=calls,
+        context_calls={
+            44: ("context_search", {"query": "FACT-0003"}),
+        },
+    )
+
+    async def go() -> None:
+        mw = await open_mw()
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, mw)
+            reply = await agent.reply(UserMsg(name="user", content="Run the job."))
+            assert reply.get_text_content() == agent_model.final_answer
+            # The agent's own context does not keep what autoctx holds.
+            assert len(agent.state.context) == 1
+        assert len(agent_model.inputs) == calls + 1
+        assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+        assert "context_search" in agent_model.offered_tools(0)
+        # The context_search call was answered with the fact of an early, compressed step.
+        answered = agent_model.requests[45]["messages"][-1]
+        assert answered["role"] == "tool" and value(3) in answered["content"]
+        assert any(e.status == "applied" for e in await mw.memory.events())
+        await stored_once(mw, range(44))
+        await mw.close()
+
+    run(go())
+
+
+def test_without_the_middleware_the_same_run_overflows(db_url: str) -> None:
+    """The contrast: AgentScope's agent with its default context settings and no middleware."""
+    calls = 48
+    agent_model = ScriptedAgent(calls_per_run=calls)
+
+    async def go() -> None:
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, None)
+            await agent.reply(UserMsg(name="user", content="Run the job."))
+
+    run(go())
+    print(f"without autoctx: largest request {agent_model.largest_request()} tokens")
+    assert agent_model.largest_request() > 5 * WINDOW
+    assert agent_model.over(WINDOW) > 30
+
+
+def test_many_short_runs_stay_under_the_window_and_a_reopened_session_continues(
+    open_mw: Any,
+) -> None:
+    runs, per_run = 25, 3
+    agent_model = ScriptedAgent(calls_per_run=per_run)
+    sizes: list[int] = []
+
+    async def go() -> None:
+        mw = await open_mw()
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, mw)
+            for i in range(runs):
+                agent_model.arguments = lambda step, i=i: {"step": i * per_run + step}
+                await agent.reply(UserMsg(name="user", content=f"Run part {i}."))
+                sizes.append(len(agent.state.context))
+            await mw.close()
+            assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+            await_count = len(agent_model.requests)
+            # A new process would build new objects: a new middleware and a new agent.
+            mw2 = await open_mw()
+            agent_model.context_calls = {0: ("context_search", {"query": "FACT-0001"})}
+            agent_model.arguments = lambda step: {"step": runs * per_run + step}
+            agent2 = make_agent(srv, mw2)
+            await agent2.reply(UserMsg(name="user", content="Continue."))
+            first = agent_model.requests[await_count]["messages"]
+            texts = json.dumps(first)
+            # The first request of the new agent holds the earlier runs (as autoctx keeps them).
+            assert "Run part 24." in texts and "FACT-0074" in texts
+            answered = agent_model.requests[await_count + 1]["messages"][-1]
+            assert value(1) in answered["content"]
+            assert agent_model.over(WINDOW) == 0
+            await stored_once(mw2, range(runs * per_run + 1, runs * per_run + per_run))
+            await stored_once(mw2, range(runs * per_run))
+            # No message of the first agent was stored twice by the second.
+            hits = await mw2.memory.search('"Run part 24."', limit=20)
+            assert sum(1 for h in hits if h.role == "user") == 1
+            await mw2.close()
+        # The agent's context stays small across runs: autoctx holds the history.
+        assert max(sizes) <= 2
+
+    run(go())
+
+
+def test_the_context_tools_are_offered_by_list_tools_too(open_mw: Any) -> None:
+    async def go() -> list[str]:
+        mw = await open_mw()
+        names = [t.name for t in await mw.list_tools()]
+        await mw.close()
+        return names
+
+    assert run(go()) == ["context_reload", "context_search"]
+
+
+def test_a_reload_call_through_the_agent_returns_the_original(open_mw: Any) -> None:
+    agent_model = ScriptedAgent(calls_per_run=3)
+
+    async def go() -> None:
+        mw = await open_mw()
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, mw)
+            await agent.reply(UserMsg(name="user", content="first"))
+            (hit,) = [h for h in await mw.memory.search('"FACT-0001"') if h.role == "tool"]
+            agent_model.context_calls = {1: ("context_reload", {"message_id": hit.message_id})}
+            await agent.reply(UserMsg(name="user", content="second"))
+            answer = agent_model.requests[-2]["messages"][-1]
+            assert answer["role"] == "tool" and work(1)[:200] in answer["content"]
+        await mw.close()
+
+    run(go())
+
+
+def test_without_agentscope_the_import_error_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['agentscope'] = None\n"
+        "try:\n    import autoctx.integrations.agentscope\n"
+        "except ModuleNotFoundError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "autoctx-pg[agentscope]" in out.stdout
+
+
+def test_the_example_runs_against_the_local_endpoint(db_url: str) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "agentscope_agent.py"
+    agent_model = ScriptedAgent(calls_per_run=4)
+    with OpenAIServer(default=agent_model) as srv:
+        out = subprocess.run(
+            [sys.executable, str(example), srv.base_url, db_url],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert agent_model.final_answer in out.stdout
+    assert agent_model.offered_tools(0)[-2:] == ["context_reload", "context_search"]
+
+
+def test_a_restored_agent_state_is_not_stored_twice(open_mw: Any) -> None:
+    """An agent built from a saved AgentState and a new middleware (a restart that restores
+    AgentScope's own state too) does not store again what the session already holds."""
+    agent_model = ScriptedAgent(calls_per_run=2)
+
+    async def go() -> None:
+        mw = await open_mw()
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, mw)
+            await agent.reply(UserMsg(name="user", content="first run"))
+            saved = agent.state.model_copy(deep=True)
+            assert saved.context  # the reply's final message stays in the agent's state
+            await mw.close()
+            mw2 = await open_mw()
+            agent2 = make_agent(srv, mw2)
+            agent2.state = saved
+            await agent2.reply(UserMsg(name="user", content="second run"))
+            finals = [
+                m
+                for m in await mw2.memory.messages()
+                if m.role == "assistant"
+                and any(getattr(b, "text", None) == agent_model.final_answer for b in m.content)
+            ]
+            assert len(finals) == 2, [m.id for m in finals]
+            await mw2.close()
+
+    run(go())
+
+
+def test_a_streaming_model_is_bounded_too(open_mw: Any) -> None:
+    agent_model = ScriptedAgent(calls_per_run=24)
+
+    async def go() -> None:
+        mw = await open_mw()
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, mw, stream=True)
+            reply = await agent.reply(UserMsg(name="user", content="Run the job."))
+            assert reply.get_text_content() == agent_model.final_answer
+        assert all(r.get("stream") for r in agent_model.requests)
+        assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+        await stored_once(mw, range(24))
+        await mw.close()
+
+    run(go())
