@@ -34,7 +34,6 @@ from ._agent_plan import validate_plan
 from ._anthropic import anthropic_tools, to_anthropic
 from ._background import (
     BackgroundMode,
-    BackgroundRunner,
     BackgroundState,
     done_future,
     validate_background,
@@ -183,7 +182,7 @@ class AutoContextMemory:
         summarizer: Summarizer,
         *,
         owns_summarizer: bool = False,
-        client: AutoContextClient | None = None,
+        client: AutoContextClient,
         background: BackgroundMode = False,
     ) -> None:
         self._store = store
@@ -202,8 +201,10 @@ class AutoContextMemory:
         self._background = BackgroundState(info.session_id)
         #: The background compression started last (done or not).
         self._running: Future[list[Event]] | None = None
-        #: The client's threads, or the memory's own when it was built without a client.
-        self._runner = client.runner if client is not None else BackgroundRunner()
+        #: The client that opened the memory: it closes it, and opens its forks.
+        self._client = client
+        #: The client's threads.
+        self._runner = client.runner
 
     @classmethod
     def open(
@@ -643,7 +644,9 @@ class AutoContextMemory:
         original reload reaches from them, with their offloads, lineage and events), keeping
         message ids and offload uuids, so tags and `reload` work in the child as here; the
         child records where it came from (`autoctx_forks`, docs/audit.md) and has this
-        session's tenant, model and thresholds. This session is not changed. `at_message` may
+        session's tenant, model and thresholds. The child is opened through this memory's
+        client (which closes it), in this memory's background mode, with its summarizer (or a
+        default one of its own). This session is not changed. `at_message` may
         be a working message or an original a summary stands for: the child then starts with
         the messages up to it. Raises `SessionExists` for a taken id and `MessageNotFound`
         for a message this session does not have.
@@ -652,10 +655,17 @@ class AutoContextMemory:
         validate_session_id(new_session_id)
         at = None if at_message is None else message_id(at_message, "at_message")
         info = lifecycle.fork(self._store, self.session_id, new_session_id, at)
-        store = Store(self._store.engine, self.tenant)
-        child = store.get_session(info.session_id)
-        assert child is not None  # just committed, in this tenant
-        return AutoContextMemory(store, child, self.config, self._summarizer)
+        # The child is opened like any memory, through this one's client: the client closes
+        # it, runs its background compressions, and it keeps this memory's background mode.
+        # A summarizer this memory made itself is closed with it, so the child makes its own.
+        return self._client.open(
+            info.session_id,
+            self.config,
+            tenant=self.tenant,
+            summarizer=None if self._owns_summarizer else self._summarizer,
+            create=False,
+            background=self._background_mode,
+        )
 
     @_serialized
     def erase(self, message_ids: Iterable[int], *, reason: str) -> AutoContextErasure:
