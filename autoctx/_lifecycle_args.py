@@ -1,5 +1,5 @@
-"""Checks of what callers pass to fork, erase and purge (pure): each error names the argument
-and the fix, never message content, and comes before anything touches the database."""
+"""Checks of what callers pass to fork, erase, reload and purge (pure): each error names the
+argument and the fix, never message content, and comes before anything touches the database."""
 
 from __future__ import annotations
 
@@ -8,23 +8,29 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Final
 
-from ._errors import InvalidDuration, InvalidErasure, MessageNotFound
+from ._errors import InvalidDuration, InvalidErasure, InvalidMessageId
 
 #: Characters of an erasure's reason: it is an audit note, not a document.
 MAX_REASON: Final = 1000
 #: Ids one erasure may name (each is a row it rewrites in one transaction).
 MAX_ERASE_IDS: Final = 100_000
+#: The largest message id (ids are PostgreSQL bigints).
+MAX_MESSAGE_ID: Final = 2**63 - 1
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _DURATION: Final = re.compile(r"(\d+)\s*([smhdw])")
 
 
 def message_id(value: object, what: str) -> int:
-    """A message id: an int (not a bool)."""
+    """A message id: an int (not a bool) a bigint can hold, at least 1. The same malformed id
+    is `InvalidMessageId` in every call that takes one; an id of the right form that the
+    session does not have is `MessageNotFound`, raised where it is looked up."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise MessageNotFound(
-            f"{what} must be a message id (an int, as `mem.messages()` gives in `.id`), got "
-            f"{type(value).__name__}"
+        raise InvalidMessageId(
+            f"{what} must be a message id (an int, as `mem.messages()` gives in `.id` and a "
+            f"search hit in `.message_id`), got {type(value).__name__}"
         )
+    if not 1 <= value <= MAX_MESSAGE_ID:
+        raise InvalidMessageId(f"{what} must be a positive integer message id, got {value}")
     return value
 
 

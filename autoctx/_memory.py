@@ -30,6 +30,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 
+from . import _lifecycle_args
 from ._agent_plan import validate_plan
 from ._anthropic import anthropic_tools, to_anthropic
 from ._background import (
@@ -67,7 +68,6 @@ from ._store.store import Store
 from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer
 from ._tokens import TokenCounter
 from ._tools import (
-    MAX_MESSAGE_ID,
     SEARCH_TOOL_NAME,
     TOOL_NAME,
     answer_reload_call,
@@ -97,17 +97,6 @@ def validate_session_id(session_id: object) -> str:
         raise InvalidSessionId("session id is empty; pass a non-empty string such as 'agent-42'")
     _check_storable("session id", session_id, MAX_SESSION_ID)
     return session_id
-
-
-def _check_message_id(message_id: object) -> int:
-    if isinstance(message_id, bool) or not isinstance(message_id, int):
-        raise InvalidMessageId(
-            f"message_id must be an integer (a search hit's message_id), got "
-            f"{type(message_id).__name__}"
-        )
-    if not 1 <= message_id <= MAX_MESSAGE_ID:
-        raise InvalidMessageId(f"message_id must be a positive integer, got {message_id}")
-    return message_id
 
 
 def _check_storable(what: str, name: str, limit: int) -> None:
@@ -513,8 +502,8 @@ class AutoContextMemory:
         for an untenanted memory), as a search of scope "tenant" finds them. Raises
         `InvalidOffloadId` for an empty or malformed id, `OffloadNotFound` for an id unknown to
         the session (or a session outside the tenant), `MessageNotFound` likewise for a message
-        id, and `InvalidMessageId` for a message id that is not a positive integer or for both
-        (or neither) of the two ids.
+        id, and `InvalidMessageId` for a message id that is not a positive integer (as `fork`
+        and `erase` do) or for both (or neither) of the two ids.
         """
         self._check_open()
         if (offload_id is None) == (message_id is None):
@@ -530,7 +519,8 @@ class AutoContextMemory:
             raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
         other = self._other_session(session_id)
         if message_id is not None:
-            msgs = [self._reload_message(_check_message_id(message_id), other)]
+            checked = _lifecycle_args.message_id(message_id, "message_id")
+            msgs = [self._reload_message(checked, other)]
         else:
             assert offload_id is not None
             parsed = (
@@ -649,7 +639,7 @@ class AutoContextMemory:
         default one of its own). This session is not changed. `at_message` may
         be a working message or an original a summary stands for: the child then starts with
         the messages up to it. Raises `SessionExists` for a taken id and `MessageNotFound`
-        for a message this session does not have.
+        for a message this session does not have (`InvalidMessageId` for a malformed id).
         """
         self._check_open()
         validate_session_id(new_session_id)
@@ -677,7 +667,8 @@ class AutoContextMemory:
         preview derived from it, found by lineage up to the working context, is rewritten
         from what remains by the offline summarizer, or becomes a tombstone; the totals
         follow; one applied event (strategy 0, reason 'erase') records the ids and `reason`,
-        never content. Raises `MessageNotFound` for an id this session does not have and
+        never content. Raises `MessageNotFound` for an id this session does not have
+        (`InvalidMessageId` for a malformed one) and
         `InvalidErasure` for an id that is not an original or an empty reason, and
         `ErasureNotPermitted` for a database role granted a tenant (only the tables' owner
         rewrites history); nothing is erased then. Forks own their copies and are not
