@@ -10,13 +10,17 @@ messages = mem.to_openai()
 
 from ._anthropic import from_anthropic_messages
 from ._anthropic import to_anthropic as to_anthropic_messages
+from ._background import BackgroundMode
 from ._client import AutoContextClient
 from ._config import AutoContextConfig
 from ._errors import (
     AutoContextError,
+    BackendError,
     ConfigError,
+    Conflict,
     DatabaseUnavailable,
     ErasureNotPermitted,
+    InvalidArgument,
     InvalidDuration,
     InvalidErasure,
     InvalidExport,
@@ -29,6 +33,7 @@ from ._errors import (
     InvalidSessionId,
     InvalidStoredConfig,
     MessageNotFound,
+    NotFound,
     OffloadNotFound,
     SchemaError,
     SessionExists,
@@ -37,7 +42,7 @@ from ._errors import (
     TenantGrantError,
 )
 from ._events import Event
-from ._memory import AsyncAutoContextMemory, AutoContextMemory
+from ._memory import AsyncAutoContextMemory, AutoContextMemory, MessageInput, ToolFormat
 from ._messages import (
     Msg,
     OpaqueBlock,
@@ -49,7 +54,7 @@ from ._messages import (
 )
 from ._observe import CompressionHooks, CompressionInfo, SummarizerUsage
 from ._operations import export_session, import_session, purge_sessions
-from ._search import AutoContextSearchHit
+from ._search import AutoContextSearchHit, SearchScope
 from ._store import tenancy as _tenancy
 from ._store.database import upgrade as _upgrade
 from ._store.lifecycle import AutoContextErasure
@@ -105,12 +110,16 @@ __all__ = [
     "AutoContextError",
     "AutoContextMemory",
     "AutoContextSearchHit",
+    "BackendError",
+    "BackgroundMode",
     "CompressionHooks",
     "CompressionInfo",
     "ConfigError",
+    "Conflict",
     "DatabaseUnavailable",
     "ErasureNotPermitted",
     "Event",
+    "InvalidArgument",
     "InvalidDuration",
     "InvalidErasure",
     "InvalidExport",
@@ -122,13 +131,16 @@ __all__ = [
     "InvalidSearch",
     "InvalidSessionId",
     "InvalidStoredConfig",
+    "MessageInput",
     "MessageNotFound",
     "Msg",
+    "NotFound",
     "OfflineSummarizer",
     "OffloadNotFound",
     "OpaqueBlock",
     "OpenAISummarizer",
     "SchemaError",
+    "SearchScope",
     "SessionExists",
     "SessionInfo",
     "SessionNotFound",
@@ -139,6 +151,7 @@ __all__ = [
     "SummaryResult",
     "TenantGrantError",
     "TextBlock",
+    "ToolFormat",
     "ToolResultBlock",
     "ToolUseBlock",
     "export_session",

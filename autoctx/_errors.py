@@ -1,6 +1,36 @@
 """autoctx's small exception hierarchy.
 
-Every message names the thing that is wrong (session, message index, field) and the fix.
+Every message names the thing that is wrong (session, message index, field) and the fix. Catch
+a base to handle a family; each class also keeps the built-in base it has always had, so an
+``except ValueError`` (or ``LookupError``, ...) written against an older autoctx still holds::
+
+    AutoContextError
+    ├── InvalidArgument (ValueError)        a value the caller passed is wrong; nothing changed
+    │   ├── ConfigError
+    │   ├── InvalidMessage (TypeError too)
+    │   ├── InvalidSessionId
+    │   ├── InvalidMessageId
+    │   ├── InvalidOffloadId
+    │   ├── InvalidPlan
+    │   ├── InvalidErasure
+    │   ├── InvalidExport
+    │   ├── InvalidDuration
+    │   ├── InvalidSearch
+    │   └── TenantGrantError
+    ├── NotFound (LookupError)              well-formed, but no such thing (for this tenant)
+    │   ├── SessionNotFound
+    │   ├── MessageNotFound
+    │   └── OffloadNotFound
+    ├── Conflict                            what is stored does not allow the call
+    │   ├── SessionExists (ValueError)
+    │   └── ErasureNotPermitted (PermissionError)
+    └── BackendError                        the database or the summarizer failed
+        ├── DatabaseUnavailable (ConnectionError)
+        ├── SchemaError (RuntimeError)
+        └── SummarizerError (RuntimeError)
+
+A malformed id is always the `Invalid...Id` of its kind, whichever call it was given to; an id
+of the right form that is not there is always the `...NotFound` of its kind.
 """
 
 from __future__ import annotations
@@ -10,11 +40,28 @@ class AutoContextError(Exception):
     """Base class of every error autoctx raises on purpose."""
 
 
-class ConfigError(AutoContextError, ValueError):
+class InvalidArgument(AutoContextError, ValueError):
+    """A value the caller passed is invalid (its type, form or range); nothing was written."""
+
+
+class NotFound(AutoContextError, LookupError):
+    """A well-formed id names no session, message or offload this memory may read."""
+
+
+class Conflict(AutoContextError):
+    """The call is well-formed, but what is stored (or the database role) does not allow it;
+    nothing was written."""
+
+
+class BackendError(AutoContextError):
+    """Something autoctx depends on failed: the database, its schema, or the summarizer."""
+
+
+class ConfigError(InvalidArgument):
     """An `AutoContextConfig` field, or a combination of fields, is invalid."""
 
 
-class InvalidMessage(AutoContextError, ValueError, TypeError):
+class InvalidMessage(InvalidArgument, TypeError):
     """A message (or a list of messages) given to `add()` or to the OpenAI converter is invalid.
 
     Nothing of the call that raised it was stored. It is also a `TypeError`, because that is
@@ -23,31 +70,31 @@ class InvalidMessage(AutoContextError, ValueError, TypeError):
     """
 
 
-class InvalidSessionId(AutoContextError, ValueError):
+class InvalidSessionId(InvalidArgument):
     """A session id is empty, too long, or not storable text."""
 
 
-class SessionNotFound(AutoContextError, LookupError):
+class SessionNotFound(NotFound):
     """No session with that id exists (for this tenant)."""
 
 
-class OffloadNotFound(AutoContextError, LookupError):
+class OffloadNotFound(NotFound):
     """No offloaded context with that uuid exists in this session."""
 
 
-class InvalidOffloadId(AutoContextError, ValueError):
+class InvalidOffloadId(InvalidArgument):
     """An offload id is empty or not a uuid."""
 
 
-class DatabaseUnavailable(AutoContextError, ConnectionError):
+class DatabaseUnavailable(BackendError, ConnectionError):
     """The database cannot be reached, or the embedded server cannot be started."""
 
 
-class SchemaError(AutoContextError, RuntimeError):
+class SchemaError(BackendError, RuntimeError):
     """The database schema is missing, behind, or newer than this version of autoctx."""
 
 
-class SummarizerError(AutoContextError, RuntimeError):
+class SummarizerError(BackendError, RuntimeError):
     """A summarizer failed (timeout, HTTP error, empty or unusable answer).
 
     Raised to the caller only with `AutoContextConfig(strict=True)`; otherwise recorded as a
@@ -60,7 +107,7 @@ class SummarizerError(AutoContextError, RuntimeError):
         self.detail = detail
 
 
-class InvalidPlan(AutoContextError, ValueError):
+class InvalidPlan(InvalidArgument):
     """A plan attached to a session does not have the documented shape.
 
     A plan is ``{"goal": str, "steps": [{"title": str, "state": "pending" | "in_progress" |
@@ -68,50 +115,51 @@ class InvalidPlan(AutoContextError, ValueError):
     """
 
 
-class TenantGrantError(AutoContextError, ValueError):
+class TenantGrantError(InvalidArgument):
     """A role or tenant given to `grant_tenant` or `revoke_tenant` is invalid, the role could not
     be confined to a tenant (a superuser, BYPASSRLS, or the tables' owner), or the caller may
     not grant (it does not own autoctx's tables)."""
 
 
-class MessageNotFound(AutoContextError, LookupError):
+class MessageNotFound(NotFound):
     """No stored message with that id exists in that session (`fork`, `erase`), or among the
     sessions this memory may read (a reload by message id: its tenant's, or the untenanted ones
     for an untenanted memory)."""
 
 
-class SessionExists(AutoContextError, ValueError):
+class SessionExists(Conflict, ValueError):
     """A fork or an import would create a session under an id that is already taken; nothing
     was written. Choose another id (or delete the session that has it)."""
 
 
-class InvalidErasure(AutoContextError, ValueError):
+class InvalidErasure(InvalidArgument):
     """An erasure request is invalid (no ids, an id that is not an original, no reason);
     nothing was erased."""
 
 
-class ErasureNotPermitted(AutoContextError, PermissionError):
+class ErasureNotPermitted(Conflict, PermissionError):
     """The database role may not rewrite messages: a role granted a tenant only appends, and an
     erasure is the tables' owner's act (run it with the owner's URL). Nothing was erased."""
 
 
-class InvalidExport(AutoContextError, ValueError):
+class InvalidExport(InvalidArgument):
     """A document given to `import_session` is not an autoctx export this version can restore
     (wrong format or version, a missing or malformed field, rows that do not fit together);
     the message names the field, never the content. Nothing was written."""
 
 
-class InvalidDuration(AutoContextError, ValueError):
+class InvalidDuration(InvalidArgument):
     """A retention age such as ``30d`` or ``12h`` could not be read, or is not positive."""
 
 
-class InvalidSearch(AutoContextError, ValueError):
+class InvalidSearch(InvalidArgument):
     """A search's query, scope or limit is invalid (`mem.search`, `autoctx search`)."""
 
 
-class InvalidMessageId(AutoContextError, ValueError):
-    """A reload by message id is malformed: the id is not a positive integer, or both (or
-    neither) of an offload id and a message id were given."""
+class InvalidMessageId(InvalidArgument):
+    """A message id is malformed (not an integer, or not a positive bigint), in every call
+    that takes one (`reload`, `fork`, `erase`); or a reload got both (or neither) of an
+    offload id and a message id."""
 
 
 class InvalidStoredConfig(ConfigError):
@@ -120,5 +168,5 @@ class InvalidStoredConfig(ConfigError):
     compressed until it is repaired; its messages are untouched."""
 
 
-class InvalidPage(AutoContextError, ValueError):
+class InvalidPage(InvalidArgument):
     """A reload's page is invalid: `offset` is negative or `limit` is not positive."""

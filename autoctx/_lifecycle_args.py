@@ -1,5 +1,5 @@
-"""Checks of what callers pass to fork, erase and purge (pure): each error names the argument
-and the fix, never message content, and comes before anything touches the database."""
+"""Checks of what callers pass to fork, erase, reload and purge (pure): each error names the
+argument and the fix, never message content, and comes before anything touches the database."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Final
 
-from ._errors import InvalidDuration, InvalidErasure, MessageNotFound
+from ._errors import InvalidDuration, InvalidErasure, InvalidMessageId
 
 #: Characters of an erasure's reason: it is an audit note, not a document.
 MAX_REASON: Final = 1000
 #: Ids one erasure may name (each is a row it rewrites in one transaction).
 MAX_ERASE_IDS: Final = 100_000
+#: The largest message id (ids are PostgreSQL bigints).
+MAX_MESSAGE_ID: Final = 2**63 - 1
 _UNITS: Final = {"s": 1, "min": 60, "h": 3600, "d": 86_400, "w": 604_800}
 #: A number and a unit; `m` alone is read so as to be refused (minutes or months?). The
 #: longer units come first so that `min` is not read as `m` and a stray `in`.
@@ -21,24 +23,19 @@ _DURATION: Final = re.compile(r"(\d+)\s*(min|[smhdw])(?![a-z])")
 #: The longest retention age: 100,000 days (about 273 years), far from the dates Python and
 #: PostgreSQL can compute with (`now - age` must stay a date).
 MAX_AGE: Final = timedelta(days=100_000)
-#: Message ids are positive 64-bit integers (PostgreSQL bigint).
-MAX_STORED_ID: Final = 2**63 - 1
 
 
 def message_id(value: object, what: str) -> int:
-    """A message id: an int (not a bool)."""
+    """A message id: an int (not a bool) a bigint can hold, at least 1. The same malformed id
+    is `InvalidMessageId` in every call that takes one; an id of the right form that the
+    session does not have is `MessageNotFound`, raised where it is looked up."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise MessageNotFound(
-            f"{what} must be a message id (an int, as `mem.messages()` gives in `.id`), got "
-            f"{type(value).__name__}"
+        raise InvalidMessageId(
+            f"{what} must be a message id (an int, as `mem.messages()` gives in `.id` and a "
+            f"search hit in `.message_id`), got {type(value).__name__}"
         )
-    if not 1 <= value <= MAX_STORED_ID:
-        # No stored message has it (ids are positive 64-bit integers); the database would
-        # refuse the comparison with a raw error.
-        raise MessageNotFound(
-            f"{what} must be a message id between 1 and {MAX_STORED_ID} (as `mem.messages()` "
-            f"gives in `.id`), got {value}"
-        )
+    if not 1 <= value <= MAX_MESSAGE_ID:
+        raise InvalidMessageId(f"{what} must be a positive integer message id, got {value}")
     return value
 
 

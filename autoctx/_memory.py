@@ -30,11 +30,11 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 
+from . import _lifecycle_args
 from ._agent_plan import validate_plan
 from ._anthropic import anthropic_tools, to_anthropic
 from ._background import (
     BackgroundMode,
-    BackgroundRunner,
     BackgroundState,
     done_future,
     validate_background,
@@ -77,7 +77,6 @@ from ._store.store import Store
 from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer, describe_summarizer
 from ._tokens import TokenCounter
 from ._tools import (
-    MAX_MESSAGE_ID,
     SEARCH_TOOL_NAME,
     TOOL_NAME,
     answer_reload_call,
@@ -107,17 +106,6 @@ def validate_session_id(session_id: object) -> str:
         raise InvalidSessionId("session id is empty; pass a non-empty string such as 'agent-42'")
     _check_storable("session id", session_id, MAX_SESSION_ID)
     return session_id
-
-
-def _check_message_id(message_id: object) -> int:
-    if isinstance(message_id, bool) or not isinstance(message_id, int):
-        raise InvalidMessageId(
-            f"message_id must be an integer (a search hit's message_id), got "
-            f"{type(message_id).__name__}"
-        )
-    if not 1 <= message_id <= MAX_MESSAGE_ID:
-        raise InvalidMessageId(f"message_id must be a positive integer, got {message_id}")
-    return message_id
 
 
 def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepared:
@@ -227,7 +215,7 @@ class AutoContextMemory:
         summarizer: Summarizer,
         *,
         owns_summarizer: bool = False,
-        client: AutoContextClient | None = None,
+        client: AutoContextClient,
         background: BackgroundMode = False,
         hooks: Sequence[CompressionHooks] = (),
     ) -> None:
@@ -249,8 +237,10 @@ class AutoContextMemory:
         self._background = BackgroundState(info.session_id)
         #: The background compression started last (done or not).
         self._running: Future[list[Event]] | None = None
-        #: The client's threads, or the memory's own when it was built without a client.
-        self._runner = client.runner if client is not None else BackgroundRunner()
+        #: The client that opened the memory: it closes it, and opens its forks.
+        self._client = client
+        #: The client's threads.
+        self._runner = client.runner
 
     @classmethod
     def open(
@@ -585,8 +575,8 @@ class AutoContextMemory:
         for an untenanted memory), as a search of scope "tenant" finds them. Raises
         `InvalidOffloadId` for an empty or malformed id, `OffloadNotFound` for an id unknown to
         the session (or a session outside the tenant), `MessageNotFound` likewise for a message
-        id, and `InvalidMessageId` for a message id that is not a positive integer or for both
-        (or neither) of the two ids.
+        id, and `InvalidMessageId` for a message id that is not a positive integer (as `fork`
+        and `erase` do) or for both (or neither) of the two ids.
         """
         self._check_open()
         if (offload_id is None) == (message_id is None):
@@ -617,7 +607,8 @@ class AutoContextMemory:
             )
         other = self._other_session(session_id)
         if message_id is not None:
-            msgs = [self._reload_message(_check_message_id(message_id), other)]
+            checked = _lifecycle_args.message_id(message_id, "message_id")
+            msgs = [self._reload_message(checked, other)]
         else:
             assert offload_id is not None
             parsed = (
@@ -735,19 +726,28 @@ class AutoContextMemory:
         original reload reaches from them, with their offloads, lineage and events), keeping
         message ids and offload uuids, so tags and `reload` work in the child as here; the
         child records where it came from (`autoctx_forks`, docs/audit.md) and has this
-        session's tenant, model and thresholds. This session is not changed. `at_message` may
+        session's tenant, model and thresholds. The child is opened through this memory's
+        client (which closes it), in this memory's background mode, with its summarizer (or a
+        default one of its own). This session is not changed. `at_message` may
         be a working message or an original a summary stands for: the child then starts with
         the messages up to it. Raises `SessionExists` for a taken id and `MessageNotFound`
-        for a message this session does not have.
+        for a message this session does not have (`InvalidMessageId` for a malformed id).
         """
         self._check_open()
         validate_session_id(new_session_id)
         at = None if at_message is None else message_id(at_message, "at_message")
         info = lifecycle.fork(self._store, self.session_id, new_session_id, at)
-        store = Store(self._store.engine, self.tenant)
-        child = store.get_session(info.session_id)
-        assert child is not None  # just committed, in this tenant
-        return AutoContextMemory(store, child, self.config, self._summarizer)
+        # The child is opened like any memory, through this one's client: the client closes
+        # it, runs its background compressions, and it keeps this memory's background mode.
+        # A summarizer this memory made itself is closed with it, so the child makes its own.
+        return self._client.open(
+            info.session_id,
+            self.config,
+            tenant=self.tenant,
+            summarizer=None if self._owns_summarizer else self._summarizer,
+            create=False,
+            background=self._background_mode,
+        )
 
     @_serialized
     def erase(self, message_ids: Iterable[int], *, reason: str) -> AutoContextErasure:
@@ -759,7 +759,8 @@ class AutoContextMemory:
         preview derived from it, found by lineage up to the working context, is rewritten
         from what remains by the offline summarizer, or becomes a tombstone; the totals
         follow; one applied event (strategy 0, reason 'erase') records the ids and `reason`,
-        never content. Raises `MessageNotFound` for an id this session does not have and
+        never content. Raises `MessageNotFound` for an id this session does not have
+        (`InvalidMessageId` for a malformed one) and
         `InvalidErasure` for an id that is not an original or an empty reason, and
         `ErasureNotPermitted` for a database role granted a tenant (only the tables' owner
         rewrites history); nothing is erased then. Forks own their copies and are not

@@ -30,6 +30,7 @@ from autoctx import (
     Msg,
     OfflineSummarizer,
     OpenAISummarizer,
+    SessionNotFound,
     SummarizerError,
     ToolUseBlock,
 )
@@ -342,6 +343,62 @@ def test_a_forked_child_does_not_inherit_the_parents_background_compression(
     gate.release()
     assert any(e.status == "applied" for e in inherited.result(PATIENCE)), "the parent's goes on"
     assert_consistent(mem)
+
+
+def test_a_fork_is_opened_through_its_parents_client_in_its_background_mode(
+    db_url: str, session_id: str, server: OpenAIServer, gate: Gate
+) -> None:
+    client = AutoContextClient(db_url)
+    try:
+        parent = client.open(session_id, CONFIG, summarizer=_summarizer(server), background=True)
+        parent.add(_task(3, 30))
+        child = parent.fork(f"{session_id}-fork")
+        assert child.compress_if_needed() == [], "at the trigger, the child does not wait"
+        assert gate.asked.wait(PATIENCE)
+        assert client.runner.running == 1, "the child compresses on its client's threads"
+        client.close()
+        with pytest.raises(SessionNotFound, match="closed"):
+            child.messages()
+        gate.release()
+        assert client.runner.join(PATIENCE), "closing the client stopped the child's compression"
+    finally:
+        client.close()
+    with AutoContextClient(db_url) as fresh:
+        reopened = fresh.open(f"{session_id}-fork", summarizer=OfflineSummarizer())
+        assert not [e for e in reopened.events() if e.strategy > 0], "nothing after close()"
+
+
+def test_an_async_fork_is_closed_by_its_parents_client_and_compresses_in_a_task(
+    db_url: str, session_id: str, server: OpenAIServer, gate: Gate
+) -> None:
+    async def scenario() -> None:
+        client = AutoContextClient(db_url)
+        try:
+            parent = AsyncAutoContextMemory(
+                client.open(session_id, CONFIG, summarizer=_summarizer(server), background=True)
+            )
+            await parent.add(_task(4, 30))
+            child = await parent.fork(f"{session_id}-fork")
+            assert await child.compress_if_needed() == [], "the child's compression is a task"
+            assert await asyncio.to_thread(gate.asked.wait, PATIENCE)
+            await asyncio.to_thread(client.close)
+            with pytest.raises(SessionNotFound, match="closed"):
+                await child.messages()
+            gate.release()
+            await child.close()  # the task is cancelled cleanly
+        finally:
+            client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_fork_of_a_worker_mode_memory_leaves_compression_to_the_workers(
+    open_memory: Callable[..., AutoContextMemory], session_id: str, gate: Gate
+) -> None:
+    parent = _at_trigger(open_memory, OfflineSummarizer(), background="worker")
+    child = parent.fork(f"{session_id}-fork")
+    assert child.compress_if_needed() == []
+    assert not [e for e in child.events() if e.strategy > 0], "nothing compressed here"
 
 
 # ---------------------------------------------------------------------------------------------

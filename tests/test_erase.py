@@ -32,6 +32,7 @@ from autoctx import (
     ErasureNotPermitted,
     InvalidDuration,
     InvalidErasure,
+    InvalidMessageId,
     MessageNotFound,
     Msg,
     OfflineSummarizer,
@@ -271,7 +272,7 @@ def test_bad_erasures_erase_nothing(open_mem: Opener) -> None:
         mem.erase([], reason="x")
     with pytest.raises(InvalidErasure, match="list of message ids"):
         mem.erase(1, reason="x")  # type: ignore[arg-type]
-    with pytest.raises(MessageNotFound, match="an int"):
+    with pytest.raises(InvalidMessageId, match="an int"):
         mem.erase(["1"], reason="x")  # type: ignore[list-item]
     assert session_rows(mem) == rows
 

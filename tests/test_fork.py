@@ -13,6 +13,7 @@ import pytest
 from autoctx import (
     AsyncAutoContextMemory,
     AutoContextMemory,
+    InvalidMessageId,
     InvalidSessionId,
     MessageNotFound,
     Msg,
@@ -147,9 +148,9 @@ def test_bad_forks_write_nothing(parent: AutoContextMemory, open_memory: Opener)
     new = _new_id()
     with pytest.raises(MessageNotFound, match="message 99999 does not exist"):
         parent.fork(new, at_message=99999)
-    with pytest.raises(MessageNotFound, match="an int"):
+    with pytest.raises(InvalidMessageId, match="an int"):
         parent.fork(new, at_message="5")  # type: ignore[arg-type]
-    with pytest.raises(MessageNotFound, match="an int"):
+    with pytest.raises(InvalidMessageId, match="an int"):
         parent.fork(new, at_message=True)
     with pytest.raises(InvalidSessionId):
         parent.fork("")

@@ -30,10 +30,10 @@ from autoctx import (
     ConfigError,
     InvalidDuration,
     InvalidMessage,
+    InvalidMessageId,
     InvalidPage,
     InvalidPlan,
     InvalidStoredConfig,
-    MessageNotFound,
     Msg,
     OfflineSummarizer,
     SchemaError,
@@ -282,14 +282,15 @@ def test_set_plan_with_a_nul_names_the_field_and_quotes_nothing(
 
 
 @pytest.mark.parametrize("big", [2**63, 2**64 + 5])
-def test_message_ids_past_bigint_are_not_found(
+def test_message_ids_past_bigint_are_invalid_message_ids(
     big: int, open_memory: Callable[..., AutoContextMemory]
 ) -> None:
+    # Malformed (no bigint holds it), so the same error in every call (test_public_api).
     mem = open_memory()
     mem.add(Msg.user("hello"))
-    with pytest.raises(MessageNotFound, match="between 1 and"):
+    with pytest.raises(InvalidMessageId, match="positive integer"):
         mem.fork(f"fork-{uuid.uuid4().hex[:6]}", at_message=big)
-    with pytest.raises(MessageNotFound, match="between 1 and"):
+    with pytest.raises(InvalidMessageId, match="positive integer"):
         mem.erase([big], reason="test")
 
 

@@ -197,7 +197,8 @@ def _block_from_autoctx(block: ax.Block, extra: Mapping[str, Any]) -> Any:
     if isinstance(block.output, str):
         output = block.output
     else:
-        texts = iter(block.output)
+        # What this module stores holds text parts only (the rest is in `extra`).
+        texts = iter(part for part in block.output if isinstance(part, ax.TextBlock))
         parts = extra.get("output") or [{"type": "text"} for _ in block.output]
         output = []
         for part in parts:

@@ -1,0 +1,208 @@
+"""The public face: the exact names `autoctx` exports, every type a public method's signature
+names is one of them, and the error tree keeps each class's built-in bases (so `except`
+clauses written against older versions still catch)."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import sys
+import typing
+from collections.abc import Callable
+
+import pytest
+
+import autoctx
+from autoctx import (
+    AsyncAutoContextMemory,
+    AutoContextClient,
+    AutoContextMemory,
+    InvalidMessageId,
+    MessageNotFound,
+    Msg,
+    SessionNotFound,
+)
+
+EXPORTED = [
+    "AsyncAutoContextMemory",
+    "AsyncSummarizer",
+    "AutoContextClient",
+    "AutoContextConfig",
+    "AutoContextErasure",
+    "AutoContextError",
+    "AutoContextMemory",
+    "AutoContextSearchHit",
+    "BackendError",
+    "BackgroundMode",
+    "ConfigError",
+    "Conflict",
+    "DatabaseUnavailable",
+    "ErasureNotPermitted",
+    "Event",
+    "InvalidArgument",
+    "InvalidDuration",
+    "InvalidErasure",
+    "InvalidExport",
+    "InvalidMessage",
+    "InvalidMessageId",
+    "InvalidOffloadId",
+    "InvalidPlan",
+    "InvalidSearch",
+    "InvalidSessionId",
+    "MessageInput",
+    "MessageNotFound",
+    "Msg",
+    "NotFound",
+    "OfflineSummarizer",
+    "OffloadNotFound",
+    "OpaqueBlock",
+    "OpenAISummarizer",
+    "SchemaError",
+    "SearchScope",
+    "SessionExists",
+    "SessionInfo",
+    "SessionNotFound",
+    "Summarizer",
+    "SummarizerError",
+    "SummaryRequest",
+    "SummaryResult",
+    "TenantGrantError",
+    "TextBlock",
+    "ToolFormat",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "export_session",
+    "from_anthropic_messages",
+    "from_openai_messages",
+    "grant_tenant",
+    "import_session",
+    "purge_sessions",
+    "revoke_tenant",
+    "to_anthropic_messages",
+    "to_openai_messages",
+    "upgrade_database",
+]
+
+
+def test_all_is_pinned_and_every_name_imports() -> None:
+    assert sorted(autoctx.__all__) == sorted(EXPORTED)
+    assert len(set(autoctx.__all__)) == len(autoctx.__all__)
+    for name in EXPORTED:
+        assert getattr(autoctx, name) is not None, name
+
+
+def _is_foreign(name: str, obj: object) -> bool:
+    """True for a name of Python's or another library's (int, Any, Iterable, Engine, uuid)."""
+    if inspect.ismodule(obj) or getattr(builtins, name, None) is obj:
+        return True
+    if getattr(typing, name, None) is obj:
+        return True
+    module = getattr(obj, "__module__", None) or ""
+    # An alias autoctx defines (a union, a Literal) reports typing's module: it is autoctx's.
+    return isinstance(obj, type) and not module.startswith("autoctx")
+
+
+def _signature_names() -> dict[str, str]:
+    """Each name used in a public method's annotations, with one method that uses it."""
+    names: dict[str, str] = {}
+    for cls in (AutoContextMemory, AsyncAutoContextMemory, AutoContextClient):
+        for attr, member in inspect.getmembers(cls):
+            if attr.startswith("_"):
+                continue
+            fn = member.fget if isinstance(member, property) else member
+            for annotation in getattr(fn, "__annotations__", {}).values():
+                assert isinstance(annotation, str), (cls, attr)  # postponed annotations
+                for node in ast.walk(ast.parse(annotation, mode="eval")):
+                    if isinstance(node, ast.Name):
+                        names.setdefault(node.id, f"{cls.__name__}.{attr}")
+    return names
+
+
+def test_every_type_in_a_public_signature_is_exported() -> None:
+    names = _signature_names()
+    assert {"MessageInput", "BackgroundMode", "SearchScope", "Msg"} <= set(names)
+    modules = [vars(sys.modules[c.__module__]) for c in (AutoContextMemory, AutoContextClient)]
+    missing = []
+    for name, where in sorted(names.items()):
+        obj = next((ns[name] for ns in modules if name in ns), getattr(builtins, name, None))
+        if obj is None:  # imported for type checking only
+            obj = getattr(autoctx, name, None)
+        if (obj is None or not _is_foreign(name, obj)) and name not in autoctx.__all__:
+            missing.append(f"{name} (in {where})")
+    assert not missing, f"types in public signatures that autoctx does not export: {missing}"
+
+
+#: Each error: its intermediate base, and the built-in bases it had before the tree.
+TREE: dict[str, tuple[str, tuple[type[BaseException], ...]]] = {
+    "ConfigError": ("InvalidArgument", (ValueError,)),
+    "InvalidMessage": ("InvalidArgument", (ValueError, TypeError)),
+    "InvalidSessionId": ("InvalidArgument", (ValueError,)),
+    "InvalidMessageId": ("InvalidArgument", (ValueError,)),
+    "InvalidOffloadId": ("InvalidArgument", (ValueError,)),
+    "InvalidPlan": ("InvalidArgument", (ValueError,)),
+    "InvalidErasure": ("InvalidArgument", (ValueError,)),
+    "InvalidExport": ("InvalidArgument", (ValueError,)),
+    "InvalidDuration": ("InvalidArgument", (ValueError,)),
+    "InvalidSearch": ("InvalidArgument", (ValueError,)),
+    "TenantGrantError": ("InvalidArgument", (ValueError,)),
+    "SessionNotFound": ("NotFound", (LookupError,)),
+    "MessageNotFound": ("NotFound", (LookupError,)),
+    "OffloadNotFound": ("NotFound", (LookupError,)),
+    "SessionExists": ("Conflict", (ValueError,)),
+    "ErasureNotPermitted": ("Conflict", (PermissionError,)),
+    "DatabaseUnavailable": ("BackendError", (ConnectionError,)),
+    "SchemaError": ("BackendError", (RuntimeError,)),
+    "SummarizerError": ("BackendError", (RuntimeError,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TREE))
+def test_each_error_sits_under_one_base_and_keeps_its_builtin_bases(name: str) -> None:
+    base, builtin_bases = TREE[name]
+    cls = getattr(autoctx, name)
+    assert issubclass(cls, getattr(autoctx, base))
+    assert issubclass(cls, autoctx.AutoContextError)
+    for builtin in builtin_bases:
+        assert issubclass(cls, builtin), (name, builtin)
+    others = {"InvalidArgument", "NotFound", "Conflict", "BackendError"} - {base}
+    assert not any(issubclass(cls, getattr(autoctx, o)) for o in others), name
+
+
+def test_every_error_class_is_in_the_tree() -> None:
+    errors = {
+        n
+        for n in autoctx.__all__
+        if isinstance(getattr(autoctx, n), type) and issubclass(getattr(autoctx, n), Exception)
+    }
+    bases = {"AutoContextError", "InvalidArgument", "NotFound", "Conflict", "BackendError"}
+    assert errors - bases == set(TREE)
+
+
+def test_a_message_id_is_checked_alike_by_reload_fork_and_erase(
+    open_memory: Callable[..., AutoContextMemory],
+) -> None:
+    mem = open_memory()
+    mem.add([Msg.user("secret words"), Msg.assistant("more secret words")])
+    before = [(m.id, m.text) for m in mem.messages()]
+
+    def calls(value: object) -> list[Callable[[], object]]:
+        return [
+            lambda: mem.reload(message_id=value),  # type: ignore[arg-type]
+            lambda: mem.fork(f"{mem.session_id}-f", at_message=value),  # type: ignore[arg-type]
+            lambda: mem.erase([value], reason="a test"),  # type: ignore[list-item]
+        ]
+
+    for malformed in ("1", 1.0, True, 0, -3, 2**63):
+        for call in calls(malformed):
+            with pytest.raises(InvalidMessageId, match=r"message.id") as info:
+                call()
+            assert "secret" not in str(info.value)
+    for unknown in (10**9, 2**63 - 1):
+        for call in calls(unknown):
+            with pytest.raises(MessageNotFound) as found:
+                call()
+            assert "secret" not in str(found.value)
+    assert [(m.id, m.text) for m in mem.messages()] == before
+    with pytest.raises(SessionNotFound):  # no fork was made
+        AutoContextMemory.open(f"{mem.session_id}-f", mem.engine.url, create=False)
