@@ -376,10 +376,18 @@ def stored_config(session_id: str, data: object) -> AutoContextConfig:
         ) from None
 
 
+#: Every integer field is a count of tokens, characters, messages or calls: a 32-bit integer
+#: holds any sound value, and a bound keeps the window-derived sizes computable (a config read
+#: back from the database may hold a number of any size).
+_MAX_INT: Final = 2**31 - 1
+
+
 def _check_int(name: str, value: object, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise ConfigError(f"AutoContextConfig.{name} must be {rule}, got {value!r}")
+    if value > _MAX_INT:
+        raise ConfigError(f"AutoContextConfig.{name} must be at most {_MAX_INT:,}")
 
 
 def _check_ratio(name: str, value: object) -> None:

@@ -7,6 +7,7 @@ a base to handle a family; each class also keeps the built-in base it has always
     AutoContextError
     ├── InvalidArgument (ValueError)        a value the caller passed is wrong; nothing changed
     │   ├── ConfigError
+    │   │   └── InvalidStoredConfig         a config read back from the database
     │   ├── InvalidMessage (TypeError too)
     │   ├── InvalidSessionId
     │   ├── InvalidMessageId
@@ -16,6 +17,7 @@ a base to handle a family; each class also keeps the built-in base it has always
     │   ├── InvalidExport
     │   ├── InvalidDuration
     │   ├── InvalidSearch
+    │   ├── InvalidPage
     │   └── TenantGrantError
     ├── NotFound (LookupError)              well-formed, but no such thing (for this tenant)
     │   ├── SessionNotFound

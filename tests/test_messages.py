@@ -328,6 +328,10 @@ def test_config_refuses_invalid_values_naming_the_field() -> None:
         AutoContextConfig(transcript_clip_chars=0)
     with pytest.raises(ConfigError, match="last_keep"):
         AutoContextConfig(last_keep=-1)
+    # A number no window has (a config read back from the database may hold any) is refused
+    # before the sizes derived from the window are computed from it.
+    with pytest.raises(ConfigError, match="max_tokens must be at most"):
+        AutoContextConfig(max_tokens=10**400)
     assert json.loads(json.dumps(AutoContextConfig().to_json()))["msg_threshold"] == 100
 
 
