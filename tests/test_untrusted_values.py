@@ -127,7 +127,7 @@ def test_the_due_query_reads_numbers_past_every_type_without_failing(
     assert sid in [d.session_id for d in due_sessions(engine, limit=1000)]
     engine.dispose()
     # A number past a 32-bit integer is no threshold: opening says so, naming the field.
-    with pytest.raises(InvalidStoredConfig, match="'max_tokens'|'msg_threshold'"):
+    with pytest.raises(InvalidStoredConfig, match=r"'max_tokens'|'msg_threshold'"):
         AutoContextMemory.open(sid, db_url, tenant="mallory", create=False)
     # Repaired, so that the module's later worker runs find nothing of this test to fail on.
     open_memory(sid, config=SMALL, tenant="mallory").close()
