@@ -1,4 +1,4 @@
-"""Compression that runs while the agent goes on (SPEC.md section 5 makes it safe).
+"""Compression that runs while the agent goes on (docs/design.md §5 makes it safe).
 
 A compression's summarizer calls hold no database lock, the appends that arrive meanwhile are
 kept after the summary, and a range that changed under it is a clean conflict. So a memory can

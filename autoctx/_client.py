@@ -7,7 +7,7 @@ an `httpx.Client` or a psycopg pool, one per database per process is the usual s
 (`AutoContextClient.shared`), and an application that wants to decide when connections go
 away makes its own and opens memories from it.
 
-A process that forks does not share pooled connections with its child (SPEC.md section 5):
+A process that forks does not share pooled connections with its child (docs/design.md §5):
 in the child, every client forgets the connections it inherited (without closing them: they
 are the parent's) and opens its own on next use, and every memory gets fresh locks.
 """

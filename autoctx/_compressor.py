@@ -1,4 +1,4 @@
-"""The compression loop (SPEC.md section 2): the only place that loops.
+"""The compression loop (docs/design.md §2): the only place that loops.
 
 check the trigger (session row) -> snapshot -> strategies in order -> summarizer (no lock held)
 -> `Store.apply` (one transaction) -> re-check, until under the target or no progress.
@@ -9,7 +9,7 @@ answers, in order (a `SummaryResult`, or the exception the summarizer raised). `
 drives it from the calling thread, `Compressor.arun` runs its database steps in a worker thread
 and awaits an `AsyncSummarizer`, so that no thread waits on the LLM; both ask the summarizer
 for a batch's ranges concurrently, at most `summarizer_concurrency` at once. The ranges of one
-pass still commit together, in one transaction (SPEC.md section 2): concurrency only changes
+pass still commit together, in one transaction (docs/design.md §2): concurrency only changes
 when their summaries are written.
 """
 
@@ -54,7 +54,7 @@ from ._tokens import TokenCounter
 
 logger = logging.getLogger("autoctx")
 
-#: The order of a pass (SPEC.md section 3): the fold (7) before S5 and S6.
+#: The order of a pass (docs/design.md §3): the fold (7) before S5 and S6.
 STRATEGIES = (1, 2, 3, 4, FOLD, 5, 6)
 #: The strategies that act on what precedes the current round (the others rewrite only what
 #: follows the latest user message, the current user message included).
@@ -69,7 +69,7 @@ _RESERVED_AFTER: Final = {1: 2, 4: 2, 5: 1}
 _YIELD_TO_FOLD: Final = frozenset({1, 4})
 #: Rungs that give way to the fold when the fold's range holds some of their messages and
 #: the others (in the kept rounds, in a finished current round: near the end) would not reach
-#: the target alone (compress rarely, and deeply: SPEC.md section 2); when those others do,
+#: the target alone (compress rarely, and deeply: docs/design.md §2); when those others do,
 #: they go ahead alone and the call needs no summarizer. Previews only shave the history: they
 #: land just under the target, so the trigger fires again a few steps later, and each one
 #: rewrites the agent's context from its place on, which the agent then pays for again in
@@ -84,7 +84,7 @@ _PREVIEWS_YIELD_TO_FOLD: Final = frozenset({2, 3})
 #: its own; paying for them first buys nothing (S1 here is the long-task case, whose runs lie
 #: in the current round).
 _YIELD_TO_S6: Final = frozenset({1, 5})
-#: The rungs the offline fallback may use, in ladder order (SPEC.md section 2).
+#: The rungs the offline fallback may use, in ladder order (docs/design.md §2).
 _FALLBACK_STRATEGIES: Final = (FOLD, 5, 6)
 #: The model recorded on the events of the offline fallback.
 FALLBACK_MODEL: Final = "offline"
@@ -137,7 +137,7 @@ def under_target(
 
 def is_due(info: SessionInfo, config: AutoContextConfig) -> bool:
     """Whether a `compress_if_needed()` call from these totals has anything to try: the trigger
-    holds, and no earlier call settled at this very version (SPEC.md section 2)."""
+    holds, and no earlier call settled at this very version (docs/design.md §2)."""
     fired = trigger_of(info.message_count, info.token_count, config).fired
     return fired and info.settled_version != info.version
 
@@ -342,7 +342,7 @@ class Compressor:
                 break
         final = self.store.totals(self.session_id)
         if final.token_count >= cfg.max_tokens:
-            # The bound (SPEC.md section 2): whatever stopped the ladder (a failing summarizer,
+            # The bound (docs/design.md §2): whatever stopped the ladder (a failing summarizer,
             # a spent budget), the offline summarizer writes what is left to write.
             yield from self._fallback(state)
             final = self.store.totals(self.session_id)
@@ -355,7 +355,7 @@ class Compressor:
     # -- one pass -----------------------------------------------------------------------------
 
     def _allowed(self, strategy: int, snap: Snapshot, state: _CallState) -> bool:
-        """Which rungs may act at this pressure (SPEC.md section 2).
+        """Which rungs may act at this pressure (docs/design.md §2).
 
         S1 and S4 shrink the message count and may always act; previews (S2, S3) only save
         tokens, so they act while tokens are over the target; S5 and S6 only while the token
@@ -379,7 +379,7 @@ class Compressor:
             trig.reason if trig.fired else ("tokens" if tokens >= cfg.token_target else "count")
         )
         # Once the token trigger fired, every rung may act until the target is reached
-        # (compress rarely, and deeply: SPEC.md section 2). Without the token trigger, S1, S4
+        # (compress rarely, and deeply: docs/design.md §2). Without the token trigger, S1, S4
         # and the fold act without their token floor while the message count is over its
         # target (count pressure); a call that goes on for tokens alone keeps the floor, so
         # that it does not summarize every small round one by one.
@@ -577,7 +577,7 @@ class Compressor:
         try:
             if fallback is not None:
                 # Offline and local: called here, not yielded to the driver. Recorded under
-                # the fallback's own name (SPEC.md section 2).
+                # the fallback's own name (docs/design.md §2).
                 result = replace(fallback.summarize(request), model=FALLBACK_MODEL)
             else:
                 try:
@@ -669,7 +669,7 @@ class Compressor:
     def _fallback(self, state: _CallState) -> Steps[None]:
         """Over the window at the end of a call: the fold, S5 and S6 written by the offline
         summarizer (no network, no LLM budget), recorded with reason 'fallback', until the
-        context is under the target or they find nothing more (SPEC.md section 2)."""
+        context is under the target or they find nothing more (docs/design.md §2)."""
         cfg = self.config
         offline = OfflineSummarizer()
         for _ in range(2 * len(_FALLBACK_STRATEGIES)):
@@ -714,7 +714,7 @@ class Compressor:
 
     def _report_over_window(self, state: _CallState) -> None:
         """The one exception to the bound: the protected messages alone fill the window.
-        Said in a warning and in a `skipped` event of the fold (SPEC.md section 2)."""
+        Said in a warning and in a `skipped` event of the fold (docs/design.md §2)."""
         cfg = self.config
         snap = self.store.snapshot(self.session_id)
         lay = layout_of(snap, cfg, self.session.layouts)

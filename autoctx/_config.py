@@ -1,6 +1,6 @@
-"""The thresholds of SPEC.md, validated when the config is built.
+"""The thresholds of docs/design.md, validated when the config is built.
 
-Some defaults follow other fields (SPEC.md section 2, "defaults follow the window"): the sizes
+Some defaults follow other fields (docs/design.md §2, "defaults follow the window"): the sizes
 that are relative to the window (`min_compress_tokens`, `fold_keep_tokens`,
 `fold_budget_tokens`) follow `max_tokens`, and the defaults that must stay consistent with a
 field the caller set (`reload_page_chars` and `preview_chars` under `large_payload_chars`, the
@@ -22,15 +22,15 @@ from ._errors import ConfigError, InvalidStoredConfig
 from ._search import DEFAULT_SEARCH_CONFIG, validate_search_config
 
 #: Strategies whose replacement text an LLM writes; their prompts are replaceable. 7 is the
-#: fold (SPEC.md section 3).
+#: fold (docs/design.md §3).
 LLM_STRATEGIES = (1, 4, 5, 6, 7)
 
-#: The window the fixed defaults of SPEC.md section 3 are stated for.
+#: The window the fixed defaults of docs/design.md §3 are stated for.
 REFERENCE_WINDOW: Final = 131072
 _MIN_COMPRESS_TOKENS_AT_REFERENCE: Final = 5000
-#: The protected tail of SPEC.md section 3 is 50 messages at the reference window (about
+#: The protected tail of docs/design.md §3 is 50 messages at the reference window (about
 #: 17,000 tokens of typical agent steps, a fifth of the token target). It is a size relative
-#: to the window (SPEC.md section 2): 50 messages would fill a 32,000-token window's target
+#: to the window (docs/design.md §2): 50 messages would fill a 32,000-token window's target
 #: by themselves, leaving S1 to S3 nothing that reaches it, and sending every long task to S6,
 #: which then summarizes the protected tail anyway. A tail keeps a few steps at any window.
 _LAST_KEEP_AT_REFERENCE: Final = 50
@@ -98,7 +98,7 @@ def _given(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AutoContextConfig:
-    """Every threshold of SPEC.md under SPEC.md's names, with SPEC.md's defaults.
+    """Every threshold of docs/design.md under the design's names, with the design's defaults.
 
     Invalid values and combinations raise `ConfigError` naming the field, when the config is
     built, so that a bad config never reaches a session. ``AutoContextConfig(max_tokens=16_000)``

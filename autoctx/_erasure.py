@@ -1,4 +1,4 @@
-"""What an erasure writes (SPEC.md section 9): tombstones, and summaries rewritten without what
+"""What an erasure writes (docs/design.md §9): tombstones, and summaries rewritten without what
 was erased. Pure: the store reads the rows, calls `rewrite_erased`, and writes what it returns
 in the same transaction (`autoctx._store.lifecycle.erase`).
 

@@ -16,11 +16,11 @@ class Event:
 
     session_id: str
     id: int
-    #: 1-7 (SPEC.md section 3; 7 is the fold), 0 for a manual removal (`pop_last`).
+    #: 1-7 (docs/design.md §3; 7 is the fold), 0 for a manual removal (`pop_last`).
     strategy: int
     status: Status
     #: Why it ran: 'count' or 'tokens' (which trigger held), 'manual' (`pop_last`), or
-    #: 'fallback' (the offline summarizer stood in to keep the bound, SPEC.md section 2),
+    #: 'fallback' (the offline summarizer stood in to keep the bound, docs/design.md §2),
     #: 'clear', 'fork' (the first event of a forked session) or 'erase' (`mem.erase`).
     reason: str
     messages_before: int

@@ -1,6 +1,6 @@
 """What `add()` does to messages before they are stored: validate, bind, count.
 
-Validation follows SPEC.md section 1: roles and block placement, the shape rules of tool calls
+Validation follows docs/design.md §1: roles and block placement, the shape rules of tool calls
 (results follow their call; nothing else while calls are open; call ids unique among open calls),
 JSON arguments, the size cap, and text PostgreSQL can store (no NUL, no lone surrogates). A batch
 is validated as a whole before anything is written, so a rejected `add([...])` stores nothing.

@@ -3,7 +3,7 @@
 The async twin runs the same sync code in a worker thread (`asyncio.to_thread`): one source of
 truth, and psycopg's sync driver under it.
 
-One memory may be shared by threads and by asyncio tasks (SPEC.md section 5): each memory
+One memory may be shared by threads and by asyncio tasks (docs/design.md §5): each memory
 serializes its own calls with a lock, so they behave as if made one after the other, and its
 caches (in its store) only ever change under that lock.
 
@@ -335,7 +335,7 @@ class AutoContextMemory:
 
         The thread belongs to the memory's client; it takes the memory's lock for each
         database step only, so the agent appends and reads meanwhile, and appends that arrive
-        while it summarizes are kept after the summary (SPEC.md section 5). `close()` stops it
+        while it summarizes are kept after the summary (docs/design.md §5). `close()` stops it
         at its next step; nothing of an answer still in flight is written.
         """
         with self._lock:
@@ -541,7 +541,7 @@ class AutoContextMemory:
 
     @_serialized
     def needs_compression(self) -> bool:
-        """The trigger of SPEC.md section 2, from the session row: one indexed read."""
+        """The trigger of docs/design.md §2, from the session row: one indexed read."""
         info = self.refresh()
         return trigger_of(info.message_count, info.token_count, self.config).fired
 
@@ -715,7 +715,7 @@ class AutoContextMemory:
         """Text for the agent's system prompt that explains offload tags, reload and search."""
         return RELOAD_SNIPPET
 
-    # -- fork and erasure (SPEC.md section 9; the SQL is autoctx._store.lifecycle's) ---------
+    # -- fork and erasure (docs/design.md §9; the SQL is autoctx._store.lifecycle's) ---------
 
     @_serialized
     def fork(self, new_session_id: str, *, at_message: int | None = None) -> AutoContextMemory:

@@ -1,4 +1,4 @@
-"""Messages and their blocks (SPEC.md section 1), and the OpenAI Chat Completions format.
+"""Messages and their blocks (docs/design.md §1), and the OpenAI Chat Completions format.
 
 A `Msg` is immutable. It holds a role, an ordered tuple of blocks and free metadata, plus what
 autoctx records about it: its `kind` (original or one of the compressions' outputs), whether the

@@ -90,7 +90,7 @@ class PlanContext:
     #: trigger, S1/S4 then act without their token floor. Without either, the call goes on
     #: only for tokens (over the token target, under the trigger), and the floor stays.
     count_pressure: bool = True
-    #: The call ends over the window and the offline summarizer stands in (SPEC.md section 2):
+    #: The call ends over the window and the offline summarizer stands in (docs/design.md §2):
     #: the fold keeps no recent rounds and no floor applies, so that the bound holds.
     fallback: bool = False
     #: The session's latest layout, the base of this snapshot's (see `strategies._common`):

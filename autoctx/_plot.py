@@ -32,7 +32,7 @@ __all__ = [
     "render",
 ]
 
-#: Short names of the strategies (SPEC.md section 3; 7 is the fold), for legends and tables.
+#: Short names of the strategies (docs/design.md §3; 7 is the fold), for legends and tables.
 STRATEGY_NAMES: Final[Mapping[int, str]] = {
     0: "pop",  # a message taken out of the working context (`pop_last`, the SDK's pop_item)
     1: "tool-run summary",

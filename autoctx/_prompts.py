@@ -1,6 +1,6 @@
 """autoctx's own prompt texts, the request builder, and the snippet that explains tags to agents.
 
-The LLM strategies (SPEC.md section 3: 1, 4, 5, 6 and the fold, 7) each have a default prompt
+The LLM strategies (docs/design.md §3: 1, 4, 5, 6 and the fold, 7) each have a default prompt
 here; a caller replaces any of them through ``AutoContextConfig.prompts``. The prompt goes out as
 the system message; the user message is the transcript, then the character budget when there is
 one, then the plan hint, always last (see `SummaryRequest.user_content`).
@@ -117,7 +117,7 @@ after the transcript:
 Prefer the facts most likely to be needed again; drop pleasantries and detail that no later
 step depends on. {_FORM}"""
 
-#: Autoctx's own prompt for each LLM strategy (SPEC.md section 3).
+#: Autoctx's own prompt for each LLM strategy (docs/design.md §3).
 DEFAULT_PROMPTS: Final[Mapping[int, str]] = {
     1: _S1_TOOL_RUNS,
     4: _S4_ROUND,

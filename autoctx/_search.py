@@ -1,4 +1,4 @@
-"""Recall across sessions (SPEC.md section 9): what a search returns and the rules of its input.
+"""Recall across sessions (docs/design.md §9): what a search returns and the rules of its input.
 
 Pure: the SQL is `autoctx._store.search`'s. A search is PostgreSQL full-text search over the
 originals of one session, or of every session of the memory's tenant (an untenanted memory's:

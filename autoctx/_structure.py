@@ -35,7 +35,7 @@ class MsgMeta:
 
 
 def is_final_answer(msg: Msg, replaced_final: bool = False) -> bool:
-    """SPEC.md section 1's kinds table: what counts as a final answer."""
+    """docs/design.md §1's kinds table: what counts as a final answer."""
     if msg.kind == "original":
         return msg.role == "assistant" and not msg.tool_uses
     if msg.kind == "round_summary":

@@ -1,7 +1,7 @@
 """The offload tag that ends every replacement text, and how it is kept out of LLM traffic.
 
 A summarizer that sees ``<!-- CONTEXT_OFFLOAD: uuid=... -->`` in its input tends to copy it, and
-an answer that carries a tag is rejected (SPEC.md section 4), so every transcript neutralizes
+an answer that carries a tag is rejected (docs/design.md §4), so every transcript neutralizes
 the tags it renders.
 """
 

@@ -129,7 +129,7 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
                     },
                 },
                 # uuid or message_id: a search hit in another session's working context is
-                # held by no offload, so a uuid alone cannot reach it (SPEC.md section 9).
+                # held by no offload, so a uuid alone cannot reach it (docs/design.md §9).
                 "required": [],
                 "additionalProperties": False,
             },

@@ -1,6 +1,6 @@
 """Messages as one plain-text transcript, for LLM requests and for reload answers.
 
-Every LLM request autoctx makes is plain text (SPEC.md section 3): the messages to summarize are
+Every LLM request autoctx makes is plain text (docs/design.md §3): the messages to summarize are
 rendered here as a transcript, never sent as raw tool_call/tool messages, so that any
 OpenAI-compatible endpoint accepts the request and no pairing rule of the API can reject it.
 """
@@ -199,5 +199,6 @@ def render_transcript(
 
 
 def original_chars(messages: Sequence[Msg]) -> int:
-    """Characters of all text, tool-input JSON and outputs: the "original size" of SPEC.md S6."""
+    """Characters of all text, tool-input JSON and outputs: S6's "original size"
+    (docs/design.md §3)."""
     return sum(m.payload_chars for m in messages)

@@ -320,7 +320,7 @@ def _state(work: Workload) -> tuple[Any, ...]:
 
 
 #: The phases inside a transaction that holds the session row lock (the others hold none: the
-#: summarizer call in particular, SPEC.md section 5).
+#: summarizer call in particular, docs/design.md §5).
 LOCKED_PHASES = frozenset({"append.before_commit", "apply.after_lock", "apply.before_commit"})
 
 

@@ -20,7 +20,7 @@ from autoctx._store.tables import offloads, working_set
 from autoctx._tokens import TokenCounter
 from tests.dbsql import sql
 
-#: The audit views migration 0002 creates (SPEC.md section 7).
+#: The audit views migration 0002 creates (docs/design.md §7).
 AUDIT_VIEWS = (
     "autoctx_savings_by_strategy",
     "autoctx_session_cost",

@@ -1,4 +1,4 @@
-"""The async twin awaits an async summarizer (SPEC.md section 5): while the LLM call is in
+"""The async twin awaits an async summarizer (docs/design.md §5): while the LLM call is in
 flight no executor thread waits on it, and the compression is the sync path's, event for event.
 
 Against a real local OpenAI-compatible server and the official async client.

@@ -104,7 +104,7 @@ class FailingSummarizer:
 
 class InterleavingSummarizer(CountingSummarizer):
     """Runs `meanwhile` during its first call: another compressor commits on the same session
-    while this one waits for its summary, exactly the race SPEC.md section 5 describes."""
+    while this one waits for its summary, exactly the race docs/design.md §5 describes."""
 
     def __init__(self, meanwhile: Callable[[], object]) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""A catalogue of malformed inputs (SPEC.md section 1, and the edges of the public API).
+"""A catalogue of malformed inputs (docs/design.md §1, and the edges of the public API).
 
 Each case is its own test: the call fails with autoctx's error naming the problem, stores
 nothing (the session row and the row count of every table are unchanged), and the session still
@@ -92,7 +92,7 @@ def _big_text(chars: int) -> str:
     return (unit * (chars // len(unit) + 1))[:chars]
 
 
-#: Planted in the content of the newer cases: an error text must never repeat it (SPEC.md 6:
+#: Planted in the content of the newer cases: an error text must never repeat it (docs/design.md §6:
 #: errors name the session, the message and the problem, never the content).
 MARKER = "do-not-echo-7f3a"
 NAN = float("nan")

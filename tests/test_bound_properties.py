@@ -1,4 +1,4 @@
-"""Property test of the bound (SPEC.md section 2, "The bound"; section 3, the fold).
+"""Property test of the bound (docs/design.md §2, "The bound"; section 3, the fold).
 
 After every `compress_if_needed()` the working context is under `max_tokens`, on random workloads
 of many shapes (chats of small rounds, tool chats, long single tasks, many tasks in one session,
@@ -56,7 +56,7 @@ NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
 #: Strategies whose text an LLM writes: under the failing summarizer, any applied one of these
 #: can only be the offline fallback.
 LLM_WRITTEN = frozenset({1, 4, 5, 6, 7})
-#: The model the offline fallback is recorded under (SPEC.md section 2).
+#: The model the offline fallback is recorded under (docs/design.md §2).
 FALLBACK_MODEL = "offline"
 #: In the strict property, system messages, pinned groups and the largest user message together
 #: stay under this share of the window, so the exception can never apply.
@@ -251,7 +251,7 @@ def _log_token_allowance(workload: Workload) -> int:
 
 
 def protected_tokens(batches: Sequence[Sequence[Msg]]) -> int:
-    """An upper bound of what SPEC.md protects at any time: every system message, every pinned
+    """An upper bound of what the design protects at any time: every system message, every pinned
     group, and the largest user message (any one may be the current one, before S5 shortens
     it). Groups are added whole, so there is never a trailing pending call."""
     fixed = sum(
@@ -472,7 +472,7 @@ def test_bound_holds_on_random_workloads(
     batches = render(workload)
     protected = protected_tokens(batches)
     # A precondition of this strict property (a bug of the generator if it fails): the
-    # exception of SPEC.md cannot apply.
+    # exception of docs/design.md cannot apply.
     shape = workload.describe(batches)
     assert protected <= PROTECTED_SHARE * workload.window, (shape, protected)
     mem = AutoContextMemory.open(

@@ -1,4 +1,4 @@
-"""Concurrency (SPEC.md section 5): several real processes on one session, and sessions that
+"""Concurrency (docs/design.md §5): several real processes on one session, and sessions that
 never block each other.
 
 Writers of one session serialize on its row lock; the summarizer call holds no lock; a

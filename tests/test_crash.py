@@ -1,4 +1,4 @@
-"""Crash safety (SPEC.md section 5): a real child process killed with SIGKILL at random instants
+"""Crash safety (docs/design.md §5): a real child process killed with SIGKILL at random instants
 and inside each phase of tests/pauses.py loses nothing and leaves no half-written compression.
 
 The harness lives in tests/crash_child.py (bench/soak.py runs the same one with a thousand kills).

@@ -6,10 +6,14 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "design.md"
+#: The behaviour was once filed outside the repository under this name (spelled in two parts
+#: here so that this file does not cite it).
+OUTSIDE_DOCUMENT = "SPEC" + ".md"
 _CITATION = re.compile(r"`(test_[a-z0-9_]+)::([a-z0-9_*]+)`")
 
 
@@ -33,3 +37,17 @@ def test_every_test_the_design_cites_exists() -> None:
         or not fnmatch.filter(_tests_of(module), pattern)
     ]
     assert missing == []
+
+
+def test_the_code_cites_the_repositorys_own_document() -> None:
+    """Comments cite docs/design.md; no file of the repository cites a document it lacks."""
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    citing = [
+        path
+        for path in tracked
+        if path.endswith((".py", ".md", ".toml"))
+        and OUTSIDE_DOCUMENT in (ROOT / path).read_text(encoding="utf-8")
+    ]
+    assert citing == []

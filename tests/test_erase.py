@@ -1,4 +1,4 @@
-"""Erasure that follows lineage, and retention (SPEC.md section 9).
+"""Erasure that follows lineage, and retention (docs/design.md §9).
 
 The planted-secret test scans every column of every table of the schema (found in pg_catalog,
 so that a column added later is scanned too), cast to text, and queries every tsvector column

@@ -1,4 +1,4 @@
-"""Fork (SPEC.md section 9): a new session that starts from another's working context, with
+"""Fork (docs/design.md §9): a new session that starts from another's working context, with
 copies of every row it needs, the parent untouched, and the origin in the audit."""
 
 from __future__ import annotations

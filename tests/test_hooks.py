@@ -1,4 +1,4 @@
-"""Compression lifecycle hooks and OpenTelemetry spans (SPEC.md section 6, issue 23 item 2).
+"""Compression lifecycle hooks and OpenTelemetry spans (docs/design.md §6, issue 23 item 2).
 
 Real compressions on PostgreSQL through the migrations, summarized by `OpenAISummarizer` against
 a real local OpenAI-protocol server (tests/openai_server.py); spans go through the OpenTelemetry

@@ -1,4 +1,4 @@
-"""Restore from export (SPEC.md section 9): export, import into another database, export
+"""Restore from export (docs/design.md §9): export, import into another database, export
 again: the same document; the restored session works; bad documents write nothing."""
 
 from __future__ import annotations

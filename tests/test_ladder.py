@@ -405,7 +405,7 @@ def test_a_fold_around_kept_messages_keeps_the_snapshot_and_the_order(open_memor
     ]
     assert list(kept._snapshots[mem.session_id].positions) == positions
     assert summary.id == folds[-1].summary_message_id
-    # SPEC.md section 3: the history holds no more than the kept rounds, the fold's summary
+    # docs/design.md §3: the history holds no more than the kept rounds, the fold's summary
     # (its budget, a margin and the tag) and the protected messages.
     current = max(i for i, m in enumerate(working) if m.role == "user")
     history = sum(m.tokens or 0 for m in working[:current] if m.role != "system" and not m.pinned)
@@ -415,7 +415,7 @@ def test_a_fold_around_kept_messages_keeps_the_snapshot_and_the_order(open_memor
 
 
 def test_s5_shortens_a_large_current_user_message_and_keeps_its_head(open_memory: Open) -> None:
-    """SPEC.md section 3: a pasted log as the user's request: its first `preview_chars`
+    """docs/design.md §3: a pasted log as the user's request: its first `preview_chars`
     characters stay verbatim, the rest is summarized, and the tag reloads the original."""
     config = dataclasses.replace(SMALL, max_tokens=6_000)
     summarizer = CountingSummarizer()
@@ -673,7 +673,7 @@ def test_a_call_fired_by_tokens_goes_on_to_the_target_and_keeps_the_token_floor(
     open_memory: Open,
 ) -> None:
     """Once S5 has brought the tokens under the trigger (still over the target), the call goes
-    on to the target (compress rarely, and deeply: SPEC.md section 2), with S6 this time; S1,
+    on to the target (compress rarely, and deeply: docs/design.md §2), with S6 this time; S1,
     S4 and the fold keep their `min_compress_tokens` floor, so the small rounds of the history
     are not summarized one by one. (A pinned note after the large outputs keeps them out of
     S6's range, so S5 does not give way to S6.)"""
@@ -751,7 +751,7 @@ def test_add_never_compresses_by_itself(open_memory: Open) -> None:
 def test_each_event_records_why_it_ran_and_the_thresholds_of_its_call(
     open_memory: Open, trigger: str
 ) -> None:
-    """SPEC.md sections 5 and 7: the reason is the trigger that held, and every event carries
+    """docs/design.md §5 and 7: the reason is the trigger that held, and every event carries
     the thresholds in force for its call, which a later open with another config changes."""
     only = (
         dataclasses.replace(SMALL, max_tokens=10_000_000)
@@ -782,7 +782,7 @@ def test_each_event_records_why_it_ran_and_the_thresholds_of_its_call(
 
 
 def test_compressions_store_the_final_answer_flag_of_the_kinds_table(open_memory: Open) -> None:
-    """SPEC.md section 1: a round summary and a history summary are final answers, a tool-run
+    """docs/design.md §1: a round summary and a history summary are final answers, a tool-run
     or current-round summary is not, and a preview or large-message summary is one exactly when
     the message it replaced was."""
     no_s1 = dataclasses.replace(SMALL, min_tool_run=1000)
@@ -860,7 +860,7 @@ class _AnswersWith:
 def test_an_answer_the_database_cannot_store_is_a_failed_event(
     open_memory: Open, poison: str
 ) -> None:
-    """SPEC.md section 6: never a raw database error, and not paid for again at the same
+    """docs/design.md §6: never a raw database error, and not paid for again at the same
     version; the bound still holds (the offline fallback writes what the window needs)."""
     summarizer = _AnswersWith(poison)
     mem = open_memory(config=SMALL, summarizer=summarizer)

@@ -1,4 +1,4 @@
-"""Property tests of the whole ladder on real PostgreSQL (SPEC.md sections 2-5).
+"""Property tests of the whole ladder on real PostgreSQL (docs/design.md §2-5).
 
 Random histories (rounds, long single-task runs, parallel calls, large payloads, pinned
 messages) and random valid configs; after every compression: the working context is valid

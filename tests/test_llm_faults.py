@@ -1,4 +1,4 @@
-"""LLM faults at the memory level (SPEC.md section 6), against a real local OpenAI-compatible
+"""LLM faults at the memory level (docs/design.md §6), against a real local OpenAI-compatible
 server and the official client (no retries, short timeouts).
 
 For every fault: no summary that makes things worse reaches the working context, a `failed`
@@ -240,7 +240,7 @@ def test_a_plain_text_refusal_never_becomes_a_summary(
 
 
 # ---------------------------------------------------------------------------------------------
-# Deadlines (SPEC.md section 6): a stalled endpoint costs a compress_if_needed() its deadline
+# Deadlines (docs/design.md §6): a stalled endpoint costs a compress_if_needed() its deadline
 # ---------------------------------------------------------------------------------------------
 
 #: What a busy two-core machine may add to a deadline (the database work around the LLM calls

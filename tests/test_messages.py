@@ -336,7 +336,7 @@ def test_config_refuses_invalid_values_naming_the_field() -> None:
 
 
 def test_config_defaults_are_the_specs() -> None:
-    """SPEC.md sections 2 and 3 name the defaults; a change of one is a change of behaviour."""
+    """docs/design.md §2 and 3 name the defaults; a change of one is a change of behaviour."""
     defaults = AutoContextConfig()
     assert (defaults.msg_threshold, defaults.max_tokens) == (100, 131072)
     assert (defaults.token_ratio, defaults.target_ratio) == (0.75, 0.6)
@@ -351,7 +351,7 @@ def test_config_defaults_are_the_specs() -> None:
 
 
 def test_config_sizes_follow_the_window_when_not_set() -> None:
-    """SPEC.md section 2: `AutoContextConfig(max_tokens=W)` alone is a sound config."""
+    """docs/design.md §2: `AutoContextConfig(max_tokens=W)` alone is a sound config."""
     reference = AutoContextConfig()
     assert reference.token_target == 78_643
     assert (reference.fold_keep_tokens, reference.fold_budget_tokens) == (19_660, 7_864)

@@ -1,4 +1,4 @@
-"""Neither logs nor exception messages carry message content (SPEC.md section 6).
+"""Neither logs nor exception messages carry message content (docs/design.md §6).
 
 A secret marker is planted in every part of a session (system, user and assistant text, tool
 arguments, tool outputs, metadata) and in everything the summarizer's endpoint sends back (an

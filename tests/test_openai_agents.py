@@ -374,7 +374,7 @@ def test_the_plot_replays_pops_to_the_session_totals(
     make_session: Callable[..., AutoContextSession],
 ) -> None:
     """A pop with nothing left in place writes an event and no message; the plot's replay
-    must still take it into account (SPEC.md section 8: tokens over time)."""
+    must still take it into account (docs/design.md §8: tokens over time)."""
     items = varied_items()
     session = make_session(compress=False)
     run(session.add_items(copy.deepcopy(items)))
@@ -557,7 +557,7 @@ def test_the_sdks_compaction_wrapper_keeps_every_original_reloadable(
     make_session: Callable[..., AutoContextSession],
 ) -> None:
     """The SDK's OpenAIResponsesCompactionSession rewrites a store by clear_session() then
-    add_items(); over autoctx that must not lose an original (SPEC.md section 5)."""
+    add_items(); over autoctx that must not lose an original (docs/design.md §5)."""
     session = make_session(compress=False)
     items = varied_items()
     run(session.add_items(copy.deepcopy(items)))

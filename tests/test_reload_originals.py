@@ -1,4 +1,4 @@
-"""Reload to the originals (SPEC.md section 4, issue 23 item 5): `mem.reload(uuid,
+"""Reload to the originals (docs/design.md §4, issue 23 item 5): `mem.reload(uuid,
 originals=True)` and `context_reload` with ``"originals": true`` answer the raw messages behind an
 offload through every nested summary and preview, paged; the default stays one level deep.
 

@@ -1,4 +1,4 @@
-"""Recall across sessions (SPEC.md section 9, issue 14 item 1): full-text search over originals.
+"""Recall across sessions (docs/design.md §9, issue 14 item 1): full-text search over originals.
 
 On real PostgreSQL through the migrations: ranking, the two scopes, ids and paths with the
 "simple" configuration, what is indexed (originals, their tool arguments and outputs; not
@@ -254,7 +254,7 @@ def test_only_originals_are_indexed_and_a_compressed_hit_says_where_it_is(
 
 def test_rewriting_content_rewrites_the_index_entry(open_memory: Open, db_url: str) -> None:
     """The vector is generated from `content` by PostgreSQL: what rewrites a message's content
-    (the erasure of SPEC.md section 9) cannot leave its words in the index."""
+    (the erasure of docs/design.md §9) cannot leave its words in the index."""
     mem = open_memory()
     mem.add(Msg.user("the secret is hunter2-zebra"))
     assert [h.message_id for h in mem.search("hunter2-zebra")] == [1]
@@ -643,7 +643,8 @@ def test_the_search_benchmark_runs_small(admin_url: URL, tmp_path: Path) -> None
 
 
 def test_a_search_answer_stays_within_a_reload_page(open_memory: Open) -> None:
-    """The tool's answer is never large enough for a compression to offload it (SPEC.md 4)."""
+    """The tool's answer is never large enough for a compression to offload it
+    (docs/design.md §4)."""
     mem = open_memory(config=SMALL)
     mem.add([Msg.user(f"needle {k} " + "haystack " * 120 + f"needle again {k}") for k in range(12)])
     answer = mem.handle_tool_call(_call("context_search", {"query": "needle", "limit": 10}))

@@ -1,4 +1,4 @@
-"""One memory, many callers; one session id, many incarnations (SPEC.md section 5).
+"""One memory, many callers; one session id, many incarnations (docs/design.md §5).
 
 - A memory whose session was deleted (and created again under the same id, by anyone, for any
   tenant) gets `SessionNotFound` on every call and never reads or writes the new session.
@@ -300,7 +300,7 @@ def test_a_client_owns_its_pool_and_the_memories_opened_through_it(
 
 
 def test_clearing_keeps_every_original_offload_and_lineage_row(open_memory: Open) -> None:
-    """SPEC.md section 5: clearing empties the working context, records an event, and keeps
+    """docs/design.md §5: clearing empties the working context, records an event, and keeps
     every original, offload and lineage row; what was offloaded stays reloadable."""
     mem = open_memory(config=_sharing_config())
     for step in range(10):

@@ -1,4 +1,4 @@
-"""The planners of SPEC.md section 3 (S1 to S6 and the fold) on small hand-built histories (pure,
+"""The planners of docs/design.md §3 (S1 to S6 and the fold) on small hand-built histories (pure,
 no database)."""
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def starts(edits: list[Edit]) -> list[int]:
 
 def test_planners_are_registered_by_number() -> None:
     assert {1: s1, 2: s2, 3: s3, 4: s4, 5: s5, 6: s6, 7: s7} == PLANNERS
-    # The fold runs before S5 and S6 (SPEC.md section 3).
+    # The fold runs before S5 and S6 (docs/design.md §3).
     assert list(PLANNERS) == [1, 2, 3, 4, 7, 5, 6]
 
 
@@ -557,8 +557,8 @@ def test_s4_skips_rounds_holding_system_or_pinned_messages() -> None:
 
 
 def test_s4_takes_previous_rounds_without_a_final_answer() -> None:
-    """A round is previous once a newer user message exists, answered or not (SPEC.md 1); the
-    current round is never S4's."""
+    """A round is previous once a newer user message exists, answered or not; the current
+    round is never S4's (docs/design.md §1)."""
     h = Hist()
     u = h.user()
     _, end = h.steps(3, tokens=300)
@@ -606,7 +606,7 @@ def _current_round_with_large_messages() -> tuple[Hist, list[int]]:
     h.user()
     h.answer(chars=BIG)  # previous round: not S5's business
     wanted: list[int] = []
-    # The latest user message, large on its own: S5 may shorten it (SPEC.md section 3).
+    # The latest user message, large on its own: S5 may shorten it (docs/design.md §3).
     wanted.append(h.user(chars=BIG))
     call, _ = h.group(chars=BIG)
     wanted.append(call + 1)
@@ -703,7 +703,7 @@ def test_s6_budget_never_leaves_the_summary_over_the_token_target() -> None:
     assert e.char_budget < int(0.3 * body_chars)  # the old budget, over the window
     # The body holds 40 + 2 x 40 characters per 1,000 + 2 x 10 tokens.
     assert e.char_budget == int(room_tokens * body_chars / e.replaced_tokens)
-    # A round whose 0.3 fits under the target keeps SPEC's share exactly.
+    # A round whose 0.3 fits under the target keeps the design's share exactly.
     small = Hist()
     small.user()
     small.steps(3, chars=100)
@@ -737,7 +737,7 @@ def test_s6_budget_is_at_least_one() -> None:
 
 
 def test_s6_leaves_a_round_too_small_to_gain_on() -> None:
-    """SPEC.md section 2: no range is sent to the summarizer when it cannot gain."""
+    """docs/design.md §2: no range is sent to the summarizer when it cannot gain."""
     h = Hist()
     h.user()
     h.answer(tokens=MIN_LLM_RANGE_TOKENS - 1)
@@ -866,7 +866,7 @@ def test_s6_without_user_starts_after_the_leading_system_messages() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The long task of SPEC.md section 3: one request, 400 steps
+# The long task of docs/design.md §3: one request, 400 steps
 # ---------------------------------------------------------------------------------------------
 
 

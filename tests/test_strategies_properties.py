@@ -39,7 +39,7 @@ NEW_KIND: dict[int, Kind] = {
 PER_MESSAGE = (2, 3, 5)
 #: The strategies that summarize a range with an LLM, which must hold enough to gain on.
 RANGE_LLM = (1, 4, 6, 7)
-#: What each range strategy may fold in (SPEC.md section 1's kinds table).
+#: What each range strategy may fold in (docs/design.md §1's kinds table).
 ALLOWED_KINDS: dict[int, frozenset[Kind]] = {
     1: frozenset({"original", "preview", "large_summary"}),
     4: frozenset({"original", "preview", "large_summary", "tool_run_summary"}),
@@ -200,7 +200,7 @@ def snapshot_of(msgs: tuple[MsgMeta, ...]) -> Snapshot:
 
 
 def history_end(msgs: tuple[MsgMeta, ...], config: AutoContextConfig) -> int:
-    """H of SPEC.md section 3, recomputed independently of the planners."""
+    """H of docs/design.md §3, recomputed independently of the planners."""
     n = len(msgs)
     final = latest_final_index(msgs)
     user = latest_user_index(msgs)

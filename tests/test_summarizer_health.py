@@ -1,4 +1,4 @@
-"""A summarizer that says what it is doing (SPEC.md section 6, issue 23 item 4).
+"""A summarizer that says what it is doing (docs/design.md §6, issue 23 item 4).
 
 The line a memory logs when it opens (which summarizer, model and endpoint, and why); a model
 that is not found and a refused key say so and name the setting to change; an endpoint that

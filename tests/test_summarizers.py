@@ -356,7 +356,7 @@ def test_retries_follow_retry_after(srv: OpenAIServer, mode: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Deadlines: every call has one, retries and a slow stream included (SPEC.md section 6)
+# Deadlines: every call has one, retries and a slow stream included (docs/design.md §6)
 # ---------------------------------------------------------------------------------------------
 
 DEADLINE_S = 4.0
@@ -579,7 +579,7 @@ def test_server_closes_promptly_with_a_stalled_stream() -> None:
     ids=["nul", "lone-surrogate", "lowercase-marker", "cyrillic-marker", "fullwidth", "tag"],
 )
 def test_an_answer_is_data_never_trusted(answer: str, reason: str) -> None:
-    """SPEC.md section 6: what PostgreSQL cannot store, and look-alikes of the tag, are refused
+    """docs/design.md §6: what PostgreSQL cannot store, and look-alikes of the tag, are refused
     with a reason, and the error quotes nothing of the answer."""
     with pytest.raises(SummarizerError) as info:
         check_answer(answer)

@@ -1,4 +1,4 @@
-"""Tenant isolation (SPEC.md sections 4 and 5; migrations 0003 and 0006), in its two cases.
+"""Tenant isolation (docs/design.md §4 and 5; migrations 0003 and 0006), in its two cases.
 
 Application tenancy: autoctx's own API never crosses sessions or tenants (another tenant's
 session or offload answers exactly like an unknown one); connected as the tables' owner, that

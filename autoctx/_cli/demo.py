@@ -232,7 +232,7 @@ def demo(
             )
         )
     )
-    # Compress rarely, and deeply (SPEC.md section 2): how often the summarizer ran, and how
+    # Compress rarely, and deeply (docs/design.md §2): how often the summarizer ran, and how
     # many of the calls that fired went all the way to the target.
     calls = sum(e.model is not None and e.reason != "fallback" for e in events)
     reached = sum(

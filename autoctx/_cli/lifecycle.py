@@ -1,5 +1,5 @@
 """`autoctx fork | erase | purge | import`: a session branched, erased, retired or restored
-(SPEC.md section 9; the SQL is in autoctx._store.lifecycle)."""
+(docs/design.md §9; the SQL is in autoctx._store.lifecycle)."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def create_engine(url: URL, **kwargs: Any) -> Engine:
     unless the caller passes `pool_pre_ping` itself."""
     connect_args = kwargs.setdefault("connect_args", {})
     connect_args.setdefault("connect_timeout", 10)
-    # Statement parameters are message content: a raised error must not carry them (SPEC.md
+    # Statement parameters are message content: a raised error must not carry them (docs/design.md
     # section 6). The server's own error text can still quote a row (a DETAIL line).
     kwargs.setdefault("hide_parameters", True)
     threshold = url.query.get("prepare_threshold")

@@ -33,7 +33,7 @@ class SessionInfo:
     settled_version: int | None
     created_at: Any = None
     updated_at: Any = None
-    #: Which creation of the id this is (SPEC.md section 5): a session deleted and created
+    #: Which creation of the id this is (docs/design.md §5): a session deleted and created
     #: again under the same id has another one.
     incarnation: uuid.UUID | None = None
 

@@ -15,7 +15,7 @@ from .._messages import Msg
 from .rows import msg_from_columns
 
 #: The condition every read of a session's rows carries: the session is still the incarnation
-#: the store opened (SPEC.md section 5). Uncorrelated, so PostgreSQL checks it once per
+#: the store opened (docs/design.md §5). Uncorrelated, so PostgreSQL checks it once per
 #: statement (one primary-key probe); an empty result is then told from a deleted session by
 #: `Store._check_alive`.
 ALIVE = (

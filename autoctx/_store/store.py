@@ -8,7 +8,7 @@ call.
 Every statement filters on one session_id, so sessions never block each other and the schema can
 be sharded by session (docs/scaling.md).
 
-A store binds each session id to the incarnation it first saw (SPEC.md section 5): every
+A store binds each session id to the incarnation it first saw (docs/design.md §5): every
 statement names it too, so once the session is deleted (and perhaps created again under the same
 id, by anyone, for any tenant) each call raises `SessionNotFound` and nothing of the new session
 is read or written. An incarnation belongs to one tenant, so this also scopes every statement
@@ -358,7 +358,7 @@ class Store:
         self._update_session(session_id, config=dict(config), updated_at=sa.func.now())
 
     def settle(self, session_id: str, version: int) -> None:
-        """Remember that compression at `version` could not reach its target (SPEC.md 2)."""
+        """Remember that compression at `version` could not reach its target (docs/design.md §2)."""
         with self._single() as conn:
             conn.execute(
                 sa.update(sessions)
@@ -671,7 +671,7 @@ class Store:
 
     def clear(self, session_id: str, *, config: Mapping[str, Any]) -> Event:
         """Empty the working context in one transaction, keeping every original, offload and
-        lineage row (clearing is not deleting, SPEC.md section 5): an applied event of strategy
+        lineage row (clearing is not deleting, docs/design.md §5): an applied event of strategy
         0 with reason 'clear' names what left the working set, and an offload holds it, so that
         what was cleared stays reloadable by the event's uuid like any compressed range."""
         event, _ = self.replace_working(session_id, (), config=config)

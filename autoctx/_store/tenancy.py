@@ -27,7 +27,7 @@ GRANTS: Final = tenant_grants.name
 #: UPDATE), updated and deleted (the rows of a deleted session go by the foreign keys' cascade,
 #: which runs as the tables' owner); originals, events, offloads and lineage are only ever
 #: inserted; the working set is spliced (insert and delete). An erasure rewrites messages in
-#: place (SPEC.md section 9): that stays the owner's (an operator's) act, so that a granted
+#: place (docs/design.md §9): that stays the owner's (an operator's) act, so that a granted
 #: role, an agent's, can never rewrite its own history.
 TABLE_PRIVILEGES: Final[dict[str, tuple[str, ...]]] = {
     "sessions": ("SELECT", "INSERT", "UPDATE", "DELETE"),

@@ -1,4 +1,4 @@
-"""The compression planners of SPEC.md section 3, cheapest first: S1 to S4, the fold (7), S5, S6.
+"""The compression planners of docs/design.md §3, cheapest first: S1 to S4, the fold (7), S5, S6.
 
 Each planner is a pure function ``plan_sN(snapshot, config, ctx) -> list[Edit]``: no database, no
 clock, no uuid, no randomness. It returns every range it would compress in one pass, in working

@@ -1,6 +1,6 @@
 """What every planner needs to know about a snapshot, computed once per planning call.
 
-The rules of SPEC.md section 3 share a handful of notions (protected messages, the history
+The rules of docs/design.md §3 share a handful of notions (protected messages, the history
 boundary H, the protected tail of `last_keep` messages, the trailing pending tool call); they
 live here so that each planner reads as the rule it implements.
 """
@@ -32,7 +32,7 @@ from .._tools import SEARCH_TOOL_NAME, TOOL_NAME
 Planner: TypeAlias = Callable[[Snapshot, AutoContextConfig, PlanContext], list[Edit]]
 
 #: The tool an agent reloads offloads with; S5 never summarizes its results, so that an agent
-#: cannot loop reloading what was just compressed (SPEC.md section 4).
+#: cannot loop reloading what was just compressed (docs/design.md §4).
 RELOAD_TOOL_NAME: Final = TOOL_NAME
 #: The tools whose results S5 leaves alone: the reload tool, and the search tool, whose answer
 #: is what the agent asked to see again (a hit reloaded by id comes back through it too).
@@ -52,7 +52,7 @@ class Layout:
     #: First index of the current round: the latest user message, or with none the first
     #: message after the leading system messages.
     round_start: int
-    #: H of SPEC.md section 3: S1 to S3 act only on indices below it.
+    #: H of docs/design.md §3: S1 to S3 act only on indices below it.
     history_end: int
     #: len - last_keep (at least 0): S1 and S2 act only below it.
     tail_start: int
@@ -227,7 +227,7 @@ def compute_layout(
 
 #: The fewest tokens a range sent to the summarizer must hold: well more than a minimal
 #: summary and its offload tag (about 25 tokens), so that a summary of it can gain and
-#: `no_gain` failures stay rare events, not a per-turn cost (SPEC.md section 2).
+#: `no_gain` failures stay rare events, not a per-turn cost (docs/design.md §2).
 MIN_LLM_RANGE_TOKENS: Final = 256
 
 

@@ -20,7 +20,7 @@ STRATEGY: Final = 1
 
 #: Kinds a run may hold. Previews and large summaries keep their call ids and stay members of
 #: their group; the other summaries are plain assistant messages and may be re-compressed only
-#: inside a larger S4 or S6 range (SPEC.md section 1), so they end a run.
+#: inside a larger S4 or S6 range (docs/design.md §1), so they end a run.
 _RUN_KINDS: Final[frozenset[Kind]] = frozenset({"original", "preview", "large_summary"})
 
 

@@ -41,7 +41,7 @@ def _previewable(lay: Layout, i: int) -> bool:
     """Whether large message `i` may be turned into a preview."""
     m = lay.metas[i]
     return (
-        # Only originals: previews and summaries are never offloaded again (SPEC.md section 3).
+        # Only originals: previews and summaries are never offloaded again (docs/design.md §3).
         m.kind == "original"
         # A preview is plain text; turning a tool_use message into one would orphan its results.
         and not m.call_ids

@@ -1,11 +1,11 @@
 """S4: previous rounds -> user message + one summary (LLM).
 
 A round is previous once a newer user message exists, whether or not it ended with a final
-answer (SPEC.md section 1): an abandoned task, or a round S6 compressed while it was current,
+answer (docs/design.md §1): an abandoned task, or a round S6 compressed while it was current,
 is still a previous round. S4 replaces what follows the round's user message up to its last
 message that is neither system nor pinned (its final answer, when it has one).
 
-The kinds table of SPEC.md section 1 lets a round summary or a current-round summary be
+The kinds table of docs/design.md §1 lets a round summary or a current-round summary be
 compressed again only inside a larger range (S6, the fold). A round that holds one keeps it,
 and S4 summarizes only what follows the last of them.
 """
@@ -71,7 +71,7 @@ def round_range(lay: Layout, user: int, last: int) -> tuple[int, int] | None:
     """[start, end) S4 may replace in the round from `user` to its last message `last`, or
     None if it must skip it: after the user message and after the last summary it must keep,
     up to and including the last message."""
-    # A system or pinned message anywhere in the round makes S4 skip it (SPEC.md section 1).
+    # A system or pinned message anywhere in the round makes S4 skip it (docs/design.md §1).
     if any(lay.is_protected(k) for k in range(user + 1, last + 1)):
         return None
     if lay.metas[last].kind in _KEPT_KINDS:

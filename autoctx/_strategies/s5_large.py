@@ -38,7 +38,7 @@ def _summarizable(lay: Layout, i: int) -> bool:
         # Previews and summaries of every kind are never summarized alone again.
         m.kind == "original"
         # The current user message is protected from every other rule; S5 may shorten it
-        # (SPEC.md section 3), unless the caller pinned it.
+        # (docs/design.md §3), unless the caller pinned it.
         and (not lay.is_protected(i) or (i == lay.latest_user and not lay.pinned[i]))
         # An agent that just reloaded an offload (or searched for what it knew) must not see
         # the answer compressed straight back.

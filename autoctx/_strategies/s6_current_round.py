@@ -6,7 +6,7 @@ summary at the start of the range is kept verbatim as a prefix, until that prefi
 past `current_round_ratio` of the token target; then it is summarized too, which keeps a task of
 any length bounded. It is summarized too when keeping it could not bring the context under the
 target (protected messages, such as the system prompts of many tasks, leave little room):
-a call that fires goes on to the target (SPEC.md section 2), instead of shaving a few tokens off
+a call that fires goes on to the target (docs/design.md §2), instead of shaving a few tokens off
 the newest steps at every turn.
 """
 
@@ -41,7 +41,7 @@ def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
         return []
     if has_failed(snapshot, ctx, start, end):
         return []
-    # A round too small to gain on is left alone (SPEC.md section 2: no range is sent to the
+    # A round too small to gain on is left alone (docs/design.md §2: no range is sent to the
     # summarizer when it cannot gain).
     if lay.tokens(body_start, end) < MIN_LLM_RANGE_TOKENS:
         return []
@@ -71,8 +71,8 @@ def char_budget(
     arriving: int = 0,
 ) -> int:
     """S6's character budget: `current_round_ratio` of the original characters of what it
-    summarizes (SPEC.md section 3), and never more than the room that leaves the context
-    under the token target (SPEC.md section 2: when the summarizer answers, the call ends
+    summarizes (docs/design.md §3), and never more than the room that leaves the context
+    under the token target (docs/design.md §2: when the summarizer answers, the call ends
     under the target). A round many times the window would otherwise get a summary larger
     than the window, which no rung could shorten again (S6 never runs on its own output
     alone). The room is converted to characters at the body's own characters per token, and

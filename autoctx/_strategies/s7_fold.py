@@ -9,7 +9,7 @@ system message, still has one fold summary; the new summary takes the place of t
 message.
 
 Because every fold takes the one before it, the history never holds more than
-``fold_keep_tokens + fold_budget_tokens`` plus the protected messages (SPEC.md section 3).
+``fold_keep_tokens + fold_budget_tokens`` plus the protected messages (docs/design.md §3).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def check_answer(text: str) -> str:
         raise SummarizerError(
             "empty", f"the answer is {'empty' if not text else 'only whitespace'}"
         )
-    # An answer is data, never trusted (SPEC.md section 6): what the database cannot store
+    # An answer is data, never trusted (docs/design.md §6): what the database cannot store
     # becomes a failed event, not a database error at commit. No excerpt of it is quoted.
     if "\x00" in answer:
         raise SummarizerError(

@@ -20,7 +20,7 @@ _log = logging.getLogger("autoctx")
 
 @dataclass(frozen=True, slots=True)
 class SummaryRequest:
-    #: 1, 4, 5, 6 or 7, the fold (SPEC.md section 3).
+    #: 1, 4, 5, 6 or 7, the fold (docs/design.md §3).
     strategy: int
     #: The system prompt: what the summary must keep.
     prompt: str
@@ -46,7 +46,7 @@ class SummaryRequest:
 
     def user_content(self) -> str:
         """The user message an LLM receives: the transcript, then the character budget when
-        there is one, then the plan hint, always last (SPEC.md section 3)."""
+        there is one, then the plan hint, always last (docs/design.md §3)."""
         parts = ["Transcript to summarize:", neutralize_tags(self.transcript)]
         if self.char_budget is not None:
             parts.append(

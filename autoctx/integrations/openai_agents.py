@@ -779,7 +779,7 @@ class AutoContextSession:
         return cast(TResponseInputItem | None, popped[0] if popped else None)
 
     def clear_session_sync(self) -> None:
-        """Empty the working context (sync). Clearing is not deleting (SPEC.md section 5): the
+        """Empty the working context (sync). Clearing is not deleting (docs/design.md §5): the
         SDK's compaction wrapper clears a session before it rewrites its history, and that
         must not destroy the originals and the audit trail. Delete through the memory
         (`session.memory().delete()`) to remove everything."""

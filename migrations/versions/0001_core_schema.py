@@ -54,7 +54,7 @@ def upgrade() -> None:
         sa.Column("next_position", sa.BigInteger, nullable=False, server_default="1"),
         sa.Column("next_event_id", sa.BigInteger, nullable=False, server_default="1"),
         # The version at which the last compression call ended short of its target: a later
-        # call at the same version does nothing (SPEC.md section 2).
+        # call at the same version does nothing (docs/design.md §2).
         sa.Column("settled_version", sa.BigInteger, nullable=True),
         sa.CheckConstraint("length(session_id) between 1 and 255", name="session_id_length"),
     )
@@ -70,7 +70,7 @@ def upgrade() -> None:
         sa.Column("metadata", pg.JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
         sa.Column("kind", sa.Text, nullable=False, server_default="original"),
         sa.Column("pinned", sa.Boolean, nullable=False, server_default=sa.false()),
-        # Counts as a final answer (SPEC.md section 1), recorded when written.
+        # Counts as a final answer (docs/design.md §1), recorded when written.
         sa.Column("final", sa.Boolean, nullable=False, server_default=sa.false()),
         sa.Column("tokens", sa.Integer, nullable=False),
         sa.Column("chars", sa.Integer, nullable=False),

@@ -1,6 +1,6 @@
 """Audit views: savings per strategy, cost per session, lineage, coverage, problem sessions.
 
-Plain SQL views over the core tables (SPEC.md section 7); docs/audit.md documents every column
+Plain SQL views over the core tables (docs/design.md §7); docs/audit.md documents every column
 and answers common audit questions with them.
 
 Every view keeps session_id as a column so that it can be filtered (and sharded) by session.
@@ -28,7 +28,7 @@ down_revision = "0001"
 branch_labels = None
 depends_on = None
 
-#: The strategies whose replacement text a summarizer writes (SPEC.md section 3).
+#: The strategies whose replacement text a summarizer writes (docs/design.md §3).
 _LLM_STRATEGIES = "(1, 4, 5, 6)"
 
 SAVINGS_BY_STRATEGY = """

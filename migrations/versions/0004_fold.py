@@ -4,8 +4,8 @@
 offline summarizer that keeps the bound when the configured one fails calls no LLM.
 
 `history_summary` is the kind of the one rolling summary the fold keeps of a session's history
-(SPEC.md section 3); `fallback` is the reason of a summary the offline summarizer wrote because
-the configured one failed and the context was still over the window (SPEC.md section 2).
+(docs/design.md §3); `fallback` is the reason of a summary the offline summarizer wrote because
+the configured one failed and the context was still over the window (docs/design.md §2).
 
 Revision ID: 0004
 Revises: 0003

@@ -1,6 +1,6 @@
 """Session incarnations, and clearing as an event.
 
-A session id names one incarnation (SPEC.md section 5): `sessions.incarnation` is a random id
+A session id names one incarnation (docs/design.md §5): `sessions.incarnation` is a random id
 given when the row is created, so a session deleted and created again under the same id is a
 different incarnation. Every statement of a memory names the incarnation it opened; a memory
 whose session was deleted (and perhaps recreated, by anyone) finds no row and gets

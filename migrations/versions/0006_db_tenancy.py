@@ -4,7 +4,7 @@ Migration 0003 let a row through when its session's tenant equalled the setting
 `autoctx.tenant`. Any role can set that setting (`set_config`, `SET`, `-c autoctx.tenant=...`
 in the connection options), so a role with the tables' privileges could read and write every
 tenant's rows by naming the tenant. The setting stays, because it is how autoctx scopes its own
-transactions (application tenancy, SPEC.md section 5), but it is no longer enough:
+transactions (application tenancy, docs/design.md §5), but it is no longer enough:
 
 - `autoctx_tenant_grants` lists which role may use which tenant. Only the tables' owner writes
   it (`autoctx db grant-tenant` / `revoke-tenant`, autoctx._store.tenancy); a granted role may

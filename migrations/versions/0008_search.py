@@ -2,7 +2,7 @@
 
 `messages.search_tsv` is a STORED generated column, so PostgreSQL writes it in the statement
 that writes the row: an append indexes its messages in its own transaction, and whatever
-rewrites `content` later (the erasure of SPEC.md section 9) rewrites the vector with it; no code
+rewrites `content` later (the erasure of docs/design.md §9) rewrites the vector with it; no code
 path can forget it. It holds, for originals only (summaries and previews are derived text whose
 facts are in the originals they replace, and indexing them would make every fact a hit twice),
 the text of the message's blocks: text blocks, tool names, tool-call arguments, tool outputs.
