@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from ._errors import InvalidExport
 from ._import_checks import check_json, check_rows, refused
-from ._messages import Msg, block_from_json, to_openai_messages
+from ._messages import block_from_json, to_openai_messages
 from ._store.lifecycle import (
     EVENT_COLUMNS,
     LINEAGE_COLUMNS,
@@ -36,7 +36,7 @@ from ._store.lifecycle import (
     SESSION_COLUMNS,
     SessionRows,
 )
-from ._store.rows import msg_from_columns
+from ._store.rows import msg_from_mapping
 
 FORMAT: Final = "autoctx-export/2"
 _FORMAT_PREFIX: Final = "autoctx-export/"
@@ -60,19 +60,6 @@ def _json_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _json_value(v) for k, v in row.items()}
 
 
-def _msg(row: Mapping[str, Any]) -> Msg:
-    return msg_from_columns(
-        row["id"],
-        row["role"],
-        row["name"],
-        row["content"],
-        row["metadata"],
-        row["kind"],
-        row["pinned"],
-        row["tokens"],
-    )
-
-
 def build_document(rows: SessionRows) -> dict[str, Any]:
     """The export document of a session's rows (JSON values only)."""
     by_id = {m["id"]: m for m in rows.messages}
@@ -82,7 +69,7 @@ def build_document(rows: SessionRows) -> dict[str, Any]:
         if e["summary_message_id"] is not None and e["offload_uuid"] is not None
     }
     strategy_of = {e["id"]: e["strategy"] for e in rows.events}
-    working = [_msg(by_id[w["message_id"]]) for w in rows.working_set]
+    working = [msg_from_mapping(by_id[w["message_id"]]) for w in rows.working_set]
     return {
         "format": FORMAT,
         "session": _json_row(rows.session),
@@ -106,7 +93,11 @@ def build_document(rows: SessionRows) -> dict[str, Any]:
                 **_json_row(o),
                 "strategy": strategy_of.get(o["event_id"]),
                 "messages": [
-                    {"id": i, "kind": by_id[i]["kind"], "message": _msg(by_id[i]).to_openai()}
+                    {
+                        "id": i,
+                        "kind": by_id[i]["kind"],
+                        "message": msg_from_mapping(by_id[i]).to_openai(),
+                    }
                     for i in o["message_ids"]
                 ],
             }

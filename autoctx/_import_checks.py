@@ -35,7 +35,7 @@ from ._intake import MAX_JSON_DEPTH, OpenCalls, Prepared, bind, check_stored, co
 from ._messages import Kind, Msg
 from ._search import NOT_INDEXED, SEARCH_CONFIGS
 from ._store.lifecycle import SessionRows
-from ._store.rows import msg_from_columns, search_config_of
+from ._store.rows import msg_from_mapping, search_config_of
 from ._strategies.s7_fold import STRATEGY as FOLD
 from ._tokens import TokenCounter, encoding_name_for_model
 
@@ -331,16 +331,7 @@ def _message(
         raise refused(f"{where}.id", "must be positive")
     if row["kind"] not in KINDS:
         raise refused(f"{where}.kind", f"must be one of {', '.join(KINDS)}")
-    msg = msg_from_columns(
-        row["id"],
-        row["role"],
-        row["name"],
-        row["content"],
-        row["metadata"],
-        row["kind"],
-        row["pinned"],
-        row["tokens"],
-    )
+    msg = msg_from_mapping(row)
     try:
         check_stored(msg, where)
     except InvalidMessage as exc:

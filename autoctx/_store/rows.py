@@ -62,6 +62,20 @@ def msg_from_columns(
     )
 
 
+def msg_from_mapping(row: Mapping[str, Any]) -> Msg:
+    """A `Msg` from the message columns as a mapping (an export document's row)."""
+    return msg_from_columns(
+        row["id"],
+        row["role"],
+        row["name"],
+        row["content"],
+        row["metadata"],
+        row["kind"],
+        row["pinned"],
+        row["tokens"],
+    )
+
+
 def msg_from_row(row: Any) -> Msg:
     """A `Msg` from a row holding the message columns by name."""
     return msg_from_columns(
