@@ -35,7 +35,7 @@ from ._events import Event
 from ._memory import validate_tenant
 from ._observe import CompressionHooks
 from ._store.claims import DueSession, SessionClaim, claim_due
-from ._summarizers import Summarizer, default_summarizer
+from ._summarizers import Summarizer, default_summarizer, describe_summarizer
 
 logger = logging.getLogger("autoctx")
 
@@ -90,6 +90,10 @@ class AutoContextWorker:
         self.on_compressed = on_compressed
         self._owns_summarizer = summarizer is None
         self.summarizer = summarizer if summarizer is not None else default_summarizer()
+        # Once per worker, as a memory does when it opens: which summarizer, and why.
+        logger.info(
+            "autoctx worker: %s", describe_summarizer(self.summarizer, given=summarizer is not None)
+        )
         # The lifecycle hooks observe every compression of the worker (its client's).
         self.client = AutoContextClient(database_url, auto_upgrade=auto_upgrade, hooks=hooks)
         self._stop = threading.Event()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
 
 from .._memory import validate_tenant
 from .output import _engine, friendly_errors
-from .root import DatabaseUrl, app
+from .root import AsJson, DatabaseUrl, Verbose, app
 
 
 @app.command()
@@ -22,7 +23,9 @@ def ui(
         str, typer.Option(help="Address to listen on (keep 127.0.0.1 unless you mean to share).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8765,
+    as_json: AsJson = False,
     database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Serve the audit console: a read-only web page of the sessions, their token timelines,
     events, working context, lineage down to the originals, offloads and search.
@@ -37,6 +40,7 @@ def ui(
     ```
     autoctx ui
     autoctx ui --tenant acme --port 9000
+    autoctx ui --port 0 --json        # one JSON line with the address, for scripts
     ```
     """
     from .._ui.app import make_server
@@ -45,7 +49,11 @@ def ui(
     address, bound_port = server.server_address[:2]
     bound = address.decode() if isinstance(address, bytes) else address
     shown = f"[{bound}]" if ":" in bound else bound
-    typer.echo(f"autoctx console on http://{shown}:{bound_port}/ (read-only; Ctrl-C stops it)")
+    url = f"http://{shown}:{bound_port}/"
+    if as_json:
+        typer.echo(json.dumps({"url": url, "tenant": tenant, "read_only": True}))
+    else:
+        typer.echo(f"autoctx console on {url} (read-only; Ctrl-C stops it)")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
