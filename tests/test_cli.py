@@ -730,6 +730,25 @@ def test_history_piped_at_80_columns_keeps_every_field_whole(
             assert " ".join(e.error.split()) in text
 
 
+@pytest.mark.parametrize("command", [["history"], ["show"], ["sessions", "--prefix", "cli-kinds-"]])
+@pytest.mark.parametrize("columns", [80, 200])
+def test_piped_output_has_no_padding_at_line_ends(
+    command: list[str], columns: int, kinds_session: tuple[str, str], db_url: str
+) -> None:
+    session_id, child = kinds_session
+    # The parent was cleared at the end: its fork still holds a working context to show.
+    shown = child if command[0] == "show" else session_id
+    args = [*command, "-d", db_url]
+    if command[0] != "sessions":
+        args.insert(1, shown)
+    proc = run_cli(args, columns=columns)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) > 3, proc.stdout
+    padded = [n for n, line in enumerate(lines) if line != line.rstrip()]
+    assert not padded, f"lines {padded[:5]} end in spaces: {lines[padded[0]]!r}"
+
+
 def test_history_names_pop_erase_clear_and_fork_and_saves_nothing_for_them(
     kinds_session: tuple[str, str], db_url: str, store: Store
 ) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import io
 import json
 import re
 import sys
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TextIO, TypeVar, cast
 
 import sqlalchemy as sa
 import typer
@@ -52,9 +53,39 @@ R = TypeVar("R")
 # ---------------------------------------------------------------------------------------------
 
 
+class _TrimmedLines(io.TextIOBase):
+    """A pipe or a file as rich writes to it, less the spaces rich pads each line with up to
+    the table's width: they are not output, and they break `diff`, `grep 'x$'` and editors."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        if lines:
+            self._out.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        # Rich ends every print with a newline; a partial line is written as it is.
+        if self._pending:
+            self._out.write(self._pending)
+            self._pending = ""
+        self._out.flush()
+
+
 def _console(*, stderr: bool = False) -> Console:
     # Built per command, not at import: the test runner swaps sys.stdout for each invocation.
-    return Console(highlight=False, soft_wrap=False, stderr=stderr)
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(highlight=False, soft_wrap=False, stderr=stderr)
+    # A TextIOBase is what IO[str] stands for at run time; typeshed does not relate the two.
+    trimmed = cast(TextIO, _TrimmedLines(stream))
+    return Console(highlight=False, soft_wrap=False, file=trimmed)
 
 
 def _print_whole(console: Console, table: Table) -> None:
