@@ -28,6 +28,7 @@ from typer.testing import CliRunner, Result
 import autoctx
 from autoctx import (
     AsyncAutoContextMemory,
+    AutoContextClient,
     AutoContextConfig,
     AutoContextError,
     AutoContextMemory,
@@ -43,7 +44,6 @@ from autoctx import (
     ToolUseBlock,
 )
 from autoctx._cli import app
-from autoctx._memory import dispose_engines
 from autoctx.integrations.openai_agents import context_tools
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
@@ -77,7 +77,7 @@ def _cli(*args: str) -> Result:
 @pytest.fixture(autouse=True)
 def _release_pools() -> Iterator[None]:
     yield
-    dispose_engines()
+    AutoContextClient.close_shared()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from autoctx import (
     SummaryResult,
     ToolUseBlock,
 )
+from autoctx._memory import internals
 from tests.dbsql import sql
 from tests.histories import tool_group
 from tests.invariants import assert_consistent
@@ -67,7 +68,10 @@ def _stale_calls(mem: AutoContextMemory) -> list[tuple[str, Callable[[], object]
         ("pop_last", mem.pop_last),
         ("clear", mem.clear),
         # What the Agents SDK session's atomic replacement runs.
-        ("clear and add", lambda: mem._replace_working(Msg.user("into the wrong session"))),
+        (
+            "clear and add",
+            lambda: internals(mem).replace_working(Msg.user("into the wrong session")),
+        ),
         ("set_plan", lambda: mem.set_plan({"goal": "g", "steps": []})),
         ("delete", mem.delete),
     ]
