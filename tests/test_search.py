@@ -28,7 +28,6 @@ from typer.testing import CliRunner, Result
 import autoctx
 from autoctx import (
     AsyncAutoContextMemory,
-    AutoContextClient,
     AutoContextConfig,
     AutoContextError,
     AutoContextMemory,
@@ -72,12 +71,6 @@ def _call(name: str, arguments: Any) -> dict[str, Any]:
 
 def _cli(*args: str) -> Result:
     return CliRunner().invoke(app, ["search", *args], env={"COLUMNS": "250"})
-
-
-@pytest.fixture(autouse=True)
-def _release_pools() -> Iterator[None]:
-    yield
-    AutoContextClient.close_shared()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -470,13 +470,13 @@ def test_the_acme_role_runs_a_memory_end_to_end(db_url: str, world: World, acme:
         assert again.to_openai() == mem.to_openai()
         with pytest.raises(OffloadNotFound):
             again.reload(str(world.offload_of[world.b[0]]))
-    # Checked as the owner: the role's rows are whole and consistent.
-    checked = AutoContextMemory.open(sid, db_url, CONFIG, tenant="acme", create=False)
-    assert len(list(checked.messages())) == mem.message_count()
-    assert added[0].id is not None
-    assert_consistent(checked)
-    assert_every_original_reachable(checked)
-    again.delete()
+        # Checked as the owner: the role's rows are whole and consistent.
+        checked = AutoContextMemory.open(sid, db_url, CONFIG, tenant="acme", create=False)
+        assert len(list(checked.messages())) == mem.message_count()
+        assert added[0].id is not None
+        assert_consistent(checked)
+        assert_every_original_reachable(checked)
+        again.delete()
     assert sql(checked, "select count(*) as n from messages where session_id = :s", s=sid)[0].n == 0
 
 
