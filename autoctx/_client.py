@@ -1,11 +1,17 @@
 """`AutoContextClient`: what the memories of one database share in a process, with one owner.
 
-A client holds the connection pool (a SQLAlchemy engine), has checked the schema once, and
-knows the memories opened through it, so that `close()` releases the pool and closes them. Like
-an `httpx.Client` or a psycopg pool, one per database per process is the usual shape:
-`AutoContextMemory.open(session_id, url)` uses the process's shared client for that URL
-(`AutoContextClient.shared`), and an application that wants to decide when connections go
-away makes its own and opens memories from it.
+A client holds the connection pool (a SQLAlchemy engine), has checked the schema once, runs the
+background compressions, and knows the memories opened through it, so that `close()` stops
+those compressions, closes the memories and releases the pool. It is the only factory of
+memories: `open` (and `open_async`), and a memory's `fork`, which opens the child through its
+parent's client. Like an `httpx.Client` or a psycopg pool, one per database per process is the
+usual shape.
+
+The shared default client: `AutoContextMemory.open(session_id, url)` (and the async twin's)
+opens through the process's shared client for that URL, `AutoContextClient.shared(url)`,
+made on first use. It lives until `AutoContextClient.close_shared()` closes it (with every
+memory opened through it) or the process exits; a later open makes a new one. An application
+that wants to decide when connections go away makes its own client and opens memories from it.
 
 A process that forks does not share pooled connections with its child (docs/design.md §5):
 in the child, every client forgets the connections it inherited (without closing them: they
@@ -14,6 +20,8 @@ are the parent's) and opens its own on next use, and every memory gets fresh loc
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import threading
 import weakref
@@ -29,7 +37,7 @@ from ._store.database import check_connection, create_engine, ensure_schema, res
 if TYPE_CHECKING:
     from ._background import BackgroundMode
     from ._config import AutoContextConfig
-    from ._memory import AutoContextMemory
+    from ._memory import AsyncAutoContextMemory, AutoContextMemory
     from ._summarizers import Summarizer
 
 
@@ -74,9 +82,13 @@ class AutoContextClient:
         AutoContextClient._live.add(self)
 
     @classmethod
-    def shared(cls, database_url: str | URL | None, *, auto_upgrade: bool) -> AutoContextClient:
-        """The process's client for `database_url`: opening many memories must not open many
-        pools. A closed one is replaced by a new one."""
+    def shared(
+        cls, database_url: str | URL | None = None, *, auto_upgrade: bool = True
+    ) -> AutoContextClient:
+        """The process's shared client for `database_url` (default: `AUTOCTX_DATABASE_URL`,
+        else the embedded PostgreSQL), the one `AutoContextMemory.open` uses: opening many
+        memories must not open many pools. Made on first use; one that was closed is replaced
+        by a new one. `auto_upgrade` applies when it is made."""
         url = resolve_url(database_url)
         key = url.render_as_string(hide_password=False)
         with cls._shared_lock:
@@ -87,16 +99,18 @@ class AutoContextClient:
             return client
 
     @classmethod
-    def forget_shared(cls) -> None:
-        """Release the pooled connections of every shared client and forget the clients, so
-        that the next open connects and checks the schema again. Memories already open keep
-        working: their pools reconnect on next use."""
+    def close_shared(cls, *database_urls: str | URL) -> None:
+        """Close the shared clients of `database_urls` (see `shared`), or every shared client
+        when none is named: their memories, background compressions and pooled connections.
+        The next `AutoContextMemory.open` without a client connects, and checks the schema,
+        again."""
+        keys = {resolve_url(u).render_as_string(hide_password=False) for u in database_urls}
         with cls._shared_lock:
-            clients = list(cls._shared.values())
-            cls._shared.clear()
+            if not database_urls:
+                keys = set(cls._shared)
+            clients = [cls._shared.pop(k) for k in keys if k in cls._shared]
         for client in clients:
-            if client._engine is not None:
-                client._engine.dispose()
+            client.close()
 
     @property
     def engine(self) -> Engine:
@@ -140,6 +154,35 @@ class AutoContextClient:
             self._memories.add(mem)
         return mem
 
+    async def open_async(
+        self,
+        session_id: str,
+        config: AutoContextConfig | None = None,
+        *,
+        tenant: str | None = None,
+        summarizer: Summarizer | None = None,
+        create: bool = True,
+        background: BackgroundMode = False,
+        hooks: CompressionHooks | Sequence[CompressionHooks] | None = None,
+    ) -> AsyncAutoContextMemory:
+        """`open`, for asyncio: the memory is opened in a worker thread and returned as an
+        `AsyncAutoContextMemory` (registered with this client like any other)."""
+        from ._memory import AsyncAutoContextMemory  # the memory module imports this one
+
+        mem = await asyncio.to_thread(
+            functools.partial(
+                self.open,
+                session_id,
+                config,
+                tenant=tenant,
+                summarizer=summarizer,
+                create=create,
+                background=background,
+                hooks=hooks,
+            )
+        )
+        return AsyncAutoContextMemory(mem)
+
     def close(self) -> None:
         """Close the memories opened through this client and every pooled connection.
 
@@ -169,8 +212,10 @@ class AutoContextClient:
             self._engine.dispose(close=False)
         self._lock = threading.Lock()
         self.runner.after_fork_in_child()
+        from ._memory import internals  # the memory module imports this one
+
         for mem in list(self._memories):
-            mem._after_fork_in_child()
+            internals(mem).after_fork_in_child()
 
 
 def _after_fork_in_child() -> None:

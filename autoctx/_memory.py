@@ -22,7 +22,7 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
 from dataclasses import replace
@@ -31,6 +31,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from sqlalchemy.engine import URL, Engine
 
 from . import _lifecycle_args
+from . import _window as window
 from ._agent_plan import validate_plan
 from ._anthropic import anthropic_tools, to_anthropic
 from ._background import (
@@ -176,17 +177,6 @@ def validate_tenant(tenant: object) -> str | None:
     return tenant
 
 
-def get_engine(database_url: str | URL | None, *, auto_upgrade: bool) -> Engine:
-    """The engine of the process's shared client for a URL (or the embedded server)."""
-    return AutoContextClient.shared(database_url, auto_upgrade=auto_upgrade).engine
-
-
-def dispose_engines() -> None:
-    """Release every pooled connection of the shared clients and forget them (tests, and a
-    CLI command that is done with the database); open memories reconnect on next use."""
-    AutoContextClient.forget_shared()
-
-
 def _serialized(method: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run the method under its memory's lock (reentrant: public methods call each other)."""
 
@@ -241,6 +231,7 @@ class AutoContextMemory:
         self._client = client
         #: The client's threads.
         self._runner = client.runner
+        self._internals = MemoryInternals(self)
 
     @classmethod
     def open(
@@ -318,14 +309,10 @@ class AutoContextMemory:
         An error that ended a background compression is raised here, once (a summarizer
         failure is a `failed` event, as always, never an error).
         """
-        if self._background_mode is not False:
-            self._keep_window(start=self._background_mode is True)
-            with self._lock:
-                return self._background.take(raise_errors=True)
-        self._wait_background()  # one started with compress_in_background(), if any
-        with self._lock:  # the loop and the events it returns: one call, as ever
-            self._compress_now()
-            return self._background.take(raise_errors=True)
+        return window.run(
+            window.compress_if_needed(self._background_mode, self.config, self._background),
+            self._take_step,
+        )
 
     def compress_in_background(self) -> Future[list[Event]]:
         """Start compressing in a background thread when the trigger holds, and return at
@@ -360,24 +347,40 @@ class AutoContextMemory:
             self._running = future
             return future
 
-    def _wait_background(self, *, until_under_window: bool = False) -> bool:
-        """Wait for this memory's background compression, if one runs (with
-        `until_under_window`, only until one of its commits brings the working context under
-        the window: the agent goes on while it finishes; then True). Never under the memory's
-        lock: the compression's steps take it."""
+    def _take_step(self, step: window.Step) -> object:
+        """Do what a step of the window policy asks (`autoctx._window`), in this thread.
+
+        The waits run outside the memory's lock: the background compression's steps take it."""
+        match step:
+            case window.ReadTotals():
+                return self.refresh()
+            case window.StartBackground():
+                return self.compress_in_background()
+            case window.BackgroundRunning():
+                running = self._running
+                return running is not None and not running.done()
+            case window.WaitForStep(seen=seen):
+                # Woken as each step ends; the timeout only guards against a lost wake-up.
+                self._background.wait_for_step(seen, timeout=1.0)
+                return None
+            case window.WaitForBackground():
+                self._wait_background()
+                return None
+            case window.Compress(over_window=over_window, claim=claim, hand_over=hand_over):
+                held = self._session_claim() if claim else contextlib.nullcontext()
+                with held, self._lock:  # the loop and the events it returns: one call
+                    self._compress_now(over_window=over_window)
+                    return self._background.take(raise_errors=True) if hand_over else []
+            case window.TakeEvents():
+                with self._lock:
+                    return self._background.take(raise_errors=True)
+
+    def _wait_background(self) -> None:
+        """Wait for this memory's background compression, if one runs (never under the
+        memory's lock: the compression's steps take it)."""
         running = self._running
-        if running is None:
-            return False
-        if not until_under_window:
+        if running is not None:
             wait_for_futures([running])
-            return False
-        while not running.done():
-            seen = self._background.steps
-            if self.refresh().token_count < self.config.max_tokens:
-                return True
-            # Woken as each step ends; the timeout only guards against a lost wake-up.
-            self._background.wait_for_step(seen, timeout=1.0)
-        return False
 
     @_serialized
     def _compress_now(self, *, over_window: bool = False) -> None:
@@ -388,36 +391,15 @@ class AutoContextMemory:
         if not over_window or info.token_count >= self.config.max_tokens:
             self._background.keep(compressor.run(info))
 
-    def _keep_window(self, *, start: bool) -> None:
-        """Background mode: keep the next model call under the window, and (with `start`)
-        start a background compression at the trigger."""
-        info = self.refresh()
-        if info.token_count < self.config.max_tokens:
-            if start and is_due(info, self.config):
-                self.compress_in_background()
-            return
-        if self._wait_background(until_under_window=True):
-            # Under the window while the background compression goes on (holding the claim,
-            # which the block below would wait for).
-            return
-        with self._worker_claim():
-            self._compress_now(over_window=True)
-
-    @contextlib.contextmanager
-    def _worker_claim(self) -> Iterator[None]:
-        """In background mode (a thread, or ``"worker"``): wait for the claim a worker holds on
-        the session (its compression) and keep it for the block, so that no worker compresses
-        beside it."""
-        if self._background_mode is False:
-            yield
-            return
-        with claimed(
+    def _session_claim(self) -> contextlib.AbstractContextManager[bool]:
+        """Wait for the claim a worker holds on the session (its compression) and keep it for
+        the block, so that no worker compresses beside this memory."""
+        return claimed(
             self.engine,
             self.session_id,
             self.config.compress_deadline_s,
             tenant=self._store.tenant,
-        ):
-            yield
+        )
 
     @_serialized
     def _compression(self) -> tuple[Compressor, SessionInfo]:
@@ -489,8 +471,10 @@ class AutoContextMemory:
     def messages(self) -> list[Msg]:
         """The working context, in order. In background mode, kept under the window first
         (see `compress_if_needed()`: this is what the next model call reads)."""
-        if self._background_mode is not False:
-            self._keep_window(start=False)
+        window.run(
+            window.before_read(self._background_mode, self.config, self._background),
+            self._take_step,
+        )
         return self._working()
 
     @_serialized
@@ -855,6 +839,93 @@ class AutoContextMemory:
         return self._summarizer
 
 
+class MemoryInternals:
+    """What autoctx's own code needs of a memory beyond its public methods, each named here,
+    so that nothing outside this module touches a memory's private members. Reached with
+    `internals(mem)`.
+
+    - the async twin: the lock, the background state and mode, the compression of one call,
+      the loop run in a thread, the session's claim, the working context read as it is;
+    - `autoctx worker`: the compression of one call and the lock its steps run under;
+    - the Agents SDK session: working ids with their epoch, stored documents, replacing the
+      working context in one transaction, whether the latest append reached the trigger;
+    - the CLI: the count of stored originals, the latest working id;
+    - the client: the at-fork reset.
+    """
+
+    __slots__ = ("_mem",)
+
+    def __init__(self, mem: AutoContextMemory) -> None:
+        self._mem = mem
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The memory's lock: its calls, and each step of its compressions, run under it."""
+        return self._mem._lock
+
+    @property
+    def background(self) -> BackgroundState:
+        """The stop signal and the finished compressions' events and errors."""
+        return self._mem._background
+
+    @property
+    def mode(self) -> BackgroundMode:
+        """How the memory compresses (`background=` of `open`)."""
+        return self._mem._background_mode
+
+    def compression(self) -> tuple[Compressor, SessionInfo]:
+        """The compressor of one compression and the totals it starts from."""
+        return self._mem._compression()
+
+    def compress_now(self, *, over_window: bool) -> None:
+        """The compression loop in this thread, under the memory's lock; its events wait for
+        the next `compress_if_needed()`."""
+        self._mem._compress_now(over_window=over_window)
+
+    def wait_background(self) -> None:
+        """Wait for the memory's background compression (a thread), if one runs."""
+        self._mem._wait_background()
+
+    def claim(self) -> SessionClaim:
+        """The claim `autoctx worker` takes on the session (not yet acquired)."""
+        mem = self._mem
+        return SessionClaim(mem.engine, mem.session_id, tenant=mem._store.tenant)
+
+    def working(self) -> list[Msg]:
+        """The working context as it is (the window policy is the caller's)."""
+        return self._mem._working()
+
+    def working_ids(self, limit: int | None = None) -> tuple[tuple[uuid.UUID, int], list[int]]:
+        """The epoch of the session's message content and its working message ids (the last
+        `limit` of them)."""
+        return self._mem._working_ids(limit)
+
+    def message_documents(self, ids: Sequence[int]) -> list[tuple[int, str, str, Any, Any]]:
+        """Stored messages as (id, role, kind, content, metadata) JSON, for those ids."""
+        return self._mem._message_documents(ids)
+
+    def replace_working(self, messages: MessageInput) -> list[Msg]:
+        """`clear()` then `add(messages)` in one transaction; the messages stored."""
+        return self._mem._replace_working(messages)
+
+    def appended_over_trigger(self) -> bool:
+        """Whether the memory's latest `add()` left the session at or over its trigger."""
+        return self._mem._appended_over_trigger()
+
+    def count_originals(self) -> int:
+        """The originals stored for the session."""
+        return self._mem._count_originals()
+
+    def after_fork_in_child(self) -> None:
+        """Fresh locks, and no background compression of the parent's (docs/design.md §5)."""
+        self._mem._after_fork_in_child()
+
+
+def internals(mem: AutoContextMemory) -> MemoryInternals:
+    """The internal API of `mem` (see `MemoryInternals`)."""
+    return mem._internals
+
+
 def _rewrite_with(
     config: AutoContextConfig, counter: TokenCounter
 ) -> Callable[[Mapping[int, Msg], Sequence[Derived], Mapping[int, Msg]], dict[int, Prepared]]:
@@ -978,11 +1049,14 @@ def _with_search_config(config: AutoContextConfig, info: SessionInfo) -> AutoCon
 class AsyncAutoContextMemory:
     """`AutoContextMemory` for asyncio: the same code, run in a worker thread.
 
-    In background mode its compressions run as asyncio tasks (`compress_in_background`)."""
+    The window policy is the sync memory's (`autoctx._window`), awaited; in background mode
+    its compressions run as asyncio tasks (`compress_in_background`). It drives the sync
+    memory through its public methods and its named internal API (`MemoryInternals`)."""
 
     def __init__(self, sync: AutoContextMemory) -> None:
         self.sync = sync
         self.session_id = sync.session_id
+        self._inner = internals(sync)
         self._compress_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
@@ -996,10 +1070,27 @@ class AsyncAutoContextMemory:
         session_id: str,
         database_url: str | URL | None = None,
         config: AutoContextConfig | None = None,
-        **kwargs: Any,
+        *,
+        tenant: str | None = None,
+        summarizer: Summarizer | None = None,
+        create: bool = True,
+        background: BackgroundMode = False,
+        hooks: CompressionHooks | Sequence[CompressionHooks] | None = None,
     ) -> AsyncAutoContextMemory:
+        """`AutoContextMemory.open` (through the process's shared client for the URL), in a
+        worker thread; `AutoContextClient.open_async` opens one through a client of yours."""
         sync = await asyncio.to_thread(
-            AutoContextMemory.open, session_id, database_url, config, **kwargs
+            functools.partial(
+                AutoContextMemory.open,
+                session_id,
+                database_url,
+                config,
+                tenant=tenant,
+                summarizer=summarizer,
+                create=create,
+                background=background,
+                hooks=hooks,
+            )
         )
         return cls(sync)
 
@@ -1007,14 +1098,12 @@ class AsyncAutoContextMemory:
         return await asyncio.to_thread(self.sync.add, messages)
 
     async def messages(self) -> list[Msg]:
-        if self.sync._background_mode is not False:
-            await self._keep_window(start=False)
-        return await asyncio.to_thread(self.sync._working)
+        await self._before_read()
+        return await asyncio.to_thread(self._inner.working)
 
     async def to_openai(self) -> list[dict[str, Any]]:
-        if self.sync._background_mode is not False:
-            await self._keep_window(start=False)
-        return await asyncio.to_thread(lambda: to_openai_messages(self.sync._working()))
+        await self._before_read()
+        return await asyncio.to_thread(lambda: to_openai_messages(self._inner.working()))
 
     async def token_count(self) -> int:
         return await asyncio.to_thread(self.sync.token_count)
@@ -1028,28 +1117,79 @@ class AsyncAutoContextMemory:
     async def compress_if_needed(self) -> list[Event]:
         """As `AutoContextMemory.compress_if_needed`; in background mode the compression
         runs as a task of the running event loop."""
-        mode = self.sync._background_mode
-        if mode is not False:
-            await self._keep_window(start=mode is True)
-        else:
-            # Compressions of this memory run one at a time (the loop's lock; a background
-            # task holds it too), so none pays the summarizer for a range another one
-            # already replaced.
-            async with self._compress_lock():
-                await self._compress_now(over_window=False)
-        return self.sync._background.take(raise_errors=True)
+        inner = self._inner
+        return await window.arun(
+            window.compress_if_needed(inner.mode, self.sync.config, inner.background),
+            self._take_step,
+        )
+
+    async def _before_read(self) -> None:
+        inner = self._inner
+        await window.arun(
+            window.before_read(inner.mode, self.sync.config, inner.background), self._take_step
+        )
+
+    async def _take_step(self, step: window.Step) -> object:
+        """Do what a step of the window policy asks (`autoctx._window`), in this event loop."""
+        background = self._inner.background
+        match step:
+            case window.ReadTotals():
+                return await self.refresh()
+            case window.StartBackground():
+                return await self.compress_in_background()
+            case window.BackgroundRunning():
+                return self._running() is not None
+            case window.WaitForStep(seen=seen):
+                stepped = asyncio.ensure_future(
+                    asyncio.to_thread(background.wait_for_step, seen, 1.0)
+                )
+                running = self._running()
+                either: list[asyncio.Future[Any]] = [stepped]
+                if running is not None:
+                    either.append(running)
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                return None
+            case window.WaitForBackground():
+                running = self._running()
+                if running is not None:
+                    await asyncio.wait([running])
+                return None
+            case window.Compress(over_window=over_window, claim=claim, hand_over=hand_over):
+                held = self._inner.claim() if claim else None
+                if held is not None:
+                    await asyncio.to_thread(held.acquire, self.sync.config.compress_deadline_s)
+                try:
+                    # Compressions of this memory run one at a time (the loop's lock; a
+                    # background task holds it too), so none pays the summarizer for a range
+                    # another one already replaced.
+                    async with self._compress_lock():
+                        await self._compress_now(over_window=over_window)
+                        return background.take(raise_errors=True) if hand_over else []
+                finally:
+                    if held is not None:
+                        await asyncio.to_thread(held.release)
+            case window.TakeEvents():
+                return background.take(raise_errors=True)
+
+    def _running(self) -> asyncio.Future[list[Event]] | None:
+        """This memory's background task, while it runs in the running event loop (a task of
+        a loop that has ended runs no more)."""
+        task = self._task
+        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            return None
+        return task
 
     async def compress_in_background(self) -> asyncio.Future[list[Event]]:
         """Start compressing in a task of the running loop when the trigger holds, and return
         at once with it (await it for the compression's events, which the next
         `compress_if_needed()` returns too). A compression already running is returned as it
         is; with nothing to do, a future that is already done, with no events."""
-        running = self._task
-        if running is not None and not running.done():
+        running = self._running()
+        if running is not None:
             return running
-        compressor, info = await asyncio.to_thread(self.sync._compression)
-        running = self._task
-        if running is not None and not running.done():
+        compressor, info = await asyncio.to_thread(self._inner.compression)
+        running = self._running()
+        if running is not None:
             return running  # another task of this memory started one meanwhile
         loop = asyncio.get_running_loop()
         if not is_due(info, self.sync.config):
@@ -1060,27 +1200,28 @@ class AsyncAutoContextMemory:
             self._run_in_background(compressor, info),
             name=f"autoctx-compress-{self.session_id[:40]}",
         )
-        task.add_done_callback(self.sync._background.collect)
+        task.add_done_callback(self._inner.background.collect)
         self._task = task
         return task
 
     async def _run_in_background(self, compressor: Compressor, info: SessionInfo) -> list[Event]:
         sink: list[Event] = []
+        inner = self._inner
         # The claim `autoctx worker` takes (as the sync memory's background thread does).
-        claim = SessionClaim(self.sync.engine, self.session_id, tenant=self.sync._store.tenant)
+        claim = inner.claim()
         if not await asyncio.to_thread(claim.acquire):
             return sink  # a worker is compressing the session
         try:
             async with self._compress_lock():
                 summarizer = self.sync.summarizer
-                background = self.sync._background
-                guard, stop = background.guard(self.sync._lock), background.stop
+                background = inner.background
+                guard, stop = background.guard(inner.lock), background.stop
                 if isinstance(summarizer, AsyncSummarizer):
                     await compressor.arun(info, summarizer, guard, stop=stop, events=sink)
                 else:
                     await asyncio.to_thread(compressor.run, info, guard, stop, sink)
         except asyncio.CancelledError:
-            self.sync._background.keep(sink)  # what committed before the cancellation
+            inner.background.keep(sink)  # what committed before the cancellation
             raise
         finally:
             # At once, not in a thread: a second cancellation must not skip it.
@@ -1088,50 +1229,22 @@ class AsyncAutoContextMemory:
         return sink
 
     async def _compress_now(self, *, over_window: bool) -> None:
+        inner = self._inner
         summarizer = self.sync.summarizer
         if not isinstance(summarizer, AsyncSummarizer):
-            await asyncio.to_thread(self.sync._compress_now, over_window=over_window)
+            await asyncio.to_thread(inner.compress_now, over_window=over_window)
             return
         # The database steps run in a worker thread, each under the memory's lock; the LLM call
         # is awaited and holds neither a thread nor the lock, so other calls go on meanwhile.
-        compressor, info = await asyncio.to_thread(self.sync._compression)
+        compressor, info = await asyncio.to_thread(inner.compression)
         if over_window and info.token_count < self.sync.config.max_tokens:
             return
         sink: list[Event] = []
         try:
-            stop = self.sync._background.stop
-            await compressor.arun(info, summarizer, self.sync._lock, stop=stop, events=sink)
+            stop = inner.background.stop
+            await compressor.arun(info, summarizer, inner.lock, stop=stop, events=sink)
         finally:
-            self.sync._background.keep(sink)
-
-    async def _keep_window(self, *, start: bool) -> None:
-        """`AutoContextMemory._keep_window`, with this memory's task."""
-        info = await self.refresh()
-        config = self.sync.config
-        if info.token_count < config.max_tokens:
-            if start and is_due(info, config):
-                await self.compress_in_background()
-            return
-        running = self._task
-        background = self.sync._background
-        while running is not None and not running.done():
-            # As the sync memory: only until a commit brings the context under the window.
-            seen = background.steps
-            if (await self.refresh()).token_count < config.max_tokens:
-                return
-            stepped = asyncio.ensure_future(asyncio.to_thread(background.wait_for_step, seen, 1.0))
-            either: list[asyncio.Future[Any]] = [running, stepped]
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        claim = None
-        if self.sync._background_mode is not False:
-            claim = SessionClaim(self.sync.engine, self.session_id, tenant=self.sync._store.tenant)
-            await asyncio.to_thread(claim.acquire, config.compress_deadline_s)
-        try:
-            async with self._compress_lock():
-                await self._compress_now(over_window=True)
-        finally:
-            if claim is not None:
-                await asyncio.to_thread(claim.release)
+            inner.background.keep(sink)
 
     def _compress_lock(self) -> asyncio.Lock:
         # An asyncio lock belongs to one event loop: one per loop that uses this memory.
@@ -1193,9 +1306,8 @@ class AsyncAutoContextMemory:
         return AutoContextMemory.system_prompt_snippet()
 
     async def to_anthropic(self) -> tuple[str, list[dict[str, Any]]]:
-        if self.sync._background_mode is not False:
-            await self._keep_window(start=False)
-        return await asyncio.to_thread(lambda: to_anthropic(self.sync._working()))
+        await self._before_read()
+        return await asyncio.to_thread(lambda: to_anthropic(self._inner.working()))
 
     async def set_plan(self, plan: Mapping[str, Any] | None) -> None:
         await asyncio.to_thread(self.sync.set_plan, plan)

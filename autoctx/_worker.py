@@ -32,7 +32,7 @@ from sqlalchemy.engine import URL
 from ._client import AutoContextClient
 from ._errors import ConfigError
 from ._events import Event
-from ._memory import validate_tenant
+from ._memory import internals, validate_tenant
 from ._observe import CompressionHooks
 from ._store.claims import DueSession, SessionClaim, claim_due
 from ._summarizers import Summarizer, default_summarizer, describe_summarizer
@@ -205,8 +205,9 @@ class AutoContextWorker:
             try:
                 # The memory's own loop (the thresholds recorded on the session), stopped with
                 # the worker; the claim keeps every other worker off the session meanwhile.
-                compressor, info = mem._compression()
-                events = compressor.run(info, guard=mem._lock, stop=self._stop)
+                inner = internals(mem)
+                compressor, info = inner.compression()
+                events = compressor.run(info, guard=inner.lock, stop=self._stop)
             finally:
                 mem.close()
         except Exception as exc:

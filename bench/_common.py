@@ -30,8 +30,7 @@ from psycopg.conninfo import make_conninfo
 from rich.console import Console
 from sqlalchemy.engine import URL
 
-from autoctx import Msg, TextBlock, ToolResultBlock, ToolUseBlock
-from autoctx._memory import dispose_engines
+from autoctx import AutoContextClient, Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from autoctx._store.database import (
     ENV_URL,
     create_engine,
@@ -118,7 +117,7 @@ def fresh_database(database_url: str | None, prefix: str) -> Iterator[BenchDatab
         yield BenchDatabase(url, name, version.split()[0])
     finally:
         # autoctx keeps one pool per URL per process; it must let go before the drop.
-        dispose_engines()
+        AutoContextClient.close_shared()
         _drop_database(admin, name)
 
 

@@ -53,10 +53,16 @@ from rich.console import Console
 from rich.table import Table
 
 import autoctx._compressor
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer, ToolResultBlock
+from autoctx import (
+    AutoContextClient,
+    AutoContextConfig,
+    AutoContextMemory,
+    Msg,
+    OfflineSummarizer,
+    ToolResultBlock,
+)
 from autoctx._compressor import Compressor, preview
 from autoctx._intake import Prepared, count_tokens, prepare
-from autoctx._memory import get_engine
 from autoctx._plans import PlanContext, Snapshot
 from autoctx._prompts import build_request
 from autoctx._store.store import Replacement, Store
@@ -219,7 +225,7 @@ def part_a(
     # LLM call is allowed should the ladder go past S3.
     base = AutoContextConfig(msg_threshold=10**9, min_tool_run=10**6, max_llm_calls=0)
     counter = TokenCounter(base.model)
-    engine = get_engine(db.url, auto_upgrade=False)
+    engine = AutoContextClient.shared(db.url, auto_upgrade=False).engine
     store = Store(engine)
     results = []
     for n in _ints(args.sizes):
@@ -378,7 +384,7 @@ def part_b(
 ) -> list[dict[str, Any]]:
     config = AutoContextConfig()
     counter = TokenCounter(config.model)
-    engine = get_engine(db.url, auto_upgrade=False)
+    engine = AutoContextClient.shared(db.url, auto_upgrade=False).engine
     store = Store(engine)
     summarizer = OfflineSummarizer()
     results = []

@@ -41,8 +41,7 @@ from _common import (
 from rich.console import Console
 from rich.table import Table
 
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
-from autoctx._memory import get_engine
+from autoctx import AutoContextClient, AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
 from autoctx._store import console as db
 from autoctx._store import search as search_store
 from autoctx._ui.app import CHILDREN_PAGE, EVENTS_PAGE, OFFLOAD_PAGE, WORKING_PAGE, make_server
@@ -226,7 +225,9 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
         f"lineage rows, {counts[2]:,} offloads; `raw` has {n_working:,} working messages"
     )
 
-    server = make_server(get_engine(bdb.url, auto_upgrade=False), None, "127.0.0.1", 0)
+    server = make_server(
+        AutoContextClient.shared(bdb.url, auto_upgrade=False).engine, None, "127.0.0.1", 0
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     t = {"tenant": None}

@@ -63,8 +63,7 @@ from rich.console import Console
 from rich.table import Table
 
 import autoctx
-from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer
-from autoctx._memory import dispose_engines
+from autoctx import AutoContextClient, AutoContextConfig, AutoContextMemory, OfflineSummarizer
 
 console = Console(width=140)
 
@@ -331,7 +330,7 @@ def granted_role(db: BenchDatabase) -> Iterator[str | None]:
         else:
             yield role_url
     finally:
-        dispose_engines()
+        AutoContextClient.close_shared()
         with owner.begin() as conn:
             conn.execute(
                 sa.text(

@@ -18,8 +18,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer
-from autoctx._memory import dispose_engines
+from autoctx import AutoContextClient, AutoContextConfig, AutoContextMemory, OfflineSummarizer
 from autoctx._store.database import (
     create_engine,
     embedded_url,
@@ -84,8 +83,18 @@ def db_url(admin_url: URL, template_db: str) -> Iterator[str]:
     """A migrated database of this test module's own (a clone of the template)."""
     url, name = clone_database(admin_url, template_db)
     yield url.render_as_string(hide_password=False)
-    dispose_engines()
+    # The shared clients (of `AutoContextMemory.open` without a client) are closed with the
+    # database: none keeps a pool of a dropped database, or a memory, into the next module.
+    AutoContextClient.close_shared(url)
     _drop_database(admin_url, name)
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[AutoContextClient]:
+    """A client of this module's database, the test's own: closed (with every memory opened
+    through it, and its pooled connections) when the test ends."""
+    with AutoContextClient(db_url) as own:
+        yield own
 
 
 @pytest.fixture
@@ -93,8 +102,9 @@ def empty_db_url(admin_url: URL) -> Iterator[str]:
     """An empty database (no schema), for migration tests."""
     name = f"autoctx_e_{uuid.uuid4().hex[:12]}"
     ensure_database(admin_url, name)
-    yield _with_database(admin_url, name).render_as_string(hide_password=False)
-    dispose_engines()
+    url = _with_database(admin_url, name)
+    yield url.render_as_string(hide_password=False)
+    AutoContextClient.close_shared(url)
     _drop_database(admin_url, name)
 
 

@@ -34,8 +34,14 @@ from typing import Any
 import openai  # noqa: F401  (imported here so that forked children start warm)
 import sqlalchemy as sa
 
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
-from autoctx._memory import dispose_engines
+from autoctx import (
+    AutoContextClient,
+    AutoContextConfig,
+    AutoContextMemory,
+    Msg,
+    OpenAISummarizer,
+    ToolUseBlock,
+)
 from autoctx._store.rows import msg_from_row
 from tests.dbsql import sql
 from tests.invariants import (
@@ -176,14 +182,12 @@ def next_step(mem: AutoContextMemory) -> int:
 def prefill(work: Workload, steps: int) -> None:
     """Append the first `steps` steps in this process (acknowledged like the child's), so that
     the first child already works on a session near its trigger instead of building one up."""
-    dispose_engines()
-    mem = AutoContextMemory.open(work.session_id, work.db_url, CONFIG)
-    with work.ack_path.open("a") as acks:
-        for step in range(next_step(mem), steps):
-            stored = mem.add(unit(work.seed, step))
-            acks.write(_ack_line(step, stored))
-    mem.close()
-    dispose_engines()
+    with AutoContextClient(work.db_url) as client:
+        mem = client.open(work.session_id, CONFIG)
+        with work.ack_path.open("a") as acks:
+            for step in range(next_step(mem), steps):
+                stored = mem.add(unit(work.seed, step))
+                acks.write(_ack_line(step, stored))
 
 
 def _ack_line(step: int, stored: Sequence[Msg]) -> str:
@@ -194,11 +198,10 @@ def _ack_line(step: int, stored: Sequence[Msg]) -> str:
 def child_main(work: Workload, generation: int, pause_at: str | None, pause_after: int) -> None:
     """The child's loop; runs until killed. `pause_at` is armed after `pause_after` steps, so
     pauses land at different places in the session's life."""
-    dispose_engines()  # the parent's pooled connections are not ours to use
     pauser = Pauser()
-    mem = AutoContextMemory.open(
+    # A client of the child's own: the parent's pooled connections are not its to use.
+    mem = AutoContextClient(work.db_url).open(
         work.session_id,
-        work.db_url,
         CONFIG,
         summarizer=pauser.summarizer(_summarizer(work, generation)),
     )
@@ -248,9 +251,13 @@ def check_after_kill(work: Workload, kills: int) -> tuple[int, int]:
     """Open the session in this process with a fresh engine and check it; returns (steps
     stored, acknowledged steps). Every acknowledged message is present exactly once, in order,
     with the content acknowledged; at most one step per kill was committed without its ack."""
-    dispose_engines()
+    with AutoContextClient(work.db_url) as client:  # a fresh pool, closed at the end
+        return _check_after_kill(work, kills, client)
+
+
+def _check_after_kill(work: Workload, kills: int, client: AutoContextClient) -> tuple[int, int]:
     acks = read_acks(work.ack_path)
-    mem = AutoContextMemory.open(work.session_id, work.db_url, CONFIG, create=not acks)
+    mem = client.open(work.session_id, CONFIG, create=not acks)
     rows = sql(
         mem,
         "select id, role, name, content, metadata, kind, pinned, tokens from messages "
@@ -287,8 +294,6 @@ def check_after_kill(work: Workload, kills: int) -> tuple[int, int]:
     assert len(unacked) <= kills, f"{len(unacked)} steps stored without an ack after {kills} kills"
     assert_consistent(mem)
     assert_every_original_reachable(mem)
-    mem.close()
-    dispose_engines()
     return len(steps), len(acks)
 
 
@@ -429,7 +434,7 @@ def kill_once(
     (the session row locked inside a transaction, free outside one) and that nothing of the
     paused transaction is visible: the state seen while it is paused is the state after the
     kill."""
-    dispose_engines()  # nothing pooled may be shared with the child
+    # Nothing pooled is shared with the child: it opens a client of its own.
     pause_at = None if phase == RANDOM else phase
     # A process's first append locks the session row and writes in a transaction; later ones
     # are one autocommit statement, with no window between writing and committing.

@@ -34,6 +34,7 @@ from autoctx import (
     SummarizerError,
     ToolUseBlock,
 )
+from autoctx._memory import internals
 from autoctx._worker import AutoContextWorker
 from tests.dbsql import sql
 from tests.histories import SMALL, file_dump
@@ -117,7 +118,7 @@ def _task(seed: int, steps: int, lines: int = 20) -> list[Msg]:
 
 
 def _working_ids(mem: AutoContextMemory) -> list[int]:
-    return [m.id or 0 for m in mem._working()]
+    return [m.id or 0 for m in internals(mem).working()]
 
 
 def _at_trigger(open_memory: Callable[..., AutoContextMemory], summarizer: Any, **kw: Any) -> Any:
@@ -212,7 +213,7 @@ def test_no_model_call_is_over_the_window_while_compression_runs_behind(
         context = mem.messages()
         tokens = sum(m.tokens or 0 for m in context)
         assert tokens < config.max_tokens, f"step {step}: {tokens} tokens"
-    mem._wait_background()
+    internals(mem).wait_background()
     events = [e for e in mem.events() if e.status == "applied"]
     assert events, "nothing was compressed"
     assert slow.requests >= 1, "the summarizer was never asked"
@@ -312,7 +313,7 @@ def test_an_error_that_ends_a_background_compression_is_raised_by_the_next_call(
         mem.compress_if_needed()
     server.set_default(Reply.text())
     mem.compress_if_needed()  # raised once; the next call compresses again
-    mem._wait_background()
+    internals(mem).wait_background()
     assert any(e.status == "applied" for e in mem.compress_if_needed())
     assert_consistent(mem)
 

@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from autoctx import (
+    AutoContextClient,
     AutoContextConfig,
     AutoContextMemory,
     ConfigError,
@@ -36,7 +37,6 @@ from autoctx import (
     ToolUseBlock,
 )
 from autoctx._errors import InvalidPlan
-from autoctx._memory import dispose_engines
 from autoctx._store.tables import SESSION_TABLES
 from tests.invariants import assert_totals_match, assert_valid_openai_chat
 
@@ -624,11 +624,11 @@ def test_bad_input_is_refused_and_stores_nothing(case: Case, ctx: Ctx) -> None:
     assert case.fragment.lower() in str(info.value).lower(), str(info.value)[:500]
     assert MARKER not in str(info.value), "the error repeats message content"
     assert _picture(ctx) == before, "the failing call stored something"
-    # The session still opens (in a fresh engine) and is whole.
-    dispose_engines()
-    again = AutoContextMemory.open(ctx.mem.session_id, ctx.db_url, create=False)
-    assert_valid_openai_chat(again.to_openai())
-    assert_totals_match(again)
+    # The session still opens (through a fresh client: a new pool) and is whole.
+    with AutoContextClient(ctx.db_url) as fresh:
+        again = fresh.open(ctx.mem.session_id, create=False)
+        assert_valid_openai_chat(again.to_openai())
+        assert_totals_match(again)
 
 
 def test_the_catalogue_has_at_least_25_distinct_inputs() -> None:
@@ -672,7 +672,7 @@ def test_hostile_looking_session_ids_are_plain_text(db_url: str) -> None:
         mem = AutoContextMemory.open(sid, db_url, create=False)
         assert [m.text for m in mem.messages()] == [f"hello from {sid}"]
         assert_totals_match(mem)
-    dispose_engines()
+    AutoContextClient.close_shared(db_url)
 
 
 def test_developer_role_is_accepted_as_system(ctx: Ctx) -> None:

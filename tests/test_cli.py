@@ -27,11 +27,10 @@ from click.testing import Result
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer
+from autoctx import AutoContextClient, AutoContextConfig, AutoContextMemory, OfflineSummarizer
 from autoctx._cli import app
 from autoctx._cli import root as cli_root
 from autoctx._demo import generate
-from autoctx._memory import get_engine
 from autoctx._plot import Mark, Point, Series, reconstruct, render
 from autoctx._store.inspect import message_stamps
 from autoctx._store.store import Store
@@ -72,7 +71,7 @@ def demo_id(demo_run: tuple[str, Result]) -> str:
 
 @pytest.fixture(scope="module")
 def store(db_url: str) -> Store:
-    return Store(get_engine(db_url, auto_upgrade=False))
+    return Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine)
 
 
 # -- demo -----------------------------------------------------------------------------------
@@ -110,8 +109,8 @@ def test_demo_runs_end_to_end_and_compresses(demo_run: tuple[str, Result], store
 
 def test_demo_stays_within_the_window_after_every_step(demo_id: str, db_url: str) -> None:
     series = reconstruct(
-        message_stamps(get_engine(db_url, auto_upgrade=False), demo_id),
-        Store(get_engine(db_url, auto_upgrade=False)).events(demo_id),
+        message_stamps(AutoContextClient.shared(db_url, auto_upgrade=False).engine, demo_id),
+        Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine).events(demo_id),
     )
     assert max(p.tokens for p in series.points) < 32_000
 
@@ -119,7 +118,7 @@ def test_demo_stays_within_the_window_after_every_step(demo_id: str, db_url: str
 def test_demo_is_deterministic_for_a_seed(db_url: str) -> None:
     """The same seed stores the same originals. (Compression figures may differ by a token or
     two: every summary carries a fresh random offload uuid.)"""
-    engine = get_engine(db_url, auto_upgrade=False)
+    engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
     runs = []
     for _ in range(2):
         result = invoke(["demo", "--rounds", "1", "--steps", "8", "--seed", "5", "-d", db_url])
@@ -249,7 +248,7 @@ def test_history_fits_a_narrow_terminal(demo_id: str, db_url: str, store: Store)
 
 
 def test_lineage_walks_down_to_the_originals(demo_id: str, db_url: str, store: Store) -> None:
-    engine = get_engine(db_url, auto_upgrade=False)
+    engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
     summary = next(e.summary_message_id for e in store.events(demo_id) if e.strategy in (1, 4, 6))
     with engine.connect() as conn:
         originals = (
@@ -305,7 +304,7 @@ def test_plot_writes_a_png_that_matches_the_totals(
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out.stat().st_size > 20_000
     # The replayed series ends exactly at the session's stored totals.
-    engine = get_engine(db_url, auto_upgrade=False)
+    engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
     series = reconstruct(message_stamps(engine, demo_id), store.events(demo_id))
     info = store.get_session(demo_id)
     assert info is not None

@@ -24,8 +24,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from autoctx import AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
-from autoctx._memory import dispose_engines
+from autoctx import AutoContextClient, AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.invariants import assert_consistent, assert_every_original_reachable
@@ -86,7 +85,8 @@ def _group(writer: int, seq: int, rng: random.Random) -> list[Msg]:
 
 def _child(target: Callable[..., Any], results: Any, *args: Any) -> None:
     """Run `target` in a forked child and send back ("ok", value) or ("error", traceback)."""
-    dispose_engines()  # the parent's pooled connections are not ours to use
+    # The parent's pooled connections are not the child's to use: the client's at-fork
+    # handler (docs/design.md §5) forgets them and the child's memories connect anew.
     try:
         results.put(("ok", target(*args)))
     except BaseException:
@@ -155,7 +155,6 @@ def test_writers_and_compressors_on_one_session_lose_nothing(
     mem = AutoContextMemory.open(session_id, db_url, CONFIG)
     history = mem.add(multi_round(21, rounds=4, steps=8))
     assert mem.needs_compression()
-    dispose_engines()
 
     results = CTX.SimpleQueue()
     start, stop = CTX.Event(), CTX.Event()
@@ -220,7 +219,6 @@ def test_writers_and_compressors_on_one_session_lose_nothing(
     # assert_consistent also checks that no message was replaced by two applied events.
     assert_consistent(mem)
     assert_every_original_reachable(mem)
-    dispose_engines()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,7 +244,6 @@ def _fill(db_url: str, sid: str, seed: int) -> None:
 def _hold_in_apply(db_url: str, sid: str, results: Any) -> None:
     """Child: compress session A and stop inside the apply transaction (row locked, rows
     written, not committed)."""
-    dispose_engines()
     try:
         mem = AutoContextMemory.open(sid, db_url, CONFIG, create=False)
         Pauser("apply.before_commit").install(mem.engine)
@@ -260,7 +257,6 @@ def test_a_locked_session_never_blocks_another(db_url: str, holder: str) -> None
     a, b = f"lock-a-{uuid.uuid4().hex[:8]}", f"lock-b-{uuid.uuid4().hex[:8]}"
     _fill(db_url, a, 31)
     _fill(db_url, b, 32)
-    dispose_engines()
     engine = sa.create_engine(db_url, poolclass=sa.NullPool)
     results = CTX.SimpleQueue()
     proc = None
@@ -294,11 +290,10 @@ def test_a_locked_session_never_blocks_another(db_url: str, holder: str) -> None
         holding.rollback()
         holding.close()
         engine.dispose()
-        dispose_engines()
+        AutoContextClient.close_shared(db_url)  # reopened through a new client
     mem_a = AutoContextMemory.open(a, db_url, CONFIG, create=False)
     assert_consistent(mem_a)
     assert_consistent(AutoContextMemory.open(b, db_url, CONFIG, create=False))
-    dispose_engines()
 
 
 def _wait_until_locked(engine: sa.Engine, sid: str, proc: Any) -> None:

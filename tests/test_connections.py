@@ -9,24 +9,20 @@ one call fails with the database's error and the next one works, with nothing lo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import sqlalchemy as sa
 
-from autoctx import AutoContextMemory, Msg, OfflineSummarizer
-from autoctx._memory import dispose_engines
+from autoctx import AutoContextClient, AutoContextMemory, Msg, OfflineSummarizer
 from autoctx._store import database
 from tests.invariants import assert_totals_match
 
 
 @pytest.fixture
-def mem(db_url: str, session_id: str) -> Iterator[AutoContextMemory]:
-    dispose_engines()
-    memory = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
+def mem(client: AutoContextClient, session_id: str) -> AutoContextMemory:
+    # The test's own client: a pool of its own, closed when the test ends.
+    memory = client.open(session_id, summarizer=OfflineSummarizer())
     memory.add(Msg.user("first"))
-    yield memory
-    dispose_engines()
+    return memory
 
 
 def _kill_pooled_backend(mem: AutoContextMemory, db_url: str) -> None:

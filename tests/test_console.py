@@ -33,9 +33,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from typer.testing import CliRunner
 
 import autoctx
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
+from autoctx import AutoContextClient, AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
 from autoctx._cli import app
-from autoctx._memory import dispose_engines, get_engine
 from autoctx._store import console as db
 from autoctx._store.inspect import lineage_edges
 from autoctx._store.store import Store
@@ -97,7 +96,7 @@ def world(db_url: str) -> Iterator[World]:
     )
     summary_id = next(e.summary_message_id for e in applied if e.offload_uuid == offload)
     assert summary_id is not None
-    store = Store(get_engine(db_url, auto_upgrade=False))
+    store = Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine)
     stored = store.load_messages(main.session_id, range(1, 6))
     script_id = next(i for i, m in stored.items() if m.text == SCRIPT)
     exact_id = next(i for i, m in stored.items() if m.text == EXACT)
@@ -138,7 +137,7 @@ def world(db_url: str) -> Iterator[World]:
         exact_id,
         summary_id,
     )
-    dispose_engines()
+    AutoContextClient.close_shared(db_url)
 
 
 class Served:
@@ -166,7 +165,11 @@ class Served:
 
 @contextlib.contextmanager
 def serve(url: str, tenant: str | None) -> Iterator[Served]:
-    served = Served(make_server(get_engine(url, auto_upgrade=False), tenant, "127.0.0.1", 0))
+    served = Served(
+        make_server(
+            AutoContextClient.shared(url, auto_upgrade=False).engine, tenant, "127.0.0.1", 0
+        )
+    )
     try:
         yield served
     finally:
@@ -243,7 +246,7 @@ def test_every_page_answers_and_nothing_writes(ui: Served, world: World, db_url:
 
 
 def test_the_console_reads_in_read_only_transactions(db_url: str, world: World) -> None:
-    engine = db.read_only(get_engine(db_url, auto_upgrade=False))
+    engine = db.read_only(AutoContextClient.shared(db_url, auto_upgrade=False).engine)
     with pytest.raises(sa.exc.InternalError, match="read-only transaction"), engine.begin() as c:
         c.execute(
             sa.text("update sessions set version = version where session_id = :s"),
@@ -275,7 +278,7 @@ def test_the_session_page_draws_the_timeline_with_limits_and_marks(
         assert f"limit-{limit}" in svg
     assert "window 20,000" in svg
     marks = sorted(int(k) for k in re.findall(r'class="mark mark-s(\d)"', svg))
-    events = Store(get_engine(db_url, auto_upgrade=False)).events(world.main)
+    events = Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine).events(world.main)
     assert marks == sorted(e.strategy for e in events if e.status != "failed")
     for e in events:  # each mark links to its event's row
         assert f"/events?after={e.id - 1}#e{e.id}" in svg
@@ -313,7 +316,7 @@ def test_working_context_pages_walk_forward_and_back(ui: Served, world: World) -
 def _originals_behind(db_url: str, sid: str, offload: uuid.UUID) -> list[Msg]:
     """Through the library: what the offload removed, each summary among them followed down
     its lineage to the originals."""
-    engine = get_engine(db_url, auto_upgrade=False)
+    engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
     removed = Store(engine).reload(sid, offload)
     ids = set()
     for m in removed:
@@ -331,13 +334,15 @@ def _originals_behind(db_url: str, sid: str, offload: uuid.UUID) -> list[Msg]:
 def test_an_offload_shows_the_originals_behind_it_down_through_summaries(
     ui: Served, world: World, db_url: str
 ) -> None:
-    events = Store(get_engine(db_url, auto_upgrade=False)).events(world.main)
+    events = Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine).events(world.main)
     nested = 0
     for e in events:
         if e.offload_uuid is None:
             continue
         expected = _originals_behind(db_url, world.main, e.offload_uuid)
-        removed = Store(get_engine(db_url, auto_upgrade=False)).reload(world.main, e.offload_uuid)
+        removed = Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine).reload(
+            world.main, e.offload_uuid
+        )
         nested += any(m.kind != "original" for m in removed)
         path: str | None = f"/s/{_q(world.main)}/o/{e.offload_uuid}?view=originals"
         shown: list[list[str]] = []
@@ -357,7 +362,7 @@ def test_an_offload_shows_the_originals_behind_it_down_through_summaries(
 def test_a_summarys_page_lists_what_it_replaced_in_order(
     ui: Served, world: World, db_url: str
 ) -> None:
-    engine = get_engine(db_url, auto_upgrade=False)
+    engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
     for e in Store(engine).events(world.main):
         assert e.summary_message_id is not None
         direct = sorted(

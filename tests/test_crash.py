@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autoctx import AutoContextMemory
-from autoctx._memory import dispose_engines
+from autoctx import AutoContextClient
 from tests.crash_child import (
     CONFIG,
     KILL_PHASES,
@@ -67,11 +66,10 @@ def test_kills_in_phase_lose_nothing(
     print(f"{phase}: {stats.line()}")
     assert stats.kills[phase] == KILLS[phase]
     assert stats.acked > 0, "the children never got an add() through"
-    dispose_engines()
 
 
 def test_mixed_kills_on_one_session_keep_compressing(
-    db_url: str, slow_llm: OpenAIServer, tmp_path: Path
+    db_url: str, client: AutoContextClient, slow_llm: OpenAIServer, tmp_path: Path
 ) -> None:
     """Kills of every kind in turn on one session: it keeps working (compressions commit between
     kills) and every check holds after each kill."""
@@ -79,7 +77,6 @@ def test_mixed_kills_on_one_session_keep_compressing(
     phases = list(KILL_PHASES)
     stats: KillStats = run_kills(work, phases, seed=5)
     print(f"mixed: {stats.line()}")
-    mem = AutoContextMemory.open(work.session_id, db_url, CONFIG, create=False)
+    mem = client.open(work.session_id, CONFIG, create=False)
     applied = [e for e in mem.events() if e.status == "applied"]
     assert applied, "no compression ever committed between the kills"
-    dispose_engines()

@@ -27,6 +27,7 @@ import pytest
 import sqlalchemy as sa
 
 from autoctx import (
+    AutoContextClient,
     AutoContextConfig,
     AutoContextMemory,
     ErasureNotPermitted,
@@ -46,7 +47,6 @@ from autoctx import (
     import_session,
     purge_sessions,
 )
-from autoctx._memory import dispose_engines
 from autoctx._store.database import create_engine, normalize_url
 from tests.dbsql import sql
 from tests.lifecycle import (
@@ -355,7 +355,8 @@ def _pause_in_erase(engine: sa.Engine, phase: str) -> None:
 
 
 def _erase_in_child(db: str, sid: str, ids: list[int], phase: str) -> tuple[int, int]:
-    dispose_engines()  # nothing pooled may be shared with the child
+    # The child forgets the parent's pooled connections (the client's at-fork handler,
+    # docs/design.md §5) and opens the session through a client of its own.
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -364,8 +365,7 @@ def _erase_in_child(db: str, sid: str, ids: list[int], phase: str) -> tuple[int,
             os.close(read_end)
             os.dup2(write_end, 2)
             sys.stderr = os.fdopen(2, "w", buffering=1)
-            dispose_engines()
-            mem = AutoContextMemory.open(sid, db, CONFIG, summarizer=OfflineSummarizer())
+            mem = AutoContextClient(db).open(sid, CONFIG, summarizer=OfflineSummarizer())
             _pause_in_erase(mem.engine, phase)
             mem.erase(ids, reason="crash")
         except BaseException:
@@ -418,7 +418,7 @@ def test_a_crash_during_an_erasure_leaves_all_or_nothing(
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(fd)
-    dispose_engines()
+    AutoContextClient.close_shared()  # reopened through a new client: a fresh pool
     mem = open_mem()
     assert session_rows(mem) == rows  # nothing
     assert holding(mem.engine, secret) == held

@@ -16,6 +16,7 @@ from sqlalchemy.engine import URL
 from typer.testing import CliRunner
 
 from autoctx import (
+    AutoContextClient,
     AutoContextMemory,
     InvalidExport,
     Msg,
@@ -27,9 +28,7 @@ from autoctx import (
     import_session,
 )
 from autoctx._cli import app
-from autoctx._client import AutoContextClient
 from autoctx._exports import parse_document
-from autoctx._memory import dispose_engines
 from autoctx._store.lifecycle import write_rows
 from autoctx._store.store import Store
 from tests.conftest import _drop_database, clone_database
@@ -46,7 +45,7 @@ def other_db(admin_url: URL, template_db: str) -> Iterator[str]:
     """A second migrated database: where the sessions are restored."""
     url, name = clone_database(admin_url, template_db)
     yield url.render_as_string(hide_password=False)
-    dispose_engines()
+    AutoContextClient.close_shared(url)
     _drop_database(admin_url, name)
 
 

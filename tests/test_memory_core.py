@@ -23,6 +23,7 @@ from autoctx import (
     SessionNotFound,
     ToolUseBlock,
 )
+from autoctx._memory import internals
 from tests.dbsql import sql
 from tests.invariants import recount
 from tests.test_messages import drop_none, varied_conversation
@@ -180,9 +181,9 @@ def test_the_no_read_trigger_check_follows_the_totals_of_the_memorys_own_append(
 ) -> None:
     mem = open_memory(config=AutoContextConfig(msg_threshold=3))
     mem.add([Msg.user("a"), Msg.assistant("b")])  # the first append: the locking path
-    assert not mem._appended_over_trigger() and not mem.needs_compression()
+    assert not internals(mem).appended_over_trigger() and not mem.needs_compression()
     mem.add(Msg.user("c"))  # one statement; the trigger (3 messages) now holds
-    assert mem._appended_over_trigger() and mem.needs_compression()
+    assert internals(mem).appended_over_trigger() and mem.needs_compression()
 
 
 def test_the_async_twin_covers_every_public_method() -> None:

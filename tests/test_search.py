@@ -43,7 +43,6 @@ from autoctx import (
     ToolUseBlock,
 )
 from autoctx._cli import app
-from autoctx._memory import dispose_engines
 from autoctx.integrations.openai_agents import context_tools
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
@@ -72,12 +71,6 @@ def _call(name: str, arguments: Any) -> dict[str, Any]:
 
 def _cli(*args: str) -> Result:
     return CliRunner().invoke(app, ["search", *args], env={"COLUMNS": "250"})
-
-
-@pytest.fixture(autouse=True)
-def _release_pools() -> Iterator[None]:
-    yield
-    dispose_engines()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from autoctx import (
     SummaryResult,
     ToolUseBlock,
 )
+from autoctx._memory import internals
 from tests.dbsql import sql
 from tests.histories import tool_group
 from tests.invariants import assert_consistent
@@ -67,7 +68,10 @@ def _stale_calls(mem: AutoContextMemory) -> list[tuple[str, Callable[[], object]
         ("pop_last", mem.pop_last),
         ("clear", mem.clear),
         # What the Agents SDK session's atomic replacement runs.
-        ("clear and add", lambda: mem._replace_working(Msg.user("into the wrong session"))),
+        (
+            "clear and add",
+            lambda: internals(mem).replace_working(Msg.user("into the wrong session")),
+        ),
         ("set_plan", lambda: mem.set_plan({"goal": "g", "steps": []})),
         ("delete", mem.delete),
     ]
@@ -297,6 +301,45 @@ def test_a_client_owns_its_pool_and_the_memories_opened_through_it(
     # The session outlives the client.
     later = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
     assert later.to_openai() == [{"role": "user", "content": "hello"}]
+
+
+def test_memories_opened_without_a_client_share_one_client_until_it_is_closed(
+    db_url: str, session_id: str
+) -> None:
+    """The shared default client: one per URL, made on the first open, closed (with its
+    memories and its pool) by `close_shared(url)`; the next open makes a new one."""
+    first = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
+    second = AutoContextMemory.open(f"{session_id}-2", db_url, summarizer=OfflineSummarizer())
+    shared = AutoContextClient.shared(db_url)
+    assert first.engine is second.engine is shared.engine, "one pool for the URL"
+    first.add(Msg.user("hello"))
+    AutoContextClient.close_shared(db_url)
+    assert shared.closed
+    for mem in (first, second):
+        with pytest.raises(SessionNotFound, match="closed"):
+            mem.messages()
+    again = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
+    fresh = AutoContextClient.shared(db_url)
+    assert fresh is not shared and not fresh.closed and again.engine is fresh.engine
+    assert again.to_openai() == [{"role": "user", "content": "hello"}]
+
+
+def test_an_async_memory_opened_through_a_client_is_closed_with_it(
+    db_url: str, session_id: str
+) -> None:
+    async def scenario() -> None:
+        with AutoContextClient(db_url) as client:
+            mem = await client.open_async(session_id, summarizer=OfflineSummarizer())
+            assert isinstance(mem, AsyncAutoContextMemory)
+            await mem.add(Msg.user("hello"))
+            assert mem.sync.engine is client.engine
+            child = await mem.fork(f"{session_id}-fork")
+            assert child.sync.engine is client.engine, "the fork is the client's too"
+        for opened in (mem, child):
+            with pytest.raises(SessionNotFound, match="closed"):
+                await opened.messages()
+
+    asyncio.run(scenario())
 
 
 def test_clearing_keeps_every_original_offload_and_lineage_row(open_memory: Open) -> None:

@@ -35,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from autoctx import (
+    AutoContextClient,
     AutoContextConfig,
     AutoContextMemory,
     Msg,
@@ -44,7 +45,6 @@ from autoctx import (
     SummaryResult,
     ToolUseBlock,
 )
-from autoctx._memory import dispose_engines
 from autoctx._store.tables import SESSION_TABLES
 from tests.histories import SMALL, long_task, multi_round, one_heavy_round
 
@@ -99,7 +99,7 @@ class Recorder:
 
 @pytest.fixture
 def recorder() -> Iterator[Recorder]:
-    dispose_engines()  # so that connection set-up is captured too
+    AutoContextClient.close_shared()  # so that connection set-up is captured too
     rec = Recorder()
     sa.event.listen(sa.engine.Engine, "before_cursor_execute", rec)
     try:
@@ -520,7 +520,7 @@ def pgbouncer(db_url: str) -> Iterator[str]:
                 time.sleep(0.1)
         yield pooled.render_as_string(hide_password=False)
     finally:
-        dispose_engines()
+        AutoContextClient.close_shared()
         proc.terminate()
         proc.wait(10)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 
 import autoctx
 from autoctx import (
+    AutoContextClient,
     AutoContextMemory,
     Msg,
     OfflineSummarizer,
@@ -34,7 +35,6 @@ from autoctx import (
     SessionNotFound,
 )
 from autoctx._cli import app
-from autoctx._memory import dispose_engines
 from autoctx._store.database import (
     alembic_config,
     create_engine,
@@ -150,7 +150,7 @@ def login_role(db_url: str, name: str | None = None, *, login: bool = True) -> I
     try:
         yield Role(name, url.render_as_string(hide_password=False))
     finally:
-        dispose_engines()
+        AutoContextClient.close_shared(url)  # the role's pool, before its backends end
         with owner.begin() as conn:
             conn.execute(
                 sa.text(
@@ -464,19 +464,19 @@ def test_the_acme_role_runs_a_memory_end_to_end(db_url: str, world: World, acme:
     lineage = sql(mem, "select count(*) as n from autoctx_lineage where session_id = :s", s=sid)
     assert lineage[0].n > 0
     mem.set_plan({"goal": "ship", "steps": [{"title": "fix", "state": "in_progress"}]})
-    # Reopened (a new process would), everything is there.
-    dispose_engines()
-    again = AutoContextMemory.open(sid, acme.url, tenant="acme", create=False)
-    assert again.to_openai() == mem.to_openai()
-    with pytest.raises(OffloadNotFound):
-        again.reload(str(world.offload_of[world.b[0]]))
-    # Checked as the owner: the role's rows are whole and consistent.
-    checked = AutoContextMemory.open(sid, db_url, CONFIG, tenant="acme", create=False)
-    assert len(list(checked.messages())) == mem.message_count()
-    assert added[0].id is not None
-    assert_consistent(checked)
-    assert_every_original_reachable(checked)
-    again.delete()
+    # Reopened (a new process would: a new client), everything is there.
+    with AutoContextClient(acme.url) as fresh:
+        again = fresh.open(sid, tenant="acme", create=False)
+        assert again.to_openai() == mem.to_openai()
+        with pytest.raises(OffloadNotFound):
+            again.reload(str(world.offload_of[world.b[0]]))
+        # Checked as the owner: the role's rows are whole and consistent.
+        checked = AutoContextMemory.open(sid, db_url, CONFIG, tenant="acme", create=False)
+        assert len(list(checked.messages())) == mem.message_count()
+        assert added[0].id is not None
+        assert_consistent(checked)
+        assert_every_original_reachable(checked)
+        again.delete()
     assert sql(checked, "select count(*) as n from messages where session_id = :s", s=sid)[0].n == 0
 
 
@@ -541,12 +541,12 @@ def test_revoking_takes_one_tenant_and_the_last_revoke_everything(
         assert autoctx.revoke_tenant(role.name, "acme", db_url) is False
         assert _visible(role, "acme") == set()
         assert _visible(role, "globex") == set(world.b)
-        dispose_engines()
+        AutoContextClient.close_shared(role.url)  # the next open connects again
         with pytest.raises(SessionNotFound):
             AutoContextMemory.open(world.a[0], role.url, tenant="acme", create=False)
 
         assert autoctx.revoke_tenant(role.name, "globex", db_url) is True
-        dispose_engines()
+        AutoContextClient.close_shared(role.url)
         with pytest.raises(sa.exc.ProgrammingError, match="permission denied"):
             AutoContextMemory.open(world.b[0], role.url, tenant="globex", create=False)
         for relation in [*RELATIONS, "alembic_version", GRANTS]:
@@ -702,7 +702,7 @@ def test_a_forced_owner_is_held_to_the_setting(admin_url: URL, empty_db_url: str
             assert _visible(owner, "acme") == {acme_sid}
             assert _visible(owner, "globex") == {globex_sid}
             assert _visible(owner, "") == set()
-            dispose_engines()
+            AutoContextClient.close_shared(owner.url)
             mem = AutoContextMemory.open(
                 acme_sid, owner.url, tenant="acme", summarizer=OfflineSummarizer(), create=False
             )
@@ -717,7 +717,7 @@ def test_a_forced_owner_is_held_to_the_setting(admin_url: URL, empty_db_url: str
             engine.dispose()
             assert_consistent(mem)
         finally:
-            dispose_engines()
+            AutoContextClient.close_shared(owner.url)
             with admin.connect() as conn:
                 conn.execute(
                     sa.text(f'ALTER DATABASE "{name}" OWNER TO {_quoted(str(admin_url.username))}')

@@ -23,12 +23,12 @@ from rich.progress import (
 from rich.text import Text
 
 from .. import _demo as demo_mod
+from .._client import AutoContextClient
 from .._config import AutoContextConfig
 from .._events import Event
 from .._memory import (
     AutoContextMemory,
-    dispose_engines,
-    get_engine,
+    internals,
     validate_session_id,
 )
 from .._plot import STRATEGY_NAMES
@@ -155,7 +155,7 @@ def demo(
     validate_session_id(session_id)
     summarizer: Summarizer = OfflineSummarizer() if offline else default_summarizer()
     config = demo_mod.demo_config()
-    engine = get_engine(database_url, auto_upgrade=True)
+    engine = AutoContextClient.shared(database_url, auto_upgrade=True).engine
     if Store(engine).get_session(session_id) is not None:
         raise CliError(
             f"session {session_id!r} already exists; pass another --session, or leave it out "
@@ -247,7 +247,7 @@ def demo(
         )
     )
     # "Nothing lost" is checked, not claimed: every message added is stored as an original.
-    kept = mem._count_originals()
+    kept = internals(mem).count_originals()
     added = len(result.originals)
     console.print(
         Text(
@@ -362,7 +362,7 @@ def _demo_restart(
     """Close the memory and every pooled connection, reopen the session by id, compare."""
     before = (mem.message_count(), mem.token_count(), mem.to_openai())
     mem.close()
-    dispose_engines()
+    AutoContextClient.close_shared()
     again = AutoContextMemory.open(
         session_id, database_url, config, summarizer=summarizer, create=False
     )

@@ -13,6 +13,7 @@ from .._errors import SessionNotFound
 from .._lifecycle_args import parse_duration
 from .._memory import (
     AutoContextMemory,
+    internals,
     validate_session_id,
     validate_tenant,
 )
@@ -90,7 +91,7 @@ def fork(
     """
     child = _memory(session, tenant, database_url).fork(new, at_message=at)
     info = child.refresh()
-    _, ids = child._working_ids(1)
+    _, ids = internals(child).working_ids(1)
     if as_json:
         _print_json(
             {"parent": session, "at_message": ids[-1] if ids else None}

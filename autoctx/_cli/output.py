@@ -22,13 +22,11 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.engine import Engine
 
+from .._client import AutoContextClient
 from .._compressor import FALLBACK_MODEL
 from .._errors import AutoContextError, SessionNotFound
 from .._events import Event
-from .._memory import (
-    get_engine,
-    validate_session_id,
-)
+from .._memory import validate_session_id
 from .._messages import (
     Msg,
     OpaqueBlock,
@@ -245,7 +243,7 @@ def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
 def _engine(database_url: str | None) -> Engine:
     """The engine for an inspection command: the schema must already be at head (a reader
     never migrates; the error says to run `autoctx db upgrade`)."""
-    return get_engine(database_url, auto_upgrade=False)
+    return AutoContextClient.shared(database_url, auto_upgrade=False).engine
 
 
 def _session(store: Store, session_id: str) -> SessionInfo:

@@ -85,7 +85,7 @@ from .._background import BackgroundMode, validate_background
 from .._config import AutoContextConfig
 from .._errors import ConfigError, InvalidMessage, SessionNotFound
 from .._gc import paused_gc
-from .._memory import AutoContextMemory
+from .._memory import AutoContextMemory, internals
 from .._messages import (
     Block,
     Msg,
@@ -690,7 +690,7 @@ class AutoContextSession:
         mem = self.memory()
         # Every message gives at least one item, so the latest `limit` messages hold the latest
         # `limit` items: the read stays O(limit) on a session of any length.
-        epoch, ids = mem._working_ids(limit)
+        epoch, ids = internals(mem).working_ids(limit)
         with self._cache_lock:
             if epoch != self._cache_epoch:
                 self._cache_epoch, self._cache = epoch, {}
@@ -702,7 +702,8 @@ class AutoContextSession:
         # collection between two steps of it would walk them all.
         with paused_gc():
             if missing:
-                for msg_id, role, kind, content, metadata in mem._message_documents(missing):
+                documents = internals(mem).message_documents(missing)
+                for msg_id, role, kind, content, metadata in documents:
                     known[msg_id] = [
                         item for item, _ in _items_with_blocks(role, kind, content, metadata)
                     ]
@@ -735,7 +736,7 @@ class AutoContextSession:
         converted = _convert(items)
         mem = self.memory()
         msgs = [msg for msg, _ in converted]
-        stored = mem._replace_working(msgs) if replace else mem.add(msgs)
+        stored = internals(mem).replace_working(msgs) if replace else mem.add(msgs)
         self._ledger.stored(items)
         # What was just written is known: the next read need not fetch it back. (The epoch
         # is not known here; a read with a new epoch starts the cache over anyway.)
@@ -744,7 +745,7 @@ class AutoContextSession:
                 for msg, (_, group) in zip(stored, converted, strict=True):
                     if msg.id is not None:
                         self._cache[msg.id] = [_copy(dict(item)) for item in group]
-        if self.compress and mem._appended_over_trigger():
+        if self.compress and internals(mem).appended_over_trigger():
             mem.compress_if_needed()
 
     def pop_item_sync(self) -> TResponseInputItem | None:
