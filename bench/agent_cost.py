@@ -90,12 +90,30 @@ from autoctx._tokens import TokenCounter
 
 console = Console(width=220)
 
-WORKLOADS = ("toolchat", "longtask", "multitask", "chat")
-SYSTEMS = ("autoctx", "langchain", "openhands")
-WINDOWS = {"toolchat": 16_000, "longtask": 32_000, "multitask": 32_000, "chat": 16_000}
+WORKLOADS = ("toolchat", "longtask", "bigtask", "multitask", "chat")
+SYSTEMS = ("autoctx", "langchain", "langchain-mask", "tiered", "openhands")
+#: What each peer is, for the output (autoctx's own line says its summarizer).
+PEERS = {
+    "langchain": "LangChain SummarizationMiddleware",
+    "langchain-mask": "LangChain ContextEditingMiddleware(ClearToolUsesEdit) + summarization",
+    "tiered": "pydantic-ai-harness TieredCompaction(ClearToolResults, SummarizingCompaction)",
+    "openhands": "OpenHands LLMSummarizingCondenser",
+}
+WINDOWS = {
+    "toolchat": 16_000,
+    "longtask": 32_000,
+    "bigtask": 32_000,
+    "multitask": 32_000,
+    "chat": 16_000,
+}
 # Full sizes, and --quick's.
-SIZES = {"toolchat": 400, "longtask": 400, "multitask": 12, "chat": 600}
-QUICK = {"toolchat": 60, "longtask": 80, "multitask": 3, "chat": 80}
+SIZES = {"toolchat": 400, "longtask": 400, "bigtask": 300, "multitask": 12, "chat": 600}
+QUICK = {"toolchat": 60, "longtask": 80, "bigtask": 60, "multitask": 3, "chat": 80}
+#: The bigtask's tool outputs: 500 to 8,000 characters, log-uniform.
+BIG_OUTPUT_CHARS = (500, 8_000)
+#: Where every system's compaction fires, as a share of W (LangChain's and OpenHands' settings
+#: here, autoctx's default trigger).
+TRIGGER = 0.75
 CACHED_PRICE = 0.1
 OUTPUT_PRICE = 4.0
 FACT_RE = re.compile(r"fact_id=F\d{5}-[0-9a-f]{6}")
@@ -236,6 +254,29 @@ def longtask(seed: int, steps: int) -> list[dict[str, Any]]:
     return out
 
 
+def bigtask(seed: int, steps: int) -> list[dict[str, Any]]:
+    """One user request and `steps` tool steps whose outputs are all 500 to 8,000 characters
+    (log-uniform): a 32,000-token window holds about 30 of them, so every rung that shortens
+    one output at a time is called often."""
+    gen = TranscriptGenerator(seed)
+    texts, calls, facts, r = Texts(gen), Calls(), Facts(gen), gen.r
+    lo, hi = BIG_OUTPUT_CHARS
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent. " + texts.text("prose", 600)},
+        {"role": "user", "content": gen.user().text},
+    ]
+    for _ in range(steps):
+        made = [calls.new(r) for _ in range(1 if r.random() < 0.7 else r.randrange(2, 4))]
+        text = texts.text("prose", r.randint(5, 30)) if r.random() < 0.3 else None
+        out.append(_call_message(text, made))
+        for call in made:
+            chars = round(math.exp(r.uniform(math.log(lo), math.log(hi))))
+            output = gen.text(TOOL_OUTPUT_KINDS[call.name], chars)
+            out.append(_tool_message(call.id, call.name, facts.mark(output)))
+    out.append({"role": "assistant", "content": gen.answer().text})
+    return out
+
+
 def multitask(seed: int, tasks: int) -> list[dict[str, Any]]:
     gen = TranscriptGenerator(seed)
     texts, facts = Texts(gen), Facts(gen)
@@ -288,7 +329,13 @@ def build(args: argparse.Namespace, name: str) -> Workload:
     sizes = QUICK if args.quick else SIZES
     if name == "trajectories":
         return Workload(name, args.window, from_trajectories(args.trajectories))
-    makers = {"toolchat": toolchat, "longtask": longtask, "multitask": multitask, "chat": chat}
+    makers = {
+        "toolchat": toolchat,
+        "longtask": longtask,
+        "bigtask": bigtask,
+        "multitask": multitask,
+        "chat": chat,
+    }
     return Workload(name, WINDOWS[name], makers[name](args.seed, sizes[name]))
 
 
@@ -442,9 +489,15 @@ def _msg_text(m: Msg) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
+def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens, *, mask: bool = False) -> Run:
+    """LangChain's agent with `SummarizationMiddleware`; with `mask`, `ContextEditingMiddleware`
+    (`ClearToolUsesEdit`) in front of it and the summarization as its fallback."""
     from langchain.agents import create_agent
-    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain.agents.middleware import (
+        ClearToolUsesEdit,
+        ContextEditingMiddleware,
+        SummarizationMiddleware,
+    )
     from langchain_core.callbacks import CallbackManagerForLLMRun
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import (
@@ -459,7 +512,8 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.memory import InMemorySaver
 
-    run = Run("langchain", note="ChatOpenAI -> the summary server")
+    system = "langchain-mask" if mask else "langchain"
+    run = Run(system, note="ChatOpenAI -> the summary server")
     msgs = w.messages
     points = w.model_calls
     call_index: dict[str, int] = {}
@@ -474,7 +528,12 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
         if isinstance(message, SystemMessage):
             return 0
         if isinstance(message, ToolMessage):
-            return call_index[message.tool_call_id]
+            if message.content == outputs[message.tool_call_id]:
+                return call_index[message.tool_call_id]
+            # Cleared by the edit: its placeholder stands where the output was.
+            key = f"l:{message.tool_call_id}:{hashlib.sha1(str(message.content).encode()).hexdigest()[:8]}"
+            run.made[key] = str(message.content)
+            return key
         ident = message.id or ""
         if ident.startswith("m") and ident[1:].isdigit():
             return int(ident[1:])
@@ -557,17 +616,57 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
         StructuredTool.from_function(invoke, name=n, description=f"the {n} tool") for n in names
     ]
     summary_model = ChatOpenAI(
-        model="langchain",
+        model=system,
         base_url=server.base_url,
         api_key="bench",  # type: ignore[arg-type]
         max_retries=0,
         profile={"max_input_tokens": w.window},
     )
+    middleware: list[Any] = [SummarizationMiddleware(summary_model, trigger=("fraction", TRIGGER))]
+    if mask:
+        # Anthropic's clear_tool_uses defaults (keep the last 3 results), its trigger at the
+        # same 0.75 W as every system here.
+        edit = ClearToolUsesEdit(trigger=int(TRIGGER * w.window), keep=3)
+        counted: dict[str, int] = {}
+
+        def exact_tokens(messages: Sequence[BaseMessage]) -> int:
+            # Both middlewares count with the bench's tokenizer: the default approximate
+            # counter reads code and JSON low (4 characters a token), and only the
+            # summarization's copy of it is scaled by the reported usage, so the edit would
+            # fire later than the summary it is meant to spare.
+            total = 0
+            for m in messages:
+                texts = [m.content if isinstance(m.content, str) else str(m.content)]
+                for call in getattr(m, "tool_calls", None) or []:
+                    texts += [call["name"], json.dumps(call["args"])]
+                for text in texts:
+                    if text not in counted:
+                        counted[text] = int(tokens.counter.count(text))
+                    total += counted[text]
+                total += PER_MESSAGE_TOKENS
+            return total
+
+        def masked_tokens(messages: Sequence[BaseMessage]) -> int:
+            # SummarizationMiddleware is a before_model hook: it reads the agent's state, which
+            # the edit (a wrap_model_call hook, on the request only) never changes, so counted
+            # as it is it fires whenever the unmasked history passes its trigger and the edit
+            # never spares a call. Counting the history as the edit leaves it makes the summary
+            # the fallback: it runs when the masked request is still over its trigger.
+            edited = list(messages)
+            edit.apply(edited, count_tokens=exact_tokens)
+            return exact_tokens(edited)
+
+        middleware = [
+            SummarizationMiddleware(
+                summary_model, trigger=("fraction", TRIGGER), token_counter=masked_tokens
+            ),
+            ContextEditingMiddleware(edits=[edit], token_counter=exact_tokens),
+        ]
     agent = create_agent(
         ScriptedModel(),
         tools=tools,
         system_prompt=msgs[0]["content"] if msgs[0]["role"] == "system" else None,
-        middleware=[SummarizationMiddleware(summary_model, trigger=("fraction", 0.75))],
+        middleware=middleware,
         checkpointer=InMemorySaver(),
     )
     config: Any = {"configurable": {"thread_id": "bench"}, "recursion_limit": 10_000}
@@ -585,6 +684,179 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
             agent.invoke(
                 {"messages": [HumanMessage(msgs[start]["content"], id=f"m{start}")]}, config
             )
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# pydantic-ai-harness TieredCompaction
+# ---------------------------------------------------------------------------------------------
+
+
+def run_tiered(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
+    """A pydantic-ai `Agent` with the harness's `TieredCompaction` over its documented tiers:
+    `ClearToolResults(keep_pairs=3)` then `SummarizingCompaction(keep_messages=20)`, with its
+    target at the same 0.75 W; the agent's model and the summarizer are `FunctionModel`s, the
+    first replaying the workload, the second asking the shared summary server."""
+    import httpx
+    from pydantic_ai import Agent, RunContext
+    from pydantic_ai.messages import (
+        CompactionPart,
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        SystemPromptPart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.tools import Tool
+    from pydantic_ai.usage import RequestUsage, UsageLimits
+    from pydantic_ai_harness.compaction import (
+        ClearToolResults,
+        SummarizingCompaction,
+        TieredCompaction,
+    )
+
+    run = Run("tiered", note="FunctionModel -> the summary server")
+    msgs = w.messages
+    points = w.model_calls
+    call_index: dict[str, int] = {}
+    outputs: dict[str, str] = {}
+    for i, m in enumerate(msgs):
+        if m["role"] == "tool":
+            call_index[m["tool_call_id"]] = i
+            outputs[m["tool_call_id"]] = m["content"]
+    user_index = {m["content"]: i for i, m in enumerate(msgs) if m["role"] == "user"}
+    script: list[int] = []
+
+    def made(prefix: str, text: str) -> str:
+        key = f"{prefix}:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+        run.made[key] = text
+        return key
+
+    def keys_of(messages: Sequence[ModelMessage]) -> list[int | str]:
+        keys: list[int | str] = []
+        for message in messages:
+            if isinstance(message, ModelResponse):
+                ident = message.provider_response_id or ""
+                if ident.startswith("m") and ident[1:].isdigit():
+                    keys.append(int(ident[1:]))
+                else:
+                    keys.append(made("t", "\n".join(str(p) for p in message.parts)))
+                continue
+            for part in message.parts:
+                if isinstance(part, SystemPromptPart) and part.content == msgs[0]["content"]:
+                    keys.append(0)
+                elif isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    index = user_index.get(part.content)
+                    keys.append(index if index is not None else made("t", part.content))
+                elif isinstance(part, ToolReturnPart):
+                    if part.content == outputs.get(part.tool_call_id):
+                        keys.append(call_index[part.tool_call_id])
+                    else:  # cleared: the placeholder stands where the output was
+                        keys.append(made(f"t:{part.tool_call_id}", str(part.content)))
+                elif isinstance(part, CompactionPart):
+                    keys.append(made("t", part.content or ""))
+                else:
+                    keys.append(made("t", str(getattr(part, "content", part))))
+        return keys
+
+    def agent_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        keys = keys_of(messages)
+        run.steps.append(keys)
+        used = sum(_key_tokens(k, msgs, run.made, tokens) for k in keys)
+        i = script.pop(0)
+        m = msgs[i] if i < len(msgs) else {"role": "assistant", "content": "(stopped)"}
+        parts: list[Any] = [TextPart(m["content"])] if m.get("content") else []
+        parts += [
+            ToolCallPart(c["function"]["name"], c["function"]["arguments"], tool_call_id=c["id"])
+            for c in m.get("tool_calls") or []
+        ]
+        return ModelResponse(
+            parts=parts,
+            # What a provider reports: the harness anchors its token estimate on it.
+            usage=RequestUsage(input_tokens=used, output_tokens=tokens.message(m)),
+            model_name="bench-scripted",
+            provider_response_id=f"m{i}" if i < len(msgs) else None,
+        )
+
+    http = httpx.Client(timeout=120)
+
+    def summarizer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        # The summary agent's request as the OpenAI protocol carries it: its instructions as
+        # the system message, its prompt (the template around the transcript) as the user's.
+        body = [{"role": "system", "content": info.instructions or ""}] + [
+            {"role": "user", "content": part.content}
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, UserPromptPart) and isinstance(part.content, str)
+        ]
+        answer = http.post(
+            f"{server.base_url}/chat/completions", json={"model": "tiered", "messages": body}
+        )
+        answer.raise_for_status()
+        data = answer.json()
+        return ModelResponse(
+            parts=[TextPart(data["choices"][0]["message"]["content"])],
+            usage=RequestUsage(
+                input_tokens=data["usage"]["prompt_tokens"],
+                output_tokens=data["usage"]["completion_tokens"],
+            ),
+            model_name="tiered",
+        )
+
+    def invoke(ctx: RunContext[None], **arguments: Any) -> str:
+        return outputs[ctx.tool_call_id or ""]
+
+    names = sorted(
+        {c["function"]["name"] for m in msgs for c in m.get("tool_calls") or []}
+        | set(TOOL_OUTPUT_KINDS)
+    )
+    schema = {"type": "object", "properties": {}, "additionalProperties": True}
+    tools = [
+        Tool.from_schema(invoke, name=n, description=f"the {n} tool", json_schema=schema, takes_ctx=True)
+        for n in names
+    ]
+    # The tiers as the harness documents them ("Cost: why summarization is the last resort"):
+    # each tier's own trigger is bypassed inside TieredCompaction, which stops at its target.
+    tiered = TieredCompaction(
+        tiers=[
+            ClearToolResults(max_tokens=1, keep_pairs=3),
+            SummarizingCompaction(
+                FunctionModel(summarizer, model_name="tiered"), max_messages=1, keep_messages=20
+            ),
+        ],
+        target_tokens=int(TRIGGER * w.window),
+    )
+    agent = Agent(
+        FunctionModel(agent_model, model_name="bench-scripted"),
+        system_prompt=msgs[0]["content"] if msgs[0]["role"] == "system" else (),
+        tools=tools,
+        capabilities=[tiered],
+    )
+    history: list[ModelMessage] = []
+    started = time.perf_counter()
+    turn_starts = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+    try:
+        for n, start in enumerate(turn_starts):
+            end = turn_starts[n + 1] if n + 1 < len(turn_starts) else len(msgs) + 1
+            script[:] = [p for p in points if start < p < end]
+            if script and (script[-1] >= len(msgs) or msgs[script[-1]].get("tool_calls")):
+                # A turn cut short: the agent loop needs a final answer to stop.
+                script.append(len(msgs) + 1 + n)
+            result = agent.run_sync(
+                msgs[start]["content"],
+                message_history=history,
+                usage_limits=UsageLimits(request_limit=None),  # a task of hundreds of steps
+            )
+            # The compactions persist into the run's history, which the next turn continues.
+            history = result.all_messages()
+    finally:
+        http.close()
     run.seconds = time.perf_counter() - started
     return run
 
@@ -667,9 +939,7 @@ def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dic
         cached += prefix
         inputs.append(total)
         previous = keys
-    usage = server.usage.get(
-        {"autoctx": "autoctx", "langchain": "langchain", "openhands": "openhands"}[run.system]
-    )
+    usage = server.usage.get(run.system)  # each system names its model after itself
     calls = usage.calls if usage else 0
     s_in = usage.prompt_tokens if usage else 0
     s_out = usage.completion_tokens if usage else 0
@@ -794,12 +1064,22 @@ def available(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]
     for system in args.system_names:
         if system == "autoctx":
             run[system] = ""
-        elif system == "langchain":
+        elif system in ("langchain", "langchain-mask"):
             try:
                 import langchain.agents.middleware  # noqa: F401
                 import langchain_openai  # noqa: F401
             except ImportError as err:
                 skipped[system] = f"not importable ({err}); pip install -e '.[peers]'"
+            else:
+                run[system] = ""
+        elif system == "tiered":
+            try:
+                import pydantic_ai_harness.compaction  # noqa: F401
+            except ImportError as err:
+                skipped[system] = (
+                    f"not importable ({err}); pip install -e '.[harness]' in a venv of its own "
+                    "(bench/README.md, agent_cost.py)"
+                )
             else:
                 run[system] = ""
         else:
@@ -828,8 +1108,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 with SummaryServer() as server:
                     if system == "autoctx":
                         r = run_autoctx(db, server, w)
-                    elif system == "langchain":
-                        r = run_langchain(server, w, tokens)
+                    elif system in ("langchain", "langchain-mask"):
+                        r = run_langchain(server, w, tokens, mask=system == "langchain-mask")
+                    elif system == "tiered":
+                        r = run_tiered(server, w, tokens)
                     else:
                         r = run_openhands(python, server, w)
                     f = figures(w, r, server, tokens)
