@@ -375,6 +375,8 @@ class Run:
     summarizer_out: int = 0
     seconds: float = 0.0
     reachable_facts: int | None = None
+    #: The masking peers: the tool outputs their model ever saw as a placeholder.
+    cleared: set[str] = field(default_factory=set)
     note: str = ""
     #: autoctx only: per strategy, [applied, failed, summarizer calls, tokens in, tokens out]
     #: from its compression events (one row per attempt).
@@ -531,7 +533,9 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens, *, mask: b
             if message.content == outputs[message.tool_call_id]:
                 return call_index[message.tool_call_id]
             # Cleared by the edit: its placeholder stands where the output was.
-            key = f"l:{message.tool_call_id}:{hashlib.sha1(str(message.content).encode()).hexdigest()[:8]}"
+            run.cleared.add(message.tool_call_id)
+            digest = hashlib.sha1(str(message.content).encode()).hexdigest()[:8]
+            key = f"l:{message.tool_call_id}:{digest}"
             run.made[key] = str(message.content)
             return key
         ident = message.id or ""
@@ -757,6 +761,7 @@ def run_tiered(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
                     if part.content == outputs.get(part.tool_call_id):
                         keys.append(call_index[part.tool_call_id])
                     else:  # cleared: the placeholder stands where the output was
+                        run.cleared.add(part.tool_call_id)
                         keys.append(made(f"t:{part.tool_call_id}", str(part.content)))
                 elif isinstance(part, CompactionPart):
                     keys.append(made("t", part.content or ""))
@@ -818,7 +823,9 @@ def run_tiered(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
     )
     schema = {"type": "object", "properties": {}, "additionalProperties": True}
     tools = [
-        Tool.from_schema(invoke, name=n, description=f"the {n} tool", json_schema=schema, takes_ctx=True)
+        Tool.from_schema(
+            invoke, name=n, description=f"the {n} tool", json_schema=schema, takes_ctx=True
+        )
         for n in names
     ]
     # The tiers as the harness documents them ("Cost: why summarization is the last resort"):
@@ -916,7 +923,24 @@ def _key_tokens(
     return tokens.text(made[key])
 
 
-def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dict[str, Any]:
+def saturated_from(w: Workload, tokens: Tokens) -> int:
+    """The first model call (its index among them) whose uncompressed input, the whole
+    workload before it, is over the trigger: from there on every system has to compress, and
+    its summarizer calls are counted against these calls alone."""
+    total = 0
+    done = 0
+    for n, point in enumerate(w.model_calls):
+        while done < point:
+            total += tokens.message(w.messages[done])
+            done += 1
+        if total > TRIGGER * w.window:
+            return n
+    return len(w.model_calls)
+
+
+def figures(
+    w: Workload, run: Run, server: SummaryServer, tokens: Tokens, saturated: int
+) -> dict[str, Any]:
     cache: dict[int | str, int] = {}
 
     def count(key: int | str) -> int:
@@ -967,18 +991,70 @@ def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dic
         "facts": len(all_facts),
         "facts_verbatim": len(set(FACT_RE.findall(final_text)) & all_facts),
         "facts_reachable": run.reachable_facts,
+        "outputs_cleared": len(run.cleared),
         "seconds": run.seconds,
         "by_strategy": {str(k): v for k, v in run.by_strategy.items()},
+        "saturated_calls": max(0, len(run.steps) - saturated),
+        "summarizer_calls_per_10_saturated": (
+            10 * calls / (len(run.steps) - saturated) if len(run.steps) > saturated else None
+        ),
+        # Filled in by compare() once every system has run the workload.
+        "cost_vs_cheapest_bounded_peer": None,
         "inputs": inputs,
     }
+
+
+def compare(res: dict[str, Any]) -> None:
+    """Each system's total cost over the cheapest peer that stays under the window (a peer
+    with a model call over W is shown but is never the cheapest), and the workload's
+    cheapest bounded peer and fewest summarizer calls of a bounded peer."""
+    bounded = [f for f in res["systems"] if f["system"] != "autoctx" and not f["calls_over_window"]]
+    if not bounded:
+        res["cheapest_bounded_peer"] = res["fewest_calls_bounded_peer"] = None
+        return
+    cheapest = min(bounded, key=lambda f: f["total_cost"])
+    fewest = min(bounded, key=lambda f: f["summarizer_calls"])
+    res["cheapest_bounded_peer"] = cheapest["system"]
+    res["fewest_calls_bounded_peer"] = fewest["system"]
+    for f in res["systems"]:
+        f["cost_vs_cheapest_bounded_peer"] = f["total_cost"] / max(1, cheapest["total_cost"])
+
+
+def print_goals(results: dict[str, dict[str, Any]]) -> None:
+    """autoctx against the bounded peers, per workload (issue 21's goals)."""
+    table = Table(title="autoctx against the bounded peers")
+    headers = (
+        "workload", "autoctx total / cheapest bounded peer",
+        "summarizer calls, autoctx vs the fewest of a bounded peer",
+        "autoctx summarizer calls per 10 saturated calls", "autoctx calls > W",
+        "autoctx facts reachable",
+    )  # fmt: skip
+    for header in headers:
+        table.add_column(header, justify="left" if header == "workload" else "right")
+    for name, res in results.items():
+        by = {f["system"]: f for f in res["systems"]}
+        a = by.get("autoctx")
+        if a is None or res.get("cheapest_bounded_peer") is None:
+            continue
+        cheapest, fewest = by[res["cheapest_bounded_peer"]], by[res["fewest_calls_bounded_peer"]]
+        per10 = a["summarizer_calls_per_10_saturated"]
+        table.add_row(
+            f"{name}, W={res['window']:,}",
+            f"{a['cost_vs_cheapest_bounded_peer']:.2f}x ({cheapest['system']})",
+            f"{a['summarizer_calls']} vs {fewest['summarizer_calls']} ({fewest['system']})",
+            "-" if per10 is None else f"{per10:.2f}",
+            f"{a['calls_over_window']:,}",
+            f"{a['facts_reachable']:,} of {a['facts']:,}",
+        )
+    console.print(table)
 
 
 def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
     table = Table(title=f"The agent's context and what it costs ({machine})")
     headers = (
         "workload", "W", "system", "calls", "peak (x W)", "calls > W", "summ. calls",
-        "summ. in / out", "agent input", "cached", "billed (cache)", "total cost", "facts verbatim",
-        "reachable", "wall",
+        "summ. in / out", "summ. / 10 sat.", "agent input", "cached", "billed (cache)",
+        "total cost", "vs cheapest bounded peer", "facts verbatim", "reachable", "wall",
     )  # fmt: skip
     for header in headers:
         table.add_column(header, justify="left" if header in ("workload", "system") else "right")
@@ -994,10 +1070,12 @@ def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
                 f"{f['calls_over_window']:,}",
                 f"{f['summarizer_calls']:,}",
                 f"{f['summarizer_tokens_in']:,} / {f['summarizer_tokens_out']:,}",
+                _per10(f),
                 f"{f['agent_input_tokens']:,}",
                 f"{f['cached_share']:.0%}",
                 f"{f['agent_input_billed']:,}",
                 f"{f['total_cost']:,}",
+                _versus(f, res),
                 f"{f['facts_verbatim']:,} of {f['facts']:,}",
                 "-" if f["facts_reachable"] is None else f"{f['facts_reachable']:,}",
                 secs(f["seconds"]),
@@ -1017,6 +1095,20 @@ def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
             )
 
 
+def _per10(f: dict[str, Any]) -> str:
+    per10 = f["summarizer_calls_per_10_saturated"]
+    return "-" if per10 is None else f"{per10:.2f}"
+
+
+def _versus(f: dict[str, Any], res: dict[str, Any]) -> str:
+    if f["calls_over_window"]:
+        return "over W"
+    ratio = f["cost_vs_cheapest_bounded_peer"]
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}x" + (" (cheapest)" if f["system"] == res["cheapest_bounded_peer"] else "")
+
+
 def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -1025,7 +1117,13 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
 
     names = list(results)
     fig, axes = plt.subplots(len(names), 1, figsize=(15, 3.4 * len(names)), squeeze=False)
-    colors = {"autoctx": "tab:blue", "langchain": "tab:orange", "openhands": "tab:green"}
+    colors = {
+        "autoctx": "tab:blue",
+        "langchain": "tab:orange",
+        "langchain-mask": "tab:red",
+        "tiered": "tab:purple",
+        "openhands": "tab:green",
+    }
     for ax, name in zip(axes[:, 0], names, strict=True):
         res = results[name]
         for f in res["systems"]:
@@ -1102,7 +1200,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         machine = machine_description(db)
         for name in args.names:
             w = build(args, name)
-            results[name] = {"window": w.window, "messages": len(w.messages), "systems": []}
+            saturated = saturated_from(w, tokens)
+            results[name] = {
+                "window": w.window,
+                "messages": len(w.messages),
+                "model_calls": len(w.model_calls),
+                "saturated_from_call": saturated,
+                "systems": [],
+            }
             for system, python in systems.items():
                 # A server per system and workload: its usage is that run's alone.
                 with SummaryServer() as server:
@@ -1114,14 +1219,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         r = run_tiered(server, w, tokens)
                     else:
                         r = run_openhands(python, server, w)
-                    f = figures(w, r, server, tokens)
+                    f = figures(w, r, server, tokens, saturated)
                 results[name]["systems"].append(f)
                 console.print(
                     f"  {name} / {system}: {f['model_calls']:,} model calls in "
                     f"{secs(f['seconds'])} ({r.note})",
                     highlight=False,
                 )
+    for res in results.values():
+        compare(res)
     print_table(results, machine)
+    print_goals(results)
     for system, why in skipped.items():
         console.print(f"skipped {system}: {why}", highlight=False)
     console.print(

@@ -1,5 +1,6 @@
-"""A smoke run of bench/agent_cost.py: autoctx alone on one --quick workload (no peer package
-needed), through the script's own command line, as a user runs it."""
+"""Smoke runs of bench/agent_cost.py through the script's own command line, as a user runs it:
+autoctx alone on one --quick workload (no peer package needed), and each masking peer through
+its own package on small workloads."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from sqlalchemy.engine import URL
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "agent_cost.py"
 
 
-def test_agent_cost_quick_autoctx(admin_url: URL, tmp_path: Path) -> None:
+def _run(admin_url: URL, tmp_path: Path, systems: str, workloads: str) -> dict[str, Any]:
     out = tmp_path / "figures.json"
     proc = subprocess.run(
         [
@@ -21,9 +24,9 @@ def test_agent_cost_quick_autoctx(admin_url: URL, tmp_path: Path) -> None:
             str(BENCH),
             "--quick",
             "--systems",
-            "autoctx",
+            systems,
             "--workloads",
-            "toolchat",
+            workloads,
             "--database-url",
             admin_url.render_as_string(hide_password=False),
             "--json",
@@ -31,13 +34,77 @@ def test_agent_cost_quick_autoctx(admin_url: URL, tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert not result["skipped"], result["skipped"]
+    return result
+
+
+def _by_system(result: dict[str, Any], workload: str) -> dict[str, dict[str, Any]]:
+    return {f["system"]: f for f in result["workloads"][workload]["systems"]}
+
+
+def test_agent_cost_quick_autoctx(admin_url: URL, tmp_path: Path) -> None:
+    result = _run(admin_url, tmp_path, "autoctx", "toolchat")
     [figures] = result["workloads"]["toolchat"]["systems"]
     assert figures["system"] == "autoctx"
     assert figures["calls_over_window"] == 0
     assert figures["summarizer_calls"] > 0
     # Every fact is in the final context or reachable from it by reload.
     assert figures["facts_reachable"] == figures["facts"] > 0
+    # Alone, autoctx is its own reference: no bounded peer ran.
+    assert figures["cost_vs_cheapest_bounded_peer"] is None
+
+
+def test_langchain_masking_peer_masks_first_and_summarizes_as_fallback(
+    admin_url: URL, tmp_path: Path
+) -> None:
+    """ContextEditingMiddleware(ClearToolUsesEdit) with SummarizationMiddleware behind it: the
+    edit keeps the long task of large outputs under the window without a summary, and on the
+    tool chat the summary still runs (the fallback is real) but less often than LangChain's
+    summarization alone, since its trigger sees the masked history."""
+    result = _run(admin_url, tmp_path, "langchain,langchain-mask", "bigtask,toolchat")
+    big = _by_system(result, "bigtask")
+    window = result["workloads"]["bigtask"]["window"]
+    masked = big["langchain-mask"]
+    assert masked["model_calls"] == big["langchain"]["model_calls"] > 0
+    assert masked["calls_over_window"] == 0
+    assert masked["peak_tokens"] <= window
+    assert masked["outputs_cleared"] > 0
+    assert masked["summarizer_calls"] == 0
+    # Masking is cheaper than the history it hides: the agent's input is well below LangChain's.
+    assert masked["agent_input_tokens"] < big["langchain"]["agent_input_tokens"]
+
+    chat = _by_system(result, "toolchat")
+    assert chat["langchain-mask"]["calls_over_window"] == 0
+    assert chat["langchain-mask"]["outputs_cleared"] > 0
+    assert 0 < chat["langchain-mask"]["summarizer_calls"] < chat["langchain"]["summarizer_calls"]
+    # The cheapest bounded peer is one of the two, and the ratios are against it.
+    res = result["workloads"]["toolchat"]
+    cheapest = chat[res["cheapest_bounded_peer"]]
+    assert cheapest["cost_vs_cheapest_bounded_peer"] == 1.0
+    assert all(f["cost_vs_cheapest_bounded_peer"] >= 1.0 for f in chat.values())
+
+
+def test_tiered_compaction_peer_clears_first_and_summarizes_through_its_function_model(
+    admin_url: URL, tmp_path: Path
+) -> None:
+    """pydantic-ai-harness TieredCompaction(ClearToolResults, SummarizingCompaction): clearing
+    alone bounds the long task of large outputs; on the tool chat the summarizing tier runs,
+    its FunctionModel answered by the shared summary server (which counts its calls)."""
+    pytest.importorskip(
+        "pydantic_ai_harness", reason="pydantic-ai-harness pins its own pydantic-ai release"
+    )
+    result = _run(admin_url, tmp_path, "tiered", "bigtask,toolchat")
+    for workload in ("bigtask", "toolchat"):
+        tiered = _by_system(result, workload)["tiered"]
+        assert tiered["model_calls"] > 0
+        assert tiered["calls_over_window"] == 0
+        assert tiered["peak_tokens"] <= result["workloads"][workload]["window"]
+        assert tiered["outputs_cleared"] > 0
+    assert _by_system(result, "bigtask")["tiered"]["summarizer_calls"] == 0
+    chat = _by_system(result, "toolchat")["tiered"]
+    assert chat["summarizer_calls"] > 0
+    assert chat["summarizer_tokens_in"] > chat["summarizer_tokens_out"] > 0
