@@ -1,27 +1,42 @@
 """What does an agent pay for its context, with autoctx and with its peers' compaction?
 
-The same seeded agent workloads are replayed, one model call at a time, through three systems
+The same seeded agent workloads are replayed, one model call at a time, through five systems
 driven as their frameworks drive them, with one shared deterministic summarizer (autoctx's
 `OfflineSummarizer` behind a local OpenAI-protocol HTTP server, `_summary_server.py`, which
-every system reaches through its own client):
+every system reaches through its own client). Every system compacts at 0.75 W:
 
-- autoctx: `AutoContextMemory` with `AutoContextConfig(max_tokens=W)`, `compress_if_needed()`
-  before every model call, the summarizer an `OpenAISummarizer` pointed at the server;
-- LangChain: `create_agent` with `SummarizationMiddleware(ChatOpenAI(base_url=server,
+- `autoctx`: `AutoContextMemory` with `AutoContextConfig(max_tokens=W)`,
+  `compress_if_needed()` before every model call, the summarizer an `OpenAISummarizer` pointed
+  at the server;
+- `langchain`: `create_agent` with `SummarizationMiddleware(ChatOpenAI(base_url=server,
   profile={"max_input_tokens": W}), trigger=("fraction", 0.75))` and its other defaults (keep
   20 messages, trim 4,000 tokens to summarize, the approximate token counter), an in-memory
   checkpointer (one thread, one `invoke` per user turn), a scripted chat model that replays the
   workload's responses (with the usage a provider reports) and tools that return its outputs;
-- OpenHands: the SDK's `default_condenser()` settings (`LLMSummarizingCondenser`, max_size 80,
-  keep_first 4) with ``max_tokens`` 0.75 W, called through `prepare_llm_messages` as
-  `Agent.step` calls it, in a child process of a Python 3.12+ interpreter (`--openhands-python`,
-  see `_openhands_driver.py`).
+- `langchain-mask`: the same agent with observation masking first, `ContextEditingMiddleware(
+  edits=[ClearToolUsesEdit(trigger=0.75 W, keep=3)])`, and the summarization as its fallback.
+  The summarization is a `before_model` hook on the agent's state, which the edit (a
+  `wrap_model_call` hook) leaves unmasked, so by itself it would fire at every pass of its
+  trigger and the edit would never spare a call; the adapter is its documented `token_counter`
+  parameter, given a counter that applies the same edit to a copy before counting. Both count
+  with the bench's tokenizer (the default approximate counter is scaled by the reported usage
+  only in the summarization's copy, so the edit would fire after it);
+- `tiered`: pydantic-ai-harness `TieredCompaction` over its documented tiers,
+  `ClearToolResults(keep_pairs=3)` then `SummarizingCompaction(keep_messages=20)`, target
+  0.75 W, on a pydantic-ai `Agent` whose model is a `FunctionModel` replaying the workload (with
+  its usage) and whose summarizer is a `FunctionModel` that asks the summary server; one
+  `run_sync` per user turn, each continuing the last one's (compacted) history;
+- `openhands`: the SDK's `default_condenser()` settings (`LLMSummarizingCondenser`, max_size
+  80, keep_first 4) with ``max_tokens`` 0.75 W, called through `prepare_llm_messages` as
+  `Agent.step` calls it, in a child process of a Python 3.12+ interpreter
+  (`--openhands-python`, see `_openhands_driver.py`).
 
 A system whose packages are not importable is skipped, and the output says so.
 
 Workloads (every tool output carries one unique fact marker, ``fact_id=F<n>-<hex>``, on a line
 at a random place in it): `toolchat` (400 Agents-SDK-like turns, W = 16,000), `longtask` (one
-task of 400 tool steps, W = 32,000), `multitask` (12 tasks of 10 to 120 steps in one session,
+task of 400 tool steps, W = 32,000), `bigtask` (one task of 300 tool steps whose outputs are
+all 500 to 8,000 characters, W = 32,000), `multitask` (12 tasks of 10 to 120 steps in one session,
 W = 32,000), `chat` (600 small rounds, a quarter of them with one tool call, W = 16,000), and
 `trajectories` (`--trajectories DIR`: JSON/JSONL files of OpenAI-format chat messages, W from
 `--window`).
@@ -36,11 +51,17 @@ markers verbatim in the final input and, for autoctx, reachable by `mem.reload` 
 ids in it (recursively); wall time. Every input is counted the same way for every system
 (tiktoken o200k_base over each message's text and tool calls, plus 4 per message). For
 autoctx, a line per workload splits its compression events by strategy: applied, failed,
-summarizer calls and their tokens in and out.
+summarizer calls and their tokens in and out. Against the peers: each system's total cost over
+the cheapest peer that stays under W (a peer with a call over W is shown, never the cheapest),
+and its summarizer calls per ten saturated model calls (those whose uncompressed input, the
+whole workload before them, is over 0.75 W); a last table puts autoctx against the cheapest
+bounded peer and the bounded peer with the fewest summarizer calls, workload by workload.
 
     python bench/agent_cost.py --database-url postgresql://postgres@127.0.0.1:5432/postgres \\
         --openhands-python /path/to/py312-venv/bin/python --plot agent_cost.png
     python bench/agent_cost.py --quick --systems autoctx
+    python bench/agent_cost.py --systems autoctx,langchain,langchain-mask,tiered \\
+        --workloads toolchat,bigtask
 """
 
 from __future__ import annotations
@@ -88,7 +109,7 @@ from autoctx import (
 )
 from autoctx._tokens import TokenCounter
 
-console = Console(width=220)
+console = Console(width=280)
 
 WORKLOADS = ("toolchat", "longtask", "bigtask", "multitask", "chat")
 SYSTEMS = ("autoctx", "langchain", "langchain-mask", "tiered", "openhands")
@@ -136,6 +157,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--openhands-python",
         default=os.environ.get("OPENHANDS_PYTHON"),
         help="a Python 3.12+ interpreter with openhands-sdk (default: $OPENHANDS_PYTHON)",
+    )
+    parser.add_argument(
+        "--peers-from",
+        type=Path,
+        help="take the figures of the systems not run now from this earlier --json output (same "
+        "seed, sizes and workloads): after a change to autoctx, `--systems autoctx --peers-from "
+        "FILE` measures it against the peers without running them again",
     )
     parser.add_argument("--plot", type=Path, help="write the input tokens per call to this PNG")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -1189,6 +1217,45 @@ def available(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]
     return run, skipped
 
 
+def _earlier(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.peers_from is None:
+        return None
+    try:
+        earlier: dict[str, Any] = json.loads(args.peers_from.read_text())
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"--peers-from {args.peers_from}: not readable as JSON ({err})") from err
+    if earlier.get("seed") != args.seed or earlier.get("quick") != args.quick:
+        raise SystemExit(
+            f"--peers-from {args.peers_from}: made with seed {earlier.get('seed')} and quick "
+            f"{earlier.get('quick')}, not {args.seed} and {args.quick}; run with the same ones"
+        )
+    return earlier
+
+
+def _reused(
+    args: argparse.Namespace,
+    earlier: dict[str, Any] | None,
+    name: str,
+    res: dict[str, Any],
+    running: dict[str, str],
+) -> list[dict[str, Any]]:
+    """The earlier run's figures of the systems not run now, on the same workload."""
+    if earlier is None or name not in earlier.get("workloads", {}):
+        return []
+    old = earlier["workloads"][name]
+    if old.get("digest") != res["digest"]:
+        raise SystemExit(
+            f"--peers-from {args.peers_from}: its {name} workload is not this one (another "
+            "version of the bench or of --trajectories); run the peers again"
+        )
+    out = []
+    for f in old["systems"]:
+        if f["system"] != "autoctx" and f["system"] not in running:
+            out.append({**f, "note": f"{f['note']} (from {args.peers_from.name})"})
+            console.print(f"  {name} / {f['system']}: from {args.peers_from}", highlight=False)
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     systems, skipped = available(args)
@@ -1196,6 +1263,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         console.print(f"[bold]skipped {system}[/bold]: {why}", highlight=False)
     tokens = Tokens()
     results: dict[str, dict[str, Any]] = {}
+    earlier = _earlier(args)
     with fresh_database(args.database_url, "autoctx_bench_agent_cost") as db:
         machine = machine_description(db)
         for name in args.names:
@@ -1206,6 +1274,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "messages": len(w.messages),
                 "model_calls": len(w.model_calls),
                 "saturated_from_call": saturated,
+                "digest": hashlib.sha1(json.dumps(w.messages).encode()).hexdigest()[:16],
                 "systems": [],
             }
             for system, python in systems.items():
@@ -1226,6 +1295,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"{secs(f['seconds'])} ({r.note})",
                     highlight=False,
                 )
+            results[name]["systems"] += _reused(args, earlier, name, results[name], systems)
     for res in results.values():
         compare(res)
     print_table(results, machine)
