@@ -16,25 +16,28 @@ from sqlalchemy.engine import URL
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "agent_cost.py"
 
 
-def _run(admin_url: URL, tmp_path: Path, systems: str, workloads: str) -> dict[str, Any]:
-    out = tmp_path / "figures.json"
-    proc = subprocess.run(
+def _bench(admin_url: URL, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             sys.executable,
             str(BENCH),
             "--quick",
-            "--systems",
-            systems,
-            "--workloads",
-            workloads,
             "--database-url",
             admin_url.render_as_string(hide_password=False),
-            "--json",
-            str(out),
+            *args,
         ],
         capture_output=True,
         text=True,
         timeout=300,
+    )
+
+
+def _run(
+    admin_url: URL, tmp_path: Path, systems: str, workloads: str, *more: str
+) -> dict[str, Any]:
+    out = tmp_path / f"figures-{systems}.json"
+    proc = _bench(
+        admin_url, "--systems", systems, "--workloads", workloads, "--json", str(out), *more
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(out.read_text())
@@ -86,6 +89,21 @@ def test_langchain_masking_peer_masks_first_and_summarizes_as_fallback(
     cheapest = chat[res["cheapest_bounded_peer"]]
     assert cheapest["cost_vs_cheapest_bounded_peer"] == 1.0
     assert all(f["cost_vs_cheapest_bounded_peer"] >= 1.0 for f in chat.values())
+
+    # autoctx alone, against the peers' figures of that run.
+    earlier = tmp_path / "figures-langchain,langchain-mask.json"
+    again = _run(admin_url, tmp_path, "autoctx", "toolchat", "--peers-from", str(earlier))
+    rows = _by_system(again, "toolchat")
+    assert set(rows) == {"autoctx", "langchain", "langchain-mask"}
+    for system in ("langchain", "langchain-mask"):
+        assert rows[system]["total_cost"] == chat[system]["total_cost"]
+    assert rows["autoctx"]["cost_vs_cheapest_bounded_peer"] == (
+        rows["autoctx"]["total_cost"] / cheapest["total_cost"]
+    )
+    # Figures of another seed are another workload: refused, with the option named.
+    refused = _bench(admin_url, "--systems", "autoctx", "--seed", "7", "--peers-from", str(earlier))
+    assert refused.returncode != 0
+    assert "--peers-from" in refused.stderr and "seed" in refused.stderr
 
 
 def test_tiered_compaction_peer_clears_first_and_summarizes_through_its_function_model(
