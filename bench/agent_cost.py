@@ -204,6 +204,27 @@ class Workload:
         return points
 
 
+def turns(w: Workload) -> Iterator[tuple[list[int], list[int]]]:
+    """The user turns an agent framework runs: the user messages that open each (consecutive
+    ones together, as one input: a trajectory's later system prompt becomes a user note just
+    before its task) and the model calls up to the next turn. A turn cut short (its last call
+    answered by tools, or the workload's end) gets a stub answer past the end of the workload,
+    since the agent loop needs a final answer to stop; that call is not one of the workload's
+    and is not counted."""
+    msgs = w.messages
+    users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+    opens = [i for i in users if i == 0 or msgs[i - 1]["role"] != "user"]
+    for n, start in enumerate(opens):
+        end = opens[n + 1] if n + 1 < len(opens) else len(msgs) + 1
+        inputs = [start]
+        while inputs[-1] + 1 < len(msgs) and msgs[inputs[-1] + 1]["role"] == "user":
+            inputs.append(inputs[-1] + 1)
+        script = [p for p in w.model_calls if start < p < end]
+        if not script or script[-1] >= len(msgs) or msgs[script[-1]].get("tool_calls"):
+            script.append(len(msgs) + 1 + n)
+        yield inputs, script
+
+
 class Facts:
     """Puts one unique marker into each tool output, on a line at a random place."""
 
@@ -545,7 +566,6 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens, *, mask: b
     system = "langchain-mask" if mask else "langchain"
     run = Run(system, note="ChatOpenAI -> the summary server")
     msgs = w.messages
-    points = w.model_calls
     call_index: dict[str, int] = {}
     outputs: dict[str, str] = {}
     for i, m in enumerate(msgs):
@@ -567,7 +587,8 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens, *, mask: b
             run.made[key] = str(message.content)
             return key
         ident = message.id or ""
-        if ident.startswith("m") and ident[1:].isdigit():
+        # (An answer past the end is the stub that stops a turn cut short: a made message.)
+        if ident.startswith("m") and ident[1:].isdigit() and int(ident[1:]) < len(msgs):
             return int(ident[1:])
         key = f"l:{hashlib.sha1(str(message.content).encode()).hexdigest()[:12]}"
         run.made[key] = str(message.content)
@@ -591,9 +612,10 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens, *, mask: b
             **kwargs: Any,
         ) -> ChatResult:
             keys = [key_of(m) for m in messages]
-            run.steps.append(keys)
             used = sum(_key_tokens(k, msgs, run.made, tokens) for k in keys)
             i = script.pop(0)
+            if i <= len(msgs):  # not a turn's stub answer
+                run.steps.append(keys)
             m: dict[str, Any] = (
                 msgs[i] if i < len(msgs) else {"role": "assistant", "content": "(stopped)"}
             )
@@ -703,18 +725,13 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens, *, mask: b
     )
     config: Any = {"configurable": {"thread_id": "bench"}, "recursion_limit": 10_000}
     started = time.perf_counter()
-    # A turn: a user message and the model calls up to the next user message.
-    turn_starts = [i for i, m in enumerate(msgs) if m["role"] == "user"]
-    for n, start in enumerate(turn_starts):
-        end = turn_starts[n + 1] if n + 1 < len(turn_starts) else len(msgs) + 1
-        script[:] = [p for p in points if start < p < end]
-        if script and (script[-1] >= len(msgs) or msgs[script[-1]].get("tool_calls")):
-            # A turn cut short: the agent loop needs a final answer to stop.
-            script.append(len(msgs) + 1 + n)
+    for inputs, calls in turns(w):
+        script[:] = calls
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             agent.invoke(
-                {"messages": [HumanMessage(msgs[start]["content"], id=f"m{start}")]}, config
+                {"messages": [HumanMessage(msgs[i]["content"], id=f"m{i}") for i in inputs]},
+                config,
             )
     run.seconds = time.perf_counter() - started
     return run
@@ -754,7 +771,6 @@ def run_tiered(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
 
     run = Run("tiered", note="FunctionModel -> the summary server")
     msgs = w.messages
-    points = w.model_calls
     call_index: dict[str, int] = {}
     outputs: dict[str, str] = {}
     for i, m in enumerate(msgs):
@@ -799,9 +815,10 @@ def run_tiered(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
 
     def agent_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         keys = keys_of(messages)
-        run.steps.append(keys)
         used = sum(_key_tokens(k, msgs, run.made, tokens) for k in keys)
         i = script.pop(0)
+        if i <= len(msgs):  # not a turn's stub answer
+            run.steps.append(keys)
         m = msgs[i] if i < len(msgs) else {"role": "assistant", "content": "(stopped)"}
         parts: list[Any] = [TextPart(m["content"])] if m.get("content") else []
         parts += [
@@ -875,16 +892,15 @@ def run_tiered(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
     )
     history: list[ModelMessage] = []
     started = time.perf_counter()
-    turn_starts = [i for i, m in enumerate(msgs) if m["role"] == "user"]
     try:
-        for n, start in enumerate(turn_starts):
-            end = turn_starts[n + 1] if n + 1 < len(turn_starts) else len(msgs) + 1
-            script[:] = [p for p in points if start < p < end]
-            if script and (script[-1] >= len(msgs) or msgs[script[-1]].get("tool_calls")):
-                # A turn cut short: the agent loop needs a final answer to stop.
-                script.append(len(msgs) + 1 + n)
+        for inputs, calls in turns(w):
+            script[:] = calls
+            # Consecutive user messages: the earlier ones as a request of the history.
+            if len(inputs) > 1:
+                parts = [UserPromptPart(msgs[i]["content"]) for i in inputs[:-1]]
+                history = [*history, ModelRequest(parts=parts)]
             result = agent.run_sync(
-                msgs[start]["content"],
+                msgs[inputs[-1]]["content"],
                 message_history=history,
                 usage_limits=UsageLimits(request_limit=None),  # a task of hundreds of steps
             )

@@ -126,3 +126,62 @@ def test_tiered_compaction_peer_clears_first_and_summarizes_through_its_function
     chat = _by_system(result, "toolchat")["tiered"]
     assert chat["summarizer_calls"] > 0
     assert chat["summarizer_tokens_in"] > chat["summarizer_tokens_out"] > 0
+
+
+def test_trajectories_cut_short_play_every_model_call_once(admin_url: URL, tmp_path: Path) -> None:
+    """Trajectories as one session: a later system prompt becomes a user note right before its
+    task's user message, and a task may stop on tool results. The agent frameworks need a final
+    answer to end a turn; the stub they get is not one of the workload's model calls, so each
+    peer's calls are exactly the workload's."""
+    directory = tmp_path / "trajectories"
+    directory.mkdir()
+    for k in range(2):
+        msgs: list[dict[str, Any]] = [
+            {"role": "system", "content": f"You are agent {k}."},
+            {"role": "user", "content": f"Fix bug {k}."},
+        ]
+        for j in range(4):
+            call = f"c{k}_{j}"
+            arguments = json.dumps({"command": f"cat f{j}.py", "timeout": 5})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call,
+                            "type": "function",
+                            "function": {"name": "bash", "arguments": arguments},
+                        }
+                    ],
+                }
+            )
+            msgs.append({"role": "tool", "tool_call_id": call, "content": f"line {j}\n" * 50})
+        if k == 1:
+            msgs.append({"role": "assistant", "content": "Done."})
+        (directory / f"t{k}.json").write_text(json.dumps(msgs))
+    systems = "langchain,langchain-mask"
+    try:
+        import pydantic_ai_harness  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        systems += ",tiered"
+    result = _run(
+        admin_url,
+        tmp_path,
+        systems,
+        "",
+        "--trajectories",
+        str(directory),
+        "--window",
+        "16000",
+    )
+    res = result["workloads"]["trajectories"]
+    # Calls before each of the 8 assistant messages, and one at the end (cut short).
+    assert res["model_calls"] == 9
+    rows = _by_system(result, "trajectories")
+    assert set(rows) == set(systems.split(","))
+    for figures in rows.values():
+        assert figures["model_calls"] == 9
+        assert figures["calls_over_window"] == 0
