@@ -1171,6 +1171,8 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     for ax, name in zip(axes[:, 0], names, strict=True):
         res = results[name]
         for f in res["systems"]:
+            if "inputs" not in f:  # a peer from --peers-from's file, which keeps no curve
+                continue
             ax.plot(
                 range(1, len(f["inputs"]) + 1),
                 f["inputs"],
@@ -1185,7 +1187,7 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
         ax.set_title(f"{name}: the model's input at each call")
         ax.set_xlabel("model call")
         ax.set_ylabel("input tokens")
-        top = max((max(f["inputs"], default=0) for f in res["systems"]), default=0)
+        top = max((max(f.get("inputs", []), default=0) for f in res["systems"]), default=0)
         ax.set_ylim(0, max(top, res["window"]) * 1.08)
         # Beside the axes: inside, it hides the sawtooth it describes.
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
