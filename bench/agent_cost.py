@@ -1,27 +1,42 @@
 """What does an agent pay for its context, with autoctx and with its peers' compaction?
 
-The same seeded agent workloads are replayed, one model call at a time, through three systems
+The same seeded agent workloads are replayed, one model call at a time, through five systems
 driven as their frameworks drive them, with one shared deterministic summarizer (autoctx's
 `OfflineSummarizer` behind a local OpenAI-protocol HTTP server, `_summary_server.py`, which
-every system reaches through its own client):
+every system reaches through its own client). Every system compacts at 0.75 W:
 
-- autoctx: `AutoContextMemory` with `AutoContextConfig(max_tokens=W)`, `compress_if_needed()`
-  before every model call, the summarizer an `OpenAISummarizer` pointed at the server;
-- LangChain: `create_agent` with `SummarizationMiddleware(ChatOpenAI(base_url=server,
+- `autoctx`: `AutoContextMemory` with `AutoContextConfig(max_tokens=W)`,
+  `compress_if_needed()` before every model call, the summarizer an `OpenAISummarizer` pointed
+  at the server;
+- `langchain`: `create_agent` with `SummarizationMiddleware(ChatOpenAI(base_url=server,
   profile={"max_input_tokens": W}), trigger=("fraction", 0.75))` and its other defaults (keep
   20 messages, trim 4,000 tokens to summarize, the approximate token counter), an in-memory
   checkpointer (one thread, one `invoke` per user turn), a scripted chat model that replays the
   workload's responses (with the usage a provider reports) and tools that return its outputs;
-- OpenHands: the SDK's `default_condenser()` settings (`LLMSummarizingCondenser`, max_size 80,
-  keep_first 4) with ``max_tokens`` 0.75 W, called through `prepare_llm_messages` as
-  `Agent.step` calls it, in a child process of a Python 3.12+ interpreter (`--openhands-python`,
-  see `_openhands_driver.py`).
+- `langchain-mask`: the same agent with observation masking first, `ContextEditingMiddleware(
+  edits=[ClearToolUsesEdit(trigger=0.75 W, keep=3)])`, and the summarization as its fallback.
+  The summarization is a `before_model` hook on the agent's state, which the edit (a
+  `wrap_model_call` hook) leaves unmasked, so by itself it would fire at every pass of its
+  trigger and the edit would never spare a call; the adapter is its documented `token_counter`
+  parameter, given a counter that applies the same edit to a copy before counting. Both count
+  with the bench's tokenizer (the default approximate counter is scaled by the reported usage
+  only in the summarization's copy, so the edit would fire after it);
+- `tiered`: pydantic-ai-harness `TieredCompaction` over its documented tiers,
+  `ClearToolResults(keep_pairs=3)` then `SummarizingCompaction(keep_messages=20)`, target
+  0.75 W, on a pydantic-ai `Agent` whose model is a `FunctionModel` replaying the workload (with
+  its usage) and whose summarizer is a `FunctionModel` that asks the summary server; one
+  `run_sync` per user turn, each continuing the last one's (compacted) history;
+- `openhands`: the SDK's `default_condenser()` settings (`LLMSummarizingCondenser`, max_size
+  80, keep_first 4) with ``max_tokens`` 0.75 W, called through `prepare_llm_messages` as
+  `Agent.step` calls it, in a child process of a Python 3.12+ interpreter
+  (`--openhands-python`, see `_openhands_driver.py`).
 
 A system whose packages are not importable is skipped, and the output says so.
 
 Workloads (every tool output carries one unique fact marker, ``fact_id=F<n>-<hex>``, on a line
 at a random place in it): `toolchat` (400 Agents-SDK-like turns, W = 16,000), `longtask` (one
-task of 400 tool steps, W = 32,000), `multitask` (12 tasks of 10 to 120 steps in one session,
+task of 400 tool steps, W = 32,000), `bigtask` (one task of 300 tool steps whose outputs are
+all 500 to 8,000 characters, W = 32,000), `multitask` (12 tasks of 10 to 120 steps in one session,
 W = 32,000), `chat` (600 small rounds, a quarter of them with one tool call, W = 16,000), and
 `trajectories` (`--trajectories DIR`: JSON/JSONL files of OpenAI-format chat messages, W from
 `--window`).
@@ -36,11 +51,17 @@ markers verbatim in the final input and, for autoctx, reachable by `mem.reload` 
 ids in it (recursively); wall time. Every input is counted the same way for every system
 (tiktoken o200k_base over each message's text and tool calls, plus 4 per message). For
 autoctx, a line per workload splits its compression events by strategy: applied, failed,
-summarizer calls and their tokens in and out.
+summarizer calls and their tokens in and out. Against the peers: each system's total cost over
+the cheapest peer that stays under W (a peer with a call over W is shown, never the cheapest),
+and its summarizer calls per ten saturated model calls (those whose uncompressed input, the
+whole workload before them, is over 0.75 W); a last table puts autoctx against the cheapest
+bounded peer and the bounded peer with the fewest summarizer calls, workload by workload.
 
     python bench/agent_cost.py --database-url postgresql://postgres@127.0.0.1:5432/postgres \\
         --openhands-python /path/to/py312-venv/bin/python --plot agent_cost.png
     python bench/agent_cost.py --quick --systems autoctx
+    python bench/agent_cost.py --systems autoctx,langchain,langchain-mask,tiered \\
+        --workloads toolchat,bigtask
 """
 
 from __future__ import annotations
@@ -88,14 +109,32 @@ from autoctx import (
 )
 from autoctx._tokens import TokenCounter
 
-console = Console(width=220)
+console = Console(width=280)
 
-WORKLOADS = ("toolchat", "longtask", "multitask", "chat")
-SYSTEMS = ("autoctx", "langchain", "openhands")
-WINDOWS = {"toolchat": 16_000, "longtask": 32_000, "multitask": 32_000, "chat": 16_000}
+WORKLOADS = ("toolchat", "longtask", "bigtask", "multitask", "chat")
+SYSTEMS = ("autoctx", "langchain", "langchain-mask", "tiered", "openhands")
+#: What each peer is, for the output (autoctx's own line says its summarizer).
+PEERS = {
+    "langchain": "LangChain SummarizationMiddleware",
+    "langchain-mask": "LangChain ContextEditingMiddleware(ClearToolUsesEdit) + summarization",
+    "tiered": "pydantic-ai-harness TieredCompaction(ClearToolResults, SummarizingCompaction)",
+    "openhands": "OpenHands LLMSummarizingCondenser",
+}
+WINDOWS = {
+    "toolchat": 16_000,
+    "longtask": 32_000,
+    "bigtask": 32_000,
+    "multitask": 32_000,
+    "chat": 16_000,
+}
 # Full sizes, and --quick's.
-SIZES = {"toolchat": 400, "longtask": 400, "multitask": 12, "chat": 600}
-QUICK = {"toolchat": 60, "longtask": 80, "multitask": 3, "chat": 80}
+SIZES = {"toolchat": 400, "longtask": 400, "bigtask": 300, "multitask": 12, "chat": 600}
+QUICK = {"toolchat": 60, "longtask": 80, "bigtask": 60, "multitask": 3, "chat": 80}
+#: The bigtask's tool outputs: 500 to 8,000 characters, log-uniform.
+BIG_OUTPUT_CHARS = (500, 8_000)
+#: Where every system's compaction fires, as a share of W (LangChain's and OpenHands' settings
+#: here, autoctx's default trigger).
+TRIGGER = 0.75
 CACHED_PRICE = 0.1
 OUTPUT_PRICE = 4.0
 FACT_RE = re.compile(r"fact_id=F\d{5}-[0-9a-f]{6}")
@@ -118,6 +157,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--openhands-python",
         default=os.environ.get("OPENHANDS_PYTHON"),
         help="a Python 3.12+ interpreter with openhands-sdk (default: $OPENHANDS_PYTHON)",
+    )
+    parser.add_argument(
+        "--peers-from",
+        type=Path,
+        help="take the figures of the systems not run now from this earlier --json output (same "
+        "seed, sizes and workloads): after a change to autoctx, `--systems autoctx --peers-from "
+        "FILE` measures it against the peers without running them again",
     )
     parser.add_argument("--plot", type=Path, help="write the input tokens per call to this PNG")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -156,6 +202,27 @@ class Workload:
         if self.messages and self.messages[-1]["role"] != "assistant":
             points.append(len(self.messages))
         return points
+
+
+def turns(w: Workload) -> Iterator[tuple[list[int], list[int]]]:
+    """The user turns an agent framework runs: the user messages that open each (consecutive
+    ones together, as one input: a trajectory's later system prompt becomes a user note just
+    before its task) and the model calls up to the next turn. A turn cut short (its last call
+    answered by tools, or the workload's end) gets a stub answer past the end of the workload,
+    since the agent loop needs a final answer to stop; that call is not one of the workload's
+    and is not counted."""
+    msgs = w.messages
+    users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+    opens = [i for i in users if i == 0 or msgs[i - 1]["role"] != "user"]
+    for n, start in enumerate(opens):
+        end = opens[n + 1] if n + 1 < len(opens) else len(msgs) + 1
+        inputs = [start]
+        while inputs[-1] + 1 < len(msgs) and msgs[inputs[-1] + 1]["role"] == "user":
+            inputs.append(inputs[-1] + 1)
+        script = [p for p in w.model_calls if start < p < end]
+        if not script or script[-1] >= len(msgs) or msgs[script[-1]].get("tool_calls"):
+            script.append(len(msgs) + 1 + n)
+        yield inputs, script
 
 
 class Facts:
@@ -236,6 +303,29 @@ def longtask(seed: int, steps: int) -> list[dict[str, Any]]:
     return out
 
 
+def bigtask(seed: int, steps: int) -> list[dict[str, Any]]:
+    """One user request and `steps` tool steps whose outputs are all 500 to 8,000 characters
+    (log-uniform): a 32,000-token window holds about 30 of them, so every rung that shortens
+    one output at a time is called often."""
+    gen = TranscriptGenerator(seed)
+    texts, calls, facts, r = Texts(gen), Calls(), Facts(gen), gen.r
+    lo, hi = BIG_OUTPUT_CHARS
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent. " + texts.text("prose", 600)},
+        {"role": "user", "content": gen.user().text},
+    ]
+    for _ in range(steps):
+        made = [calls.new(r) for _ in range(1 if r.random() < 0.7 else r.randrange(2, 4))]
+        text = texts.text("prose", r.randint(5, 30)) if r.random() < 0.3 else None
+        out.append(_call_message(text, made))
+        for call in made:
+            chars = round(math.exp(r.uniform(math.log(lo), math.log(hi))))
+            output = gen.text(TOOL_OUTPUT_KINDS[call.name], chars)
+            out.append(_tool_message(call.id, call.name, facts.mark(output)))
+    out.append({"role": "assistant", "content": gen.answer().text})
+    return out
+
+
 def multitask(seed: int, tasks: int) -> list[dict[str, Any]]:
     gen = TranscriptGenerator(seed)
     texts, facts = Texts(gen), Facts(gen)
@@ -288,7 +378,13 @@ def build(args: argparse.Namespace, name: str) -> Workload:
     sizes = QUICK if args.quick else SIZES
     if name == "trajectories":
         return Workload(name, args.window, from_trajectories(args.trajectories))
-    makers = {"toolchat": toolchat, "longtask": longtask, "multitask": multitask, "chat": chat}
+    makers = {
+        "toolchat": toolchat,
+        "longtask": longtask,
+        "bigtask": bigtask,
+        "multitask": multitask,
+        "chat": chat,
+    }
     return Workload(name, WINDOWS[name], makers[name](args.seed, sizes[name]))
 
 
@@ -328,6 +424,8 @@ class Run:
     summarizer_out: int = 0
     seconds: float = 0.0
     reachable_facts: int | None = None
+    #: The masking peers: the tool outputs their model ever saw as a placeholder.
+    cleared: set[str] = field(default_factory=set)
     note: str = ""
     #: autoctx only: per strategy, [applied, failed, summarizer calls, tokens in, tokens out]
     #: from its compression events (one row per attempt).
@@ -442,9 +540,15 @@ def _msg_text(m: Msg) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
+def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens, *, mask: bool = False) -> Run:
+    """LangChain's agent with `SummarizationMiddleware`; with `mask`, `ContextEditingMiddleware`
+    (`ClearToolUsesEdit`) in front of it and the summarization as its fallback."""
     from langchain.agents import create_agent
-    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain.agents.middleware import (
+        ClearToolUsesEdit,
+        ContextEditingMiddleware,
+        SummarizationMiddleware,
+    )
     from langchain_core.callbacks import CallbackManagerForLLMRun
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import (
@@ -459,9 +563,9 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.memory import InMemorySaver
 
-    run = Run("langchain", note="ChatOpenAI -> the summary server")
+    system = "langchain-mask" if mask else "langchain"
+    run = Run(system, note="ChatOpenAI -> the summary server")
     msgs = w.messages
-    points = w.model_calls
     call_index: dict[str, int] = {}
     outputs: dict[str, str] = {}
     for i, m in enumerate(msgs):
@@ -474,9 +578,17 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
         if isinstance(message, SystemMessage):
             return 0
         if isinstance(message, ToolMessage):
-            return call_index[message.tool_call_id]
+            if message.content == outputs[message.tool_call_id]:
+                return call_index[message.tool_call_id]
+            # Cleared by the edit: its placeholder stands where the output was.
+            run.cleared.add(message.tool_call_id)
+            digest = hashlib.sha1(str(message.content).encode()).hexdigest()[:8]
+            key = f"l:{message.tool_call_id}:{digest}"
+            run.made[key] = str(message.content)
+            return key
         ident = message.id or ""
-        if ident.startswith("m") and ident[1:].isdigit():
+        # (An answer past the end is the stub that stops a turn cut short: a made message.)
+        if ident.startswith("m") and ident[1:].isdigit() and int(ident[1:]) < len(msgs):
             return int(ident[1:])
         key = f"l:{hashlib.sha1(str(message.content).encode()).hexdigest()[:12]}"
         run.made[key] = str(message.content)
@@ -500,9 +612,10 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
             **kwargs: Any,
         ) -> ChatResult:
             keys = [key_of(m) for m in messages]
-            run.steps.append(keys)
             used = sum(_key_tokens(k, msgs, run.made, tokens) for k in keys)
             i = script.pop(0)
+            if i <= len(msgs):  # not a turn's stub answer
+                run.steps.append(keys)
             m: dict[str, Any] = (
                 msgs[i] if i < len(msgs) else {"role": "assistant", "content": "(stopped)"}
             )
@@ -557,34 +670,244 @@ def run_langchain(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
         StructuredTool.from_function(invoke, name=n, description=f"the {n} tool") for n in names
     ]
     summary_model = ChatOpenAI(
-        model="langchain",
+        model=system,
         base_url=server.base_url,
         api_key="bench",  # type: ignore[arg-type]
         max_retries=0,
         profile={"max_input_tokens": w.window},
     )
+    middleware: list[Any] = [SummarizationMiddleware(summary_model, trigger=("fraction", TRIGGER))]
+    if mask:
+        # Anthropic's clear_tool_uses defaults (keep the last 3 results), its trigger at the
+        # same 0.75 W as every system here.
+        edit = ClearToolUsesEdit(trigger=int(TRIGGER * w.window), keep=3)
+        counted: dict[str, int] = {}
+
+        def exact_tokens(messages: Sequence[BaseMessage]) -> int:
+            # Both middlewares count with the bench's tokenizer: the default approximate
+            # counter reads code and JSON low (4 characters a token), and only the
+            # summarization's copy of it is scaled by the reported usage, so the edit would
+            # fire later than the summary it is meant to spare.
+            total = 0
+            for m in messages:
+                texts = [m.content if isinstance(m.content, str) else str(m.content)]
+                for call in getattr(m, "tool_calls", None) or []:
+                    texts += [call["name"], json.dumps(call["args"])]
+                for text in texts:
+                    if text not in counted:
+                        counted[text] = int(tokens.counter.count(text))
+                    total += counted[text]
+                total += PER_MESSAGE_TOKENS
+            return total
+
+        def masked_tokens(messages: Sequence[BaseMessage]) -> int:
+            # SummarizationMiddleware is a before_model hook: it reads the agent's state, which
+            # the edit (a wrap_model_call hook, on the request only) never changes, so counted
+            # as it is it fires whenever the unmasked history passes its trigger and the edit
+            # never spares a call. Counting the history as the edit leaves it makes the summary
+            # the fallback: it runs when the masked request is still over its trigger.
+            edited = list(messages)
+            edit.apply(edited, count_tokens=exact_tokens)
+            return exact_tokens(edited)
+
+        middleware = [
+            SummarizationMiddleware(
+                summary_model, trigger=("fraction", TRIGGER), token_counter=masked_tokens
+            ),
+            ContextEditingMiddleware(edits=[edit], token_counter=exact_tokens),
+        ]
     agent = create_agent(
         ScriptedModel(),
         tools=tools,
         system_prompt=msgs[0]["content"] if msgs[0]["role"] == "system" else None,
-        middleware=[SummarizationMiddleware(summary_model, trigger=("fraction", 0.75))],
+        middleware=middleware,
         checkpointer=InMemorySaver(),
     )
     config: Any = {"configurable": {"thread_id": "bench"}, "recursion_limit": 10_000}
     started = time.perf_counter()
-    # A turn: a user message and the model calls up to the next user message.
-    turn_starts = [i for i, m in enumerate(msgs) if m["role"] == "user"]
-    for n, start in enumerate(turn_starts):
-        end = turn_starts[n + 1] if n + 1 < len(turn_starts) else len(msgs) + 1
-        script[:] = [p for p in points if start < p < end]
-        if script and (script[-1] >= len(msgs) or msgs[script[-1]].get("tool_calls")):
-            # A turn cut short: the agent loop needs a final answer to stop.
-            script.append(len(msgs) + 1 + n)
+    for inputs, calls in turns(w):
+        script[:] = calls
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             agent.invoke(
-                {"messages": [HumanMessage(msgs[start]["content"], id=f"m{start}")]}, config
+                {"messages": [HumanMessage(msgs[i]["content"], id=f"m{i}") for i in inputs]},
+                config,
             )
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# pydantic-ai-harness TieredCompaction
+# ---------------------------------------------------------------------------------------------
+
+
+def run_tiered(server: SummaryServer, w: Workload, tokens: Tokens) -> Run:
+    """A pydantic-ai `Agent` with the harness's `TieredCompaction` over its documented tiers:
+    `ClearToolResults(keep_pairs=3)` then `SummarizingCompaction(keep_messages=20)`, with its
+    target at the same 0.75 W; the agent's model and the summarizer are `FunctionModel`s, the
+    first replaying the workload, the second asking the shared summary server."""
+    import httpx
+    from pydantic_ai import Agent, RunContext
+    from pydantic_ai.messages import (
+        CompactionPart,
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        SystemPromptPart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.tools import Tool
+    from pydantic_ai.usage import RequestUsage, UsageLimits
+    from pydantic_ai_harness.compaction import (
+        ClearToolResults,
+        SummarizingCompaction,
+        TieredCompaction,
+    )
+
+    run = Run("tiered", note="FunctionModel -> the summary server")
+    msgs = w.messages
+    call_index: dict[str, int] = {}
+    outputs: dict[str, str] = {}
+    for i, m in enumerate(msgs):
+        if m["role"] == "tool":
+            call_index[m["tool_call_id"]] = i
+            outputs[m["tool_call_id"]] = m["content"]
+    user_index = {m["content"]: i for i, m in enumerate(msgs) if m["role"] == "user"}
+    script: list[int] = []
+
+    def made(prefix: str, text: str) -> str:
+        key = f"{prefix}:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+        run.made[key] = text
+        return key
+
+    def keys_of(messages: Sequence[ModelMessage]) -> list[int | str]:
+        keys: list[int | str] = []
+        for message in messages:
+            if isinstance(message, ModelResponse):
+                ident = message.provider_response_id or ""
+                if ident.startswith("m") and ident[1:].isdigit():
+                    keys.append(int(ident[1:]))
+                else:
+                    keys.append(made("t", "\n".join(str(p) for p in message.parts)))
+                continue
+            for part in message.parts:
+                if isinstance(part, SystemPromptPart) and part.content == msgs[0]["content"]:
+                    keys.append(0)
+                elif isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    index = user_index.get(part.content)
+                    keys.append(index if index is not None else made("t", part.content))
+                elif isinstance(part, ToolReturnPart):
+                    if part.content == outputs.get(part.tool_call_id):
+                        keys.append(call_index[part.tool_call_id])
+                    else:  # cleared: the placeholder stands where the output was
+                        run.cleared.add(part.tool_call_id)
+                        keys.append(made(f"t:{part.tool_call_id}", str(part.content)))
+                elif isinstance(part, CompactionPart):
+                    keys.append(made("t", part.content or ""))
+                else:
+                    keys.append(made("t", str(getattr(part, "content", part))))
+        return keys
+
+    def agent_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        keys = keys_of(messages)
+        used = sum(_key_tokens(k, msgs, run.made, tokens) for k in keys)
+        i = script.pop(0)
+        if i <= len(msgs):  # not a turn's stub answer
+            run.steps.append(keys)
+        m = msgs[i] if i < len(msgs) else {"role": "assistant", "content": "(stopped)"}
+        parts: list[Any] = [TextPart(m["content"])] if m.get("content") else []
+        parts += [
+            ToolCallPart(c["function"]["name"], c["function"]["arguments"], tool_call_id=c["id"])
+            for c in m.get("tool_calls") or []
+        ]
+        return ModelResponse(
+            parts=parts,
+            # What a provider reports: the harness anchors its token estimate on it.
+            usage=RequestUsage(input_tokens=used, output_tokens=tokens.message(m)),
+            model_name="bench-scripted",
+            provider_response_id=f"m{i}" if i < len(msgs) else None,
+        )
+
+    http = httpx.Client(timeout=120)
+
+    def summarizer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        # The summary agent's request as the OpenAI protocol carries it: its instructions as
+        # the system message, its prompt (the template around the transcript) as the user's.
+        body = [{"role": "system", "content": info.instructions or ""}] + [
+            {"role": "user", "content": part.content}
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, UserPromptPart) and isinstance(part.content, str)
+        ]
+        answer = http.post(
+            f"{server.base_url}/chat/completions", json={"model": "tiered", "messages": body}
+        )
+        answer.raise_for_status()
+        data = answer.json()
+        return ModelResponse(
+            parts=[TextPart(data["choices"][0]["message"]["content"])],
+            usage=RequestUsage(
+                input_tokens=data["usage"]["prompt_tokens"],
+                output_tokens=data["usage"]["completion_tokens"],
+            ),
+            model_name="tiered",
+        )
+
+    def invoke(ctx: RunContext[None], **arguments: Any) -> str:
+        return outputs[ctx.tool_call_id or ""]
+
+    names = sorted(
+        {c["function"]["name"] for m in msgs for c in m.get("tool_calls") or []}
+        | set(TOOL_OUTPUT_KINDS)
+    )
+    schema = {"type": "object", "properties": {}, "additionalProperties": True}
+    tools = [
+        Tool.from_schema(
+            invoke, name=n, description=f"the {n} tool", json_schema=schema, takes_ctx=True
+        )
+        for n in names
+    ]
+    # The tiers as the harness documents them ("Cost: why summarization is the last resort"):
+    # each tier's own trigger is bypassed inside TieredCompaction, which stops at its target.
+    tiered = TieredCompaction(
+        tiers=[
+            ClearToolResults(max_tokens=1, keep_pairs=3),
+            SummarizingCompaction(
+                FunctionModel(summarizer, model_name="tiered"), max_messages=1, keep_messages=20
+            ),
+        ],
+        target_tokens=int(TRIGGER * w.window),
+    )
+    agent = Agent(
+        FunctionModel(agent_model, model_name="bench-scripted"),
+        system_prompt=msgs[0]["content"] if msgs[0]["role"] == "system" else (),
+        tools=tools,
+        capabilities=[tiered],
+    )
+    history: list[ModelMessage] = []
+    started = time.perf_counter()
+    try:
+        for inputs, calls in turns(w):
+            script[:] = calls
+            # Consecutive user messages: the earlier ones as a request of the history.
+            if len(inputs) > 1:
+                parts = [UserPromptPart(msgs[i]["content"]) for i in inputs[:-1]]
+                history = [*history, ModelRequest(parts=parts)]
+            result = agent.run_sync(
+                msgs[inputs[-1]]["content"],
+                message_history=history,
+                usage_limits=UsageLimits(request_limit=None),  # a task of hundreds of steps
+            )
+            # The compactions persist into the run's history, which the next turn continues.
+            history = result.all_messages()
+    finally:
+        http.close()
     run.seconds = time.perf_counter() - started
     return run
 
@@ -644,7 +967,24 @@ def _key_tokens(
     return tokens.text(made[key])
 
 
-def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dict[str, Any]:
+def saturated_from(w: Workload, tokens: Tokens) -> int:
+    """The first model call (its index among them) whose uncompressed input, the whole
+    workload before it, is over the trigger: from there on every system has to compress, and
+    its summarizer calls are counted against these calls alone."""
+    total = 0
+    done = 0
+    for n, point in enumerate(w.model_calls):
+        while done < point:
+            total += tokens.message(w.messages[done])
+            done += 1
+        if total > TRIGGER * w.window:
+            return n
+    return len(w.model_calls)
+
+
+def figures(
+    w: Workload, run: Run, server: SummaryServer, tokens: Tokens, saturated: int
+) -> dict[str, Any]:
     cache: dict[int | str, int] = {}
 
     def count(key: int | str) -> int:
@@ -667,9 +1007,7 @@ def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dic
         cached += prefix
         inputs.append(total)
         previous = keys
-    usage = server.usage.get(
-        {"autoctx": "autoctx", "langchain": "langchain", "openhands": "openhands"}[run.system]
-    )
+    usage = server.usage.get(run.system)  # each system names its model after itself
     calls = usage.calls if usage else 0
     s_in = usage.prompt_tokens if usage else 0
     s_out = usage.completion_tokens if usage else 0
@@ -697,18 +1035,70 @@ def figures(w: Workload, run: Run, server: SummaryServer, tokens: Tokens) -> dic
         "facts": len(all_facts),
         "facts_verbatim": len(set(FACT_RE.findall(final_text)) & all_facts),
         "facts_reachable": run.reachable_facts,
+        "outputs_cleared": len(run.cleared),
         "seconds": run.seconds,
         "by_strategy": {str(k): v for k, v in run.by_strategy.items()},
+        "saturated_calls": max(0, len(run.steps) - saturated),
+        "summarizer_calls_per_10_saturated": (
+            10 * calls / (len(run.steps) - saturated) if len(run.steps) > saturated else None
+        ),
+        # Filled in by compare() once every system has run the workload.
+        "cost_vs_cheapest_bounded_peer": None,
         "inputs": inputs,
     }
+
+
+def compare(res: dict[str, Any]) -> None:
+    """Each system's total cost over the cheapest peer that stays under the window (a peer
+    with a model call over W is shown but is never the cheapest), and the workload's
+    cheapest bounded peer and fewest summarizer calls of a bounded peer."""
+    bounded = [f for f in res["systems"] if f["system"] != "autoctx" and not f["calls_over_window"]]
+    if not bounded:
+        res["cheapest_bounded_peer"] = res["fewest_calls_bounded_peer"] = None
+        return
+    cheapest = min(bounded, key=lambda f: f["total_cost"])
+    fewest = min(bounded, key=lambda f: f["summarizer_calls"])
+    res["cheapest_bounded_peer"] = cheapest["system"]
+    res["fewest_calls_bounded_peer"] = fewest["system"]
+    for f in res["systems"]:
+        f["cost_vs_cheapest_bounded_peer"] = f["total_cost"] / max(1, cheapest["total_cost"])
+
+
+def print_goals(results: dict[str, dict[str, Any]]) -> None:
+    """autoctx against the bounded peers, per workload (issue 21's goals)."""
+    table = Table(title="autoctx against the bounded peers")
+    headers = (
+        "workload", "autoctx total / cheapest bounded peer",
+        "summarizer calls, autoctx vs the fewest of a bounded peer",
+        "autoctx summarizer calls per 10 saturated calls", "autoctx calls > W",
+        "autoctx facts reachable",
+    )  # fmt: skip
+    for header in headers:
+        table.add_column(header, justify="left" if header == "workload" else "right")
+    for name, res in results.items():
+        by = {f["system"]: f for f in res["systems"]}
+        a = by.get("autoctx")
+        if a is None or res.get("cheapest_bounded_peer") is None:
+            continue
+        cheapest, fewest = by[res["cheapest_bounded_peer"]], by[res["fewest_calls_bounded_peer"]]
+        per10 = a["summarizer_calls_per_10_saturated"]
+        table.add_row(
+            f"{name}, W={res['window']:,}",
+            f"{a['cost_vs_cheapest_bounded_peer']:.2f}x ({cheapest['system']})",
+            f"{a['summarizer_calls']} vs {fewest['summarizer_calls']} ({fewest['system']})",
+            "-" if per10 is None else f"{per10:.2f}",
+            f"{a['calls_over_window']:,}",
+            f"{a['facts_reachable']:,} of {a['facts']:,}",
+        )
+    console.print(table)
 
 
 def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
     table = Table(title=f"The agent's context and what it costs ({machine})")
     headers = (
         "workload", "W", "system", "calls", "peak (x W)", "calls > W", "summ. calls",
-        "summ. in / out", "agent input", "cached", "billed (cache)", "total cost", "facts verbatim",
-        "reachable", "wall",
+        "summ. in / out", "summ. / 10 sat.", "agent input", "cached", "billed (cache)",
+        "total cost", "vs cheapest bounded peer", "facts verbatim", "reachable", "wall",
     )  # fmt: skip
     for header in headers:
         table.add_column(header, justify="left" if header in ("workload", "system") else "right")
@@ -724,10 +1114,12 @@ def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
                 f"{f['calls_over_window']:,}",
                 f"{f['summarizer_calls']:,}",
                 f"{f['summarizer_tokens_in']:,} / {f['summarizer_tokens_out']:,}",
+                _per10(f),
                 f"{f['agent_input_tokens']:,}",
                 f"{f['cached_share']:.0%}",
                 f"{f['agent_input_billed']:,}",
                 f"{f['total_cost']:,}",
+                _versus(f, res),
                 f"{f['facts_verbatim']:,} of {f['facts']:,}",
                 "-" if f["facts_reachable"] is None else f"{f['facts_reachable']:,}",
                 secs(f["seconds"]),
@@ -747,6 +1139,20 @@ def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
             )
 
 
+def _per10(f: dict[str, Any]) -> str:
+    per10 = f["summarizer_calls_per_10_saturated"]
+    return "-" if per10 is None else f"{per10:.2f}"
+
+
+def _versus(f: dict[str, Any], res: dict[str, Any]) -> str:
+    if f["calls_over_window"]:
+        return "over W"
+    ratio = f["cost_vs_cheapest_bounded_peer"]
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}x" + (" (cheapest)" if f["system"] == res["cheapest_bounded_peer"] else "")
+
+
 def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -755,10 +1161,18 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
 
     names = list(results)
     fig, axes = plt.subplots(len(names), 1, figsize=(15, 3.4 * len(names)), squeeze=False)
-    colors = {"autoctx": "tab:blue", "langchain": "tab:orange", "openhands": "tab:green"}
+    colors = {
+        "autoctx": "tab:blue",
+        "langchain": "tab:orange",
+        "langchain-mask": "tab:red",
+        "tiered": "tab:purple",
+        "openhands": "tab:green",
+    }
     for ax, name in zip(axes[:, 0], names, strict=True):
         res = results[name]
         for f in res["systems"]:
+            if "inputs" not in f:  # a peer from --peers-from's file, which keeps no curve
+                continue
             ax.plot(
                 range(1, len(f["inputs"]) + 1),
                 f["inputs"],
@@ -773,7 +1187,7 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
         ax.set_title(f"{name}: the model's input at each call")
         ax.set_xlabel("model call")
         ax.set_ylabel("input tokens")
-        top = max((max(f["inputs"], default=0) for f in res["systems"]), default=0)
+        top = max((max(f.get("inputs", []), default=0) for f in res["systems"]), default=0)
         ax.set_ylim(0, max(top, res["window"]) * 1.08)
         # Beside the axes: inside, it hides the sawtooth it describes.
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
@@ -794,12 +1208,22 @@ def available(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]
     for system in args.system_names:
         if system == "autoctx":
             run[system] = ""
-        elif system == "langchain":
+        elif system in ("langchain", "langchain-mask"):
             try:
                 import langchain.agents.middleware  # noqa: F401
                 import langchain_openai  # noqa: F401
             except ImportError as err:
                 skipped[system] = f"not importable ({err}); pip install -e '.[peers]'"
+            else:
+                run[system] = ""
+        elif system == "tiered":
+            try:
+                import pydantic_ai_harness.compaction  # noqa: F401
+            except ImportError as err:
+                skipped[system] = (
+                    f"not importable ({err}); pip install -e '.[harness]' in a venv of its own "
+                    "(bench/README.md, agent_cost.py)"
+                )
             else:
                 run[system] = ""
         else:
@@ -811,6 +1235,45 @@ def available(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]
     return run, skipped
 
 
+def _earlier(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.peers_from is None:
+        return None
+    try:
+        earlier: dict[str, Any] = json.loads(args.peers_from.read_text())
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"--peers-from {args.peers_from}: not readable as JSON ({err})") from err
+    if earlier.get("seed") != args.seed or earlier.get("quick") != args.quick:
+        raise SystemExit(
+            f"--peers-from {args.peers_from}: made with seed {earlier.get('seed')} and quick "
+            f"{earlier.get('quick')}, not {args.seed} and {args.quick}; run with the same ones"
+        )
+    return earlier
+
+
+def _reused(
+    args: argparse.Namespace,
+    earlier: dict[str, Any] | None,
+    name: str,
+    res: dict[str, Any],
+    running: dict[str, str],
+) -> list[dict[str, Any]]:
+    """The earlier run's figures of the systems not run now, on the same workload."""
+    if earlier is None or name not in earlier.get("workloads", {}):
+        return []
+    old = earlier["workloads"][name]
+    if old.get("digest") != res["digest"]:
+        raise SystemExit(
+            f"--peers-from {args.peers_from}: its {name} workload is not this one (another "
+            "version of the bench or of --trajectories); run the peers again"
+        )
+    out = []
+    for f in old["systems"]:
+        if f["system"] != "autoctx" and f["system"] not in running:
+            out.append({**f, "note": f"{f['note']} (from {args.peers_from.name})"})
+            console.print(f"  {name} / {f['system']}: from {args.peers_from}", highlight=False)
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     systems, skipped = available(args)
@@ -818,28 +1281,43 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         console.print(f"[bold]skipped {system}[/bold]: {why}", highlight=False)
     tokens = Tokens()
     results: dict[str, dict[str, Any]] = {}
+    earlier = _earlier(args)
     with fresh_database(args.database_url, "autoctx_bench_agent_cost") as db:
         machine = machine_description(db)
         for name in args.names:
             w = build(args, name)
-            results[name] = {"window": w.window, "messages": len(w.messages), "systems": []}
+            saturated = saturated_from(w, tokens)
+            results[name] = {
+                "window": w.window,
+                "messages": len(w.messages),
+                "model_calls": len(w.model_calls),
+                "saturated_from_call": saturated,
+                "digest": hashlib.sha1(json.dumps(w.messages).encode()).hexdigest()[:16],
+                "systems": [],
+            }
             for system, python in systems.items():
                 # A server per system and workload: its usage is that run's alone.
                 with SummaryServer() as server:
                     if system == "autoctx":
                         r = run_autoctx(db, server, w)
-                    elif system == "langchain":
-                        r = run_langchain(server, w, tokens)
+                    elif system in ("langchain", "langchain-mask"):
+                        r = run_langchain(server, w, tokens, mask=system == "langchain-mask")
+                    elif system == "tiered":
+                        r = run_tiered(server, w, tokens)
                     else:
                         r = run_openhands(python, server, w)
-                    f = figures(w, r, server, tokens)
+                    f = figures(w, r, server, tokens, saturated)
                 results[name]["systems"].append(f)
                 console.print(
                     f"  {name} / {system}: {f['model_calls']:,} model calls in "
                     f"{secs(f['seconds'])} ({r.note})",
                     highlight=False,
                 )
+            results[name]["systems"] += _reused(args, earlier, name, results[name], systems)
+    for res in results.values():
+        compare(res)
     print_table(results, machine)
+    print_goals(results)
     for system, why in skipped.items():
         console.print(f"skipped {system}: {why}", highlight=False)
     console.print(

@@ -1,5 +1,6 @@
-"""A smoke run of bench/agent_cost.py: autoctx alone on one --quick workload (no peer package
-needed), through the script's own command line, as a user runs it."""
+"""Smoke runs of bench/agent_cost.py through the script's own command line, as a user runs it:
+autoctx alone on one --quick workload (no peer package needed), and each masking peer through
+its own package on small workloads."""
 
 from __future__ import annotations
 
@@ -7,37 +8,180 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from sqlalchemy.engine import URL
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "agent_cost.py"
 
 
-def test_agent_cost_quick_autoctx(admin_url: URL, tmp_path: Path) -> None:
-    out = tmp_path / "figures.json"
-    proc = subprocess.run(
+def _bench(admin_url: URL, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             sys.executable,
             str(BENCH),
             "--quick",
-            "--systems",
-            "autoctx",
-            "--workloads",
-            "toolchat",
             "--database-url",
             admin_url.render_as_string(hide_password=False),
-            "--json",
-            str(out),
+            *args,
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
+    )
+
+
+def _run(
+    admin_url: URL, tmp_path: Path, systems: str, workloads: str, *more: str
+) -> dict[str, Any]:
+    out = tmp_path / f"figures-{systems}.json"
+    proc = _bench(
+        admin_url, "--systems", systems, "--workloads", workloads, "--json", str(out), *more
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert not result["skipped"], result["skipped"]
+    return result
+
+
+def _by_system(result: dict[str, Any], workload: str) -> dict[str, dict[str, Any]]:
+    return {f["system"]: f for f in result["workloads"][workload]["systems"]}
+
+
+def test_agent_cost_quick_autoctx(admin_url: URL, tmp_path: Path) -> None:
+    result = _run(admin_url, tmp_path, "autoctx", "toolchat")
     [figures] = result["workloads"]["toolchat"]["systems"]
     assert figures["system"] == "autoctx"
     assert figures["calls_over_window"] == 0
     assert figures["summarizer_calls"] > 0
     # Every fact is in the final context or reachable from it by reload.
     assert figures["facts_reachable"] == figures["facts"] > 0
+    # Alone, autoctx is its own reference: no bounded peer ran.
+    assert figures["cost_vs_cheapest_bounded_peer"] is None
+
+
+def test_langchain_masking_peer_masks_first_and_summarizes_as_fallback(
+    admin_url: URL, tmp_path: Path
+) -> None:
+    """ContextEditingMiddleware(ClearToolUsesEdit) with SummarizationMiddleware behind it: the
+    edit keeps the long task of large outputs under the window without a summary, and on the
+    tool chat the summary still runs (the fallback is real) but less often than LangChain's
+    summarization alone, since its trigger sees the masked history."""
+    result = _run(admin_url, tmp_path, "langchain,langchain-mask", "bigtask,toolchat")
+    big = _by_system(result, "bigtask")
+    window = result["workloads"]["bigtask"]["window"]
+    masked = big["langchain-mask"]
+    assert masked["model_calls"] == big["langchain"]["model_calls"] > 0
+    assert masked["calls_over_window"] == 0
+    assert masked["peak_tokens"] <= window
+    assert masked["outputs_cleared"] > 0
+    assert masked["summarizer_calls"] == 0
+    # Masking is cheaper than the history it hides: the agent's input is well below LangChain's.
+    assert masked["agent_input_tokens"] < big["langchain"]["agent_input_tokens"]
+
+    chat = _by_system(result, "toolchat")
+    assert chat["langchain-mask"]["calls_over_window"] == 0
+    assert chat["langchain-mask"]["outputs_cleared"] > 0
+    assert 0 < chat["langchain-mask"]["summarizer_calls"] < chat["langchain"]["summarizer_calls"]
+    # The cheapest bounded peer is one of the two, and the ratios are against it.
+    res = result["workloads"]["toolchat"]
+    cheapest = chat[res["cheapest_bounded_peer"]]
+    assert cheapest["cost_vs_cheapest_bounded_peer"] == 1.0
+    assert all(f["cost_vs_cheapest_bounded_peer"] >= 1.0 for f in chat.values())
+
+    # autoctx alone, against the peers' figures of that run.
+    earlier = tmp_path / "figures-langchain,langchain-mask.json"
+    again = _run(admin_url, tmp_path, "autoctx", "toolchat", "--peers-from", str(earlier))
+    rows = _by_system(again, "toolchat")
+    assert set(rows) == {"autoctx", "langchain", "langchain-mask"}
+    for system in ("langchain", "langchain-mask"):
+        assert rows[system]["total_cost"] == chat[system]["total_cost"]
+    assert rows["autoctx"]["cost_vs_cheapest_bounded_peer"] == (
+        rows["autoctx"]["total_cost"] / cheapest["total_cost"]
+    )
+    # Figures of another seed are another workload: refused, with the option named.
+    refused = _bench(admin_url, "--systems", "autoctx", "--seed", "7", "--peers-from", str(earlier))
+    assert refused.returncode != 0
+    assert "--peers-from" in refused.stderr and "seed" in refused.stderr
+
+
+def test_tiered_compaction_peer_clears_first_and_summarizes_through_its_function_model(
+    admin_url: URL, tmp_path: Path
+) -> None:
+    """pydantic-ai-harness TieredCompaction(ClearToolResults, SummarizingCompaction): clearing
+    alone bounds the long task of large outputs; on the tool chat the summarizing tier runs,
+    its FunctionModel answered by the shared summary server (which counts its calls)."""
+    pytest.importorskip(
+        "pydantic_ai_harness", reason="pydantic-ai-harness pins its own pydantic-ai release"
+    )
+    result = _run(admin_url, tmp_path, "tiered", "bigtask,toolchat")
+    for workload in ("bigtask", "toolchat"):
+        tiered = _by_system(result, workload)["tiered"]
+        assert tiered["model_calls"] > 0
+        assert tiered["calls_over_window"] == 0
+        assert tiered["peak_tokens"] <= result["workloads"][workload]["window"]
+        assert tiered["outputs_cleared"] > 0
+    assert _by_system(result, "bigtask")["tiered"]["summarizer_calls"] == 0
+    chat = _by_system(result, "toolchat")["tiered"]
+    assert chat["summarizer_calls"] > 0
+    assert chat["summarizer_tokens_in"] > chat["summarizer_tokens_out"] > 0
+
+
+def test_trajectories_cut_short_play_every_model_call_once(admin_url: URL, tmp_path: Path) -> None:
+    """Trajectories as one session: a later system prompt becomes a user note right before its
+    task's user message, and a task may stop on tool results. The agent frameworks need a final
+    answer to end a turn; the stub they get is not one of the workload's model calls, so each
+    peer's calls are exactly the workload's."""
+    directory = tmp_path / "trajectories"
+    directory.mkdir()
+    for k in range(2):
+        msgs: list[dict[str, Any]] = [
+            {"role": "system", "content": f"You are agent {k}."},
+            {"role": "user", "content": f"Fix bug {k}."},
+        ]
+        for j in range(4):
+            call = f"c{k}_{j}"
+            arguments = json.dumps({"command": f"cat f{j}.py", "timeout": 5})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call,
+                            "type": "function",
+                            "function": {"name": "bash", "arguments": arguments},
+                        }
+                    ],
+                }
+            )
+            msgs.append({"role": "tool", "tool_call_id": call, "content": f"line {j}\n" * 50})
+        if k == 1:
+            msgs.append({"role": "assistant", "content": "Done."})
+        (directory / f"t{k}.json").write_text(json.dumps(msgs))
+    systems = "langchain,langchain-mask"
+    try:
+        import pydantic_ai_harness  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        systems += ",tiered"
+    result = _run(
+        admin_url,
+        tmp_path,
+        systems,
+        "",
+        "--trajectories",
+        str(directory),
+        "--window",
+        "16000",
+    )
+    res = result["workloads"]["trajectories"]
+    # Calls before each of the 8 assistant messages, and one at the end (cut short).
+    assert res["model_calls"] == 9
+    rows = _by_system(result, "trajectories")
+    assert set(rows) == set(systems.split(","))
+    for figures in rows.values():
+        assert figures["model_calls"] == 9
+        assert figures["calls_over_window"] == 0
