@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.engine import Engine
 
-from .._compressor import FALLBACK_MODEL
+from .._effects import FALLBACK_MODEL
 from .._errors import AutoContextError, SessionNotFound
 from .._events import Event
 from .._memory import (
