@@ -58,7 +58,7 @@ FALLBACKS: Counter[int] = Counter()
 #: Examples on the in-memory store (milliseconds each) and on PostgreSQL (a replayed session
 #: each); AUTOCTX_PROPERTY_EXAMPLES sets both.
 EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "200"))
-PG_EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "8"))
+PG_EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "5"))
 NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
 
 #: Strategies whose text an LLM writes: under the failing summarizer, any applied one of these

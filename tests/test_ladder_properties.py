@@ -30,7 +30,7 @@ from tests.test_ladder import CountingSummarizer
 #: Examples on the in-memory store (milliseconds each) and on PostgreSQL (a replayed session
 #: each); AUTOCTX_PROPERTY_EXAMPLES sets both.
 EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "200"))
-PG_EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "8"))
+PG_EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "5"))
 
 
 @dataclass(frozen=True)
