@@ -1,54 +1,61 @@
 """The compression loop (docs/design.md §2): the only place that loops.
 
 check the trigger (session row) -> snapshot -> strategies in order -> summarizer (no lock held)
--> `Store.apply` (one transaction) -> re-check, until under the target or no progress.
+-> apply (one transaction) -> re-check, until under the target or no progress.
 
-The loop knows no summarizer I/O: `Compressor.steps` is a generator that yields a batch of
-`SummaryRequest`s (the independent ranges of one pass, one request each) and is sent their
-answers, in order (a `SummaryResult`, or the exception the summarizer raised). `Compressor.run`
-drives it from the calling thread, `Compressor.arun` runs its database steps in a worker thread
-and awaits an `AsyncSummarizer`, so that no thread waits on the LLM; both ask the summarizer
-for a batch's ranges concurrently, at most `summarizer_concurrency` at once. The ranges of one
-pass still commit together, in one transaction (docs/design.md §2): concurrency only changes
-when their summaries are written.
+The loop performs no I/O: `Compressor.steps` is a generator that yields effects (read a
+snapshot, load originals, summarize a batch, apply replacements, record an event, read the
+totals, settle: `autoctx._effects`) and is sent their results. The drivers of
+`autoctx._drivers` execute them against the session's store and the summarizers:
+`Compressor.run` from the calling thread, `Compressor.arun` with its database steps in a worker
+thread and an `AsyncSummarizer` awaited, so that no thread waits on the LLM; both ask the
+summarizer for a batch's ranges (the independent ranges of one pass, one request each)
+concurrently, at most `summarizer_concurrency` at once. The ranges of one pass still commit
+together, in one transaction (docs/design.md §2): concurrency only changes when their
+summaries are written. The offline summarizer that stands in to keep the bound is the
+memory's, handed in (`fallback`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
-from typing import Any, Final, TypeAlias, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Final
 
+from ._answers import check_answer
 from ._config import AutoContextConfig
+from ._drivers import adrive, drive
+from ._effects import (
+    FALLBACK_MODEL,
+    ApplyReplacements,
+    CompressionStore,
+    Effects,
+    LoadMessages,
+    ReadSnapshot,
+    ReadTotals,
+    RecordEvent,
+    SessionTotals,
+    Settle,
+    Summarize,
+    ask,
+)
 from ._errors import SummarizerError
 from ._events import Event
 from ._intake import Prepared, count_tokens
-from ._messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from ._observe import Observer
+from ._messages import Msg
+from ._observe import Observer, SummarizerCall
 from ._plans import Edit, PlanContext, Snapshot
 from ._prompts import build_request, clip_for
-from ._store.rows import SessionInfo
-from ._store.store import Replacement, Store
+from ._replacements import Replacement, preview, summarized_payload
 from ._strategies import plan as plan_strategy
 from ._strategies._common import Layouts, layout_of
 from ._strategies.s7_fold import STRATEGY as FOLD
-from ._summarizers import (
-    AsyncSummarizer,
-    OfflineSummarizer,
-    Summarizer,
-    SummaryRequest,
-    SummaryResult,
-    check_answer,
-)
+from ._summary import AsyncSummarizer, Summarizer, SummaryRequest, SummaryResult
 from ._tags import offload_tag
 from ._tokens import TokenCounter
 
@@ -86,24 +93,11 @@ _PREVIEWS_YIELD_TO_FOLD: Final = frozenset({2, 3})
 _YIELD_TO_S6: Final = frozenset({1, 5})
 #: The rungs the offline fallback may use, in ladder order (docs/design.md §2).
 _FALLBACK_STRATEGIES: Final = (FOLD, 5, 6)
-#: The model recorded on the events of the offline fallback.
-FALLBACK_MODEL: Final = "offline"
 #: Tokens of an offload tag and its newline, for the estimate of what a summary costs.
 _TAG_TOKENS: Final = 24
 #: Passes whose arrivals `SessionState.arriving` averages: a few, so that it follows a change
 #: of the agent's pace, and more than one, so that one large tool output does not set it.
 _ARRIVALS_KEPT: Final = 4
-
-_T = TypeVar("_T")
-#: The requests of one pass that the summarizer may write at the same time, in edit order.
-Batch: TypeAlias = tuple[SummaryRequest, ...]
-#: The answers to a batch, in its order: a result, or the exception the summarizer raised.
-Answers: TypeAlias = list[SummaryResult | Exception]
-#: A step of the loop that may ask the summarizer: it yields a batch and is sent the answers.
-Steps: TypeAlias = Generator[Batch, Answers, _T]
-#: One range's part of a batch (`Compressor._summarize`): it yields one request (or none, for
-#: the offline fallback) and is sent its answer.
-_RangeSteps: TypeAlias = Generator[SummaryRequest, SummaryResult, Replacement | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +129,7 @@ def under_target(
     return token_count + arriving < config.token_target and message_count < config.msg_target
 
 
-def is_due(info: SessionInfo, config: AutoContextConfig) -> bool:
+def is_due(info: SessionTotals, config: AutoContextConfig) -> bool:
     """Whether a `compress_if_needed()` call from these totals has anything to try: the trigger
     holds, and no earlier call settled at this very version (docs/design.md §2)."""
     fired = trigger_of(info.message_count, info.token_count, config).fired
@@ -213,26 +207,32 @@ class SessionState:
 class Compressor:
     def __init__(
         self,
-        store: Store,
+        store: CompressionStore,
         session_id: str,
         config: AutoContextConfig,
         counter: TokenCounter,
         summarizer: Summarizer,
         session: SessionState | None = None,
         observer: Observer | None = None,
+        *,
+        fallback: Summarizer,
     ) -> None:
+        #: The session's store: only the drivers use it; the loop yields effects.
         self.store = store
         self.session_id = session_id
         self.config = config
         self.counter = counter
         self.summarizer = summarizer
+        #: The offline summarizer that writes what the bound needs when the configured one
+        #: fails or the budget is spent (docs/design.md §2), handed in by the memory.
+        self.fallback = fallback
         self.session = session if session is not None else SessionState()
         #: The lifecycle hooks and spans of this call.
         self.observer = observer if observer is not None else Observer(session_id)
 
     def run(
         self,
-        info: SessionInfo,
+        info: SessionTotals,
         guard: AbstractContextManager[object] | None = None,
         stop: threading.Event | None = None,
         events: list[Event] | None = None,
@@ -246,30 +246,21 @@ class Compressor:
         answers in flight discarded (nothing of them is written) and the events committed so
         far returned. `events`, when given, receives each event as it is recorded.
         """
-        held = guard if guard is not None else contextlib.nullcontext()
         sink: list[Event] = [] if events is None else events
-        steps = self.steps(info, sink, beside=guard is not None)
-        with contextlib.closing(steps):
-            with held:
-                step = _advance(steps, None, stop)
-            while isinstance(step, tuple):
-                answers = self._answers(step)
-                with held:
-                    step = _advance(steps, answers, stop)
-            return sink
-
-    def _answers(self, batch: Batch) -> Answers:
-        """The summarizer's answers to a batch, at most `summarizer_concurrency` at once."""
-        summarize = self.summarizer.summarize
-        workers = min(len(batch), self.config.summarizer_concurrency)
-        if workers <= 1:
-            return [_answer_of(summarize, request) for request in batch]
-        with ThreadPoolExecutor(workers, thread_name_prefix="autoctx-summary") as pool:
-            return list(pool.map(lambda request: _answer_of(summarize, request), batch))
+        drive(
+            self.steps(info, sink, beside=guard is not None),
+            self.store,
+            self.summarizer,
+            self.fallback,
+            concurrency=self.config.summarizer_concurrency,
+            guard=guard,
+            stop=stop,
+        )
+        return sink
 
     async def arun(
         self,
-        info: SessionInfo,
+        info: SessionTotals,
         summarizer: AsyncSummarizer,
         guard: AbstractContextManager[object] | None = None,
         stop: threading.Event | None = None,
@@ -280,30 +271,23 @@ class Compressor:
         summarizer is awaited on the event loop (bounded by the request's deadline), holding
         no thread and no lock. Cancelled, it lets a database step in progress end (it is one
         transaction either way) and writes nothing of the answers in flight."""
-
-        held = guard if guard is not None else contextlib.nullcontext()
         sink: list[Event] = [] if events is None else events
-
-        def advance(answers: Answers | None) -> Batch | _Done:
-            with held:
-                return _advance(steps, answers, stop)
-
-        steps = self.steps(info, sink, beside=guard is not None)
-        with contextlib.closing(steps):
-            step = await _step_in_thread(advance, None)
-            while isinstance(step, tuple):
-                limit = asyncio.Semaphore(self.config.summarizer_concurrency)
-                answers = list(
-                    await asyncio.gather(*(_awaited_answer(summarizer, r, limit) for r in step))
-                )
-                step = await _step_in_thread(advance, answers)
-            return sink
+        await adrive(
+            self.steps(info, sink, beside=guard is not None),
+            self.store,
+            summarizer,
+            self.fallback,
+            concurrency=self.config.summarizer_concurrency,
+            guard=guard,
+            stop=stop,
+        )
+        return sink
 
     def steps(
-        self, info: SessionInfo, events: list[Event] | None = None, *, beside: bool = False
-    ) -> Steps[list[Event]]:
-        """The loop, as a generator of summarizer batches (see the module docstring); it
-        returns the events of the call (`events`, when given, is the list they go into).
+        self, info: SessionTotals, events: list[Event] | None = None, *, beside: bool = False
+    ) -> Effects[list[Event]]:
+        """The loop, as a generator of effects (see the module docstring); it returns the
+        events of the call (`events`, when given, is the list they go into).
 
         `beside`: the caller's appends go on between the loop's steps (a background
         compression, a worker); the call then takes the totals as they will be when each of
@@ -325,7 +309,7 @@ class Compressor:
             arriving=self.session.arriving(cfg) if beside else 0,
         )
         for _ in range(cfg.max_passes):
-            snap = self.store.snapshot(self.session_id)
+            snap = yield from ask(ReadSnapshot())
             if under_target(snap.message_count, snap.token_count, cfg, state.arriving):
                 return state.events
             if snap.token_count >= cfg.token_trigger:
@@ -340,16 +324,16 @@ class Compressor:
                 continue
             if outcome == "stalled":
                 break
-        final = self.store.totals(self.session_id)
+        final = yield from ask(ReadTotals())
         if final.token_count >= cfg.max_tokens:
             # The bound (docs/design.md §2): whatever stopped the ladder (a failing summarizer,
             # a spent budget), the offline summarizer writes what is left to write.
             yield from self._fallback(state)
-            final = self.store.totals(self.session_id)
+            final = yield from ask(ReadTotals())
         if not under_target(final.message_count, final.token_count, cfg):
             if final.token_count >= cfg.max_tokens:
-                self._report_over_window(state)  # an event: the version stays
-            self.store.settle(self.session_id, final.version)
+                yield from self._report_over_window(state)  # an event: the version stays
+            yield from ask(Settle(final.version))
         return state.events
 
     # -- one pass -----------------------------------------------------------------------------
@@ -365,7 +349,7 @@ class Compressor:
             return snap.token_count + state.arriving >= self.config.token_target
         return True  # S5 and S6 check the token trigger themselves (`PlanContext.token_pressure`)
 
-    def _pass(self, snap: Snapshot, state: _CallState) -> Steps[str]:
+    def _pass(self, snap: Snapshot, state: _CallState) -> Effects[str]:
         """Try S1..S6 in order and apply the first that finds work.
 
         Returns "progress" when working tokens fell, "conflict" when the apply lost a race,
@@ -441,12 +425,8 @@ class Compressor:
                         # in a new pass (the failed range is not planned again in this call).
                         return "replan"
                     continue  # every range failed: the ladder moves on
-                outcome = self.store.apply(
-                    self.session_id,
-                    replacements,
-                    reason=reason,
-                    config=cfg.to_json(),
-                    seen_version=snap.version,
+                outcome = yield from ask(
+                    ApplyReplacements(tuple(replacements), reason, cfg.to_json(), snap.version)
                 )
                 self._recorded(state, outcome.events)
             finally:
@@ -503,16 +483,17 @@ class Compressor:
         edits: Sequence[Edit],
         state: _CallState,
         reason: str,
-        fallback: Summarizer | None = None,
-    ) -> Steps[list[Replacement]]:
-        """The replacements of `edits` (previews, or summaries: from `fallback` when given,
-        which is then not counted against the LLM budget)."""
-        ids = [i for e in edits for i in e.replaced_ids]
-        originals = self.store.load_messages(self.session_id, ids)
+        *,
+        fallback: bool = False,
+    ) -> Effects[list[Replacement]]:
+        """The replacements of `edits` (previews, or summaries: by the offline fallback when
+        `fallback`, which is then not counted against the LLM budget)."""
+        ids = tuple(i for e in edits for i in e.replaced_ids)
+        originals = yield from ask(LoadMessages(ids))
         out: list[Replacement | None] = []
-        # The ranges are independent: each one's steps run up to its request, the requests go
-        # out as one batch, and each answer goes back to its own range, in edit order.
-        asking: list[tuple[int, _RangeSteps, SummaryRequest]] = []
+        # The ranges are independent: their requests go out as one batch, and each answer
+        # comes back to its own range, in edit order.
+        asking: list[tuple[int, _Asking]] = []
         for edit in edits:
             msgs = [originals[i] for i in edit.replaced_ids]
             offload = uuid.uuid4()
@@ -524,30 +505,26 @@ class Compressor:
                     )
                 )
                 continue
-            if fallback is None:
+            if not fallback:
                 state.llm_calls += 1
-            one = self._summarize(snap, edit, msgs, offload, state, reason, fallback)
             out.append(None)
-            try:
-                asking.append((len(out) - 1, one, next(one)))
-            except StopIteration as done:  # the offline fallback asks nobody
-                out[-1] = done.value
+            asking.append((len(out) - 1, self._ask(edit, msgs, offload, state, fallback)))
         if asking:
-            answers = yield tuple(request for _, _, request in asking)
-            for (slot, one, _), answer in zip(asking, answers, strict=True):
-                out[slot] = _finish(one, answer)
+            batch = Summarize(tuple(one.request for _, one in asking), fallback=fallback)
+            try:
+                answers = yield from ask(batch)
+            except GeneratorExit:
+                for _, one in asking:
+                    one.call.failed("abandoned")  # the call was stopped: its answer is not wanted
+                raise
+            for (slot, one), answer in zip(asking, answers, strict=True):
+                out[slot] = yield from self._replacement(snap, one, answer, state, reason)
         return [r for r in out if r is not None]
 
-    def _summarize(
-        self,
-        snap: Snapshot,
-        edit: Edit,
-        msgs: list[Msg],
-        offload: uuid.UUID,
-        state: _CallState,
-        reason: str,
-        fallback: Summarizer | None = None,
-    ) -> _RangeSteps:
+    def _ask(
+        self, edit: Edit, msgs: list[Msg], offload: uuid.UUID, state: _CallState, fallback: bool
+    ) -> _Asking:
+        """One range's request to the summarizer (the configured one, or the fallback)."""
         prefix = ""
         to_summarize = msgs
         if edit.verbatim_prefix_id is not None:
@@ -566,38 +543,46 @@ class Compressor:
             char_budget=edit.char_budget,
             token_budget=edit.token_budget,
             plan=state.plan,
-            deadline=None if fallback is not None else self._request_deadline(state),
+            deadline=None if fallback else self._request_deadline(state),
             clip=clip_for(edit.strategy, self.config),
             count_tokens=self.counter.count,
         )
         call = self.observer.summarizer_call(
-            fallback if fallback is not None else self.summarizer,
-            FALLBACK_MODEL if fallback is not None else None,
+            self.fallback if fallback else self.summarizer, FALLBACK_MODEL if fallback else None
         )
+        return _Asking(edit, msgs, offload, prefix, request, call, fallback)
+
+    def _replacement(
+        self,
+        snap: Snapshot,
+        asking: _Asking,
+        answer: SummaryResult | Exception,
+        state: _CallState,
+        reason: str,
+    ) -> Effects[Replacement | None]:
+        """The replacement one range's answer makes, or None (and a `failed` event) when the
+        answer is not a summary of it."""
+        edit, msgs, offload, call = asking.edit, asking.msgs, asking.offload, asking.call
         try:
-            if fallback is not None:
-                # Offline and local: called here, not yielded to the driver. Recorded under
-                # the fallback's own name (docs/design.md §2).
-                result = replace(fallback.summarize(request), model=FALLBACK_MODEL)
-            else:
-                try:
-                    result = yield request
-                except GeneratorExit:
-                    call.failed("abandoned")  # the call was stopped: its answer is not wanted
-                    raise
-                self._check_in_time(request)
+            if isinstance(answer, Exception):
+                raise answer
+            result = answer
+            if not asking.fallback:
+                self._check_in_time(asking.request)
             call.answered(result)
             text = check_answer(result.text)
         except SummarizerError as exc:
             call.failed(exc.reason)
-            self._fail(edit, state, reason, exc.reason, exc.detail)
+            yield from self._fail(edit, state, reason, exc.reason, exc.detail)
             return None
         except Exception as exc:  # a caller's summarizer may raise anything
             call.failed("error")
             if self.config.strict:
                 raise
             # Only the type: a caller's exception text may quote the transcript.
-            self._fail(edit, state, reason, "error", f"the summarizer raised {type(exc).__name__}")
+            yield from self._fail(
+                edit, state, reason, "error", f"the summarizer raised {type(exc).__name__}"
+            )
             return None
         usage: dict[str, Any] = {
             "model": result.model,
@@ -608,12 +593,12 @@ class Compressor:
         if edit.token_budget is not None:
             answer_tokens = self.counter.count(text)
             allowed = edit.token_budget + _budget_margin(edit.token_budget)
-            if answer_tokens > allowed and fallback is not None:
+            if answer_tokens > allowed and asking.fallback:
                 # The fallback is there to keep the bound: its extract is cut to the budget
                 # (it estimates tokens from characters) rather than thrown away.
                 text = self.counter.clip(text, edit.token_budget).rstrip()
             elif answer_tokens > allowed:
-                self._fail(
+                yield from self._fail(
                     edit,
                     state,
                     reason,
@@ -623,6 +608,7 @@ class Compressor:
                     **usage,
                 )
                 return None
+        prefix = asking.prefix
         body = f"{prefix}\n\n{text}" if prefix else text
         if edit.strategy == 5:
             new_msg = summarized_payload(msgs[0], body, offload)
@@ -633,7 +619,7 @@ class Compressor:
         new = self._prepare(new_msg, final)
         replaced_tokens = edit.replaced_tokens
         if new.tokens >= replaced_tokens:
-            self._fail(
+            yield from self._fail(
                 edit,
                 state,
                 reason,
@@ -666,14 +652,15 @@ class Compressor:
 
     # -- the bound -----------------------------------------------------------------------------
 
-    def _fallback(self, state: _CallState) -> Steps[None]:
+    # -- the bound -----------------------------------------------------------------------------
+
+    def _fallback(self, state: _CallState) -> Effects[None]:
         """Over the window at the end of a call: the fold, S5 and S6 written by the offline
         summarizer (no network, no LLM budget), recorded with reason 'fallback', until the
         context is under the target or they find nothing more (docs/design.md §2)."""
         cfg = self.config
-        offline = OfflineSummarizer()
         for _ in range(2 * len(_FALLBACK_STRATEGIES)):
-            snap = self.store.snapshot(self.session_id)
+            snap = yield from ask(ReadSnapshot())
             if snap.token_count < cfg.token_target:
                 return
             # Ranges that failed with the configured summarizer are exactly what is retried.
@@ -694,16 +681,14 @@ class Compressor:
                 )
                 try:
                     replacements = yield from self._build(
-                        snap, edits, state, "fallback", fallback=offline
+                        snap, edits, state, "fallback", fallback=True
                     )
                     if not replacements:
                         continue
-                    outcome = self.store.apply(
-                        self.session_id,
-                        replacements,
-                        reason="fallback",
-                        config=cfg.to_json(),
-                        seen_version=snap.version,
+                    outcome = yield from ask(
+                        ApplyReplacements(
+                            tuple(replacements), "fallback", cfg.to_json(), snap.version
+                        )
                     )
                     self._recorded(state, outcome.events)
                 finally:
@@ -712,11 +697,11 @@ class Compressor:
             else:
                 return
 
-    def _report_over_window(self, state: _CallState) -> None:
+    def _report_over_window(self, state: _CallState) -> Effects[None]:
         """The one exception to the bound: the protected messages alone fill the window.
         Said in a warning and in a `skipped` event of the fold (docs/design.md §2)."""
         cfg = self.config
-        snap = self.store.snapshot(self.session_id)
+        snap = yield from ask(ReadSnapshot())
         lay = layout_of(snap, cfg, self.session.layouts)
         protected = sum(
             m.tokens
@@ -737,13 +722,14 @@ class Compressor:
                 self.session_id,
                 detail,
             )
-        event = self.store.record_event(
-            self.session_id,
-            strategy=FOLD,
-            status="skipped",
-            reason="tokens",
-            error=detail,
-            config=cfg.to_json(),
+        event = yield from ask(
+            RecordEvent(
+                strategy=FOLD,
+                status="skipped",
+                reason="tokens",
+                config=cfg.to_json(),
+                error=detail,
+            )
         )
         self._recorded(state, [event])
 
@@ -761,8 +747,8 @@ class Compressor:
         reason: str,
         why: str,
         detail: str,
-        **usage: object,
-    ) -> None:
+        **usage: Any,
+    ) -> Effects[None]:
         state.failed.add(edit.replaced_ids)
         if self.config.strict:
             raise SummarizerError(why, detail)
@@ -775,15 +761,16 @@ class Compressor:
             why,
             detail,
         )
-        event = self.store.record_event(
-            self.session_id,
-            strategy=edit.strategy,
-            status="failed",
-            reason=reason,
-            replaced_ids=edit.replaced_ids,
-            error=f"{why}: {detail}",
-            config=self.config.to_json(),
-            **usage,  # type: ignore[arg-type]
+        event = yield from ask(
+            RecordEvent(
+                strategy=edit.strategy,
+                status="failed",
+                reason=reason,
+                config=self.config.to_json(),
+                replaced_ids=edit.replaced_ids,
+                error=f"{why}: {detail}",
+                **usage,
+            )
         )
         self._recorded(state, [event])
 
@@ -792,74 +779,18 @@ class Compressor:
 
 
 @dataclass(frozen=True, slots=True)
-class _Done:
-    events: list[Event]
+class _Asking:
+    """One range of a batch, asked of the summarizer: what its answer is checked against and
+    built into (`Compressor._replacement`)."""
 
-
-def _advance(
-    steps: Steps[list[Event]], answers: Answers | None, stop: threading.Event | None
-) -> Batch | _Done:
-    """Step the loop to its next summarizer batch, or to its end (a `StopIteration` cannot
-    cross a worker thread's future, so the end comes back as a value). Once `stop` is set the
-    loop is closed where it waits, so that nothing more of it runs."""
-    if stop is not None and stop.is_set():
-        steps.close()
-        return _Done([])  # the events recorded so far are in the caller's list
-    try:
-        return steps.send(answers)  # type: ignore[arg-type]  # None starts the generator
-    except StopIteration as done:
-        return _Done(done.value)
-
-
-def _finish(one: _RangeSteps, answer: SummaryResult | Exception) -> Replacement | None:
-    """Hand one range its answer; it ends with its replacement (None when it failed)."""
-    try:
-        if isinstance(answer, Exception):
-            one.throw(answer)
-        else:
-            one.send(answer)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    one.close()
-    raise RuntimeError("a range asked the summarizer twice")
-
-
-async def _step_in_thread(
-    advance: Callable[[Answers | None], Batch | _Done], answers: Answers | None
-) -> Batch | _Done:
-    """One database step in a worker thread. A cancellation waits for the step to end: the
-    loop must not be closed while a thread is still running it."""
-    step = asyncio.ensure_future(asyncio.to_thread(advance, answers))
-    try:
-        return await asyncio.shield(step)
-    except asyncio.CancelledError:
-        with contextlib.suppress(BaseException):
-            await step
-        raise
-
-
-def _answer_of(
-    summarize: Callable[[SummaryRequest], SummaryResult], request: SummaryRequest
-) -> SummaryResult | Exception:
-    try:
-        return summarize(request)
-    except Exception as exc:  # handed to the loop, which records it (or raises, when strict)
-        return exc
-
-
-async def _awaited_answer(
-    summarizer: AsyncSummarizer, request: SummaryRequest, limit: asyncio.Semaphore
-) -> SummaryResult | Exception:
-    async with limit:
-        left = None if request.deadline is None else max(0.0, request.deadline - time.monotonic())
-        try:
-            # The deadline holds even for a caller's async summarizer that knows nothing of it.
-            async with asyncio.timeout(left):
-                return await summarizer.asummarize(request)
-        except TimeoutError:
-            return SummarizerError("deadline", "the summarizer did not answer within the deadline")
-        except Exception as exc:
-            return exc
+    edit: Edit
+    msgs: list[Msg]
+    offload: uuid.UUID
+    #: Text kept verbatim before the summary (S6's earlier summary, S5's head of a user message).
+    prefix: str
+    request: SummaryRequest
+    call: SummarizerCall
+    fallback: bool
 
 
 def _budget_margin(budget: int) -> int:
@@ -899,73 +830,3 @@ def _outside(outer: Edit, edits: Sequence[Edit]) -> list[Edit]:
 def _covered_by(outer: Sequence[Edit], edits: Sequence[Edit]) -> bool:
     """Whether the one edit of `outer` (S6's) replaces every message that `edits` replace."""
     return len(outer) == 1 and not _outside(outer[0], edits)
-
-
-# ---------------------------------------------------------------------------------------------
-# Replacement messages (pure)
-# ---------------------------------------------------------------------------------------------
-
-
-def _with_tag(text: str, offload: uuid.UUID) -> str:
-    return f"{text}\n{offload_tag(str(offload))}"
-
-
-def preview(msg: Msg, config: AutoContextConfig, offload: uuid.UUID) -> Msg:
-    """S2/S3: the first `preview_chars` characters, '...', a newline and the tag.
-
-    Role and name stay; a tool message keeps every result's call id and tool name (the tag goes
-    on the last one).
-    """
-    n = config.preview_chars
-    if msg.role == "tool":
-        results = msg.tool_results
-        blocks: list[Block] = []
-        for k, r in enumerate(results):
-            head = r.output_text[:n] + "..."
-            if k == len(results) - 1:
-                head = _with_tag(head, offload)
-            blocks.append(ToolResultBlock(r.tool_use_id, head, r.name))
-        return Msg("tool", tuple(blocks), name=msg.name, kind="preview")
-    text = msg.text or _opaque_text(msg)
-    return Msg(
-        msg.role, (TextBlock(_with_tag(text[:n] + "...", offload)),), name=msg.name, kind="preview"
-    )
-
-
-def summarized_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:
-    """S5: only the text/output is replaced; every tool_use and tool_result keeps its id and name.
-
-    Large tool-call arguments become a small JSON object pointing at the offload, so the call
-    stays valid JSON.
-    """
-    tagged = _with_tag(summary, offload)
-    if msg.role == "tool":
-        results = msg.tool_results
-        last = results[-1].tool_use_id
-        blocks: list[Block] = [
-            ToolResultBlock(
-                r.tool_use_id,
-                tagged if k == len(results) - 1 else f"[summarized with the result of call {last}]",
-                r.name,
-            )
-            for k, r in enumerate(results)
-        ]
-        return Msg("tool", tuple(blocks), name=msg.name, kind="large_summary")
-    out: list[Block] = [TextBlock(tagged)]
-    for b in msg.content:
-        if isinstance(b, ToolUseBlock):
-            args = b.arguments
-            if len(args) > _LARGE_ARGUMENTS_CHARS:
-                args = json.dumps({"offloaded_arguments": str(offload)})
-            out.append(ToolUseBlock(b.id, b.name, args, b.extra))
-    return Msg(msg.role, tuple(out), name=msg.name, kind="large_summary")
-
-
-#: Tool-call arguments longer than this are replaced by a pointer to the offload in S5: the
-#: call must stay valid JSON, and short arguments are worth keeping verbatim.
-_LARGE_ARGUMENTS_CHARS = 256
-
-
-def _opaque_text(msg: Msg) -> str:
-    kinds = [str(b.data.get("type", "opaque")) for b in msg.content if isinstance(b, OpaqueBlock)]
-    return "[" + ", ".join(kinds) + "]"

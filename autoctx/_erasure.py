@@ -29,7 +29,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._compressor import preview, summarized_payload
 from ._config import AutoContextConfig
 from ._intake import Prepared, count_tokens
 from ._messages import (
@@ -43,6 +42,7 @@ from ._messages import (
     json_value,
 )
 from ._prompts import build_request
+from ._replacements import preview, summarized_payload
 from ._strategies.s7_fold import STRATEGY as FOLD
 from ._summarizers import OfflineSummarizer
 from ._tags import offload_tag

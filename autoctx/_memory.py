@@ -71,11 +71,18 @@ from ._search import (
 )
 from ._store import lifecycle
 from ._store import search as search_store
+from ._store.bound import BoundStore
 from ._store.claims import SessionClaim, claimed
 from ._store.lifecycle import AutoContextErasure
 from ._store.rows import SessionInfo, search_config_of
 from ._store.store import Store
-from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer, describe_summarizer
+from ._summarizers import (
+    AsyncSummarizer,
+    OfflineSummarizer,
+    Summarizer,
+    default_summarizer,
+    describe_summarizer,
+)
 from ._tokens import TokenCounter
 from ._tools import (
     SEARCH_TOOL_NAME,
@@ -407,13 +414,15 @@ class AutoContextMemory:
         self._check_open()
         info = self._store.totals(self.session_id)
         compressor = Compressor(
-            self._store,
+            BoundStore(self._store, self.session_id),
             self.session_id,
             self.config,
             self._counter,
             self._summarizer,
             self._session,
             Observer(self.session_id, self._hooks),
+            # What keeps the bound when the summarizer fails (docs/design.md §2).
+            fallback=OfflineSummarizer(),
         )
         return compressor, info
 

@@ -24,7 +24,7 @@ from ._errors import ConfigError
 from ._events import Event
 
 if TYPE_CHECKING:
-    from ._summarizers import Summarizer, SummaryResult
+    from ._summary import Summarizer, SummaryResult
 
 logger = logging.getLogger("autoctx")
 

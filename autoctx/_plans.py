@@ -6,8 +6,9 @@ database, no network, no clock, no uuid inside them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 
 from ._messages import Kind
 from ._structure import MsgMeta
@@ -16,6 +17,7 @@ if TYPE_CHECKING:  # the planners import this module: no cycle at runtime
     from ._strategies._common import Layouts
 
 Reason: TypeAlias = Literal["count", "tokens"]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,32 @@ class Snapshot:
 
     def ids(self, start: int, end: int) -> tuple[int, ...]:
         return tuple(m.id for m in self.messages[start:end])
+
+    def apply(self, changes: Sequence[tuple[Edit, MsgMeta]]) -> Snapshot:
+        """The snapshot once `changes` committed, as one apply (one transaction, one version
+        later): edits planned on this snapshot, each with the metadata of the message that
+        replaces its range (docs/design.md §2, "one transaction").
+
+        What an edit means, written once: the SQL store brings its cached snapshot up to date
+        with it after its own apply, and the in-memory store of the tests applies with it.
+        Raises `ValueError` for an edit that does not replace the messages of this snapshot
+        it names (a plan of another snapshot): a store checks that before it writes anything.
+        """
+        for edit, _ in changes:
+            found = tuple(self.messages[i].id for i in edit.member_indices)
+            if found != edit.replaced_ids:
+                raise ValueError(
+                    f"strategy {edit.strategy}'s edit replaces messages {edit.replaced_ids}, but "
+                    f"session {self.session_id!r} at version {self.version} holds {found} at its "
+                    "indices: plan again from the current snapshot"
+                )
+        return Snapshot(
+            self.session_id,
+            self.version + 1,
+            tuple(splice(self.messages, changes)),
+            self.token_count + sum(new.tokens - edit.replaced_tokens for edit, new in changes),
+            self.message_count + sum(1 - len(edit.replaced_ids) for edit, _ in changes),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +104,28 @@ class Edit:
     def expected_span(self) -> tuple[int, ...]:
         """The working ids apply expects between the first and the last replaced message."""
         return self.span_ids if self.span_ids is not None else self.replaced_ids
+
+
+def splice(items: Sequence[_T], changes: Iterable[tuple[Edit, _T]]) -> list[_T]:
+    """`items`, one per message of the snapshot the edits were planned on (its metadata, or
+    the store's positions of its messages), after `changes`: each edit paired with the item of
+    the message that replaces its range.
+
+    An edit's replaced messages leave and the new one takes the place of the last of them; a
+    fold's kept messages (the system and pinned ones between its members) stay where they
+    were, in order, before it. The edits of one apply never overlap: they are spliced from the
+    last to the first, so that the indices of the earlier ones stay valid.
+    """
+    out = list(items)
+    for edit, new in sorted(changes, key=lambda change: change[0].start, reverse=True):
+        start, end = edit.start, edit.end
+        if edit.members is None:
+            out[start:end] = [new]
+            continue
+        members = set(edit.members)
+        kept = [out[k] for k in range(start, end - 1) if k not in members]
+        out[start:end] = [*kept, new]
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from ._agent_plan import plan_hint
 from ._config import LLM_STRATEGIES, AutoContextConfig
 from ._errors import ConfigError
 from ._messages import Msg
-from ._summarizers import CHARS_PER_BUDGET_TOKEN, SummaryRequest
+from ._summary import CHARS_PER_BUDGET_TOKEN, SummaryRequest
 from ._tags import offload_tag
 from ._transcript import Clip, original_chars, render_transcript
 

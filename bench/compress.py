@@ -61,11 +61,12 @@ from autoctx import (
     OfflineSummarizer,
     ToolResultBlock,
 )
-from autoctx._compressor import Compressor, preview
+from autoctx._compressor import Compressor
 from autoctx._intake import Prepared, count_tokens, prepare
 from autoctx._plans import PlanContext, Snapshot
 from autoctx._prompts import build_request
-from autoctx._store.store import Replacement, Store
+from autoctx._replacements import Replacement, preview
+from autoctx._store.store import Store
 from autoctx._store.tables import messages, sessions, working_set
 from autoctx._strategies import plan_s2, plan_s3, plan_s4
 from autoctx._structure import meta_of

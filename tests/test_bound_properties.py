@@ -7,7 +7,10 @@ the offline one, one that answers exactly at the budget the request states, and 
 on every call (then the fold or S6 must fall back to the offline summarizer, recorded as such).
 The one exception, protected messages alone over the window, has a test of its own.
 
-Run the strict property alone with `-k test_bound_holds_on_random_workloads`.
+The strict property runs on the in-memory store of the compression contract
+(tests/memory_store.py), many examples in milliseconds each, and on PostgreSQL through
+`AutoContextMemory` with a few examples (marked `postgresql`), so that the SQL store is held to
+the same contract. Run it alone with `-k test_bound_holds_on_random_workloads`.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import json
 import os
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -45,12 +49,16 @@ from tests.invariants import (
     assert_valid_openai_chat,
     originals,
 )
+from tests.memory_store import MemorySession, PostgresSession, PropertySession
 
 #: Applied events per strategy over all examples of the strict property, checked at the end.
 EXERCISED: Counter[int] = Counter()
 #: Applied fallback events (the offline summarizer standing in for a failed one), per strategy.
 FALLBACKS: Counter[int] = Counter()
-EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "40"))
+#: Examples on the in-memory store (milliseconds each) and on PostgreSQL (a replayed session
+#: each); AUTOCTX_PROPERTY_EXAMPLES sets both.
+EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "200"))
+PG_EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "5"))
 NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
 
 #: Strategies whose text an LLM writes: under the failing summarizer, any applied one of these
@@ -409,7 +417,7 @@ def is_over_window_report(event: Event) -> bool:
 
 
 def check_call(
-    mem: AutoContextMemory,
+    session: PropertySession,
     events: Sequence[Event],
     *,
     where: str,
@@ -417,8 +425,8 @@ def check_call(
     failing: bool,
 ) -> None:
     """The properties that hold after every `compress_if_needed()` of the strict property."""
-    window = mem.config.max_tokens
-    tokens = mem.refresh().token_count
+    window = session.config.max_tokens
+    tokens = session.token_count()
     assert tokens < window, (
         f"the bound is broken: {where}: working tokens {tokens:,} >= max_tokens {window:,} "
         f"(the call started at {tokens_at_start:,}); events of the call: "
@@ -445,28 +453,36 @@ def check_call(
                 f"{where}: the summarizer failed and the context was at {left:,} >= {window:,} "
                 f"after the non-LLM rungs, but no fallback event: {describe_events(events)}"
             )
-    assert_valid_openai_chat(mem.to_openai())
-    assert_every_original_reachable(mem)
-    assert_totals_match(mem)
+    session.check()
 
 
 # -- the properties -------------------------------------------------------------------------
 
 
-# derandomize: CI runs the same examples every time; raise AUTOCTX_PROPERTY_EXAMPLES to explore.
-# Shrinking is off unless AUTOCTX_PROPERTY_SHRINK is set: every attempt replays a whole session
-# on the database, so shrinking one failure takes Hypothesis's full five minutes; the failure
-# message already names the workload's shape, the tokens and the window.
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=not os.environ.get("AUTOCTX_PROPERTY_RANDOM"),
-    phases=tuple(Phase) if os.environ.get("AUTOCTX_PROPERTY_SHRINK") else NO_SHRINK,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(case=cases())
-def test_bound_holds_on_random_workloads(
-    db_url: str, case: tuple[Workload, AutoContextConfig, SummarizerName]
+def _examples(examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A test run over `examples` random cases.
+
+    derandomize: CI runs the same examples every time; raise AUTOCTX_PROPERTY_EXAMPLES to
+    explore. Shrinking is off unless AUTOCTX_PROPERTY_SHRINK is set: on PostgreSQL every
+    attempt replays a whole session, so shrinking one failure takes Hypothesis's full five
+    minutes; the failure message already names the workload's shape, the tokens and the window.
+    """
+
+    def wrap(test: Callable[..., None]) -> Callable[..., None]:
+        return settings(
+            max_examples=examples,
+            deadline=None,
+            derandomize=not os.environ.get("AUTOCTX_PROPERTY_RANDOM"),
+            phases=tuple(Phase) if os.environ.get("AUTOCTX_PROPERTY_SHRINK") else NO_SHRINK,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        )(given(case=cases())(test))
+
+    return wrap
+
+
+def bound_holds(
+    open_session: Callable[[AutoContextConfig, Summarizer], PropertySession],
+    case: tuple[Workload, AutoContextConfig, SummarizerName],
 ) -> None:
     workload, config, name = case
     batches = render(workload)
@@ -475,29 +491,42 @@ def test_bound_holds_on_random_workloads(
     # exception of docs/design.md cannot apply.
     shape = workload.describe(batches)
     assert protected <= PROTECTED_SHARE * workload.window, (shape, protected)
-    mem = AutoContextMemory.open(
-        f"bound-{uuid.uuid4().hex}", db_url, config, summarizer=make_summarizer(name)
-    )
+    session = open_session(config, make_summarizer(name))
     added: list[Msg] = []
     for i, batch in enumerate(batches):
-        added.extend(mem.add(batch))
-        before = mem.refresh().token_count
-        events = mem.compress_if_needed()
+        added.extend(session.add(batch))
+        before = session.token_count()
+        events = session.compress()
         where = (
             f"{shape}; protected <= {protected:,} tokens; summarizer {name}; "
             f"after add {i + 1}/{len(batches)} ({batch[0].role}"
             f"{' tool group' if batch[0].tool_uses else ''})"
         )
-        check_call(mem, events, where=where, tokens_at_start=before, failing=name == "failing")
+        check_call(session, events, where=where, tokens_at_start=before, failing=name == "failing")
         for e in events:
             if e.status == "applied":
                 EXERCISED[e.strategy] += 1
                 if e.reason == "fallback":
                     FALLBACKS[e.strategy] += 1
-    stored = originals(mem)
+    stored = session.originals()
     assert [m.id for m in stored] == [m.id for m in added]
     assert [m.content for m in stored] == [m.content for m in added]
-    mem.delete()
+    session.close()
+
+
+@_examples(EXAMPLES)
+def test_bound_holds_on_random_workloads(
+    case: tuple[Workload, AutoContextConfig, SummarizerName],
+) -> None:
+    bound_holds(MemorySession, case)
+
+
+@pytest.mark.postgresql
+@_examples(PG_EXAMPLES)
+def test_bound_holds_on_random_workloads_on_postgresql(
+    db_url: str, case: tuple[Workload, AutoContextConfig, SummarizerName]
+) -> None:
+    bound_holds(lambda config, summarizer: PostgresSession(db_url, config, summarizer), case)
 
 
 def test_system_messages_over_the_window_are_reported(db_url: str) -> None:

@@ -1,34 +1,36 @@
-"""Property tests of the whole ladder on real PostgreSQL (docs/design.md §2-5).
+"""Property tests of the whole ladder (docs/design.md §2-5).
 
 Random histories (rounds, long single-task runs, parallel calls, large payloads, pinned
 messages) and random valid configs; after every compression: the working context is valid
 OpenAI chat, every original is reachable through reload, the originals are unchanged and in
 order, totals equal the stored tokens and a fresh count, and a second call with no new message
 does nothing and calls no summarizer.
+
+The properties run on the in-memory store of the compression contract (tests/memory_store.py),
+many examples in milliseconds each, and on PostgreSQL through `AutoContextMemory` with a few
+examples (marked `postgresql`), so that the SQL store is held to the same contract.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, ToolUseBlock
-from tests.invariants import (
-    assert_every_original_reachable,
-    assert_totals_match,
-    assert_valid_openai_chat,
-    originals,
-)
+from autoctx import AutoContextConfig, Msg, ToolUseBlock
+from tests.memory_store import MemorySession, PostgresSession, PropertySession
 from tests.test_ladder import CountingSummarizer
 
-EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "40"))
+#: Examples on the in-memory store (milliseconds each) and on PostgreSQL (a replayed session
+#: each); AUTOCTX_PROPERTY_EXAMPLES sets both.
+EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "200"))
+PG_EXAMPLES = int(os.environ.get("AUTOCTX_PROPERTY_EXAMPLES", "5"))
 
 
 @dataclass(frozen=True)
@@ -100,58 +102,76 @@ def render(history: list[Round], payload: int) -> list[list[Msg]]:
     return batches
 
 
-def _examples(test: Callable[..., None]) -> Callable[..., None]:
-    """`test` run over the random histories: the same strategies and settings for the property
-    test and for the test that checks what they exercise.
+def _examples(examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A test run over `examples` random histories: the same strategies and settings for the
+    property tests and for the test that checks what they exercise.
 
     derandomize: CI runs the same examples every time; raise AUTOCTX_PROPERTY_EXAMPLES (or set
     AUTOCTX_PROPERTY_RANDOM) to explore.
     """
-    return settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        derandomize=not os.environ.get("AUTOCTX_PROPERTY_RANDOM"),
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )(
-        given(
-            history=st.lists(rounds, min_size=1, max_size=6),
-            config=configs(),
-            payload=st.integers(100, 4000),
-        )(test)
-    )
+
+    def wrap(test: Callable[..., None]) -> Callable[..., None]:
+        return settings(
+            max_examples=examples,
+            deadline=None,
+            derandomize=not os.environ.get("AUTOCTX_PROPERTY_RANDOM"),
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        )(
+            given(
+                history=st.lists(rounds, min_size=1, max_size=6),
+                config=configs(),
+                payload=st.integers(100, 4000),
+            )(test)
+        )
+
+    return wrap
 
 
-def applied_strategies(mem: AutoContextMemory) -> Counter[int]:
-    return Counter(e.strategy for e in mem.events() if e.status == "applied")
+def applied_strategies(session: PropertySession) -> Counter[int]:
+    return Counter(e.strategy for e in session.events() if e.status == "applied")
 
 
-@_examples
+def compresses_without_losing_anything(
+    session: PropertySession, summarizer: CountingSummarizer, history: list[Round], payload: int
+) -> None:
+    added: list[Msg] = []
+    for batch in render(history, payload):
+        added.extend(session.add(batch))
+        session.compress()
+        session.check()
+        # A second call with nothing new does nothing and asks no summarizer.
+        calls, version = summarizer.calls, session.version()
+        assert session.compress() == []
+        assert (summarizer.calls, session.version()) == (calls, version)
+    stored = session.originals()
+    assert [m.id for m in stored] == [m.id for m in added]
+    assert [m.content for m in stored] == [m.content for m in added]
+    for event in session.events():
+        if event.status == "applied":
+            assert event.tokens_after < event.tokens_before
+    session.close()
+
+
+@_examples(EXAMPLES)
 def test_any_history_compresses_without_losing_anything(
+    history: list[Round], config: AutoContextConfig, payload: int
+) -> None:
+    summarizer = CountingSummarizer()
+    session = MemorySession(config, summarizer)
+    compresses_without_losing_anything(session, summarizer, history, payload)
+
+
+@pytest.mark.postgresql
+@_examples(PG_EXAMPLES)
+def test_any_history_compresses_without_losing_anything_on_postgresql(
     db_url: str, history: list[Round], config: AutoContextConfig, payload: int
 ) -> None:
     summarizer = CountingSummarizer()
-    mem = AutoContextMemory.open(f"prop-{uuid.uuid4().hex}", db_url, config, summarizer=summarizer)
-    added: list[Msg] = []
-    for batch in render(history, payload):
-        added.extend(mem.add(batch))
-        mem.compress_if_needed()
-        assert_valid_openai_chat(mem.to_openai())
-        assert_totals_match(mem)
-        # A second call with nothing new does nothing and asks no summarizer.
-        calls, version = summarizer.calls, mem.version()
-        assert mem.compress_if_needed() == []
-        assert (summarizer.calls, mem.version()) == (calls, version)
-    assert_every_original_reachable(mem)
-    stored = originals(mem)
-    assert [m.id for m in stored] == [m.id for m in added]
-    assert [m.content for m in stored] == [m.content for m in added]
-    for event in mem.events():
-        if event.status == "applied":
-            assert event.tokens_after < event.tokens_before
-    mem.delete()
+    session = PostgresSession(db_url, config, summarizer)
+    compresses_without_losing_anything(session, summarizer, history, payload)
 
 
-def test_the_random_histories_exercise_the_whole_ladder(db_url: str) -> None:
+def test_the_random_histories_exercise_the_whole_ladder() -> None:
     """Guards the generator: properties over histories that never compress would prove nothing.
 
     It runs the histories itself (compression only, the property test checks the rest) rather
@@ -160,16 +180,13 @@ def test_the_random_histories_exercise_the_whole_ladder(db_url: str) -> None:
     """
     exercised: Counter[int] = Counter()
 
-    @_examples
+    @_examples(EXAMPLES)
     def compress(history: list[Round], config: AutoContextConfig, payload: int) -> None:
-        mem = AutoContextMemory.open(
-            f"ladder-{uuid.uuid4().hex}", db_url, config, summarizer=CountingSummarizer()
-        )
+        session = MemorySession(config, CountingSummarizer())
         for batch in render(history, payload):
-            mem.add(batch)
-            mem.compress_if_needed()
-        exercised.update(applied_strategies(mem))
-        mem.delete()
+            session.add(batch)
+            session.compress()
+        exercised.update(applied_strategies(session))
 
     compress()
     print("applied events per strategy:", dict(sorted(exercised.items())))

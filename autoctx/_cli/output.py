@@ -23,7 +23,7 @@ from rich.text import Text
 from sqlalchemy.engine import Engine
 
 from .._client import AutoContextClient
-from .._compressor import FALLBACK_MODEL
+from .._effects import FALLBACK_MODEL
 from .._errors import AutoContextError, SessionNotFound
 from .._events import Event
 from .._memory import validate_session_id

@@ -33,7 +33,8 @@ from .._events import Event
 from .._gc import paused_gc
 from .._intake import OpenCalls, Prepared, bind
 from .._messages import Msg, json_text
-from .._plans import Edit, Snapshot
+from .._plans import Edit, Snapshot, splice
+from .._replacements import ApplyOutcome, Replacement
 from .._structure import MsgMeta, is_final_answer, meta_of
 from .rows import (
     SessionInfo,
@@ -60,27 +61,6 @@ from .sql import (
     originals_below,
 )
 from .tables import compression_events, lineage, messages, offloads, sessions, working_set
-
-
-@dataclass(frozen=True, slots=True)
-class Replacement:
-    """One planned edit with the message that replaces its range, ready to apply."""
-
-    edit: Edit
-    #: The new message; its `final` is already what the kinds table says (previews and large
-    #: summaries inherit it from what they replace).
-    new: Prepared
-    offload_uuid: uuid_mod.UUID
-    model: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    latency_ms: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyOutcome:
-    events: list[Event]
-    conflict: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -856,32 +836,20 @@ class Store:
             or cached.next_event_id != row.next_event_id
         ):
             return
-        metas = list(cached.snapshot.messages)
-        positions = list(cached.positions)
-        # From the last range to the first, so that earlier indices stay valid.
-        for r, event in sorted(
-            zip(replacements, applied, strict=True),
-            key=lambda pair: pair[0].edit.start,
-            reverse=True,
-        ):
+        changes = []
+        for r, event in zip(replacements, applied, strict=True):
             assert event.summary_message_id is not None
             new = meta_of(
                 r.new.msg, id=event.summary_message_id, final=r.new.final, tokens=r.new.tokens
             )
-            # The new message takes the place (and the position) of the last replaced one.
-            start, end = r.edit.start, r.edit.end
-            if r.edit.members is None:
-                metas[start:end] = [new]
-                positions[start:end] = [positions[end - 1]]
-                continue
-            # The fold: the messages it keeps between its members stay where they are.
-            members = set(r.edit.members)
-            kept = [k for k in range(start, end - 1) if k not in members]
-            metas[start:end] = [*(metas[k] for k in kept), new]
-            positions[start:end] = [*(positions[k] for k in kept), positions[end - 1]]
-        last = applied[-1]
-        snapshot = Snapshot(
-            session_id, last.session_version, tuple(metas), last.tokens_after, last.messages_after
+            changes.append((r.edit, new))
+        try:
+            snapshot = cached.snapshot.apply(changes)
+        except ValueError:
+            return  # planned on another snapshot than the cached one: the next read refreshes it
+        # The new message takes the working-set position of the last message it replaces.
+        positions = splice(
+            cached.positions, [(r.edit, cached.positions[r.edit.end - 1]) for r in replacements]
         )
         self._snapshots[session_id] = _CachedSnapshot(
             snapshot, tuple(positions), row.next_event_id + len(applied), cached.incarnation

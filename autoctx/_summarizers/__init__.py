@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import os
 
-from .answers import check_answer
-from .offline import OFFLINE_MAX_CHARS, OFFLINE_MIN_CHARS, OFFLINE_MODEL, OfflineSummarizer
-from .openai_endpoint import DEFAULT_DEADLINE_S, DEFAULT_SUMMARY_MODEL, OpenAISummarizer
-from .protocol import (
+from .._answers import check_answer
+from .._summary import (
     CHARS_PER_BUDGET_TOKEN,
     SUMMARIZER_REASONS,
     AsyncSummarizer,
@@ -27,6 +25,8 @@ from .protocol import (
     SummaryRequest,
     SummaryResult,
 )
+from .offline import OFFLINE_MAX_CHARS, OFFLINE_MIN_CHARS, OFFLINE_MODEL, OfflineSummarizer
+from .openai_endpoint import DEFAULT_DEADLINE_S, DEFAULT_SUMMARY_MODEL, OpenAISummarizer
 
 __all__ = [
     "CHARS_PER_BUDGET_TOKEN",

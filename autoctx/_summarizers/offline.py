@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     # The openai package takes about half a second to import; the offline path never needs it.
     pass
 
-from .protocol import CHARS_PER_BUDGET_TOKEN, SummaryRequest, SummaryResult
+from .._summary import CHARS_PER_BUDGET_TOKEN, SummaryRequest, SummaryResult
 
 _log = logging.getLogger("autoctx")
 

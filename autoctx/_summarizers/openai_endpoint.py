@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     import openai
     from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 
-from .answers import check_answer
-from .protocol import SummaryRequest, SummaryResult
+from .._answers import check_answer
+from .._summary import SummaryRequest, SummaryResult
 
 _log = logging.getLogger("autoctx")
 

@@ -1,5 +1,6 @@
-"""What a summarizer is: the request it is given, the result it returns, the two protocols (sync
-and awaitable), and the machine reasons a `SummarizerError` carries."""
+"""What a summarizer is (the contract between the compressor and the implementations in
+`autoctx._summarizers`): the request it is given, the result it returns, the two protocols
+(sync and awaitable), and the machine reasons a `SummarizerError` carries."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
-from .._tags import neutralize_tags
+from ._tags import neutralize_tags
 
 if TYPE_CHECKING:
     # The openai package takes about half a second to import; the offline path never needs it.

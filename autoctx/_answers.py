@@ -8,8 +8,8 @@ import re
 import unicodedata
 from typing import TYPE_CHECKING, Final
 
-from .._errors import SummarizerError
-from .._tags import OFFLOAD_MARKER, OFFLOAD_TAG_RE
+from ._errors import SummarizerError
+from ._tags import OFFLOAD_MARKER, OFFLOAD_TAG_RE
 
 if TYPE_CHECKING:
     # The openai package takes about half a second to import; the offline path never needs it.

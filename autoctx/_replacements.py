@@ -1,0 +1,111 @@
+"""What a compression writes in place of what it replaces (docs/design.md §3): the replacement
+messages (previews and large-message summaries, pure builders), a planned edit paired with its
+new message, and what applying a batch of them returns.
+
+Neutral ground between the compressor (which builds them), the stores (which apply them) and
+the erasure (which rebuilds previews and large summaries from tombstones): none of those
+imports another for these.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Final
+
+from ._config import AutoContextConfig
+from ._events import Event
+from ._intake import Prepared
+from ._messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from ._plans import Edit
+from ._tags import offload_tag
+
+#: Tool-call arguments longer than this are replaced by a pointer to the offload in S5: the
+#: call must stay valid JSON, and short arguments are worth keeping verbatim.
+_LARGE_ARGUMENTS_CHARS: Final = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """One planned edit with the message that replaces its range, ready to apply."""
+
+    edit: Edit
+    #: The new message; its `final` is already what the kinds table says (previews and large
+    #: summaries inherit it from what they replace).
+    new: Prepared
+    offload_uuid: uuid.UUID
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOutcome:
+    """What applying a batch of replacements did: its events (one `applied` event per
+    replacement, or one `conflict` event per range that changed since the snapshot), and
+    whether it lost such a race (then nothing of the batch was written)."""
+
+    events: list[Event]
+    conflict: bool
+
+
+def _with_tag(text: str, offload: uuid.UUID) -> str:
+    return f"{text}\n{offload_tag(str(offload))}"
+
+
+def preview(msg: Msg, config: AutoContextConfig, offload: uuid.UUID) -> Msg:
+    """S2/S3: the first `preview_chars` characters, '...', a newline and the tag.
+
+    Role and name stay; a tool message keeps every result's call id and tool name (the tag goes
+    on the last one).
+    """
+    n = config.preview_chars
+    if msg.role == "tool":
+        results = msg.tool_results
+        blocks: list[Block] = []
+        for k, r in enumerate(results):
+            head = r.output_text[:n] + "..."
+            if k == len(results) - 1:
+                head = _with_tag(head, offload)
+            blocks.append(ToolResultBlock(r.tool_use_id, head, r.name))
+        return Msg("tool", tuple(blocks), name=msg.name, kind="preview")
+    text = msg.text or _opaque_text(msg)
+    return Msg(
+        msg.role, (TextBlock(_with_tag(text[:n] + "...", offload)),), name=msg.name, kind="preview"
+    )
+
+
+def summarized_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:
+    """S5: only the text/output is replaced; every tool_use and tool_result keeps its id and name.
+
+    Large tool-call arguments become a small JSON object pointing at the offload, so the call
+    stays valid JSON.
+    """
+    tagged = _with_tag(summary, offload)
+    if msg.role == "tool":
+        results = msg.tool_results
+        last = results[-1].tool_use_id
+        blocks: list[Block] = [
+            ToolResultBlock(
+                r.tool_use_id,
+                tagged if k == len(results) - 1 else f"[summarized with the result of call {last}]",
+                r.name,
+            )
+            for k, r in enumerate(results)
+        ]
+        return Msg("tool", tuple(blocks), name=msg.name, kind="large_summary")
+    out: list[Block] = [TextBlock(tagged)]
+    for b in msg.content:
+        if isinstance(b, ToolUseBlock):
+            args = b.arguments
+            if len(args) > _LARGE_ARGUMENTS_CHARS:
+                args = json.dumps({"offloaded_arguments": str(offload)})
+            out.append(ToolUseBlock(b.id, b.name, args, b.extra))
+    return Msg(msg.role, tuple(out), name=msg.name, kind="large_summary")
+
+
+def _opaque_text(msg: Msg) -> str:
+    kinds = [str(b.data.get("type", "opaque")) for b in msg.content if isinstance(b, OpaqueBlock)]
+    return "[" + ", ".join(kinds) + "]"

@@ -1,0 +1,436 @@
+"""An in-memory store for the compressor's property tests, and the two sessions they run on.
+
+`MemoryStore` implements the compression store contract (`autoctx._effects.CompressionStore`)
+with dicts and lists, keeping the semantics the SQL store keeps (docs/design.md §2, §4):
+
+- every committed change bumps the version: an append, and an apply (one for all of its
+  replacements); events number every attempt, in commit order;
+- an apply checks that each replaced range is still in the working set as the plan saw it
+  (its ids adjacent and in order, a fold's kept messages between them); if any is not,
+  nothing is written and each changed range gets a `conflict` event;
+- an applied replacement writes its message, its offload (the replaced ids, in order), its
+  lineage and an `applied` event with the totals before and after it; the new message takes
+  the place of the last replaced one (`Snapshot.apply`, what an edit means, written once);
+- `settle` records the version only if the session is still at it.
+
+No erasure exists here, so `seen_version` never finds one. `MemorySession` drives the real
+`Compressor` over it, as `AutoContextMemory.compress_if_needed()` does over the SQL store;
+`PostgresSession` is the memory itself. The property tests run the same checks on both: many
+examples in memory, in milliseconds each, and a few on PostgreSQL, so that the SQL store is
+held to the same contract.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from autoctx import AutoContextConfig, AutoContextMemory, Event, Msg, OfflineSummarizer, Summarizer
+from autoctx._compressor import Compressor, SessionState
+from autoctx._intake import OpenCalls, Prepared, bind, count_tokens, prepare
+from autoctx._messages import coerce_messages, to_openai_messages
+from autoctx._plans import Snapshot
+from autoctx._replacements import ApplyOutcome, Replacement
+from autoctx._structure import MsgMeta, meta_of
+from autoctx._tokens import TokenCounter
+from tests.invariants import (
+    assert_every_original_reachable,
+    assert_totals_match,
+    assert_valid_openai_chat,
+    originals,
+)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The session row, as `CompressionStore.totals` returns it."""
+
+    version: int
+    message_count: int
+    token_count: int
+    settled_version: int | None
+    plan: Mapping[str, Any] | None = None
+
+
+class MemoryStore:
+    """One session's messages, working set, offloads, lineage and events, in memory."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.version = 0
+        self.settled_version: int | None = None
+        self.message_count = 0
+        self.token_count = 0
+        #: Every message ever stored (originals and what compressions made), by id.
+        self.messages: dict[int, Msg] = {}
+        #: The working context, in order.
+        self.working: list[MsgMeta] = []
+        self.events: list[Event] = []
+        #: offload uuid -> the ids it removed, in order.
+        self.offloads: dict[uuid.UUID, tuple[int, ...]] = {}
+        #: summary id -> the ids it replaced, in order (one level deep).
+        self.lineage: dict[int, tuple[int, ...]] = {}
+        self.open_calls = OpenCalls()
+        self._next_id = 1
+
+    # -- what the memory does --------------------------------------------------------------
+
+    def append(self, prepared: Sequence[Prepared]) -> list[Msg]:
+        """Append atomically (validated against the open calls), one version later."""
+        if not prepared:
+            return []
+        calls = OpenCalls(self.open_calls.to_json())
+        bound = bind(prepared, calls, session_id=self.session_id)  # raises: nothing appended
+        self.open_calls = calls
+        out: list[Msg] = []
+        for p in bound:
+            msg = dataclasses.replace(p.msg, id=self._next_id, tokens=p.tokens)
+            self._next_id += 1
+            self.messages[msg.id or 0] = msg
+            self.working.append(meta_of(msg, id=msg.id or 0, final=p.final, tokens=p.tokens))
+            out.append(msg)
+        self.message_count += len(bound)
+        self.token_count += sum(p.tokens for p in bound)
+        self.version += 1
+        return out
+
+    def working_messages(self) -> list[Msg]:
+        return [self.messages[m.id] for m in self.working]
+
+    def reload(self, offload: uuid.UUID) -> list[Msg]:
+        return [self.messages[i] for i in self.offloads[offload]]
+
+    # -- the contract ------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            self.session_id,
+            self.version,
+            tuple(self.working),
+            self.token_count,
+            self.message_count,
+        )
+
+    def totals(self) -> Totals:
+        return Totals(self.version, self.message_count, self.token_count, self.settled_version)
+
+    def load_messages(self, ids: Iterable[int]) -> dict[int, Msg]:
+        return {i: self.messages[i] for i in ids if i in self.messages}
+
+    def apply(
+        self,
+        replacements: Sequence[Replacement],
+        *,
+        reason: str,
+        config: Mapping[str, Any],
+        seen_version: int | None = None,
+    ) -> ApplyOutcome:
+        if not replacements:
+            return ApplyOutcome([], False)
+        snap = self.snapshot()
+        where = {m.id: k for k, m in enumerate(snap.messages)}
+        # Each edit as it stands in the current snapshot (appends may have come since the
+        # plan's), or None when its span is no longer there, adjacent and in order.
+        edits = []
+        for r in replacements:
+            span = r.edit.expected_span
+            first = where.get(span[0])
+            found = None if first is None else snap.ids(first, first + len(span))
+            if found != span:
+                edits.append(None)
+                continue
+            assert first is not None  # found the span
+            shift = first - r.edit.start
+            members = r.edit.members
+            edits.append(
+                dataclasses.replace(
+                    r.edit,
+                    start=r.edit.start + shift,
+                    end=r.edit.end + shift,
+                    members=None if members is None else tuple(k + shift for k in members),
+                )
+            )
+        if any(e is None for e in edits):
+            return ApplyOutcome(
+                [
+                    self.record_event(
+                        strategy=r.edit.strategy,
+                        status="conflict",
+                        reason=reason,
+                        replaced_ids=r.edit.replaced_ids,
+                        error="the working set changed since the snapshot",
+                        config=config,
+                    )
+                    for r, e in zip(replacements, edits, strict=True)
+                    if e is None
+                ],
+                True,
+            )
+        version = self.version + 1
+        count, tokens = self.message_count, self.token_count
+        changes = []
+        applied: list[Event] = []
+        for r, edit in zip(replacements, edits, strict=True):
+            assert edit is not None
+            msg_id = self._next_id
+            self._next_id += 1
+            msg = dataclasses.replace(r.new.msg, id=msg_id, tokens=r.new.tokens)
+            self.messages[msg_id] = msg
+            self.offloads[r.offload_uuid] = edit.replaced_ids
+            self.lineage[msg_id] = edit.replaced_ids
+            before_count, before_tokens = count, tokens
+            count += 1 - len(edit.replaced_ids)
+            tokens += r.new.tokens - edit.replaced_tokens
+            applied.append(
+                self._event(
+                    strategy=edit.strategy,
+                    status="applied",
+                    reason=reason,
+                    replaced_ids=edit.replaced_ids,
+                    before=(before_count, before_tokens),
+                    after=(count, tokens),
+                    summary_message_id=msg_id,
+                    offload_uuid=r.offload_uuid,
+                    model=r.model,
+                    prompt_tokens=r.prompt_tokens,
+                    completion_tokens=r.completion_tokens,
+                    latency_ms=r.latency_ms,
+                    session_version=version,
+                )
+            )
+            changes.append((edit, meta_of(msg, id=msg_id, final=r.new.final, tokens=r.new.tokens)))
+        after = snap.apply(changes)
+        # The totals the events counted are the totals of the spliced working set.
+        assert (after.message_count, after.token_count) == (count, tokens)
+        self.working = list(after.messages)
+        self.message_count, self.token_count, self.version = count, tokens, version
+        return ApplyOutcome(applied, False)
+
+    def record_event(
+        self,
+        *,
+        strategy: int,
+        status: str,
+        reason: str,
+        replaced_ids: Sequence[int] = (),
+        error: str | None = None,
+        config: Mapping[str, Any],
+        model: str | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        latency_ms: float | None = None,
+    ) -> Event:
+        totals = (self.message_count, self.token_count)
+        return self._event(
+            strategy=strategy,
+            status=status,
+            reason=reason,
+            replaced_ids=tuple(replaced_ids),
+            before=totals,
+            after=totals,
+            error=error,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            latency_ms=latency_ms,
+            session_version=self.version,
+        )
+
+    def settle(self, version: int) -> None:
+        if self.version == version:
+            self.settled_version = version
+
+    def _event(
+        self,
+        *,
+        before: tuple[int, int],
+        after: tuple[int, int],
+        replaced_ids: tuple[int, ...],
+        summary_message_id: int | None = None,
+        offload_uuid: uuid.UUID | None = None,
+        error: str | None = None,
+        **fields: Any,
+    ) -> Event:
+        event = Event(
+            session_id=self.session_id,
+            id=len(self.events) + 1,
+            messages_before=before[0],
+            messages_after=after[0],
+            tokens_before=before[1],
+            tokens_after=after[1],
+            replaced_ids=replaced_ids,
+            summary_message_id=summary_message_id,
+            offload_uuid=offload_uuid,
+            error=error,
+            **fields,
+        )
+        self.events.append(event)
+        return event
+
+
+class PropertySession(Protocol):
+    """What a property test does with a session, on either store."""
+
+    config: AutoContextConfig
+
+    def add(self, batch: Sequence[Msg]) -> list[Msg]: ...
+
+    def compress(self) -> list[Event]: ...
+
+    def token_count(self) -> int: ...
+
+    def version(self) -> int: ...
+
+    def events(self) -> list[Event]: ...
+
+    def originals(self) -> list[Msg]: ...
+
+    def check(self) -> None:
+        """The working context is valid OpenAI chat, its totals equal the stored tokens and a
+        fresh count, and every original is reachable through reload."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class MemorySession:
+    """The compressor over a `MemoryStore`, as `AutoContextMemory` drives it (no background)."""
+
+    def __init__(self, config: AutoContextConfig, summarizer: Summarizer) -> None:
+        self.config = config
+        self.summarizer = summarizer
+        self.store = MemoryStore(f"memory-{uuid.uuid4().hex}")
+        self.counter = TokenCounter(config.model)
+        self.state = SessionState()
+        self._counted: dict[int, int] = {}
+
+    def add(self, batch: Sequence[Msg]) -> list[Msg]:
+        prepared = prepare(
+            coerce_messages(list(batch)),
+            self.counter,
+            max_chars=self.config.max_message_chars,
+            session_id=self.store.session_id,
+        )
+        return self.store.append(prepared)
+
+    def compress(self) -> list[Event]:
+        compressor = Compressor(
+            self.store,
+            self.store.session_id,
+            self.config,
+            self.counter,
+            self.summarizer,
+            self.state,
+            fallback=OfflineSummarizer(),
+        )
+        return compressor.run(self.store.totals())
+
+    def token_count(self) -> int:
+        return self.store.token_count
+
+    def version(self) -> int:
+        return self.store.version
+
+    def events(self) -> list[Event]:
+        return list(self.store.events)
+
+    def originals(self) -> list[Msg]:
+        return [m for _, m in sorted(self.store.messages.items()) if m.kind == "original"]
+
+    def check(self) -> None:
+        store = self.store
+        working = store.working_messages()
+        assert_valid_openai_chat(to_openai_messages(working))
+        assert (store.message_count, store.token_count) == (
+            len(store.working),
+            sum(m.tokens for m in store.working),
+        )
+        assert store.token_count == sum(self._fresh_count(m) for m in working)
+        # Every original reachable by reload from a working message, one level at a time.
+        offload_of = {
+            e.summary_message_id: e.offload_uuid
+            for e in store.events
+            if e.status == "applied" and e.offload_uuid is not None
+        }
+        reachable = {m.id for m in store.working}
+        frontier = [i for i in reachable if i in offload_of]
+        while frontier:
+            offload = offload_of[frontier.pop()]
+            assert offload is not None
+            for m in store.reload(offload):
+                reachable.add(m.id or 0)
+                if m.id in offload_of:
+                    frontier.append(m.id)
+        missing = [m.id for m in self.originals() if m.id not in reachable]
+        assert not missing, f"originals not reachable by reload: {missing}"
+        # And the working set stands for every original exactly once through lineage (in id
+        # order but for the system and pinned messages a fold keeps in place, before it); no
+        # message was replaced twice.
+        assert not [i for i, n in Counter(_replaced(store)).items() if n > 1]
+        flat = [o for m in store.working for o in _expand(store, m.id)]
+        assert sorted(flat) == [m.id for m in self.originals()]
+
+    def _fresh_count(self, msg: Msg) -> int:
+        """The message's tokens counted again (once per message: stored messages never
+        change)."""
+        assert msg.id is not None
+        if msg.id not in self._counted:
+            self._counted[msg.id] = count_tokens(msg, self.counter)
+        return self._counted[msg.id]
+
+    def close(self) -> None:
+        pass
+
+
+def _replaced(store: MemoryStore) -> Iterator[int]:
+    for e in store.events:
+        if e.status == "applied":
+            yield from e.replaced_ids
+
+
+def _expand(store: MemoryStore, i: int) -> Iterator[int]:
+    if i in store.lineage:
+        for child in store.lineage[i]:
+            yield from _expand(store, child)
+    else:
+        yield i
+
+
+class PostgresSession:
+    """`AutoContextMemory` on PostgreSQL, checked with plain SQL (tests/invariants.py)."""
+
+    def __init__(self, db_url: str, config: AutoContextConfig, summarizer: Summarizer) -> None:
+        self.config = config
+        self.mem = AutoContextMemory.open(
+            f"prop-{uuid.uuid4().hex}", db_url, config, summarizer=summarizer
+        )
+
+    def add(self, batch: Sequence[Msg]) -> list[Msg]:
+        return self.mem.add(list(batch))
+
+    def compress(self) -> list[Event]:
+        return self.mem.compress_if_needed()
+
+    def token_count(self) -> int:
+        return self.mem.refresh().token_count
+
+    def version(self) -> int:
+        return self.mem.version()
+
+    def events(self) -> list[Event]:
+        return self.mem.events()
+
+    def originals(self) -> list[Msg]:
+        return originals(self.mem)
+
+    def check(self) -> None:
+        assert_valid_openai_chat(self.mem.to_openai())
+        assert_totals_match(self.mem)
+        assert_every_original_reachable(self.mem)
+
+    def close(self) -> None:
+        self.mem.delete()
