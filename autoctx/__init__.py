@@ -13,6 +13,7 @@ from ._anthropic import to_anthropic as to_anthropic_messages
 from ._background import BackgroundMode
 from ._client import AutoContextClient
 from ._config import AutoContextConfig
+from ._erasure_result import AutoContextErasure
 from ._errors import (
     AutoContextError,
     BackendError,
@@ -55,10 +56,9 @@ from ._messages import (
 from ._observe import CompressionHooks, CompressionInfo, SummarizerUsage
 from ._operations import export_session, import_session, purge_sessions
 from ._search import AutoContextSearchHit, SearchScope
+from ._sessions import SessionInfo
 from ._store import tenancy as _tenancy
 from ._store.database import upgrade as _upgrade
-from ._store.lifecycle import AutoContextErasure
-from ._store.rows import SessionInfo
 from ._summarizers import (
     AsyncSummarizer,
     OfflineSummarizer,

@@ -36,7 +36,7 @@ from ._messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, Tool
 from ._observe import Observer
 from ._plans import Edit, PlanContext, Snapshot
 from ._prompts import build_request, clip_for
-from ._store.rows import SessionInfo
+from ._sessions import SessionInfo
 from ._store.store import Replacement, Store
 from ._strategies import plan as plan_strategy
 from ._strategies._common import Layouts, layout_of

@@ -43,6 +43,7 @@ from ._client import AutoContextClient
 from ._compressor import Compressor, SessionState, is_due, trigger_of
 from ._config import AutoContextConfig, config_argument, stored_config
 from ._erasure import Derived, rewrite_erased
+from ._erasure_result import AutoContextErasure
 from ._errors import (
     AutoContextError,
     InvalidMessage,
@@ -68,11 +69,11 @@ from ._search import (
     validate_query,
     validate_scope,
 )
+from ._sessions import SessionInfo
 from ._store import lifecycle
 from ._store import search as search_store
 from ._store.claims import SessionClaim, claimed
-from ._store.lifecycle import AutoContextErasure
-from ._store.rows import SessionInfo, search_config_of
+from ._store.rows import search_config_of
 from ._store.store import Store
 from ._summarizers import AsyncSummarizer, Summarizer, default_summarizer, describe_summarizer
 from ._tokens import TokenCounter

@@ -18,8 +18,8 @@ from ._errors import InvalidExport, SessionNotFound
 from ._exports import build_document, parse_document
 from ._lifecycle_args import parse_duration
 from ._memory import validate_session_id, validate_tenant
+from ._sessions import SessionInfo
 from ._store import lifecycle
-from ._store.rows import SessionInfo
 from ._store.store import Store
 
 

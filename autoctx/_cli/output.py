@@ -36,8 +36,8 @@ from .._messages import (
     ToolUseBlock,
 )
 from .._plot import STRATEGY_COLORS, STRATEGY_NAMES
+from .._sessions import SessionInfo
 from .._store.database import SchemaBehind
-from .._store.rows import SessionInfo
 from .._store.store import Store
 from .._summarizers import OFFLINE_MODEL
 from .._tags import OFFLOAD_TAG_RE
