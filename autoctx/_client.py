@@ -28,7 +28,7 @@ from ._store.database import check_connection, create_engine, ensure_schema, res
 
 if TYPE_CHECKING:
     from ._background import BackgroundMode
-    from ._config import AutoContextConfig
+    from ._config import AutoContextConfig, RuntimeOptions
     from ._memory import AutoContextMemory
     from ._summarizers import Summarizer
 
@@ -117,6 +117,7 @@ class AutoContextClient:
         session_id: str,
         config: AutoContextConfig | None = None,
         *,
+        options: RuntimeOptions | None = None,
         tenant: str | None = None,
         summarizer: Summarizer | None = None,
         create: bool = True,
@@ -130,6 +131,7 @@ class AutoContextClient:
             self,
             session_id,
             config,
+            options=options,
             tenant=tenant,
             summarizer=summarizer,
             create=create,

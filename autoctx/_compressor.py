@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeAlias, TypeVar
 
-from ._config import AutoContextConfig
+from ._config import AutoContextConfig, RuntimeOptions
 from ._errors import SummarizerError
 from ._events import Event
 from ._intake import Prepared, count_tokens
@@ -220,10 +220,14 @@ class Compressor:
         summarizer: Summarizer,
         session: SessionState | None = None,
         observer: Observer | None = None,
+        *,
+        options: RuntimeOptions | None = None,
     ) -> None:
         self.store = store
         self.session_id = session_id
         self.config = config
+        #: The process's bounds, deadlines and failure policy (not the session's thresholds).
+        self.options = options if options is not None else RuntimeOptions()
         self.counter = counter
         self.summarizer = summarizer
         self.session = session if session is not None else SessionState()
@@ -261,7 +265,7 @@ class Compressor:
     def _answers(self, batch: Batch) -> Answers:
         """The summarizer's answers to a batch, at most `summarizer_concurrency` at once."""
         summarize = self.summarizer.summarize
-        workers = min(len(batch), self.config.summarizer_concurrency)
+        workers = min(len(batch), self.options.summarizer_concurrency)
         if workers <= 1:
             return [_answer_of(summarize, request) for request in batch]
         with ThreadPoolExecutor(workers, thread_name_prefix="autoctx-summary") as pool:
@@ -292,7 +296,7 @@ class Compressor:
         with contextlib.closing(steps):
             step = await _step_in_thread(advance, None)
             while isinstance(step, tuple):
-                limit = asyncio.Semaphore(self.config.summarizer_concurrency)
+                limit = asyncio.Semaphore(self.options.summarizer_concurrency)
                 answers = list(
                     await asyncio.gather(*(_awaited_answer(summarizer, r, limit) for r in step))
                 )
@@ -320,11 +324,11 @@ class Compressor:
             plan=info.plan,
             by_tokens=trigger.by_tokens,
             events=[] if events is None else events,
-            deadline=time.monotonic() + cfg.compress_deadline_s,
+            deadline=time.monotonic() + self.options.compress_deadline_s,
             beside=beside,
             arriving=self.session.arriving(cfg) if beside else 0,
         )
-        for _ in range(cfg.max_passes):
+        for _ in range(self.options.max_passes):
             snap = self.store.snapshot(self.session_id)
             if under_target(snap.message_count, snap.token_count, cfg, state.arriving):
                 return state.events
@@ -474,7 +478,7 @@ class Compressor:
         leave a call for each single-call rung after them (the fold, S6) while they can."""
         if not edits or not edits[0].llm:
             return edits  # one strategy's edits are all LLM or all previews
-        left = self.config.max_llm_calls - state.llm_calls
+        left = self.options.max_llm_calls - state.llm_calls
         if left <= 0 or self._out_of_time(state):
             return []
         return edits[: max(1, left - _RESERVED_AFTER.get(strategy, 0))]
@@ -490,12 +494,12 @@ class Compressor:
                 "autoctx: session %r: the compress deadline of %s s passed; no more summarizer "
                 "calls in this compress_if_needed()",
                 self.session_id,
-                self.config.compress_deadline_s,
+                self.options.compress_deadline_s,
             )
         return True
 
     def _request_deadline(self, state: _CallState) -> float:
-        return min(time.monotonic() + self.config.summarizer_deadline_s, state.deadline)
+        return min(time.monotonic() + self.options.summarizer_deadline_s, state.deadline)
 
     def _build(
         self,
@@ -594,7 +598,7 @@ class Compressor:
             return None
         except Exception as exc:  # a caller's summarizer may raise anything
             call.failed("error")
-            if self.config.strict:
+            if self.options.strict:
                 raise
             # Only the type: a caller's exception text may quote the transcript.
             self._fail(edit, state, reason, "error", f"the summarizer raised {type(exc).__name__}")
@@ -657,7 +661,7 @@ class Compressor:
         """An answer that came after its deadline is never a summary, whichever summarizer
         wrote it (a caller's may not know about deadlines)."""
         if request.deadline is not None and time.monotonic() > request.deadline:
-            cfg = self.config
+            cfg = self.options
             raise SummarizerError(
                 "deadline",
                 f"the summarizer answered after the call's deadline (summarizer_deadline_s="
@@ -764,7 +768,7 @@ class Compressor:
         **usage: object,
     ) -> None:
         state.failed.add(edit.replaced_ids)
-        if self.config.strict:
+        if self.options.strict:
             raise SummarizerError(why, detail)
         # Backing off was said once, when it began: the events say it for every attempt.
         logger.log(

@@ -30,7 +30,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 
-from . import _lifecycle_args
+from . import _arguments
 from ._agent_plan import validate_plan
 from ._anthropic import anthropic_tools, to_anthropic
 from ._background import (
@@ -41,20 +41,25 @@ from ._background import (
 )
 from ._client import AutoContextClient
 from ._compressor import Compressor, SessionState, is_due, trigger_of
-from ._config import AutoContextConfig, config_argument, stored_config
+from ._config import (
+    AutoContextConfig,
+    RuntimeOptions,
+    config_argument,
+    options_argument,
+    stored_config,
+)
 from ._erasure import Derived, rewrite_erased
 from ._erasure_result import AutoContextErasure
 from ._errors import (
     AutoContextError,
+    InvalidArgument,
     InvalidMessage,
     InvalidMessageId,
     InvalidPage,
-    InvalidSessionId,
     SessionNotFound,
 )
 from ._events import Event
 from ._intake import Prepared, prepare
-from ._lifecycle_args import erasure_ids, erasure_reason, message_id
 from ._messages import Msg, coerce_messages, to_openai_messages
 from ._observe import CompressionHooks, Observer, hooks_of
 from ._prompts import RELOAD_SNIPPET
@@ -83,30 +88,16 @@ from ._tools import (
     answer_reload_call,
     answer_search_call,
     call_arguments,
-    parse_offload_id,
     tool_definitions,
 )
 
 logger = logging.getLogger("autoctx")
 
-MAX_SESSION_ID = 255
-#: Tenant names are indexed with the session id; at 255 characters (4 bytes each at most in
-#: UTF-8) the pair stays far below PostgreSQL's btree entry limit of about 2.7 KB.
-MAX_TENANT = 255
 ToolFormat = Literal["openai", "anthropic"]
 MessageInput = Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-
-def validate_session_id(session_id: object) -> str:
-    if not isinstance(session_id, str):
-        raise InvalidSessionId(f"session id must be a string, got {type(session_id).__name__}")
-    if not session_id:
-        raise InvalidSessionId("session id is empty; pass a non-empty string such as 'agent-42'")
-    _check_storable("session id", session_id, MAX_SESSION_ID)
-    return session_id
 
 
 def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepared:
@@ -142,39 +133,6 @@ def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepa
             "may keep some of that message's calls and results, never add any"
         )
     return replace(prepared, final=False)
-
-
-def _check_storable(what: str, name: str, limit: int) -> None:
-    """A name PostgreSQL can store and index: at most `limit` characters, no NUL, no lone
-    surrogate (the message never repeats the name)."""
-    if len(name) > limit:
-        raise InvalidSessionId(f"{what} is {len(name)} characters long; the limit is {limit}")
-    if "\x00" in name:
-        raise InvalidSessionId(f"{what} contains a NUL character; remove it")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidSessionId(f"{what} is not valid Unicode (lone surrogate)") from None
-
-
-def validate_tenant(tenant: object) -> str | None:
-    """A tenant name as given, or None for a session without a tenant; `InvalidSessionId`
-    for one that is not storable (the message never repeats the name: it may be long)."""
-    if tenant is None:
-        return None
-    if not isinstance(tenant, str):
-        raise InvalidSessionId(
-            f"tenant must be a string or None, got {type(tenant).__name__}; pass a name such "
-            "as 'acme', or None for a session without a tenant"
-        )
-    if not tenant.strip():
-        # Under row-level security an empty tenant means "no tenant": refuse the ambiguity.
-        raise InvalidSessionId(
-            "tenant is empty or blank, which is not a tenant name; pass a non-empty name, or "
-            "None for a session without a tenant"
-        )
-    _check_storable("tenant", tenant, MAX_TENANT)
-    return tenant
 
 
 def get_engine(database_url: str | URL | None, *, auto_upgrade: bool) -> Engine:
@@ -219,6 +177,7 @@ class AutoContextMemory:
         client: AutoContextClient,
         background: BackgroundMode = False,
         hooks: Sequence[CompressionHooks] = (),
+        options: RuntimeOptions | None = None,
     ) -> None:
         self._store = store
         #: The lifecycle hooks of its compressions (the client's, then its own).
@@ -226,6 +185,8 @@ class AutoContextMemory:
         self.session_id = info.session_id
         self.tenant = info.tenant
         self.config = config
+        #: How this memory runs its compressions (never stored with the session).
+        self.options = options if options is not None else RuntimeOptions()
         self._counter = TokenCounter(config.model)
         self._summarizer = summarizer
         #: The default summarizer is the memory's to close; one passed in is the caller's.
@@ -250,6 +211,8 @@ class AutoContextMemory:
         database_url: str | URL | None = None,
         config: AutoContextConfig | None = None,
         *,
+        options: RuntimeOptions | None = None,
+        auto_upgrade: bool = True,
         tenant: str | None = None,
         summarizer: Summarizer | None = None,
         create: bool = True,
@@ -264,22 +227,27 @@ class AutoContextMemory:
         session's record of the thresholds in force is updated. `database_url` defaults to
         `AUTOCTX_DATABASE_URL`, else the embedded PostgreSQL.
 
+        `options` (a `RuntimeOptions`) bound how this memory compresses: passes, summarizer
+        calls, deadlines, concurrency, strictness; they are this process's, never stored.
+        `auto_upgrade` runs the migrations when the database's schema is behind (the first
+        open of a URL in the process decides, as it creates the shared client).
+
         `background=True` compresses in a background thread while the agent goes on, and
         `background="worker"` leaves compression to `autoctx worker` processes: see
         `compress_if_needed()`. `hooks` (a `CompressionHooks`, or a list of them) are called
         before each strategy's attempt, after each event it applied and on each failure.
         """
-        validate_session_id(session_id)  # before anything connects
-        validate_tenant(tenant)
+        _arguments.session_id(session_id)  # before anything connects
+        _arguments.tenant(tenant)
         validate_background(background)
         config_argument(config)
+        options_argument(options)
         hooks_of(hooks)
-        client = AutoContextClient.shared(
-            database_url, auto_upgrade=(config or AutoContextConfig()).auto_upgrade
-        )
+        client = AutoContextClient.shared(database_url, auto_upgrade=auto_upgrade)
         return client.open(
             session_id,
             config,
+            options=options,
             tenant=tenant,
             summarizer=summarizer,
             create=create,
@@ -415,7 +383,7 @@ class AutoContextMemory:
         with claimed(
             self.engine,
             self.session_id,
-            self.config.compress_deadline_s,
+            self.options.compress_deadline_s,
             tenant=self._store.tenant,
         ):
             yield
@@ -433,6 +401,7 @@ class AutoContextMemory:
             self._summarizer,
             self._session,
             Observer(self.session_id, self._hooks),
+            options=self.options,
         )
         return compressor, info
 
@@ -585,18 +554,7 @@ class AutoContextMemory:
                 "pass an offload id (from an offload tag or a search hit's offload_uuid) or "
                 "message_id= (a search hit's message_id), not both and not neither"
             )
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise InvalidPage(
-                f"reload: offset must be an integer >= 0 (the first message of the page), got "
-                f"{offset!r}"
-            )
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise InvalidPage(
-                f"reload: limit must be a positive integer (messages in the page) or None for "
-                f"all, got {limit!r}"
-            )
+        offset, limit = _arguments.page(offset, limit)
         if not isinstance(originals, bool):
             raise InvalidPage(
                 f"reload: originals must be True or False, got {type(originals).__name__}"
@@ -608,14 +566,13 @@ class AutoContextMemory:
             )
         other = self._other_session(session_id)
         if message_id is not None:
-            checked = _lifecycle_args.message_id(message_id, "message_id")
+            checked = _arguments.message_id(message_id, "message_id")
             msgs = [self._reload_message(checked, other)]
         else:
             assert offload_id is not None
-            parsed = (
-                offload_id if isinstance(offload_id, uuid.UUID) else parse_offload_id(offload_id)
+            msgs = self._reload_offload(
+                _arguments.offload_id(offload_id), other, originals=originals
             )
-            msgs = self._reload_offload(parsed, other, originals=originals)
         return msgs[offset : None if limit is None else offset + limit]
 
     def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
@@ -626,7 +583,7 @@ class AutoContextMemory:
         if format == "anthropic":
             return anthropic_tools(tool_definitions(self.config))
         if format != "openai":
-            raise ValueError(f"tools(format={format!r}): use 'openai' or 'anthropic'")
+            raise InvalidArgument(f"tools(format={format!r}): use 'openai' or 'anthropic'")
         return tool_definitions(self.config)
 
     @_serialized
@@ -662,7 +619,7 @@ class AutoContextMemory:
         """The other session of the tenant a reload names (None: this memory's own)."""
         if session_id is None:
             return None
-        validate_session_id(session_id)
+        _arguments.session_id(session_id)
         return None if session_id == self.session_id else session_id
 
     def _reload_offload(
@@ -735,8 +692,8 @@ class AutoContextMemory:
         for a message this session does not have (`InvalidMessageId` for a malformed id).
         """
         self._check_open()
-        validate_session_id(new_session_id)
-        at = None if at_message is None else message_id(at_message, "at_message")
+        _arguments.session_id(new_session_id)
+        at = None if at_message is None else _arguments.message_id(at_message, "at_message")
         info = lifecycle.fork(self._store, self.session_id, new_session_id, at)
         # The child is opened like any memory, through this one's client: the client closes
         # it, runs its background compressions, and it keeps this memory's background mode.
@@ -744,6 +701,7 @@ class AutoContextMemory:
         return self._client.open(
             info.session_id,
             self.config,
+            options=self.options,
             tenant=self.tenant,
             summarizer=None if self._owns_summarizer else self._summarizer,
             create=False,
@@ -772,8 +730,8 @@ class AutoContextMemory:
         named (`.answers`).
         """
         self._check_open()
-        ids = erasure_ids(message_ids)
-        note = erasure_reason(reason)
+        ids = _arguments.erasure_ids(message_ids)
+        note = _arguments.reason(reason)
         return lifecycle.erase(
             self._store,
             self.session_id,
@@ -889,11 +847,13 @@ def open_memory(
     create: bool,
     background: BackgroundMode = False,
     hooks: Sequence[CompressionHooks] = (),
+    options: RuntimeOptions | None = None,
 ) -> AutoContextMemory:
     """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls)."""
-    validate_session_id(session_id)
-    validate_tenant(tenant)
+    _arguments.session_id(session_id)
+    _arguments.tenant(tenant)
     validate_background(background)
+    checked = options_argument(options)
     given = config = config_argument(config)
     config = config or AutoContextConfig()
     store = Store(client.engine, tenant)
@@ -927,7 +887,14 @@ def open_memory(
     )
     if summarizer is not None:
         return AutoContextMemory(
-            store, info, config, summarizer, client=client, background=background, hooks=hooks
+            store,
+            info,
+            config,
+            summarizer,
+            client=client,
+            background=background,
+            hooks=hooks,
+            options=checked,
         )
     return AutoContextMemory(
         store,
@@ -938,6 +905,7 @@ def open_memory(
         client=client,
         background=background,
         hooks=hooks,
+        options=checked,
     )
 
 
@@ -1126,7 +1094,7 @@ class AsyncAutoContextMemory:
         claim = None
         if self.sync._background_mode is not False:
             claim = SessionClaim(self.sync.engine, self.session_id, tenant=self.sync._store.tenant)
-            await asyncio.to_thread(claim.acquire, config.compress_deadline_s)
+            await asyncio.to_thread(claim.acquire, self.sync.options.compress_deadline_s)
         try:
             async with self._compress_lock():
                 await self._compress_now(over_window=True)

@@ -34,7 +34,14 @@ from typing import Any
 import openai  # noqa: F401  (imported here so that forked children start warm)
 import sqlalchemy as sa
 
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
+from autoctx import (
+    AutoContextConfig,
+    AutoContextMemory,
+    Msg,
+    OpenAISummarizer,
+    RuntimeOptions,
+    ToolUseBlock,
+)
 from autoctx._memory import dispose_engines
 from autoctx._store.rows import msg_from_row
 from tests.dbsql import sql
@@ -60,9 +67,8 @@ CONFIG = AutoContextConfig(
     large_payload_chars=1500,
     preview_chars=80,
     reload_page_chars=1000,
-    max_passes=2,
-    max_llm_calls=3,
 )
+OPTIONS = RuntimeOptions(max_passes=2, max_llm_calls=3)
 #: Units per round: a user message, tool groups, a final answer.
 ROUND_UNITS = 7
 _TOOLS = ("read_file", "run_shell", "grep", "http_get")
@@ -177,7 +183,7 @@ def prefill(work: Workload, steps: int) -> None:
     """Append the first `steps` steps in this process (acknowledged like the child's), so that
     the first child already works on a session near its trigger instead of building one up."""
     dispose_engines()
-    mem = AutoContextMemory.open(work.session_id, work.db_url, CONFIG)
+    mem = AutoContextMemory.open(work.session_id, work.db_url, CONFIG, options=OPTIONS)
     with work.ack_path.open("a") as acks:
         for step in range(next_step(mem), steps):
             stored = mem.add(unit(work.seed, step))
@@ -200,6 +206,7 @@ def child_main(work: Workload, generation: int, pause_at: str | None, pause_afte
         work.session_id,
         work.db_url,
         CONFIG,
+        options=OPTIONS,
         summarizer=pauser.summarizer(_summarizer(work, generation)),
     )
     pauser.install(mem.engine)
@@ -250,7 +257,9 @@ def check_after_kill(work: Workload, kills: int) -> tuple[int, int]:
     with the content acknowledged; at most one step per kill was committed without its ack."""
     dispose_engines()
     acks = read_acks(work.ack_path)
-    mem = AutoContextMemory.open(work.session_id, work.db_url, CONFIG, create=not acks)
+    mem = AutoContextMemory.open(
+        work.session_id, work.db_url, CONFIG, options=OPTIONS, create=not acks
+    )
     rows = sql(
         mem,
         "select id, role, name, content, metadata, kind, pinned, tokens from messages "

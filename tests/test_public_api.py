@@ -54,6 +54,7 @@ EXPORTED = [
     "InvalidSearch",
     "InvalidSessionId",
     "InvalidStoredConfig",
+    "InvalidTenant",
     "MessageInput",
     "MessageNotFound",
     "Msg",
@@ -62,6 +63,7 @@ EXPORTED = [
     "OffloadNotFound",
     "OpaqueBlock",
     "OpenAISummarizer",
+    "RuntimeOptions",
     "SchemaError",
     "SearchScope",
     "SessionExists",
@@ -169,6 +171,12 @@ TREE: dict[str, tuple[str, tuple[type[BaseException], ...]]] = {
     "TenantGrantError": ("InvalidArgument", (ValueError,)),
     "InvalidStoredConfig": ("InvalidArgument", (ValueError,)),
     "InvalidPage": ("InvalidArgument", (ValueError,)),
+    # Also an InvalidSessionId and a TenantGrantError: what open and grant_tenant raised
+    # for a bad tenant before the class existed.
+    "InvalidTenant": (
+        "InvalidArgument",
+        (ValueError, autoctx.InvalidSessionId, autoctx.TenantGrantError),
+    ),
     "SessionNotFound": ("NotFound", (LookupError,)),
     "MessageNotFound": ("NotFound", (LookupError,)),
     "OffloadNotFound": ("NotFound", (LookupError,)),

@@ -21,13 +21,11 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.engine import Engine
 
+from .. import _arguments
 from .._compressor import FALLBACK_MODEL
 from .._errors import AutoContextError, SessionNotFound
 from .._events import Event
-from .._memory import (
-    get_engine,
-    validate_session_id,
-)
+from .._memory import get_engine
 from .._messages import (
     Msg,
     OpaqueBlock,
@@ -218,7 +216,7 @@ def _engine(database_url: str | None) -> Engine:
 
 
 def _session(store: Store, session_id: str) -> SessionInfo:
-    validate_session_id(session_id)
+    _arguments.session_id(session_id)
     info = store.get_session(session_id)
     if info is None:
         raise SessionNotFound(
