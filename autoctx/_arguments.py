@@ -5,7 +5,8 @@ reload page, an erasure's ids and reason, a retention age or a database role che
 the same bad value gets the same error class and the same message whichever call it was given
 to: the memory's methods, the client, the operations, the CLI, the integrations and the model
 tools. Each error names the argument and the fix and never repeats the value where it may be
-long or come from a conversation; each check runs before anything touches the database.
+long or come from a conversation; each check runs before anything touches the database
+(docs/design.md §1, "one check per kind of argument").
 
 `unstorable` is the one test of text PostgreSQL cannot hold (a NUL character, a lone UTF-16
 surrogate), which message intake, plans, imports, search queries and names share.
@@ -30,8 +31,9 @@ from ._errors import (
     TenantGrantError,
 )
 
-#: The longest session id and tenant (the columns are indexed text; longer names are ids of
-#: something else).
+#: The longest session id and tenant. Tenant names are indexed with the session id; at 255
+#: characters each (4 bytes each at most in UTF-8) the pair stays far below PostgreSQL's btree
+#: entry limit of about 2.7 KB.
 MAX_SESSION_ID: Final = 255
 MAX_TENANT: Final = 255
 #: The largest message id (ids are PostgreSQL bigints).

@@ -106,7 +106,9 @@ def _given(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AutoContextConfig:
-    """Every threshold of docs/design.md under the design's names, with the design's defaults.
+    """Every threshold of docs/design.md under the design's names, with the design's defaults:
+    what is recorded with a session, so that every process compressing it reads the same ones
+    (how one process runs a compression is its `RuntimeOptions`, docs/design.md §8).
 
     Invalid values and combinations raise `ConfigError` naming the field, when the config is
     built, so that a bad config never reaches a session. ``AutoContextConfig(max_tokens=16_000)``
