@@ -8,11 +8,13 @@ events = mem.compress_if_needed()
 messages = mem.to_openai()
 """
 
+from . import _arguments
 from ._anthropic import from_anthropic_messages
 from ._anthropic import to_anthropic as to_anthropic_messages
 from ._background import BackgroundMode
 from ._client import AutoContextClient
-from ._config import AutoContextConfig
+from ._config import AutoContextConfig, RuntimeOptions
+from ._erasure_result import AutoContextErasure
 from ._errors import (
     AutoContextError,
     BackendError,
@@ -32,6 +34,7 @@ from ._errors import (
     InvalidSearch,
     InvalidSessionId,
     InvalidStoredConfig,
+    InvalidTenant,
     MessageNotFound,
     NotFound,
     OffloadNotFound,
@@ -55,10 +58,9 @@ from ._messages import (
 from ._observe import CompressionHooks, CompressionInfo, SummarizerUsage
 from ._operations import export_session, import_session, purge_sessions
 from ._search import AutoContextSearchHit, SearchScope
+from ._sessions import SessionInfo
 from ._store import tenancy as _tenancy
 from ._store.database import upgrade as _upgrade
-from ._store.lifecycle import AutoContextErasure
-from ._store.rows import SessionInfo
 from ._summarizers import (
     AsyncSummarizer,
     OfflineSummarizer,
@@ -88,6 +90,10 @@ def grant_tenant(role: str, tenant: str, database_url: str | None = None) -> boo
     """
     from ._store.database import engine_for
 
+    # Before anything connects (with no URL, the embedded server would start first).
+    _arguments.role(role)
+    _arguments.required_tenant(tenant)
+
     with engine_for(database_url) as engine:
         return _tenancy.grant_tenant(engine, role, tenant)
 
@@ -96,6 +102,9 @@ def revoke_tenant(role: str, tenant: str, database_url: str | None = None) -> bo
     """Take `tenant` away from `role`; returns True if it held it. With its last tenant gone,
     the role loses every privilege on autoctx's tables and views."""
     from ._store.database import engine_for
+
+    _arguments.role(role)
+    _arguments.required_tenant(tenant)
 
     with engine_for(database_url) as engine:
         return _tenancy.revoke_tenant(engine, role, tenant)
@@ -131,6 +140,7 @@ __all__ = [
     "InvalidSearch",
     "InvalidSessionId",
     "InvalidStoredConfig",
+    "InvalidTenant",
     "MessageInput",
     "MessageNotFound",
     "Msg",
@@ -139,6 +149,7 @@ __all__ = [
     "OffloadNotFound",
     "OpaqueBlock",
     "OpenAISummarizer",
+    "RuntimeOptions",
     "SchemaError",
     "SearchScope",
     "SessionExists",

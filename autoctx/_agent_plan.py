@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias
 
+from ._arguments import unstorable
 from ._errors import InvalidPlan
 from ._tags import neutralize_tags
 
@@ -28,15 +29,8 @@ def _text_field(value: object, where: str, *, required: bool) -> str:
         raise InvalidPlan(f"{where} must be a non-empty string, got {got}")
     # What PostgreSQL cannot store in JSONB: refused here, so that no database error (whose
     # text would quote the plan) is ever raised.
-    if "\x00" in value:
-        raise InvalidPlan(f"{where} contains a NUL character, which cannot be stored; remove it")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidPlan(
-            f"{where} is not valid Unicode (a lone surrogate), which cannot be stored; decode "
-            "the text properly"
-        ) from None
+    if (problem := unstorable(value)) is not None:
+        raise InvalidPlan(f"{where} {problem}")
     return value
 
 

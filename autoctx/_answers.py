@@ -8,6 +8,7 @@ import re
 import unicodedata
 from typing import TYPE_CHECKING, Final
 
+from ._arguments import unstorable
 from ._errors import SummarizerError
 from ._tags import OFFLOAD_MARKER, OFFLOAD_TAG_RE
 
@@ -75,16 +76,12 @@ def check_answer(text: str) -> str:
         )
     # An answer is data, never trusted (docs/design.md §6): what the database cannot store
     # becomes a failed event, not a database error at commit. No excerpt of it is quoted.
-    if "\x00" in answer:
+    if unstorable(answer) is not None:
         raise SummarizerError(
-            "bad_answer", "the answer holds a NUL character, which PostgreSQL text cannot store"
+            "bad_answer",
+            "the answer holds a NUL character or a lone UTF-16 surrogate, which PostgreSQL "
+            "text cannot store",
         )
-    try:
-        answer.encode("utf-8")
-    except UnicodeEncodeError:
-        raise SummarizerError(
-            "bad_answer", "the answer holds a lone UTF-16 surrogate, which is not valid text"
-        ) from None
     if OFFLOAD_TAG_RE.search(answer) or _MARKER_SKELETON in _skeleton(answer):
         raise SummarizerError(
             "tag_in_answer",

@@ -36,7 +36,7 @@ from ._store.database import check_connection, create_engine, ensure_schema, res
 
 if TYPE_CHECKING:
     from ._background import BackgroundMode
-    from ._config import AutoContextConfig
+    from ._config import AutoContextConfig, RuntimeOptions
     from ._memory import AsyncAutoContextMemory, AutoContextMemory
     from ._summarizers import Summarizer
 
@@ -131,6 +131,7 @@ class AutoContextClient:
         session_id: str,
         config: AutoContextConfig | None = None,
         *,
+        options: RuntimeOptions | None = None,
         tenant: str | None = None,
         summarizer: Summarizer | None = None,
         create: bool = True,
@@ -144,6 +145,7 @@ class AutoContextClient:
             self,
             session_id,
             config,
+            options=options,
             tenant=tenant,
             summarizer=summarizer,
             create=create,
@@ -159,6 +161,7 @@ class AutoContextClient:
         session_id: str,
         config: AutoContextConfig | None = None,
         *,
+        options: RuntimeOptions | None = None,
         tenant: str | None = None,
         summarizer: Summarizer | None = None,
         create: bool = True,
@@ -174,6 +177,7 @@ class AutoContextClient:
                 self.open,
                 session_id,
                 config,
+                options=options,
                 tenant=tenant,
                 summarizer=summarizer,
                 create=create,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ._answers import check_answer
-from ._config import AutoContextConfig
+from ._config import AutoContextConfig, RuntimeOptions
 from ._drivers import adrive, drive
 from ._effects import (
     FALLBACK_MODEL,
@@ -216,11 +216,14 @@ class Compressor:
         observer: Observer | None = None,
         *,
         fallback: Summarizer,
+        options: RuntimeOptions | None = None,
     ) -> None:
         #: The session's store: only the drivers use it; the loop yields effects.
         self.store = store
         self.session_id = session_id
         self.config = config
+        #: The process's bounds, deadlines and failure policy (not the session's thresholds).
+        self.options = options if options is not None else RuntimeOptions()
         self.counter = counter
         self.summarizer = summarizer
         #: The offline summarizer that writes what the bound needs when the configured one
@@ -252,7 +255,7 @@ class Compressor:
             self.store,
             self.summarizer,
             self.fallback,
-            concurrency=self.config.summarizer_concurrency,
+            concurrency=self.options.summarizer_concurrency,
             guard=guard,
             stop=stop,
         )
@@ -277,7 +280,7 @@ class Compressor:
             self.store,
             summarizer,
             self.fallback,
-            concurrency=self.config.summarizer_concurrency,
+            concurrency=self.options.summarizer_concurrency,
             guard=guard,
             stop=stop,
         )
@@ -304,11 +307,11 @@ class Compressor:
             plan=info.plan,
             by_tokens=trigger.by_tokens,
             events=[] if events is None else events,
-            deadline=time.monotonic() + cfg.compress_deadline_s,
+            deadline=time.monotonic() + self.options.compress_deadline_s,
             beside=beside,
             arriving=self.session.arriving(cfg) if beside else 0,
         )
-        for _ in range(cfg.max_passes):
+        for _ in range(self.options.max_passes):
             snap = yield from ask(ReadSnapshot())
             if under_target(snap.message_count, snap.token_count, cfg, state.arriving):
                 return state.events
@@ -454,7 +457,7 @@ class Compressor:
         leave a call for each single-call rung after them (the fold, S6) while they can."""
         if not edits or not edits[0].llm:
             return edits  # one strategy's edits are all LLM or all previews
-        left = self.config.max_llm_calls - state.llm_calls
+        left = self.options.max_llm_calls - state.llm_calls
         if left <= 0 or self._out_of_time(state):
             return []
         return edits[: max(1, left - _RESERVED_AFTER.get(strategy, 0))]
@@ -470,12 +473,12 @@ class Compressor:
                 "autoctx: session %r: the compress deadline of %s s passed; no more summarizer "
                 "calls in this compress_if_needed()",
                 self.session_id,
-                self.config.compress_deadline_s,
+                self.options.compress_deadline_s,
             )
         return True
 
     def _request_deadline(self, state: _CallState) -> float:
-        return min(time.monotonic() + self.config.summarizer_deadline_s, state.deadline)
+        return min(time.monotonic() + self.options.summarizer_deadline_s, state.deadline)
 
     def _build(
         self,
@@ -577,7 +580,7 @@ class Compressor:
             return None
         except Exception as exc:  # a caller's summarizer may raise anything
             call.failed("error")
-            if self.config.strict:
+            if self.options.strict:
                 raise
             # Only the type: a caller's exception text may quote the transcript.
             yield from self._fail(
@@ -643,7 +646,7 @@ class Compressor:
         """An answer that came after its deadline is never a summary, whichever summarizer
         wrote it (a caller's may not know about deadlines)."""
         if request.deadline is not None and time.monotonic() > request.deadline:
-            cfg = self.config
+            cfg = self.options
             raise SummarizerError(
                 "deadline",
                 f"the summarizer answered after the call's deadline (summarizer_deadline_s="
@@ -750,7 +753,7 @@ class Compressor:
         **usage: Any,
     ) -> Effects[None]:
         state.failed.add(edit.replaced_ids)
-        if self.config.strict:
+        if self.options.strict:
             raise SummarizerError(why, detail)
         # Backing off was said once, when it began: the events say it for every attempt.
         logger.log(

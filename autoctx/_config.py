@@ -1,4 +1,12 @@
-"""The thresholds of docs/design.md, validated when the config is built.
+"""The thresholds of docs/design.md, validated when the config is built, and the options of
+the process that runs compressions.
+
+`AutoContextConfig` holds what is stored with a session (its thresholds, model, prompts and
+search configuration: every process that compresses the session reads the same ones);
+`RuntimeOptions` holds how one process runs a compression (passes, summarizer calls,
+deadlines, concurrency, strictness), given to `open` and to the worker and never stored.
+Whether to upgrade the schema is the client's (`auto_upgrade=` on `AutoContextClient` and
+`open`).
 
 Some defaults follow other fields (docs/design.md §2, "defaults follow the window"): the sizes
 that are relative to the window (`min_compress_tokens`, `fold_keep_tokens`,
@@ -98,7 +106,9 @@ def _given(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AutoContextConfig:
-    """Every threshold of docs/design.md under the design's names, with the design's defaults.
+    """Every threshold of docs/design.md under the design's names, with the design's defaults:
+    what is recorded with a session, so that every process compressing it reads the same ones
+    (how one process runs a compression is its `RuntimeOptions`, docs/design.md §8).
 
     Invalid values and combinations raise `ConfigError` naming the field, when the config is
     built, so that a bad config never reaches a session. ``AutoContextConfig(max_tokens=16_000)``
@@ -139,30 +149,11 @@ class AutoContextConfig:
     transcript_clip_chars: int = _UNSET
     #: Picks the token encoding; fixed when a session is created.
     model: str = "gpt-4o"
-    #: Passes of the ladder per `compress_if_needed()` call (each applies one strategy).
-    max_passes: int = 10
-    #: Summarizer calls per `compress_if_needed()` call.
-    max_llm_calls: int = 8
-    #: Seconds one summarizer call may take in all (every retry and a slow stream included);
-    #: a call past it is a `failed` event, never a summary.
-    summarizer_deadline_s: float = DEFAULT_SUMMARIZER_DEADLINE_S
-    #: Seconds one `compress_if_needed()` call may spend on summarizer calls; past it, no
-    #: further call starts (a call in flight is cut at it) and the offline fallback keeps the
-    #: context under the window.
-    compress_deadline_s: float = DEFAULT_COMPRESS_DEADLINE_S
-    #: Summarizer calls one pass may have in flight at once: the independent ranges of a
-    #: strategy (S1's runs, S4's rounds, S5's messages) are summarized concurrently, up to
-    #: this many at a time (1: one after the other), and still commit in one transaction.
-    summarizer_concurrency: int = 4
     #: Largest payload (characters of text, tool input and output) one message may carry.
     max_message_chars: int = 2_000_000
     #: Page size, in characters, of a `context_reload` answer (default 4000, at most
     #: `large_payload_chars`).
     reload_page_chars: int = _UNSET
-    #: Raise summarizer failures instead of recording them as `failed` events.
-    strict: bool = False
-    #: Run the Alembic migrations when a memory opens a database whose schema is behind.
-    auto_upgrade: bool = True
     #: Replacement prompts, by strategy number (1, 4, 5, 6 and 7, the fold).
     prompts: Mapping[int, str] = field(default_factory=dict)
     #: The PostgreSQL text search configuration the session's originals are indexed with for
@@ -177,17 +168,12 @@ class AutoContextConfig:
             "msg_threshold",
             "max_tokens",
             "large_payload_chars",
-            "max_passes",
             "max_message_chars",
-            "summarizer_concurrency",
         )
         for name in positive_ints:
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("min_tool_run", "max_llm_calls"):
-            _check_int(name, getattr(self, name), minimum=0)
+        _check_int("min_tool_run", self.min_tool_run, minimum=0)
         _check_ratio("current_round_ratio", self.current_round_ratio)
-        for name in ("summarizer_deadline_s", "compress_deadline_s"):
-            _check_seconds(name, getattr(self, name))
         self._derive_ratios()
         self._derive_payload_sizes()
         self._derive_window_sizes()
@@ -337,6 +323,9 @@ class AutoContextConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AutoContextConfig:
+        """The config `to_json` wrote. Keys it does not know are left out: a session stored
+        before the runtime options moved to `RuntimeOptions` (and `auto_upgrade` to the
+        client) carries them, and still opens; the process's own options apply."""
         known = {f.name for f in dataclasses.fields(cls)}
         derived = set(data.get("derived", ()))
         kwargs = {k: v for k, v in data.items() if k in known and k not in derived}
@@ -353,6 +342,81 @@ def config_argument(config: object) -> AutoContextConfig | None:
     raise ConfigError(
         f"config must be an AutoContextConfig or None, got {type(config).__name__}; build one"
         f"{hint} and pass it"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeOptions:
+    """How this process runs a compression: bounds, deadlines, concurrency and what a failure
+    does. Given to `AutoContextMemory.open` (`options=`), `AutoContextClient.open` and
+    `AutoContextWorker`; never stored with a session, so that two processes compressing one
+    session each keep their own (a worker may allow a slower summarizer than an agent).
+
+    >>> AutoContextMemory.open("agent-42", options=RuntimeOptions(strict=True))
+    """
+
+    #: Passes of the ladder per `compress_if_needed()` call (each applies one strategy).
+    max_passes: int = 10
+    #: Summarizer calls per `compress_if_needed()` call.
+    max_llm_calls: int = 8
+    #: Seconds one summarizer call may take in all (every retry and a slow stream included);
+    #: a call past it is a `failed` event, never a summary.
+    summarizer_deadline_s: float = DEFAULT_SUMMARIZER_DEADLINE_S
+    #: Seconds one `compress_if_needed()` call may spend on summarizer calls; past it, no
+    #: further call starts (a call in flight is cut at it) and the offline fallback keeps the
+    #: context under the window.
+    compress_deadline_s: float = DEFAULT_COMPRESS_DEADLINE_S
+    #: Summarizer calls one pass may have in flight at once: the independent ranges of a
+    #: strategy (S1's runs, S4's rounds, S5's messages) are summarized concurrently, up to
+    #: this many at a time (1: one after the other), and still commit in one transaction.
+    summarizer_concurrency: int = 4
+    #: Raise summarizer failures instead of recording them as `failed` events.
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("max_passes", "summarizer_concurrency"):
+            _check_int(name, getattr(self, name), minimum=1, owner=_OPTIONS)
+        _check_int("max_llm_calls", self.max_llm_calls, minimum=0, owner=_OPTIONS)
+        for name in ("summarizer_deadline_s", "compress_deadline_s"):
+            _check_seconds(name, getattr(self, name), owner=_OPTIONS)
+        if not isinstance(self.strict, bool):
+            raise ConfigError(
+                f"RuntimeOptions.strict must be True or False, got {type(self.strict).__name__}"
+            )
+
+
+_OPTIONS: Final = "RuntimeOptions"
+#: What `AutoContextConfig` held before the split, and where each moved (docs/design.md §8).
+MOVED_FIELDS: Final = {
+    **{f.name: _OPTIONS for f in dataclasses.fields(RuntimeOptions)},
+    "auto_upgrade": "the client",
+}
+
+
+def options_argument(options: object) -> RuntimeOptions:
+    """The `options=` given to `open` (None: the defaults); `ConfigError` for anything else."""
+    if options is None:
+        return RuntimeOptions()
+    if isinstance(options, RuntimeOptions):
+        return options
+    raise ConfigError(
+        f"options must be a RuntimeOptions or None, got {type(options).__name__}; build one "
+        "(RuntimeOptions(max_passes=..., strict=...)) and pass it"
+    )
+
+
+def _moved(name: str) -> str:
+    """The error message for a keyword that left `AutoContextConfig`."""
+    if MOVED_FIELDS[name] == _OPTIONS:
+        return (
+            f"AutoContextConfig.{name} moved to RuntimeOptions (it is how this process runs a "
+            f"compression, not a threshold stored with the session): pass "
+            f"options=RuntimeOptions({name}=...) to AutoContextMemory.open, "
+            "AutoContextClient.open or AutoContextWorker"
+        )
+    return (
+        f"AutoContextConfig.{name} moved to the client (it decides for the database, not for "
+        f"a session): pass {name}=... to AutoContextMemory.open or AutoContextClient(...)"
     )
 
 
@@ -382,12 +446,12 @@ def stored_config(session_id: str, data: object) -> AutoContextConfig:
 _MAX_INT: Final = 2**31 - 1
 
 
-def _check_int(name: str, value: object, *, minimum: int) -> None:
+def _check_int(name: str, value: object, *, minimum: int, owner: str = "AutoContextConfig") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ConfigError(f"AutoContextConfig.{name} must be {rule}, got {value!r}")
+        raise ConfigError(f"{owner}.{name} must be {rule}, got {value!r}")
     if value > _MAX_INT:
-        raise ConfigError(f"AutoContextConfig.{name} must be at most {_MAX_INT:,}")
+        raise ConfigError(f"{owner}.{name} must be at most {_MAX_INT:,}")
 
 
 def _check_ratio(name: str, value: object) -> None:
@@ -397,7 +461,7 @@ def _check_ratio(name: str, value: object) -> None:
         )
 
 
-def _check_seconds(name: str, value: object) -> None:
+def _check_seconds(name: str, value: object, *, owner: str = "AutoContextConfig") -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -405,7 +469,7 @@ def _check_seconds(name: str, value: object) -> None:
         or value <= 0
     ):
         raise ConfigError(
-            f"AutoContextConfig.{name} must be a positive, finite number of seconds, got {value!r}"
+            f"{owner}.{name} must be a positive, finite number of seconds, got {value!r}"
         )
 
 
@@ -417,6 +481,8 @@ def _named_fields_only(init: Any) -> Any:
     def checked(self: AutoContextConfig, *args: Any, **kwargs: Any) -> None:
         names = [f.name for f in dataclasses.fields(AutoContextConfig)]
         for key in kwargs:
+            if key in MOVED_FIELDS:
+                raise ConfigError(_moved(key))
             if key not in names:
                 close = difflib.get_close_matches(key, names, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else f"; the fields are {names}"

@@ -18,7 +18,8 @@ a base to handle a family; each class also keeps the built-in base it has always
     │   ├── InvalidDuration
     │   ├── InvalidSearch
     │   ├── InvalidPage
-    │   └── TenantGrantError
+    │   ├── TenantGrantError
+    │   └── InvalidTenant                   also an InvalidSessionId and a TenantGrantError
     ├── NotFound (LookupError)              well-formed, but no such thing (for this tenant)
     │   ├── SessionNotFound
     │   ├── MessageNotFound
@@ -32,7 +33,9 @@ a base to handle a family; each class also keeps the built-in base it has always
         └── SummarizerError (RuntimeError)
 
 A malformed id is always the `Invalid...Id` of its kind, whichever call it was given to; an id
-of the right form that is not there is always the `...NotFound` of its kind.
+of the right form that is not there is always the `...NotFound` of its kind. The checks of what
+callers pass are in `autoctx._arguments`, one per kind of value, so that the same bad value
+gets the same class and message in every call that takes it.
 """
 
 from __future__ import annotations
@@ -172,3 +175,11 @@ class InvalidStoredConfig(ConfigError):
 
 class InvalidPage(InvalidArgument):
     """A reload's page is invalid: `offset` is negative or `limit` is not positive."""
+
+
+class InvalidTenant(InvalidSessionId, TenantGrantError):
+    """A tenant name is not a string, is empty or blank, too long, or not storable text, in
+    every call that takes one (`open`, the client, `grant_tenant`, the operations, the CLI).
+
+    It is both an `InvalidSessionId` (what `open` raised for a bad tenant before this class)
+    and a `TenantGrantError` (what `grant_tenant` raised), so older `except` clauses hold."""

@@ -29,7 +29,8 @@ from datetime import datetime, timedelta
 from typing import Any, Final, get_args
 
 from ._agent_plan import validate_plan
-from ._config import AutoContextConfig
+from ._arguments import unstorable
+from ._config import MOVED_FIELDS, AutoContextConfig, RuntimeOptions
 from ._errors import ConfigError, InvalidExport, InvalidMessage, InvalidPlan
 from ._intake import MAX_JSON_DEPTH, OpenCalls, Prepared, bind, check_stored, count_tokens
 from ._messages import Kind, Msg
@@ -60,6 +61,7 @@ _SECTIONS: Final = frozenset(
 KINDS: Final[tuple[Kind, ...]] = get_args(Kind)
 _RULE_TAIL: Final = re.compile(r"[,;] got .*$", re.DOTALL)
 _CONFIG_FIELD: Final = re.compile(r"AutoContextConfig\.(\w+)")
+_OPTIONS_FIELD: Final = re.compile(r"RuntimeOptions\.(\w+)")
 
 
 def refused(where: str, problem: str) -> InvalidExport:
@@ -90,19 +92,8 @@ def _path(path: Sequence[str | int]) -> str:
 
 
 def _check_text(text: str, path: Sequence[str | int]) -> None:
-    if "\x00" in text:
-        raise refused(
-            _path(path),
-            "contains a NUL character (\\x00), which PostgreSQL text cannot store; remove "
-            "it from the document",
-        )
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise refused(
-            _path(path),
-            "is not valid Unicode (a lone UTF-16 surrogate); repair the text in the document",
-        ) from None
+    if (problem := unstorable(text)) is not None:
+        raise refused(_path(path), problem)
 
 
 def check_json(doc: Mapping[str, Any]) -> None:
@@ -236,6 +227,20 @@ def check_rows(rows: SessionRows, *, now: datetime) -> None:
     _check_lineage(rows, event_ids)
 
 
+def _check_moved(data: Mapping[str, Any]) -> None:
+    """An export made before the runtime options left the config (docs/design.md §8) records
+    them in it: still restorable, each value valid as it was then (none is read again)."""
+    moved = {k: v for k, v in data.items() if k in MOVED_FIELDS and k != "auto_upgrade"}
+    try:
+        RuntimeOptions(**moved)
+    except ConfigError as exc:
+        field = _OPTIONS_FIELD.search(str(exc))
+        where = f"session.config.{field.group(1)}" if field else "session.config"
+        raise refused(where, "is not a valid value of that (former) field") from None
+    if not isinstance(data.get("auto_upgrade", True), bool):
+        raise refused("session.config.auto_upgrade", "is not true or false")
+
+
 def _config(session: Mapping[str, Any]) -> AutoContextConfig:
     """The session's config as `AutoContextConfig` builds it; every value the document
     records must be the one in force (the worker reads some of them in SQL)."""
@@ -254,7 +259,10 @@ def _config(session: Mapping[str, Any]) -> AutoContextConfig:
             "session again",
         ) from None
     in_force = config.to_json()
+    _check_moved(data)
     for key, value in data.items():
+        if key in MOVED_FIELDS:
+            continue
         if key not in in_force or type(value) is not type(in_force[key]) or value != in_force[key]:
             where = f"session.config.{key}" if key.isidentifier() else "session.config"
             raise refused(

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ._arguments import unstorable
 from ._errors import InvalidMessage
 from ._messages import (
     ANTHROPIC_META,
@@ -86,18 +87,8 @@ def _json_depth(text: str) -> int:
 
 
 def _check_text(s: str, where: str, what: str) -> None:
-    if "\x00" in s:
-        raise InvalidMessage(
-            f"{where}: {what} contains a NUL character (\\x00), which PostgreSQL text cannot "
-            "store; remove it or encode binary output (e.g. base64 or repr) before adding"
-        )
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidMessage(
-            f"{where}: {what} is not valid Unicode (a lone UTF-16 surrogate at position "
-            f"{exc.start}); decode the source with errors='replace' before adding"
-        ) from None
+    if (problem := unstorable(s)) is not None:
+        raise InvalidMessage(f"{where}: {what} {problem}")
 
 
 def _check_json_value(value: Any, where: str, what: str) -> None:

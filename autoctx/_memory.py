@@ -30,7 +30,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 
-from . import _lifecycle_args
+from . import _arguments
 from . import _window as window
 from ._agent_plan import validate_plan
 from ._anthropic import anthropic_tools, to_anthropic
@@ -42,19 +42,25 @@ from ._background import (
 )
 from ._client import AutoContextClient
 from ._compressor import Compressor, SessionState, is_due, trigger_of
-from ._config import AutoContextConfig, config_argument, stored_config
+from ._config import (
+    AutoContextConfig,
+    RuntimeOptions,
+    config_argument,
+    options_argument,
+    stored_config,
+)
 from ._erasure import Derived, rewrite_erased
+from ._erasure_result import AutoContextErasure
 from ._errors import (
     AutoContextError,
+    InvalidArgument,
     InvalidMessage,
     InvalidMessageId,
     InvalidPage,
-    InvalidSessionId,
     SessionNotFound,
 )
 from ._events import Event
 from ._intake import Prepared, prepare
-from ._lifecycle_args import erasure_ids, erasure_reason, message_id
 from ._messages import Msg, coerce_messages, to_openai_messages
 from ._observe import CompressionHooks, Observer, hooks_of
 from ._prompts import RELOAD_SNIPPET
@@ -69,12 +75,12 @@ from ._search import (
     validate_query,
     validate_scope,
 )
+from ._sessions import SessionInfo
 from ._store import lifecycle
 from ._store import search as search_store
 from ._store.bound import BoundStore
 from ._store.claims import SessionClaim, claimed
-from ._store.lifecycle import AutoContextErasure
-from ._store.rows import SessionInfo, search_config_of
+from ._store.rows import search_config_of
 from ._store.store import Store
 from ._summarizers import (
     AsyncSummarizer,
@@ -90,30 +96,16 @@ from ._tools import (
     answer_reload_call,
     answer_search_call,
     call_arguments,
-    parse_offload_id,
     tool_definitions,
 )
 
 logger = logging.getLogger("autoctx")
 
-MAX_SESSION_ID = 255
-#: Tenant names are indexed with the session id; at 255 characters (4 bytes each at most in
-#: UTF-8) the pair stays far below PostgreSQL's btree entry limit of about 2.7 KB.
-MAX_TENANT = 255
 ToolFormat = Literal["openai", "anthropic"]
 MessageInput = Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-
-def validate_session_id(session_id: object) -> str:
-    if not isinstance(session_id, str):
-        raise InvalidSessionId(f"session id must be a string, got {type(session_id).__name__}")
-    if not session_id:
-        raise InvalidSessionId("session id is empty; pass a non-empty string such as 'agent-42'")
-    _check_storable("session id", session_id, MAX_SESSION_ID)
-    return session_id
 
 
 def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepared:
@@ -151,39 +143,6 @@ def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepa
     return replace(prepared, final=False)
 
 
-def _check_storable(what: str, name: str, limit: int) -> None:
-    """A name PostgreSQL can store and index: at most `limit` characters, no NUL, no lone
-    surrogate (the message never repeats the name)."""
-    if len(name) > limit:
-        raise InvalidSessionId(f"{what} is {len(name)} characters long; the limit is {limit}")
-    if "\x00" in name:
-        raise InvalidSessionId(f"{what} contains a NUL character; remove it")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidSessionId(f"{what} is not valid Unicode (lone surrogate)") from None
-
-
-def validate_tenant(tenant: object) -> str | None:
-    """A tenant name as given, or None for a session without a tenant; `InvalidSessionId`
-    for one that is not storable (the message never repeats the name: it may be long)."""
-    if tenant is None:
-        return None
-    if not isinstance(tenant, str):
-        raise InvalidSessionId(
-            f"tenant must be a string or None, got {type(tenant).__name__}; pass a name such "
-            "as 'acme', or None for a session without a tenant"
-        )
-    if not tenant.strip():
-        # Under row-level security an empty tenant means "no tenant": refuse the ambiguity.
-        raise InvalidSessionId(
-            "tenant is empty or blank, which is not a tenant name; pass a non-empty name, or "
-            "None for a session without a tenant"
-        )
-    _check_storable("tenant", tenant, MAX_TENANT)
-    return tenant
-
-
 def _serialized(method: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run the method under its memory's lock (reentrant: public methods call each other)."""
 
@@ -215,6 +174,7 @@ class AutoContextMemory:
         client: AutoContextClient,
         background: BackgroundMode = False,
         hooks: Sequence[CompressionHooks] = (),
+        options: RuntimeOptions | None = None,
     ) -> None:
         self._store = store
         #: The lifecycle hooks of its compressions (the client's, then its own).
@@ -222,6 +182,8 @@ class AutoContextMemory:
         self.session_id = info.session_id
         self.tenant = info.tenant
         self.config = config
+        #: How this memory runs its compressions (never stored with the session).
+        self.options = options if options is not None else RuntimeOptions()
         self._counter = TokenCounter(config.model)
         self._summarizer = summarizer
         #: The default summarizer is the memory's to close; one passed in is the caller's.
@@ -247,6 +209,8 @@ class AutoContextMemory:
         database_url: str | URL | None = None,
         config: AutoContextConfig | None = None,
         *,
+        options: RuntimeOptions | None = None,
+        auto_upgrade: bool = True,
         tenant: str | None = None,
         summarizer: Summarizer | None = None,
         create: bool = True,
@@ -261,22 +225,27 @@ class AutoContextMemory:
         session's record of the thresholds in force is updated. `database_url` defaults to
         `AUTOCTX_DATABASE_URL`, else the embedded PostgreSQL.
 
+        `options` (a `RuntimeOptions`) bound how this memory compresses: passes, summarizer
+        calls, deadlines, concurrency, strictness; they are this process's, never stored.
+        `auto_upgrade` runs the migrations when the database's schema is behind (the first
+        open of a URL in the process decides, as it creates the shared client).
+
         `background=True` compresses in a background thread while the agent goes on, and
         `background="worker"` leaves compression to `autoctx worker` processes: see
         `compress_if_needed()`. `hooks` (a `CompressionHooks`, or a list of them) are called
         before each strategy's attempt, after each event it applied and on each failure.
         """
-        validate_session_id(session_id)  # before anything connects
-        validate_tenant(tenant)
+        _arguments.session_id(session_id)  # before anything connects
+        _arguments.tenant(tenant)
         validate_background(background)
         config_argument(config)
+        options_argument(options)
         hooks_of(hooks)
-        client = AutoContextClient.shared(
-            database_url, auto_upgrade=(config or AutoContextConfig()).auto_upgrade
-        )
+        client = AutoContextClient.shared(database_url, auto_upgrade=auto_upgrade)
         return client.open(
             session_id,
             config,
+            options=options,
             tenant=tenant,
             summarizer=summarizer,
             create=create,
@@ -404,7 +373,7 @@ class AutoContextMemory:
         return claimed(
             self.engine,
             self.session_id,
-            self.config.compress_deadline_s,
+            self.options.compress_deadline_s,
             tenant=self._store.tenant,
         )
 
@@ -423,6 +392,7 @@ class AutoContextMemory:
             Observer(self.session_id, self._hooks),
             # What keeps the bound when the summarizer fails (docs/design.md §2).
             fallback=OfflineSummarizer(),
+            options=self.options,
         )
         return compressor, info
 
@@ -577,18 +547,7 @@ class AutoContextMemory:
                 "pass an offload id (from an offload tag or a search hit's offload_uuid) or "
                 "message_id= (a search hit's message_id), not both and not neither"
             )
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise InvalidPage(
-                f"reload: offset must be an integer >= 0 (the first message of the page), got "
-                f"{offset!r}"
-            )
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise InvalidPage(
-                f"reload: limit must be a positive integer (messages in the page) or None for "
-                f"all, got {limit!r}"
-            )
+        offset, limit = _arguments.page(offset, limit)
         if not isinstance(originals, bool):
             raise InvalidPage(
                 f"reload: originals must be True or False, got {type(originals).__name__}"
@@ -600,14 +559,13 @@ class AutoContextMemory:
             )
         other = self._other_session(session_id)
         if message_id is not None:
-            checked = _lifecycle_args.message_id(message_id, "message_id")
+            checked = _arguments.message_id(message_id, "message_id")
             msgs = [self._reload_message(checked, other)]
         else:
             assert offload_id is not None
-            parsed = (
-                offload_id if isinstance(offload_id, uuid.UUID) else parse_offload_id(offload_id)
+            msgs = self._reload_offload(
+                _arguments.offload_id(offload_id), other, originals=originals
             )
-            msgs = self._reload_offload(parsed, other, originals=originals)
         return msgs[offset : None if limit is None else offset + limit]
 
     def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
@@ -618,7 +576,7 @@ class AutoContextMemory:
         if format == "anthropic":
             return anthropic_tools(tool_definitions(self.config))
         if format != "openai":
-            raise ValueError(f"tools(format={format!r}): use 'openai' or 'anthropic'")
+            raise InvalidArgument(f"tools(format={format!r}): use 'openai' or 'anthropic'")
         return tool_definitions(self.config)
 
     @_serialized
@@ -654,7 +612,7 @@ class AutoContextMemory:
         """The other session of the tenant a reload names (None: this memory's own)."""
         if session_id is None:
             return None
-        validate_session_id(session_id)
+        _arguments.session_id(session_id)
         return None if session_id == self.session_id else session_id
 
     def _reload_offload(
@@ -727,8 +685,8 @@ class AutoContextMemory:
         for a message this session does not have (`InvalidMessageId` for a malformed id).
         """
         self._check_open()
-        validate_session_id(new_session_id)
-        at = None if at_message is None else message_id(at_message, "at_message")
+        _arguments.session_id(new_session_id)
+        at = None if at_message is None else _arguments.message_id(at_message, "at_message")
         info = lifecycle.fork(self._store, self.session_id, new_session_id, at)
         # The child is opened like any memory, through this one's client: the client closes
         # it, runs its background compressions, and it keeps this memory's background mode.
@@ -736,6 +694,7 @@ class AutoContextMemory:
         return self._client.open(
             info.session_id,
             self.config,
+            options=self.options,
             tenant=self.tenant,
             summarizer=None if self._owns_summarizer else self._summarizer,
             create=False,
@@ -764,8 +723,8 @@ class AutoContextMemory:
         named (`.answers`).
         """
         self._check_open()
-        ids = erasure_ids(message_ids)
-        note = erasure_reason(reason)
+        ids = _arguments.erasure_ids(message_ids)
+        note = _arguments.reason(reason)
         return lifecycle.erase(
             self._store,
             self.session_id,
@@ -968,11 +927,13 @@ def open_memory(
     create: bool,
     background: BackgroundMode = False,
     hooks: Sequence[CompressionHooks] = (),
+    options: RuntimeOptions | None = None,
 ) -> AutoContextMemory:
     """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls)."""
-    validate_session_id(session_id)
-    validate_tenant(tenant)
+    _arguments.session_id(session_id)
+    _arguments.tenant(tenant)
     validate_background(background)
+    checked = options_argument(options)
     given = config = config_argument(config)
     config = config or AutoContextConfig()
     store = Store(client.engine, tenant)
@@ -1006,7 +967,14 @@ def open_memory(
     )
     if summarizer is not None:
         return AutoContextMemory(
-            store, info, config, summarizer, client=client, background=background, hooks=hooks
+            store,
+            info,
+            config,
+            summarizer,
+            client=client,
+            background=background,
+            hooks=hooks,
+            options=checked,
         )
     return AutoContextMemory(
         store,
@@ -1017,6 +985,7 @@ def open_memory(
         client=client,
         background=background,
         hooks=hooks,
+        options=checked,
     )
 
 
@@ -1080,6 +1049,8 @@ class AsyncAutoContextMemory:
         database_url: str | URL | None = None,
         config: AutoContextConfig | None = None,
         *,
+        options: RuntimeOptions | None = None,
+        auto_upgrade: bool = True,
         tenant: str | None = None,
         summarizer: Summarizer | None = None,
         create: bool = True,
@@ -1094,6 +1065,8 @@ class AsyncAutoContextMemory:
                 session_id,
                 database_url,
                 config,
+                options=options,
+                auto_upgrade=auto_upgrade,
                 tenant=tenant,
                 summarizer=summarizer,
                 create=create,
@@ -1166,7 +1139,7 @@ class AsyncAutoContextMemory:
             case window.Compress(over_window=over_window, claim=claim, hand_over=hand_over):
                 held = self._inner.claim() if claim else None
                 if held is not None:
-                    await asyncio.to_thread(held.acquire, self.sync.config.compress_deadline_s)
+                    await asyncio.to_thread(held.acquire, self.sync.options.compress_deadline_s)
                 try:
                     # Compressions of this memory run one at a time (the loop's lock; a
                     # background task holds it too), so none pays the summarizer for a range

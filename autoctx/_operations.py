@@ -13,13 +13,12 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
+from . import _arguments
 from ._client import AutoContextClient
 from ._errors import InvalidExport, SessionNotFound
 from ._exports import build_document, parse_document
-from ._lifecycle_args import parse_duration
-from ._memory import validate_session_id, validate_tenant
+from ._sessions import SessionInfo
 from ._store import lifecycle
-from ._store.rows import SessionInfo
 from ._store.store import Store
 
 
@@ -34,8 +33,8 @@ def export_session(
     """The export document of a session (format ``autoctx-export/2``, JSON values only):
     every row of it, read in one consistent view. With `tenant`, a session of another tenant
     is unknown (`SessionNotFound`)."""
-    validate_session_id(session_id)
-    store = _store(database_url, validate_tenant(tenant), upgrade=False)
+    _arguments.session_id(session_id)
+    store = _store(database_url, _arguments.tenant(tenant), upgrade=False)
     rows = lifecycle.read_rows(store, session_id, tenant)
     if rows is None:
         raise SessionNotFound(
@@ -59,8 +58,8 @@ def import_session(
     if isinstance(document, str | bytes):
         document = _json_document(document)
     rows = parse_document(document)
-    sid = validate_session_id(rows.session["session_id"])
-    tenant = validate_tenant(rows.session["tenant"])
+    sid = _arguments.session_id(rows.session["session_id"])
+    tenant = _arguments.tenant(rows.session["tenant"])
     store = _store(database_url, tenant, upgrade=True)
     info = lifecycle.write_rows(store, rows)
     assert info.session_id == sid
@@ -100,7 +99,7 @@ def purge_sessions(
     ``1d12h`` or a timedelta), with everything of it; of `tenant` only, when given, else of
     every tenant. With `dry_run`, delete nothing and return what would go. Returns the
     sessions, oldest first. Forks own their rows: a fork of a purged session stays."""
-    age = parse_duration(older_than)
-    store = _store(database_url, validate_tenant(tenant), upgrade=False)
+    age = _arguments.duration(older_than)
+    store = _store(database_url, _arguments.tenant(tenant), upgrade=False)
     cutoff = (now or datetime.now(UTC)) - age
     return lifecycle.purge(store, cutoff, tenant=tenant, dry_run=dry_run)

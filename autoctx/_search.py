@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal, TypeAlias
 
+from ._arguments import unstorable
 from ._errors import InvalidSearch
 from ._tags import neutralize_tags
 
@@ -127,12 +128,8 @@ def validate_query(query: object) -> str:
             f"the search query is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}: "
             "search for the few words, ids or paths that matter"
         )
-    if "\x00" in query:
-        raise InvalidSearch("the search query contains a NUL character; remove it")
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidSearch("the search query is not valid Unicode (lone surrogate)") from None
+    if (problem := unstorable(query)) is not None:
+        raise InvalidSearch(f"the search query {problem}")
     return query
 
 

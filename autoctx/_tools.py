@@ -14,8 +14,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._arguments import message_id as checked_message_id
+from ._arguments import offload_id as checked_offload_id
+from ._arguments import session_id as checked_session_id
 from ._config import AutoContextConfig
 from ._errors import (
+    InvalidMessageId,
     InvalidOffloadId,
     InvalidSearch,
     InvalidSessionId,
@@ -49,31 +53,6 @@ ReloadOffload = Callable[[uuid.UUID, str | None, bool], list[Msg]]
 ReloadMessage = Callable[[int, str | None], Msg]
 #: A search: (query, scope, limit) -> hits, best first.
 Search = Callable[[str, SearchScope, int], list[AutoContextSearchHit]]
-#: The largest id a PostgreSQL bigint holds.
-MAX_MESSAGE_ID = 2**63 - 1
-
-
-def parse_offload_id(value: object) -> uuid.UUID:
-    """A uuid from a string; `InvalidOffloadId` for an empty or malformed one."""
-    if not isinstance(value, str):
-        raise InvalidOffloadId(
-            f"the offload id must be a string (the uuid from an offload tag), got "
-            f"{type(value).__name__}"
-        )
-    if not value.strip():
-        raise InvalidOffloadId("the offload id is empty; pass the uuid from an offload tag")
-    text = value.strip()
-    try:
-        parsed = uuid.UUID(text)
-    except ValueError:
-        # Not quoted: what a model passes here may be any text of the conversation.
-        raise InvalidOffloadId(
-            f"the value given ({len(text)} characters) is not an offload id (expected a uuid "
-            "such as '123e4567-e89b-12d3-a456-426614174000', from an offload tag)"
-        ) from None
-    if str(parsed) != text.lower() and parsed.hex != text.lower():
-        raise InvalidOffloadId("the offload id is not a canonical uuid; copy it from the tag")
-    return parsed
 
 
 def reload_tool_definition(page_chars: int) -> dict[str, Any]:
@@ -172,17 +151,7 @@ def _arguments(arguments: object, example: str) -> dict[str, Any] | str:
 def _session_argument(value: object) -> str | None:
     """The session id a call names (None: the memory's own session); raises
     `InvalidSessionId` for one that cannot be a session id (the answer never repeats it)."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
-        raise InvalidSessionId(
-            "session_id must be the session id of a context_search hit, as the hit shows it"
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidSessionId("session_id is not valid Unicode") from None
-    return value
+    return None if value is None else checked_session_id(value)
 
 
 def answer_reload_call(
@@ -211,11 +180,9 @@ def answer_reload_call(
     if message_id is not None and originals:
         return "originals applies to a uuid (an offload), not to a message_id: pass one of them."
     if message_id is not None and reload_message is not None:
-        if (
-            isinstance(message_id, bool)
-            or not isinstance(message_id, int)
-            or not 1 <= message_id <= MAX_MESSAGE_ID
-        ):
+        try:
+            message_id = checked_message_id(message_id)
+        except InvalidMessageId:
             return "Invalid message_id: pass the integer message id of a context_search hit."
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             return "Invalid offset: pass a non-negative integer character offset."
@@ -239,7 +206,7 @@ def answer_reload_call(
         # either would read as an offload marker to the model and to the summary checks.
         return "Empty uuid: copy the uuid that follows 'uuid=' in an offload tag."
     try:
-        offload = parse_offload_id(raw)
+        offload = checked_offload_id(raw)
     except InvalidOffloadId as exc:
         return f"Invalid uuid: {exc}"
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:

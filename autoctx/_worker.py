@@ -29,10 +29,12 @@ from types import FrameType
 
 from sqlalchemy.engine import URL
 
+from . import _arguments
 from ._client import AutoContextClient
+from ._config import RuntimeOptions, options_argument
 from ._errors import ConfigError
 from ._events import Event
-from ._memory import internals, validate_tenant
+from ._memory import internals
 from ._observe import CompressionHooks
 from ._store.claims import DueSession, SessionClaim, claim_due
 from ._summarizers import Summarizer, default_summarizer, describe_summarizer
@@ -75,6 +77,7 @@ class AutoContextWorker:
         on_compressed: Callable[[Compressed], None] | None = None,
         auto_upgrade: bool = True,
         hooks: CompressionHooks | Sequence[CompressionHooks] | None = None,
+        options: RuntimeOptions | None = None,
     ) -> None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ConfigError(
@@ -84,7 +87,10 @@ class AutoContextWorker:
             raise ConfigError(
                 f"AutoContextWorker: poll_s must be a positive number of seconds, got {poll_s!r}"
             )
-        self.tenant = validate_tenant(tenant)
+        self.tenant = _arguments.tenant(tenant)
+        #: How this worker runs each compression (passes, deadlines, strictness): its own, as
+        #: a memory's are, never read from the sessions it compresses.
+        self.options = options_argument(options)
         self.threads = threads
         self.poll_s = float(poll_s)
         self.on_compressed = on_compressed
@@ -200,11 +206,16 @@ class AutoContextWorker:
     def _compress(self, due: DueSession) -> None:
         try:
             mem = self.client.open(
-                due.session_id, tenant=due.tenant, summarizer=self.summarizer, create=False
+                due.session_id,
+                tenant=due.tenant,
+                summarizer=self.summarizer,
+                create=False,
+                options=self.options,
             )
             try:
-                # The memory's own loop (the thresholds recorded on the session), stopped with
-                # the worker; the claim keeps every other worker off the session meanwhile.
+                # The memory's own loop (the thresholds recorded on the session, this worker's
+                # runtime options), stopped with the worker; the claim keeps every other
+                # worker off the session meanwhile.
                 inner = internals(mem)
                 compressor, info = inner.compression()
                 events = compressor.run(info, guard=inner.lock, stop=self._stop)

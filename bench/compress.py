@@ -59,6 +59,7 @@ from autoctx import (
     AutoContextMemory,
     Msg,
     OfflineSummarizer,
+    RuntimeOptions,
     ToolResultBlock,
 )
 from autoctx._compressor import Compressor
@@ -224,7 +225,7 @@ def part_a(
 ) -> list[dict[str, Any]]:
     # S2 is what fires: the message count never triggers, S1 finds no run long enough, and no
     # LLM call is allowed should the ladder go past S3.
-    base = AutoContextConfig(msg_threshold=10**9, min_tool_run=10**6, max_llm_calls=0)
+    base = AutoContextConfig(msg_threshold=10**9, min_tool_run=10**6)
     counter = TokenCounter(base.model)
     engine = AutoContextClient.shared(db.url, auto_upgrade=False).engine
     store = Store(engine)
@@ -266,7 +267,13 @@ def _compress_once(
     config: AutoContextConfig,
     profiler: cProfile.Profile | None,
 ) -> dict[str, Any]:
-    mem = AutoContextMemory.open(session_id, db.url, config, summarizer=OfflineSummarizer())
+    mem = AutoContextMemory.open(
+        session_id,
+        db.url,
+        config,
+        options=RuntimeOptions(max_llm_calls=0),
+        summarizer=OfflineSummarizer(),
+    )
     watch = Stopwatch()
     sql = _SqlTimer(mem.engine, watch)
     with (

@@ -40,6 +40,7 @@ from autoctx import (
     AutoContextMemory,
     Msg,
     OpenAISummarizer,
+    RuntimeOptions,
     ToolUseBlock,
 )
 from autoctx._store.rows import msg_from_row
@@ -66,9 +67,8 @@ CONFIG = AutoContextConfig(
     large_payload_chars=1500,
     preview_chars=80,
     reload_page_chars=1000,
-    max_passes=2,
-    max_llm_calls=3,
 )
+OPTIONS = RuntimeOptions(max_passes=2, max_llm_calls=3)
 #: Units per round: a user message, tool groups, a final answer.
 ROUND_UNITS = 7
 _TOOLS = ("read_file", "run_shell", "grep", "http_get")
@@ -183,7 +183,7 @@ def prefill(work: Workload, steps: int) -> None:
     """Append the first `steps` steps in this process (acknowledged like the child's), so that
     the first child already works on a session near its trigger instead of building one up."""
     with AutoContextClient(work.db_url) as client:
-        mem = client.open(work.session_id, CONFIG)
+        mem = client.open(work.session_id, CONFIG, options=OPTIONS)
         with work.ack_path.open("a") as acks:
             for step in range(next_step(mem), steps):
                 stored = mem.add(unit(work.seed, step))
@@ -203,6 +203,7 @@ def child_main(work: Workload, generation: int, pause_at: str | None, pause_afte
     mem = AutoContextClient(work.db_url).open(
         work.session_id,
         CONFIG,
+        options=OPTIONS,
         summarizer=pauser.summarizer(_summarizer(work, generation)),
     )
     pauser.install(mem.engine)
@@ -257,7 +258,7 @@ def check_after_kill(work: Workload, kills: int) -> tuple[int, int]:
 
 def _check_after_kill(work: Workload, kills: int, client: AutoContextClient) -> tuple[int, int]:
     acks = read_acks(work.ack_path)
-    mem = client.open(work.session_id, CONFIG, create=not acks)
+    mem = client.open(work.session_id, CONFIG, options=OPTIONS, create=not acks)
     rows = sql(
         mem,
         "select id, role, name, content, metadata, kind, pinned, tokens from messages "

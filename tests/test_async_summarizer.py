@@ -15,14 +15,21 @@ from typing import Any
 
 import pytest
 
-from autoctx import AsyncAutoContextMemory, AutoContextMemory, Event, OpenAISummarizer
+from autoctx import (
+    AsyncAutoContextMemory,
+    AutoContextMemory,
+    Event,
+    OpenAISummarizer,
+    RuntimeOptions,
+)
 from tests.histories import SMALL, multi_round
 from tests.invariants import assert_consistent
 from tests.openai_server import OpenAIServer, Reply
 
 #: Each answer takes this long: the window in which the event loop must stay free.
 ANSWER_S = 1.0
-CONFIG = dataclasses.replace(SMALL, max_llm_calls=3)
+CONFIG = SMALL
+OPTIONS = RuntimeOptions(max_llm_calls=3)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +100,7 @@ def test_the_async_twin_holds_no_thread_during_the_llm_call(
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="only-worker")
         asyncio.get_running_loop().set_default_executor(executor)
         mem = await AsyncAutoContextMemory.open(
-            f"{session_id}-async", db_url, CONFIG, summarizer=_summarizer(server)
+            f"{session_id}-async", db_url, CONFIG, options=OPTIONS, summarizer=_summarizer(server)
         )
         await mem.add(history)
         assert await mem.needs_compression()
@@ -117,7 +124,7 @@ def test_the_async_twin_holds_no_thread_during_the_llm_call(
 
     # The same history through the sync path: the same compression, event for event.
     sync_mem = AutoContextMemory.open(
-        f"{session_id}-sync", db_url, CONFIG, summarizer=_summarizer(server)
+        f"{session_id}-sync", db_url, CONFIG, options=OPTIONS, summarizer=_summarizer(server)
     )
     sync_mem.add(history)
     sync_events = sync_mem.compress_if_needed()
@@ -147,10 +154,12 @@ def test_an_async_summarizer_call_is_cut_at_the_compress_deadline(
             Never.calls += 1
             await asyncio.sleep(3600)
 
-    config = dataclasses.replace(CONFIG, compress_deadline_s=2)
+    options = dataclasses.replace(OPTIONS, compress_deadline_s=2)
 
     async def scenario() -> tuple[list[Event], float, int]:
-        mem = await AsyncAutoContextMemory.open(session_id, db_url, config, summarizer=Never())
+        mem = await AsyncAutoContextMemory.open(
+            session_id, db_url, CONFIG, options=options, summarizer=Never()
+        )
         await mem.add(multi_round(8, rounds=6, steps=10))
         started = time.monotonic()
         events = await mem.compress_if_needed()
@@ -162,4 +171,4 @@ def test_an_async_summarizer_call_is_cut_at_the_compress_deadline(
     failed = [e for e in events if e.status == "failed"]
     assert len(failed) == 1 and failed[0].error is not None
     assert failed[0].error.startswith("deadline:")
-    assert tokens < config.max_tokens
+    assert tokens < CONFIG.max_tokens

@@ -30,6 +30,7 @@ from autoctx import (
     Msg,
     OfflineSummarizer,
     OpenAISummarizer,
+    RuntimeOptions,
     SessionNotFound,
     SummarizerError,
     ToolUseBlock,
@@ -304,8 +305,10 @@ def test_an_error_that_ends_a_background_compression_is_raised_by_the_next_call(
 ) -> None:
     server.reset()
     server.set_default(Reply.server_error(500))
-    strict = dataclasses.replace(CONFIG, strict=True)
-    mem = open_memory(config=strict, summarizer=_summarizer(server), background=True)
+    strict = RuntimeOptions(strict=True)
+    mem = open_memory(
+        config=CONFIG, options=strict, summarizer=_summarizer(server), background=True
+    )
     mem.add(_task(3, 30))
     future = mem.compress_in_background()
     assert isinstance(future.exception(PATIENCE), SummarizerError)
@@ -501,8 +504,8 @@ def test_the_ranges_of_one_pass_are_summarized_concurrently_within_the_bound(
     server.reset()
     overlap = Gate(hold_s=0.15)
     server.set_default(overlap)
-    config = dataclasses.replace(RUNS_CONFIG, summarizer_concurrency=concurrency)
-    mem = open_memory(config=config, summarizer=_summarizer(server))
+    options = RuntimeOptions(summarizer_concurrency=concurrency)
+    mem = open_memory(config=RUNS_CONFIG, options=options, summarizer=_summarizer(server))
     mem.add(_three_runs())
     events = mem.compress_if_needed()
     applied = [e for e in events if e.status == "applied"]
@@ -520,8 +523,8 @@ def test_the_async_twin_awaits_the_ranges_of_one_pass_concurrently(
     server.reset()
     overlap = Gate(hold_s=0.15)
     server.set_default(overlap)
-    config = dataclasses.replace(RUNS_CONFIG, summarizer_concurrency=2)
-    sync = open_memory(config=config, summarizer=_summarizer(server))
+    options = RuntimeOptions(summarizer_concurrency=2)
+    sync = open_memory(config=RUNS_CONFIG, options=options, summarizer=_summarizer(server))
     sync.add(_three_runs())
     events = asyncio.run(AsyncAutoContextMemory(sync).compress_if_needed())
     assert overlap.requests == 3 and overlap.max_in_flight == 2
@@ -540,7 +543,7 @@ def test_a_bad_background_mode_or_bound_is_refused_naming_it(
     with pytest.raises(ConfigError, match="background must be False, True or 'worker'"):
         open_memory(background="yes")
     with pytest.raises(ConfigError, match="summarizer_concurrency must be a positive integer"):
-        AutoContextConfig(summarizer_concurrency=0)
+        RuntimeOptions(summarizer_concurrency=0)
     with pytest.raises(ConfigError, match="threads must be a positive integer"):
         AutoContextWorker(db_url, threads=0)
 

@@ -933,7 +933,7 @@ def test_purge_refuses_a_duration_in_m_and_names_the_fix(age: str, db_url: str) 
 
 
 def test_purge_reads_min_and_seconds(db_url: str) -> None:
-    from autoctx._lifecycle_args import parse_duration
+    from autoctx._arguments import duration as parse_duration
 
     assert parse_duration("15min").total_seconds() == 900
     assert parse_duration("45s").total_seconds() == 45

@@ -24,7 +24,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from autoctx import AutoContextClient, AutoContextMemory, Msg, OpenAISummarizer, ToolUseBlock
+from autoctx import (
+    AutoContextClient,
+    AutoContextMemory,
+    Msg,
+    OpenAISummarizer,
+    RuntimeOptions,
+    ToolUseBlock,
+)
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.invariants import assert_consistent, assert_every_original_reachable
@@ -33,7 +40,8 @@ from tests.pauses import Pauser
 
 CTX = multiprocessing.get_context("fork")
 
-CONFIG = dataclasses.replace(SMALL, max_tokens=12_000, max_llm_calls=4)
+CONFIG = dataclasses.replace(SMALL, max_tokens=12_000)
+OPTIONS = RuntimeOptions(max_llm_calls=4)
 WRITERS = 3
 COMPRESSORS = 2
 BATCHES = 25
@@ -97,7 +105,7 @@ def _child(target: Callable[..., Any], results: Any, *args: Any) -> None:
 def _writer(
     db_url: str, sid: str, writer: int, start: multiprocessing.synchronize.Event
 ) -> tuple[int, list[list[int]]]:
-    mem = AutoContextMemory.open(sid, db_url, CONFIG, create=False)
+    mem = AutoContextMemory.open(sid, db_url, CONFIG, options=OPTIONS, create=False)
     rng = random.Random(writer)
     start.wait()
     acked: list[list[int]] = []
@@ -115,7 +123,7 @@ def _compressor(
     stop: multiprocessing.synchronize.Event,
 ) -> dict[str, int]:
     mem = AutoContextMemory.open(
-        sid, db_url, CONFIG, summarizer=_summarizer(base_url), create=False
+        sid, db_url, CONFIG, options=OPTIONS, summarizer=_summarizer(base_url), create=False
     )
     start.wait()
     seen: dict[str, int] = {}
@@ -152,7 +160,7 @@ def _collect(results: Any, n: int, procs: list[Any], seconds: float) -> list[Any
 def test_writers_and_compressors_on_one_session_lose_nothing(
     db_url: str, llm: OpenAIServer, session_id: str
 ) -> None:
-    mem = AutoContextMemory.open(session_id, db_url, CONFIG)
+    mem = AutoContextMemory.open(session_id, db_url, CONFIG, options=OPTIONS)
     history = mem.add(multi_round(21, rounds=4, steps=8))
     assert mem.needs_compression()
 
@@ -180,7 +188,7 @@ def test_writers_and_compressors_on_one_session_lose_nothing(
         p.join(10)
         assert p.exitcode == 0
 
-    mem = AutoContextMemory.open(session_id, db_url, CONFIG, create=False)
+    mem = AutoContextMemory.open(session_id, db_url, CONFIG, options=OPTIONS, create=False)
     events = mem.events()
     by_status = {s: [e for e in events if e.status == s] for s in ("applied", "conflict", "failed")}
     print(
@@ -236,7 +244,7 @@ def _impatient(db_url: str) -> str:
 
 
 def _fill(db_url: str, sid: str, seed: int) -> None:
-    mem = AutoContextMemory.open(sid, db_url, CONFIG)
+    mem = AutoContextMemory.open(sid, db_url, CONFIG, options=OPTIONS)
     mem.add(multi_round(seed, rounds=4, steps=8))
     assert mem.needs_compression()
 
@@ -245,7 +253,7 @@ def _hold_in_apply(db_url: str, sid: str, results: Any) -> None:
     """Child: compress session A and stop inside the apply transaction (row locked, rows
     written, not committed)."""
     try:
-        mem = AutoContextMemory.open(sid, db_url, CONFIG, create=False)
+        mem = AutoContextMemory.open(sid, db_url, CONFIG, options=OPTIONS, create=False)
         Pauser("apply.before_commit").install(mem.engine)
         mem.compress_if_needed()
     except BaseException:
@@ -271,13 +279,13 @@ def test_a_locked_session_never_blocks_another(db_url: str, holder: str) -> None
                 sa.text("select version from sessions where session_id = :s for update"), {"s": a}
             )
         # A writer of A waits for the lock (and here gives up after the lock timeout)...
-        mem_a = AutoContextMemory.open(a, _impatient(db_url), CONFIG, create=False)
+        mem_a = AutoContextMemory.open(a, _impatient(db_url), CONFIG, options=OPTIONS, create=False)
         with pytest.raises(sa.exc.OperationalError, match="lock timeout"):
             mem_a.add(Msg.user("this must wait for the lock on A"))
         # ...while B appends and compresses: on the impatient URL, any wait for a lock longer
         # than LOCK_TIMEOUT_MS would raise here, so passing means B never queued behind A.
         started = time.monotonic()
-        mem_b = AutoContextMemory.open(b, _impatient(db_url), CONFIG, create=False)
+        mem_b = AutoContextMemory.open(b, _impatient(db_url), CONFIG, options=OPTIONS, create=False)
         mem_b.add(Msg.user("B is not blocked"))
         events = mem_b.compress_if_needed()
         print(f"session B appended and compressed in {time.monotonic() - started:.2f} s")
@@ -291,9 +299,9 @@ def test_a_locked_session_never_blocks_another(db_url: str, holder: str) -> None
         holding.close()
         engine.dispose()
         AutoContextClient.close_shared(db_url)  # reopened through a new client
-    mem_a = AutoContextMemory.open(a, db_url, CONFIG, create=False)
+    mem_a = AutoContextMemory.open(a, db_url, CONFIG, options=OPTIONS, create=False)
     assert_consistent(mem_a)
-    assert_consistent(AutoContextMemory.open(b, db_url, CONFIG, create=False))
+    assert_consistent(AutoContextMemory.open(b, db_url, CONFIG, options=OPTIONS, create=False))
 
 
 def _wait_until_locked(engine: sa.Engine, sid: str, proc: Any) -> None:

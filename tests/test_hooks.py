@@ -36,6 +36,7 @@ from autoctx import (
     ConfigError,
     Event,
     OpenAISummarizer,
+    RuntimeOptions,
 )
 from tests.histories import SMALL, multi_round
 from tests.openai_server import OpenAIServer, Reply
@@ -199,8 +200,12 @@ def test_a_failing_summarizer_calls_the_failure_hook_and_marks_the_spans(
     open_memory: Open, server: OpenAIServer, spans: InMemorySpanExporter
 ) -> None:
     seen = Seen()
-    config = dataclasses.replace(SMALL, max_llm_calls=2)
-    mem = open_memory(config=config, summarizer=_summarizer(server), hooks=seen.hooks())
+    mem = open_memory(
+        config=SMALL,
+        options=RuntimeOptions(max_llm_calls=2),
+        summarizer=_summarizer(server),
+        hooks=seen.hooks(),
+    )
     mem.add(multi_round(8, rounds=4, steps=8))
     server.reset()
     server.set_default(Reply.server_error(500, "boom"))

@@ -18,6 +18,7 @@ from autoctx import (
     Msg,
     OfflineSummarizer,
     OffloadNotFound,
+    RuntimeOptions,
     SummaryRequest,
     SummaryResult,
     ToolUseBlock,
@@ -441,7 +442,7 @@ def test_s5_shortens_a_large_current_user_message_and_keeps_its_head(open_memory
 def test_max_llm_calls_bounds_the_summarizer_calls_of_one_call(open_memory: Open) -> None:
     summarizer = CountingSummarizer()
     # Only LLM work (no large payloads) and room for many ranges: the budget is what stops it.
-    mem = open_memory(config=dataclasses.replace(SMALL, max_llm_calls=1), summarizer=summarizer)
+    mem = open_memory(config=SMALL, options=RuntimeOptions(max_llm_calls=1), summarizer=summarizer)
     mem.add(multi_round(14, rounds=6, steps=8, big_every=10_000))
     events = mem.compress_if_needed()
     assert summarizer.calls == 1
@@ -453,7 +454,7 @@ def test_max_llm_calls_bounds_the_summarizer_calls_of_one_call(open_memory: Open
 def test_max_passes_bounds_the_strategies_applied_by_one_call(open_memory: Open) -> None:
     # A low target: one pass cannot reach it, so only max_passes ends the call early.
     deep = dataclasses.replace(SMALL, target_ratio=0.2)
-    mem = open_memory(config=dataclasses.replace(deep, max_passes=1))
+    mem = open_memory(config=deep, options=RuntimeOptions(max_passes=1))
     mem.add(multi_round(15, rounds=6, steps=8))
     events = [e for e in mem.compress_if_needed() if e.status == "applied"]
     # One pass applies the first strategy that finds work, with all of its ranges.

@@ -4,7 +4,7 @@ server and the official client (no retries, short timeouts).
 For every fault: no summary that makes things worse reaches the working context, a `failed`
 event records the reason (its error starts with it), the ladder moves on (S2/S3 need no LLM and
 still apply), a second call at the same version makes no LLM call, and no exception escapes
-unless the config says `strict=True` (then `SummarizerError`, and nothing changed).
+unless the runtime options say `strict=True` (then `SummarizerError`, and nothing changed).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from autoctx import (
     ConfigError,
     Msg,
     OpenAISummarizer,
+    RuntimeOptions,
     SummarizerError,
     SummaryRequest,
     SummaryResult,
@@ -43,7 +44,8 @@ LLM_KINDS = {
     "history_summary",
 }
 # Two LLM attempts per call bound the time a stalling endpoint costs the test.
-CONFIG = dataclasses.replace(SMALL, max_llm_calls=2)
+CONFIG = SMALL
+OPTIONS = RuntimeOptions(max_llm_calls=2)
 
 
 @dataclass(frozen=True)
@@ -115,10 +117,12 @@ def _reasons(fault: Fault, strategy: int) -> set[str]:
 
 
 def _history_memory(
-    open_memory: Open, server: OpenAIServer, fault: Fault, **config: Any
+    open_memory: Open, server: OpenAIServer, fault: Fault, **options: Any
 ) -> AutoContextMemory:
     mem = open_memory(
-        config=dataclasses.replace(CONFIG, **config), summarizer=_summarizer(server, fault.stream)
+        config=CONFIG,
+        options=dataclasses.replace(OPTIONS, **options),
+        summarizer=_summarizer(server, fault.stream),
     )
     mem.add(multi_round(8, rounds=4, steps=8))
     assert mem.needs_compression()
@@ -145,7 +149,7 @@ def test_a_faulty_answer_never_becomes_a_summary(
     failed = [e for e in events if e.status == "failed"]
     applied = [e for e in events if e.status == "applied"]
     assert failed, [(e.strategy, e.status) for e in events]
-    assert calls == len(failed) <= CONFIG.max_llm_calls
+    assert calls == len(failed) <= OPTIONS.max_llm_calls
     for e in failed:
         assert e.strategy in (1, 4, 5, 6, 7)
         assert e.error is not None and e.error.split(":")[0] in _reasons(fault, e.strategy), e.error
@@ -259,8 +263,10 @@ def _chat(rounds: int) -> list[Msg]:
     return msgs
 
 
-def _over_the_window(open_memory: Open, summarizer: Any, **config: Any) -> AutoContextMemory:
-    mem = open_memory(config=dataclasses.replace(CONFIG, **config), summarizer=summarizer)
+def _over_the_window(open_memory: Open, summarizer: Any, **options: Any) -> AutoContextMemory:
+    mem = open_memory(
+        config=CONFIG, options=dataclasses.replace(OPTIONS, **options), summarizer=summarizer
+    )
     mem.add(_chat(rounds=45))
     assert mem.token_count() >= CONFIG.max_tokens
     return mem
@@ -328,13 +334,16 @@ def test_an_answer_after_the_call_deadline_is_never_a_summary(open_memory: Open)
 @pytest.mark.parametrize("value", [0, -1.5, float("inf"), float("nan"), True, "10"])
 def test_deadlines_are_validated(name: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=name):
-        AutoContextConfig(**{name: value})
+        RuntimeOptions(**{name: value})
 
 
-def test_deadlines_are_recorded_with_the_thresholds() -> None:
-    config = AutoContextConfig(summarizer_deadline_s=30, compress_deadline_s=90.5)
-    data = config.to_json()
-    assert (data["summarizer_deadline_s"], data["compress_deadline_s"]) == (30, 90.5)
-    assert AutoContextConfig.from_json(data) == config
-    defaults = AutoContextConfig()
+def test_deadlines_are_the_processs_options_never_recorded_with_the_thresholds() -> None:
+    """docs/design.md §8: a deadline is how this process runs a compression; the session's
+    record holds its thresholds only, so a worker and an agent may each keep their own."""
+    options = RuntimeOptions(summarizer_deadline_s=30, compress_deadline_s=90.5)
+    assert (options.summarizer_deadline_s, options.compress_deadline_s) == (30, 90.5)
+    data = AutoContextConfig().to_json()
+    assert not {"summarizer_deadline_s", "compress_deadline_s"} & set(data)
+    assert AutoContextConfig.from_json(data) == AutoContextConfig()
+    defaults = RuntimeOptions()
     assert (defaults.summarizer_deadline_s, defaults.compress_deadline_s) == (120.0, 300.0)

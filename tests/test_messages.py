@@ -13,6 +13,7 @@ from autoctx import (
     InvalidMessage,
     Msg,
     OpaqueBlock,
+    RuntimeOptions,
     TextBlock,
     ToolUseBlock,
     from_openai_messages,
@@ -340,7 +341,8 @@ def test_config_defaults_are_the_specs() -> None:
     defaults = AutoContextConfig()
     assert (defaults.msg_threshold, defaults.max_tokens) == (100, 131072)
     assert (defaults.token_ratio, defaults.target_ratio) == (0.75, 0.6)
-    assert (defaults.max_passes, defaults.max_llm_calls) == (10, 8)
+    options = RuntimeOptions()
+    assert (options.max_passes, options.max_llm_calls) == (10, 8)
     assert (defaults.large_payload_chars, defaults.preview_chars, defaults.last_keep) == (
         5120,
         200,

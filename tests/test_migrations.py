@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from autoctx import AutoContextConfig, AutoContextMemory, Msg, SchemaError
+from autoctx import AutoContextMemory, Msg, SchemaError
 from autoctx._store import tables
 from autoctx._store.database import (
     create_engine,
@@ -37,7 +37,7 @@ def test_opening_a_memory_on_an_empty_database_upgrades_it(empty_db_url: str) ->
 
 def test_auto_upgrade_off_refuses_with_the_fix(empty_db_url: str) -> None:
     with pytest.raises(SchemaError, match="autoctx db upgrade"):
-        AutoContextMemory.open("s", empty_db_url, AutoContextConfig(auto_upgrade=False))
+        AutoContextMemory.open("s", empty_db_url, auto_upgrade=False)
 
 
 def test_concurrent_upgrades_serialize_on_the_advisory_lock(empty_db_url: str) -> None:

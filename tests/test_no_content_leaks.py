@@ -24,6 +24,7 @@ from autoctx import (
     AutoContextMemory,
     Msg,
     OpenAISummarizer,
+    RuntimeOptions,
     SummaryRequest,
     SummaryResult,
     ToolUseBlock,
@@ -34,7 +35,8 @@ from tests.openai_server import OpenAIServer, Reply
 
 MARKER = "S3CRET-MARKER-7f3a9c"
 Open = Callable[..., AutoContextMemory]
-CONFIG = dataclasses.replace(SMALL, max_llm_calls=3)
+CONFIG = SMALL
+OPTIONS = RuntimeOptions(max_llm_calls=3)
 UUID = "0b6e4a52-6a3c-4d7e-9a55-3f1f7c0e2d11"
 
 #: What the endpoint sends back, each with the marker in it somewhere.
@@ -151,7 +153,7 @@ def test_no_fault_of_the_summarizer_leaks_content(
 ) -> None:
     server.set_default(FAULTS[fault])
     try:
-        mem = open_memory(config=CONFIG, summarizer=_summarizer(server, stream))
+        mem = open_memory(config=CONFIG, options=OPTIONS, summarizer=_summarizer(server, stream))
         mem.add(secret_history())
         events = mem.compress_if_needed()
         assert events
@@ -160,7 +162,8 @@ def test_no_fault_of_the_summarizer_leaks_content(
         # Strict: the failure is raised, not recorded; it must not quote the answer either.
         strict = open_memory(
             f"{session_id}-strict",
-            config=dataclasses.replace(CONFIG, strict=True),
+            config=CONFIG,
+            options=dataclasses.replace(OPTIONS, strict=True),
             summarizer=_summarizer(server, stream),
         )
         strict.add(secret_history())
@@ -184,7 +187,11 @@ def test_an_async_summarizer_fault_leaks_no_content(
 ) -> None:
     async def scenario() -> None:
         mem = await AsyncAutoContextMemory.open(
-            session_id, db_url, CONFIG, summarizer=_summarizer(server, stream=True)
+            session_id,
+            db_url,
+            CONFIG,
+            options=OPTIONS,
+            summarizer=_summarizer(server, stream=True),
         )
         await mem.add(secret_history())
         await mem.compress_if_needed()
@@ -214,7 +221,7 @@ class _Raising:
 def test_a_callers_summarizer_exception_is_recorded_without_content(
     open_memory: Open, caught: list[BaseException]
 ) -> None:
-    mem = open_memory(config=CONFIG, summarizer=_Raising())
+    mem = open_memory(config=CONFIG, options=OPTIONS, summarizer=_Raising())
     mem.add(secret_history())
     events = mem.compress_if_needed()
     failed = [e for e in events if e.status == "failed"]

@@ -54,6 +54,7 @@ EXPORTED = [
     "InvalidSearch",
     "InvalidSessionId",
     "InvalidStoredConfig",
+    "InvalidTenant",
     "MessageInput",
     "MessageNotFound",
     "Msg",
@@ -62,6 +63,7 @@ EXPORTED = [
     "OffloadNotFound",
     "OpaqueBlock",
     "OpenAISummarizer",
+    "RuntimeOptions",
     "SchemaError",
     "SearchScope",
     "SessionExists",
@@ -138,6 +140,22 @@ def test_every_type_in_a_public_signature_is_exported() -> None:
     assert not missing, f"types in public signatures that autoctx does not export: {missing}"
 
 
+def test_no_public_name_is_defined_in_the_sql_shell() -> None:
+    """The public types live outside `autoctx._store` (the store builds them, it does not own
+    them); the old module paths stay importable for code written against them."""
+    defined_in_store = [
+        name
+        for name in autoctx.__all__
+        if getattr(getattr(autoctx, name), "__module__", "").startswith("autoctx._store")
+    ]
+    assert defined_in_store == []
+    from autoctx._store.lifecycle import AutoContextErasure
+    from autoctx._store.rows import SessionInfo
+
+    assert SessionInfo is autoctx.SessionInfo
+    assert AutoContextErasure is autoctx.AutoContextErasure
+
+
 #: Each error: its intermediate base, and the built-in bases it had before the tree.
 TREE: dict[str, tuple[str, tuple[type[BaseException], ...]]] = {
     "ConfigError": ("InvalidArgument", (ValueError,)),
@@ -153,6 +171,12 @@ TREE: dict[str, tuple[str, tuple[type[BaseException], ...]]] = {
     "TenantGrantError": ("InvalidArgument", (ValueError,)),
     "InvalidStoredConfig": ("InvalidArgument", (ValueError,)),
     "InvalidPage": ("InvalidArgument", (ValueError,)),
+    # Also an InvalidSessionId and a TenantGrantError: what open and grant_tenant raised
+    # for a bad tenant before the class existed.
+    "InvalidTenant": (
+        "InvalidArgument",
+        (ValueError, autoctx.InvalidSessionId, autoctx.TenantGrantError),
+    ),
     "SessionNotFound": ("NotFound", (LookupError,)),
     "MessageNotFound": ("NotFound", (LookupError,)),
     "OffloadNotFound": ("NotFound", (LookupError,)),

@@ -530,7 +530,7 @@ def test_transaction_pooling_through_pgbouncer(pgbouncer: str) -> None:
     """Six threads share a pool of four server connections, each one opening, filling and
     compressing memories: statements of one client land on many server connections."""
     url = pgbouncer + ("&" if "?" in pgbouncer else "?") + "prepare_threshold=none"
-    config = dataclasses.replace(SMALL, auto_upgrade=False)
+    config = SMALL
     errors: list[str] = []
 
     def work(k: int) -> None:
@@ -540,6 +540,7 @@ def test_transaction_pooling_through_pgbouncer(pgbouncer: str) -> None:
                     f"pool-{k}-{r}-{uuid.uuid4().hex[:6]}",
                     url,
                     config,
+                    auto_upgrade=False,
                     summarizer=OfflineSummarizer(),
                     tenant="pooled",
                 )

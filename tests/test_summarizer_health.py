@@ -22,6 +22,7 @@ from autoctx import (
     Event,
     OfflineSummarizer,
     OpenAISummarizer,
+    RuntimeOptions,
     SummarizerError,
     SummaryRequest,
 )
@@ -33,7 +34,8 @@ Open = Callable[..., AutoContextMemory]
 
 #: A window that the history below keeps filling, so that most steps compress and the bound
 #: needs the offline fallback while the endpoint is left alone.
-CONFIG = dataclasses.replace(SMALL, max_tokens=6000, min_tool_run=10_000, max_llm_calls=2)
+CONFIG = dataclasses.replace(SMALL, max_tokens=6000, min_tool_run=10_000)
+OPTIONS = RuntimeOptions(max_llm_calls=2)
 ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "AUTOCTX_SUMMARY_MODEL", "OPENAI_MODEL")
 
 
@@ -156,7 +158,7 @@ def test_a_missing_model_is_not_called_at_every_compression(
     summarizer = OpenAISummarizer(
         base_url=server.base_url, api_key="k", backoff_s=3600, max_backoff_s=3600
     )
-    mem = open_memory(config=CONFIG, summarizer=summarizer)
+    mem = open_memory(config=CONFIG, options=OPTIONS, summarizer=summarizer)
     server.reset()
     server.set_default(Reply.error(404, "The model `gpt-4o-mini` does not exist"))
     try:

@@ -10,7 +10,6 @@ carries the marker ``session=k``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import random
 import re
@@ -25,16 +24,25 @@ from typing import Any
 
 import pytest
 
-from autoctx import AutoContextMemory, Msg, OfflineSummarizer, OpenAISummarizer, ToolUseBlock
+from autoctx import (
+    AutoContextMemory,
+    Msg,
+    OfflineSummarizer,
+    OpenAISummarizer,
+    RuntimeOptions,
+    ToolUseBlock,
+)
 from autoctx._store.claims import SessionClaim, due_sessions
 from autoctx._worker import AutoContextWorker, Compressed
 from tests.histories import SMALL, file_dump
 from tests.invariants import assert_consistent
 from tests.openai_server import OpenAIServer, Reply
 
+CONFIG = SMALL
 #: One summarizer call at a time per compression: two requests of one session in flight at
 #: once can then only mean two compressors on it.
-CONFIG = dataclasses.replace(SMALL, summarizer_concurrency=1)
+OPTIONS = RuntimeOptions(summarizer_concurrency=1)
+ONE_CALL_AT_A_TIME = ("--summarizer-concurrency", "1")
 PATIENCE = 20.0
 MARKER = re.compile(r"session=(\w+)")
 
@@ -115,7 +123,16 @@ def _worker(db_url: str, server: OpenAIServer, *args: str) -> subprocess.Popen[s
         "AUTOCTX_SUMMARY_MODEL": "worker-model",
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "autoctx._cli", "worker", "--database-url", db_url, *args],
+        [
+            sys.executable,
+            "-m",
+            "autoctx._cli",
+            "worker",
+            *ONE_CALL_AT_A_TIME,
+            "--database-url",
+            db_url,
+            *args,
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -209,7 +226,11 @@ def test_an_agent_in_worker_mode_leaves_the_trigger_to_the_worker_and_waits_at_t
     summarizer = OpenAISummarizer(base_url=server.base_url, api_key="test", max_retries=0)
     # A tenant of its own: the worker takes this test's session only.
     agent = open_memory(
-        config=CONFIG, summarizer=summarizer, background="worker", tenant="worker-mode"
+        config=CONFIG,
+        options=OPTIONS,
+        summarizer=summarizer,
+        background="worker",
+        tenant="worker-mode",
     )
     agent.add(_task("agent"))
     assert agent.needs_compression()
@@ -222,6 +243,7 @@ def test_an_agent_in_worker_mode_leaves_the_trigger_to_the_worker_and_waits_at_t
         poll_s=0.05,
         tenant="worker-mode",
         on_compressed=compressed.append,
+        options=OPTIONS,
     )
     running = threading.Thread(target=worker.run, daemon=True)
     running.start()

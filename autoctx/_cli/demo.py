@@ -22,6 +22,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from .. import _arguments
 from .. import _demo as demo_mod
 from .._client import AutoContextClient
 from .._config import AutoContextConfig
@@ -29,7 +30,6 @@ from .._events import Event
 from .._memory import (
     AutoContextMemory,
     internals,
-    validate_session_id,
 )
 from .._plot import STRATEGY_NAMES
 from .._store.database import (
@@ -152,7 +152,7 @@ def demo(
     session_id = session or demo_mod.new_session_id()
     if not session_id.startswith(demo_mod.SESSION_PREFIX):
         session_id = demo_mod.SESSION_PREFIX + session_id
-    validate_session_id(session_id)
+    _arguments.session_id(session_id)
     summarizer: Summarizer = OfflineSummarizer() if offline else default_summarizer()
     config = demo_mod.demo_config()
     engine = AutoContextClient.shared(database_url, auto_upgrade=True).engine

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from .._memory import validate_session_id
+from .. import _arguments
 from .._operations import export_session
 from .._store import inspect as inspect_db
 from .._store.store import Store
@@ -121,7 +121,7 @@ def export(
     autoctx export demo-20261130-101500-1a2b | jq '.events | length'
     ```
     """
-    validate_session_id(session)
+    _arguments.session_id(session)
     document = export_session(session, database_url)
     if output == "-":
         _print_json(document)

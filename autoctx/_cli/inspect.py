@@ -14,17 +14,15 @@ from rich.text import Text
 from rich.tree import Tree
 from sqlalchemy.engine import Engine
 
+from .. import _arguments
+from .._arguments import offload_id as parse_offload_id
 from .._errors import InvalidOffloadId, OffloadNotFound
-from .._memory import (
-    validate_tenant,
-)
 from .._messages import (
     to_openai_messages,
 )
 from .._plot import STRATEGY_NAMES
 from .._store import inspect as inspect_db
 from .._store.store import Store
-from .._tools import parse_offload_id
 from .output import (
     _add_columns,
     _clip,
@@ -90,7 +88,9 @@ def sessions(
     autoctx sessions --json | jq -r '.[].session_id'
     ```
     """
-    rows = Store(_engine(database_url)).list_sessions(tenant=validate_tenant(tenant), prefix=prefix)
+    rows = Store(_engine(database_url)).list_sessions(
+        tenant=_arguments.tenant(tenant), prefix=prefix
+    )
     if as_json:
         _print_json([_session_json(s, full=False) for s in rows])
         return

@@ -9,14 +9,9 @@ from typing import Annotated
 
 import typer
 
+from .. import _arguments
 from .._errors import SessionNotFound
-from .._lifecycle_args import parse_duration
-from .._memory import (
-    AutoContextMemory,
-    internals,
-    validate_session_id,
-    validate_tenant,
-)
+from .._memory import AutoContextMemory, internals
 from .._operations import import_session, purge_sessions
 from .._store.store import Store
 from .._summarizers import OfflineSummarizer
@@ -41,9 +36,9 @@ TenantOption = Annotated[
 
 def _memory(session_id: str, tenant: str | None, database_url: str | None) -> AutoContextMemory:
     """The memory of an existing session, in its own tenant (or `tenant`, which must be its)."""
-    validate_session_id(session_id)
+    _arguments.session_id(session_id)
     engine = _engine(database_url)
-    info = Store(engine).get_session(session_id, validate_tenant(tenant))
+    info = Store(engine).get_session(session_id, _arguments.tenant(tenant))
     if info is None:
         where = "" if tenant is None else f" for tenant {tenant!r}"
         raise SessionNotFound(
@@ -196,12 +191,14 @@ def purge(
     A duration is a number and a unit: s, min, h, d, w (`1m` is refused: minutes or
     months? write 1min or 30d).
     """
-    gone = purge_sessions(older_than, database_url, tenant=validate_tenant(tenant), dry_run=dry_run)
+    gone = purge_sessions(
+        older_than, database_url, tenant=_arguments.tenant(tenant), dry_run=dry_run
+    )
     if as_json:
         _print_json(
             {
                 "dry_run": dry_run,
-                "older_than_seconds": parse_duration(older_than).total_seconds(),
+                "older_than_seconds": _arguments.duration(older_than).total_seconds(),
                 "sessions": [
                     {"session_id": s.session_id, "tenant": s.tenant, "updated_at": s.updated_at}
                     for s in gone

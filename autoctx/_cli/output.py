@@ -22,11 +22,11 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.engine import Engine
 
+from .. import _arguments
 from .._client import AutoContextClient
 from .._effects import FALLBACK_MODEL
 from .._errors import AutoContextError, SessionNotFound
 from .._events import Event
-from .._memory import validate_session_id
 from .._messages import (
     Msg,
     OpaqueBlock,
@@ -35,8 +35,8 @@ from .._messages import (
     ToolUseBlock,
 )
 from .._plot import STRATEGY_COLORS, STRATEGY_NAMES
+from .._sessions import SessionInfo
 from .._store.database import SchemaBehind
-from .._store.rows import SessionInfo
 from .._store.store import Store
 from .._summarizers import OFFLINE_MODEL
 from .._tags import OFFLOAD_TAG_RE
@@ -247,7 +247,7 @@ def _engine(database_url: str | None) -> Engine:
 
 
 def _session(store: Store, session_id: str) -> SessionInfo:
-    validate_session_id(session_id)
+    _arguments.session_id(session_id)
     info = store.get_session(session_id)
     if info is None:
         raise SessionNotFound(

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.engine import Engine
 
-from .._memory import validate_session_id, validate_tenant
+from .. import _arguments
 from .._search import (
     HIGHLIGHT,
     AutoContextSearchHit,
@@ -49,9 +49,9 @@ def run(
     ones); `InvalidSearch`, `InvalidSessionId` or `SessionNotFound` for bad input."""
     text = validate_query(query)
     count = validate_limit(limit)
-    store = Store(engine, validate_tenant(tenant))
+    store = Store(engine, _arguments.tenant(tenant))
     if session is not None:
-        return search_store.search_session(store, validate_session_id(session), text, count)
+        return search_store.search_session(store, _arguments.session_id(session), text, count)
     return search_store.search_tenant(store, text, count)
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .._memory import validate_tenant
+from .. import _arguments
 from .output import _engine, friendly_errors
 from .root import AsJson, DatabaseUrl, Verbose, app
 
@@ -45,7 +45,7 @@ def ui(
     """
     from .._ui.app import make_server
 
-    server = make_server(_engine(database_url), validate_tenant(tenant), host, port)
+    server = make_server(_engine(database_url), _arguments.tenant(tenant), host, port)
     address, bound_port = server.server_address[:2]
     bound = address.decode() if isinstance(address, bytes) else address
     shown = f"[{bound}]" if ":" in bound else bound

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from .._memory import validate_tenant
+from .. import _arguments
+from .._config import RuntimeOptions
 from .._summarizers import OfflineSummarizer, Summarizer, default_summarizer
 from .._worker import AutoContextWorker, Compressed, run_until_signalled
 from .demo import _describe_summarizer
@@ -37,6 +38,15 @@ def worker(
         float,
         typer.Option(min=0, help="Seconds a stop waits for the summarizer calls in flight."),
     ] = 10.0,
+    summarizer_concurrency: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Summarizer calls one compression may have in flight at once (1: one after "
+            "the other).",
+        ),
+    ] = RuntimeOptions().summarizer_concurrency,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -100,9 +110,10 @@ def worker(
         summarizer=summarizer,
         threads=threads,
         poll_s=poll,
-        tenant=validate_tenant(tenant),
+        tenant=_arguments.tenant(tenant),
         on_compressed=report,
         auto_upgrade=False,
+        options=RuntimeOptions(summarizer_concurrency=summarizer_concurrency),
     ) as running:
         typer.echo(
             f"autoctx worker: {threads} thread(s), summarizer "

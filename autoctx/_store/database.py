@@ -371,8 +371,8 @@ class SchemaBehind(SchemaError):
         self.current = current
         self.head = head
         super().__init__(
-            f"{self.state}; run `autoctx db upgrade` or open with "
-            "AutoContextConfig(auto_upgrade=True)"
+            f"{self.state}; run `autoctx db upgrade` or open with auto_upgrade=True "
+            "(AutoContextMemory.open, AutoContextClient)"
         )
 
     @property

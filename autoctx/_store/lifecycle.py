@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -36,6 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .._erasure import CONTEXT_TOOLS, Derived, Quote, quotes, quotes_any
+from .._erasure_result import AutoContextErasure as AutoContextErasure
 from .._errors import (
     ErasureNotPermitted,
     InvalidErasure,
@@ -43,7 +44,6 @@ from .._errors import (
     MessageNotFound,
     SessionExists,
 )
-from .._events import Event
 from .._intake import Prepared
 from .._messages import Msg, json_text
 from .rows import SessionInfo, array_literal, event_from_row, message_row, session_info
@@ -504,27 +504,6 @@ SELECT session_id FROM f ORDER BY session_id
 #: Given the erased originals, the derived messages and every message they read, the new
 #: version of each (`autoctx._erasure.rewrite_erased` with the memory's config and counter).
 Rewrite = Callable[[Mapping[int, Msg], Sequence[Derived], Mapping[int, Msg]], dict[int, Prepared]]
-
-
-@dataclass(frozen=True, slots=True)
-class AutoContextErasure:
-    """What one erasure did."""
-
-    event: Event
-    #: The originals tombstoned, in id order.
-    erased_ids: tuple[int, ...]
-    #: The messages derived from them that were rewritten (or tombstoned), in id order.
-    rewritten_ids: tuple[int, ...]
-    #: Of all these, the ones in the working context.
-    working_ids: tuple[int, ...] = field(default=())
-    #: The sessions forked from this one (and from them, ...): each owns its copies, which this
-    #: erasure did not touch; erase the same ids there too.
-    forks: tuple[str, ...] = field(default=())
-    #: The answers of autoctx's own context tools (`context_search`, `context_reload`, stored
-    #: as tool results) that quoted what was erased, as (session id, message id), in this
-    #: session or another of the tenant: each was tombstoned as an original (with what derives
-    #: from it) by an erasure event of its session with the same reason.
-    answers: tuple[tuple[str, int], ...] = field(default=())
 
 
 def erase(

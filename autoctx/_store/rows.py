@@ -5,9 +5,7 @@ The SQL texts are in `sql.py`, the units of work in `store.py`.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Row
@@ -16,26 +14,8 @@ from .._events import Event
 from .._intake import Prepared
 from .._messages import Msg, block_from_json
 
-
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    """A session row, without its messages."""
-
-    session_id: str
-    tenant: str | None
-    version: int
-    message_count: int
-    token_count: int
-    model: str
-    encoding: str
-    config: dict[str, Any]
-    plan: dict[str, Any] | None
-    settled_version: int | None
-    created_at: Any = None
-    updated_at: Any = None
-    #: Which creation of the id this is (docs/design.md §5): a session deleted and created
-    #: again under the same id has another one.
-    incarnation: uuid.UUID | None = None
+# Re-exported: the type lives outside the SQL shell, older imports of it keep working.
+from .._sessions import SessionInfo as SessionInfo
 
 
 def msg_from_columns(

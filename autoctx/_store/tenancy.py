@@ -16,6 +16,7 @@ from psycopg import sql
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 
+from .. import _arguments
 from .._errors import TenantGrantError
 from .database import describe, ensure_schema
 from .sql import ROLE_INFO, TABLES_OWNER
@@ -52,37 +53,6 @@ READ_ONLY: Final = (
     "autoctx_forks",
     GRANTS,
 )
-#: PostgreSQL keeps identifiers to NAMEDATALEN - 1 bytes and silently truncates longer ones: a
-#: longer name would be granted to whichever role has the truncated name.
-MAX_ROLE_BYTES: Final = 63
-
-
-def validate_role(role: object) -> str:
-    if not isinstance(role, str) or not role.strip():
-        raise TenantGrantError(
-            f"role {role!r} is not a role name; pass the name of an existing database role"
-        )
-    if "\x00" in role or len(role.encode("utf-8")) > MAX_ROLE_BYTES:
-        raise TenantGrantError(
-            f"role {role!r} cannot be a PostgreSQL role name (at most {MAX_ROLE_BYTES} bytes, "
-            "no NUL character); pass the name exactly as the role was created"
-        )
-    if role.startswith("pg_"):
-        raise TenantGrantError(
-            f"role {role!r} is one of PostgreSQL's predefined roles (pg_...); grant tenants to "
-            "a role of your own (CREATE ROLE ... LOGIN)"
-        )
-    return role
-
-
-def validate_tenant(tenant: object) -> str:
-    # The same rule as AutoContextMemory.open: an empty tenant would read as "no tenant".
-    if not isinstance(tenant, str) or not tenant.strip() or "\x00" in tenant:
-        raise TenantGrantError(
-            f"tenant {tenant!r} is not a tenant name; pass the non-empty string the memories "
-            "of that tenant are opened with (AutoContextMemory.open(..., tenant=...))"
-        )
-    return tenant
 
 
 def _ddl(conn: Connection, template: str, **names: str | tuple[str, ...]) -> None:
@@ -145,8 +115,8 @@ def _check_confinable(conn: Connection, role: str, owner: str) -> None:
 def grant_tenant(engine: Engine, role: str, tenant: str) -> bool:
     """Let `role` run autoctx for `tenant`; True if the grant is new (granting twice is
     harmless). One transaction: the privileges and the grant row land together."""
-    validate_role(role)
-    validate_tenant(tenant)
+    _arguments.role(role)
+    _arguments.required_tenant(tenant)
     # The grants table is migration 0006's: an older schema says to upgrade, not "no table".
     ensure_schema(engine, auto_upgrade=False)
     with engine.begin() as conn:
@@ -175,8 +145,8 @@ def revoke_tenant(engine: Engine, role: str, tenant: str) -> bool:
     """Take `tenant` away from `role`; True if it held it. With its last tenant gone, the role
     also loses every privilege on autoctx's tables and views (including any given by hand), so
     it can do nothing with them any more. A grant left by a role dropped since is removed."""
-    validate_role(role)
-    validate_tenant(tenant)
+    _arguments.role(role)
+    _arguments.required_tenant(tenant)
     ensure_schema(engine, auto_upgrade=False)
     with engine.begin() as conn:
         schema, _ = _check_caller(conn)

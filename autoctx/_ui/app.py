@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from sqlalchemy.engine import Engine
 
+from .._arguments import offload_id as parse_offload_id
 from .._errors import (
     AutoContextError,
     InvalidOffloadId,
@@ -42,7 +43,6 @@ from .._search import HIGHLIGHT, validate_limit, validate_query
 from .._store import console as db
 from .._store import search as search_store
 from .._store.store import Store
-from .._tools import parse_offload_id
 from . import timeline
 
 try:

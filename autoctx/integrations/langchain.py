@@ -73,8 +73,9 @@ except ModuleNotFoundError as exc:
     ) from None
 from sqlalchemy.engine import URL
 
+from .. import _arguments
 from .._background import BackgroundMode, validate_background
-from .._config import AutoContextConfig
+from .._config import AutoContextConfig, RuntimeOptions, options_argument
 from .._errors import ConfigError
 from .._memory import AutoContextMemory
 from .._summarizers import Summarizer
@@ -112,7 +113,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
     sends the model the session's working context (see the module docstring).
 
     `AutoContextMiddleware(database_url=None, config=None, *, session_id=None,
-    summarizer=None, tenant=None, background=False)`: the arguments of
+    summarizer=None, tenant=None, background=False, options=None)`: the arguments of
     `AutoContextMemory.open`. One middleware serves any number of threads (a memory per
     session id, opened on first use, created when new).
     """
@@ -128,14 +129,18 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
         summarizer: Summarizer | None = None,
         tenant: str | None = None,
         background: BackgroundMode = False,
+        options: RuntimeOptions | None = None,
     ) -> None:
         super().__init__()
         self.database_url = database_url
         self.config = config or AutoContextConfig()
-        self.session_id = session_id
+        # Refused here, as `AutoContextMemory.open` would, rather than at the first run.
+        self.session_id = None if session_id is None else _arguments.session_id(session_id)
         self.summarizer = summarizer
-        self.tenant = tenant
+        self.tenant = _arguments.tenant(tenant)
         self.background = validate_background(background)
+        #: How each memory runs its compressions (`AutoContextMemory.open(options=...)`).
+        self.options = options_argument(options)
         self._memories: dict[str, AutoContextMemory] = {}
         self._lock = threading.Lock()
         self.tools = [
@@ -178,6 +183,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
                     tenant=self.tenant,
                     summarizer=self.summarizer,
                     background=self.background,
+                    options=self.options,
                 )
                 self._memories[session_id] = mem
             return mem

@@ -81,8 +81,10 @@ except ModuleNotFoundError as exc:
     ) from None
 from sqlalchemy.engine import URL
 
+from .. import _arguments
+from .._arguments import unstorable
 from .._background import BackgroundMode, validate_background
-from .._config import AutoContextConfig
+from .._config import AutoContextConfig, RuntimeOptions, options_argument
 from .._errors import ConfigError, InvalidMessage, SessionNotFound
 from .._gc import paused_gc
 from .._memory import AutoContextMemory, internals
@@ -114,13 +116,7 @@ _INPUT_ROLES = {"user": "user", "system": "system", "developer": "system"}
 
 def _storable(text: str) -> bool:
     """PostgreSQL text cannot hold NUL, and lone surrogates are not UTF-8."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return unstorable(text) is None
 
 
 def _quote(text: str) -> tuple[str, bool]:
@@ -533,19 +529,20 @@ class _OpenArgs:
     summarizer: Summarizer | None
     tenant: str | None
     background: BackgroundMode
+    options: RuntimeOptions
 
 
 class AutoContextSession:
     """An OpenAI Agents SDK `Session` kept by autoctx in PostgreSQL.
 
     `AutoContextSession(session_id, database_url=None, config=None, *, summarizer=None,
-    compress=True, tenant=None, background=False)` opens (or creates) the autoctx session on
-    first use; `AutoContextSession.from_memory(mem)` wraps a memory already open. With
-    `compress=True`, `add_items` runs autoctx's compression loop whenever the trigger holds
-    after the append; with `background=True` as well, that loop runs in a background thread
-    and `add_items` returns at once, waiting only when the context would otherwise be over the
-    window (`AutoContextMemory.open(..., background=True)`); `background="worker"` leaves it to
-    `autoctx worker` processes.
+    compress=True, tenant=None, background=False, options=None)` opens (or creates) the
+    autoctx session on first use; `AutoContextSession.from_memory(mem)` wraps a memory already
+    open. With `compress=True`, `add_items` runs autoctx's compression loop whenever the
+    trigger holds after the append; with `background=True` as well, that loop runs in a
+    background thread and `add_items` returns at once, waiting only when the context would
+    otherwise be over the window (`AutoContextMemory.open(..., background=True)`);
+    `background="worker"` leaves it to `autoctx worker` processes.
     """
 
     session_settings: SessionSettings | None
@@ -561,8 +558,10 @@ class AutoContextSession:
         tenant: str | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         background: BackgroundMode = False,
+        options: RuntimeOptions | None = None,
     ) -> None:
-        self.session_id = session_id
+        # Refused here, as `AutoContextMemory.open` would, rather than at the first run.
+        self.session_id = _arguments.session_id(session_id)
         self.compress = compress
         # As the SDK's own stores do: a dict becomes `SessionSettings`, and an unknown key is a
         # TypeError here rather than an AttributeError inside `Runner.run`.
@@ -573,7 +572,12 @@ class AutoContextSession:
         )
         # Refused here, naming the argument, rather than at the first `Runner.run`.
         self._args = _OpenArgs(
-            database_url, config, summarizer, tenant, validate_background(background)
+            database_url,
+            config,
+            summarizer,
+            _arguments.tenant(tenant),
+            validate_background(background),
+            options_argument(options),
         )
         self._mem: AutoContextMemory | None = None
         # Opening touches the database; it happens once, in whichever worker thread asks first.
@@ -634,6 +638,7 @@ class AutoContextSession:
             summarizer=args.summarizer,
             create=create,
             background=args.background,
+            options=args.options,
         )
 
     # -- Session protocol ---------------------------------------------------------------------

@@ -71,8 +71,9 @@ except ImportError as exc:  # pragma: no cover - the extra is optional
         "autoctx.integrations.pydantic_ai needs Pydantic AI: pip install 'autoctx-pg[pydantic-ai]'"
     ) from exc
 
-from .._config import AutoContextConfig
-from .._errors import InvalidMessage
+from .. import _arguments
+from .._config import AutoContextConfig, RuntimeOptions, options_argument
+from .._errors import InvalidMessage, InvalidSessionId
 from .._memory import AsyncAutoContextMemory
 from .._messages import (
     Block,
@@ -300,8 +301,8 @@ class _Shared:
 class AutoContextCapability(AbstractCapability[Any]):
     """A Pydantic AI capability that gives an agent autoctx's memory (see the module docstring).
 
-    Pass a session id (and optionally `database_url`, `config`, `summarizer`, `tenant`), or an
-    open `memory` (an `AsyncAutoContextMemory`).
+    Pass a session id (and optionally `database_url`, `config`, `summarizer`, `tenant`,
+    `options`), or an open `memory` (an `AsyncAutoContextMemory`).
     """
 
     session_id: str | None = None
@@ -312,13 +313,23 @@ class AutoContextCapability(AbstractCapability[Any]):
     memory: AsyncAutoContextMemory | None = None
     #: Offer `context_reload` and `context_search` to the model.
     context_tools: bool = True
+    #: How the memory runs its compressions (`AutoContextMemory.open(options=...)`).
+    options: RuntimeOptions | None = None
     _shared: _Shared = field(init=False, repr=False)
     _start: int = field(default=0, init=False, repr=False)
     _stored: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.memory is None and self.session_id is None:
-            raise ValueError("AutoContextCapability needs a session_id or an open memory")
+        if self.memory is None:
+            if self.session_id is None:
+                raise InvalidSessionId(
+                    "AutoContextCapability needs a session_id (or an open memory=)"
+                )
+            # Checked here, as AsyncAutoContextMemory.open would, so a bad value fails where
+            # the capability is built rather than at the agent's first run.
+            _arguments.session_id(self.session_id)
+            _arguments.tenant(self.tenant)
+            options_argument(self.options)
         self._shared = _Shared(self.memory)
 
     @classmethod
@@ -337,6 +348,7 @@ class AutoContextCapability(AbstractCapability[Any]):
                     self.config,
                     summarizer=self.summarizer,
                     tenant=self.tenant,
+                    options=self.options,
                 )
             return shared.memory
 
@@ -355,6 +367,7 @@ class AutoContextCapability(AbstractCapability[Any]):
             self.tenant,
             self.memory,
             self.context_tools,
+            self.options,
         )
         run._shared = self._shared
         return run
