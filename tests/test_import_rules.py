@@ -150,7 +150,7 @@ def test_the_reader_sees_each_form_of_import() -> None:
     assert ("autoctx._effects", "ask") in found  # relative, a name
     assert ("autoctx._strategies.s7_fold", "STRATEGY") in found  # relative, a dotted module
     found = dict.fromkeys(imports_of(PACKAGE / "_memory.py"))
-    assert ("autoctx._lifecycle_args", None) in found  # `from . import submodule`
+    assert ("autoctx._arguments", None) in found  # `from . import submodule`
     found = dict.fromkeys(imports_of(PACKAGE / "_store" / "store.py"))
     assert ("autoctx._intake", "bind") in found  # two levels up
 
