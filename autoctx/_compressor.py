@@ -37,7 +37,7 @@ from ._observe import Observer
 from ._plans import Edit, PlanContext, Snapshot
 from ._prompts import build_request, clip_for
 from ._store.rows import SessionInfo
-from ._store.store import Replacement, Store
+from ._store.store import Replacement, SessionStore
 from ._strategies import plan as plan_strategy
 from ._strategies._common import Layouts, layout_of
 from ._strategies.s7_fold import STRATEGY as FOLD
@@ -213,7 +213,7 @@ class SessionState:
 class Compressor:
     def __init__(
         self,
-        store: Store,
+        store: SessionStore,
         session_id: str,
         config: AutoContextConfig,
         counter: TokenCounter,
@@ -325,7 +325,7 @@ class Compressor:
             arriving=self.session.arriving(cfg) if beside else 0,
         )
         for _ in range(cfg.max_passes):
-            snap = self.store.snapshot(self.session_id)
+            snap = self.store.snapshot()
             if under_target(snap.message_count, snap.token_count, cfg, state.arriving):
                 return state.events
             if snap.token_count >= cfg.token_trigger:
@@ -340,16 +340,16 @@ class Compressor:
                 continue
             if outcome == "stalled":
                 break
-        final = self.store.totals(self.session_id)
+        final = self.store.totals()
         if final.token_count >= cfg.max_tokens:
             # The bound (docs/design.md §2): whatever stopped the ladder (a failing summarizer,
             # a spent budget), the offline summarizer writes what is left to write.
             yield from self._fallback(state)
-            final = self.store.totals(self.session_id)
+            final = self.store.totals()
         if not under_target(final.message_count, final.token_count, cfg):
             if final.token_count >= cfg.max_tokens:
                 self._report_over_window(state)  # an event: the version stays
-            self.store.settle(self.session_id, final.version)
+            self.store.settle(final.version)
         return state.events
 
     # -- one pass -----------------------------------------------------------------------------
@@ -442,7 +442,6 @@ class Compressor:
                         return "replan"
                     continue  # every range failed: the ladder moves on
                 outcome = self.store.apply(
-                    self.session_id,
                     replacements,
                     reason=reason,
                     config=cfg.to_json(),
@@ -508,7 +507,7 @@ class Compressor:
         """The replacements of `edits` (previews, or summaries: from `fallback` when given,
         which is then not counted against the LLM budget)."""
         ids = [i for e in edits for i in e.replaced_ids]
-        originals = self.store.load_messages(self.session_id, ids)
+        originals = self.store.load_messages(ids)
         out: list[Replacement | None] = []
         # The ranges are independent: each one's steps run up to its request, the requests go
         # out as one batch, and each answer goes back to its own range, in edit order.
@@ -673,7 +672,7 @@ class Compressor:
         cfg = self.config
         offline = OfflineSummarizer()
         for _ in range(2 * len(_FALLBACK_STRATEGIES)):
-            snap = self.store.snapshot(self.session_id)
+            snap = self.store.snapshot()
             if snap.token_count < cfg.token_target:
                 return
             # Ranges that failed with the configured summarizer are exactly what is retried.
@@ -699,7 +698,6 @@ class Compressor:
                     if not replacements:
                         continue
                     outcome = self.store.apply(
-                        self.session_id,
                         replacements,
                         reason="fallback",
                         config=cfg.to_json(),
@@ -716,7 +714,7 @@ class Compressor:
         """The one exception to the bound: the protected messages alone fill the window.
         Said in a warning and in a `skipped` event of the fold (docs/design.md §2)."""
         cfg = self.config
-        snap = self.store.snapshot(self.session_id)
+        snap = self.store.snapshot()
         lay = layout_of(snap, cfg, self.session.layouts)
         protected = sum(
             m.tokens
@@ -738,7 +736,6 @@ class Compressor:
                 detail,
             )
         event = self.store.record_event(
-            self.session_id,
             strategy=FOLD,
             status="skipped",
             reason="tokens",
@@ -776,7 +773,6 @@ class Compressor:
             detail,
         )
         event = self.store.record_event(
-            self.session_id,
             strategy=edit.strategy,
             status="failed",
             reason=reason,

@@ -403,6 +403,13 @@ def prepare(
     return out
 
 
+def stand_in(rest: Prepared, *, replaced_final: bool) -> Prepared:
+    """`rest` as the message that takes a popped message's place (`pop_last`'s remainder),
+    its final-answer flag from the kinds table (docs/design.md §1) given whether the message it
+    stands for was the final answer. Pure: the store writes what this decides."""
+    return replace(rest, final=is_final_answer(rest.msg, replaced_final=replaced_final))
+
+
 def bind(prepared: Sequence[Prepared], open_calls: OpenCalls, *, session_id: str) -> list[Prepared]:
     """Apply the shape rules against the session's open calls (which it advances) and fill tool
     results' names from the calls they answer. Raises `InvalidMessage`."""

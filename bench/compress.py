@@ -6,16 +6,17 @@
     with the session.
 (b) The apply transaction of one LLM-strategy compression (an S4 round summary), summarizer
     excluded: the replacement is written beforehand with the offline summarizer and only
-    `Store.apply` is timed, ~30 times per session size (1k, 10k, 100k). Goal: p50 under 20 ms
-    and flat across sizes. The planning snapshot (`Store.snapshot`) is timed separately.
+    `SessionStore.apply` is timed, ~30 times per session size (1k, 10k, 100k). Goal: p50 under
+    20 ms and flat across sizes. The planning snapshot (`SessionStore.snapshot`) is timed
+    separately.
 
     python bench/compress.py                                   # embedded PostgreSQL, both parts
     python bench/compress.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
     python bench/compress.py --part a --sizes 2000,5000 --previews 20   # quick iteration
 
-Sessions are bulk-loaded with `Store.append` in batches of 1,000 (through `add()` 100k messages
-take minutes and are what bench/append_load.py measures); repeats of (a) run on server-side
-copies of the pristine session.
+Sessions are bulk-loaded with `SessionStore.append` in batches of 1,000 (through `add()` 100k
+messages take minutes and are what bench/append_load.py measures); repeats of (a) run on
+server-side copies of the pristine session.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from autoctx._intake import Prepared, count_tokens, prepare
 from autoctx._memory import get_engine
 from autoctx._plans import PlanContext, Snapshot
 from autoctx._prompts import build_request
-from autoctx._store.store import Replacement, Store
+from autoctx._store.store import Replacement, SessionStore
 from autoctx._store.tables import messages, sessions, working_set
 from autoctx._strategies import plan_s2, plan_s3, plan_s4
 from autoctx._structure import meta_of
@@ -102,12 +103,14 @@ def _ints(text: str) -> list[int]:
 
 
 def load_session(
-    store: Store, session_id: str, prepared: Sequence[Prepared], config: AutoContextConfig
-) -> None:
+    engine: sa.Engine, session_id: str, prepared: Sequence[Prepared], config: AutoContextConfig
+) -> SessionStore:
     counter = TokenCounter(config.model)
-    store.create_session(session_id, tenant=None, config=config, encoding=counter.encoding_name)
+    store = SessionStore(engine, session_id)
+    store.create_session(config=config, encoding=counter.encoding_name)
     for batch in chunks(prepared, APPEND_BATCH):
-        store.append(session_id, batch)
+        store.append(batch)
+    return store
 
 
 def clone_session(engine: sa.Engine, source: str, target: str) -> None:
@@ -220,7 +223,6 @@ def part_a(
     base = AutoContextConfig(msg_threshold=10**9, min_tool_run=10**6, max_llm_calls=0)
     counter = TokenCounter(base.model)
     engine = get_engine(db.url, auto_upgrade=False)
-    store = Store(engine)
     results = []
     for n in _ints(args.sizes):
         started = time.perf_counter()
@@ -234,7 +236,7 @@ def part_a(
             prepared = preview_session(filler, n_large, args.seed, counter)
             config, n_s2, n_s3 = s2_s3_config(prepared, base, counter)
             sid = f"a-{n}-{n_large}"
-            load_session(store, sid, prepared, config)
+            load_session(engine, sid, prepared, config)
             _analyze(engine)
             console.print(
                 f"(a) {n:,} messages, {n_large} large ({n_s2} for S2, {n_s3} for S3): loaded in "
@@ -263,8 +265,8 @@ def _compress_once(
     watch = Stopwatch()
     sql = _SqlTimer(mem.engine, watch)
     with (
-        patched(Store, "snapshot", watch.wrap("snapshot", Store.snapshot)),
-        patched(Store, "apply", watch.wrap("apply", Store.apply)),
+        patched(SessionStore, "snapshot", watch.wrap("snapshot", SessionStore.snapshot)),
+        patched(SessionStore, "apply", watch.wrap("apply", SessionStore.apply)),
         patched(Compressor, "_build", watch.wrap("build", Compressor._build)),
         patched(
             autoctx._compressor,
@@ -298,7 +300,7 @@ def _compress_once(
 
 
 class _SqlTimer:
-    """Time spent executing statements inside `Store.apply` (its SQL and commit), to tell the
+    """Time spent executing statements inside `SessionStore.apply` (its SQL and commit), to tell the
     database's share of an apply from SQLAlchemy's and autoctx's Python."""
 
     def __init__(self, engine: sa.Engine, watch: Stopwatch) -> None:
@@ -318,11 +320,11 @@ class _SqlTimer:
     def __enter__(self) -> _SqlTimer:
         sa.event.listen(self.engine, "before_cursor_execute", self._before)
         sa.event.listen(self.engine, "after_cursor_execute", self._after)
-        self._apply = Store.apply
+        self._apply = SessionStore.apply
         self._commit = self.engine.dialect.do_commit
         timer = self
 
-        def apply(store: Store, *args: Any, **kwargs: Any) -> Any:
+        def apply(store: SessionStore, *args: Any, **kwargs: Any) -> Any:
             timer._in_apply = True
             try:
                 return timer._apply(store, *args, **kwargs)
@@ -338,12 +340,12 @@ class _SqlTimer:
                     timer.apply_seconds += time.perf_counter() - started
 
         # setattr: mypy rightly refuses assigning to methods; here it is the point.
-        setattr(Store, "apply", apply)  # noqa: B010
+        setattr(SessionStore, "apply", apply)  # noqa: B010
         setattr(self.engine.dialect, "do_commit", do_commit)  # noqa: B010
         return self
 
     def __exit__(self, *exc: object) -> None:
-        setattr(Store, "apply", self._apply)  # noqa: B010
+        setattr(SessionStore, "apply", self._apply)  # noqa: B010
         setattr(self.engine.dialect, "do_commit", self._commit)  # noqa: B010
         sa.event.remove(self.engine, "before_cursor_execute", self._before)
         sa.event.remove(self.engine, "after_cursor_execute", self._after)
@@ -379,21 +381,22 @@ def part_b(
     config = AutoContextConfig()
     counter = TokenCounter(config.model)
     engine = get_engine(db.url, auto_upgrade=False)
-    store = Store(engine)
     summarizer = OfflineSummarizer()
     results = []
     for n in _ints(args.apply_sizes):
         started = time.perf_counter()
         msgs = TranscriptGenerator(args.seed + n).messages(n)
         sid = f"b-{n}"
-        load_session(store, sid, prepare(msgs, counter, max_chars=10**7, session_id=sid), config)
+        store = load_session(
+            engine, sid, prepare(msgs, counter, max_chars=10**7, session_id=sid), config
+        )
         console.print(f"(b) {n:,} messages loaded in {secs(time.perf_counter() - started)}")
         _analyze(engine)
         run = _ApplyRun(sid)
         with _SqlTimer(engine, Stopwatch()) as sql:
             for j in range(args.applies):
                 t0 = time.perf_counter()
-                snap = store.snapshot(run.session_id)
+                snap = store.snapshot()
                 run.snapshots.append(time.perf_counter() - t0)
                 # Every previous round with something to fold in (no token floor): spread the
                 # applies over the session, not always the oldest round.
@@ -401,14 +404,12 @@ def part_b(
                 if not edits:
                     raise SystemExit(f"{run.session_id}: no round left after {j} applies")
                 edit = edits[(j * 7919) % len(edits)]
-                replacement = _round_summary(store, run.session_id, edit, summarizer, counter)
+                replacement = _round_summary(store, edit, summarizer, counter)
                 before = sql.apply_seconds
                 if profiler is not None:
                     profiler.enable()
                 t0 = time.perf_counter()
-                outcome = store.apply(
-                    run.session_id, [replacement], reason="tokens", config=config.to_json()
-                )
+                outcome = store.apply([replacement], reason="tokens", config=config.to_json())
                 elapsed = time.perf_counter() - t0
                 if profiler is not None:
                     profiler.disable()
@@ -439,10 +440,11 @@ def part_b(
 
 
 def _round_summary(
-    store: Store, session_id: str, edit: Any, summarizer: OfflineSummarizer, counter: TokenCounter
+    store: SessionStore, edit: Any, summarizer: OfflineSummarizer, counter: TokenCounter
 ) -> Replacement:
-    """What the compressor would hand to `Store.apply` for an S4 edit, summary written offline."""
-    originals = store.load_messages(session_id, edit.replaced_ids)
+    """What the compressor would hand to `SessionStore.apply` for an S4 edit, summary written
+    offline."""
+    originals = store.load_messages(edit.replaced_ids)
     result = summarizer.summarize(build_request(4, [originals[i] for i in edit.replaced_ids]))
     offload = uuid.uuid4()
     msg = Msg.assistant(f"{result.text.strip()}\n{offload_tag(str(offload))}", kind="round_summary")
@@ -487,7 +489,9 @@ def _table_a(rows: list[dict[str, Any]], machine: str) -> Table:
 
 
 def _table_b(rows: list[dict[str, Any]], machine: str) -> Table:
-    table = Table(title=f"(b) Store.apply of one S4 round summary, summarizer excluded ({machine})")
+    table = Table(
+        title=f"(b) SessionStore.apply of one S4 round summary, summarizer excluded ({machine})"
+    )
     for col in (
         "messages",
         "applies",

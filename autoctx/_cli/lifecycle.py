@@ -17,7 +17,7 @@ from .._memory import (
     validate_tenant,
 )
 from .._operations import import_session, purge_sessions
-from .._store.store import Store
+from .._store.catalog import Catalog
 from .._summarizers import OfflineSummarizer
 from .output import (
     _engine,
@@ -42,7 +42,7 @@ def _memory(session_id: str, tenant: str | None, database_url: str | None) -> Au
     """The memory of an existing session, in its own tenant (or `tenant`, which must be its)."""
     validate_session_id(session_id)
     engine = _engine(database_url)
-    info = Store(engine).get_session(session_id, validate_tenant(tenant))
+    info = Catalog(engine).session(session_id, validate_tenant(tenant))
     if info is None:
         where = "" if tenant is None else f" for tenant {tenant!r}"
         raise SessionNotFound(

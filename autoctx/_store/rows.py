@@ -122,6 +122,57 @@ def event_from_row(row: Row[Any]) -> Event:
     )
 
 
+def event_row(
+    session_id: str,
+    event_id: int,
+    *,
+    strategy: int,
+    status: str,
+    reason: str,
+    messages: tuple[int, int],
+    tokens: tuple[int, int],
+    session_version: int,
+    config: Mapping[str, Any],
+    replaced_ids: Sequence[int] = (),
+    replaced_tokens: int = 0,
+    summary_message_id: int | None = None,
+    offload_uuid: uuid.UUID | None = None,
+    model: str | None = None,
+    prompt_tokens: int | None = None,
+    completion_tokens: int | None = None,
+    latency_ms: float | None = None,
+    error: str | None = None,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """The `compression_events` row of one event: every writer of events (an apply, a recorded
+    attempt, a pop, a clear, a fork, an erasure) builds it here, so that the columns an audit
+    reads (docs/design.md §7) are filled the same way. `messages` and `tokens` are the working
+    totals (before, after)."""
+    return {
+        "session_id": session_id,
+        "id": event_id,
+        "strategy": strategy,
+        "status": status,
+        "reason": reason,
+        "messages_before": messages[0],
+        "messages_after": messages[1],
+        "tokens_before": tokens[0],
+        "tokens_after": tokens[1],
+        "replaced_ids": list(replaced_ids),
+        "replaced_tokens": replaced_tokens,
+        "summary_message_id": summary_message_id,
+        "offload_uuid": offload_uuid,
+        "model": model,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "latency_ms": latency_ms,
+        "error": error,
+        "session_version": session_version,
+        "config": dict(config),
+        "note": note,
+    }
+
+
 def message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None) -> dict[str, Any]:
     m = p.msg
     calls = m.tool_uses

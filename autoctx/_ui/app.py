@@ -41,7 +41,7 @@ from .._plot import STRATEGY_COLORS, STRATEGY_NAMES
 from .._search import HIGHLIGHT, validate_limit, validate_query
 from .._store import console as db
 from .._store import search as search_store
-from .._store.store import Store
+from .._store.catalog import Catalog
 from .._tools import parse_offload_id
 from . import timeline
 
@@ -138,7 +138,7 @@ class Console:
                 "autoctx ui needs Jinja2, which the `ui` extra installs: "
                 "pip install 'autoctx-pg[ui]'"
             )
-        self.store = Store(db.read_only(engine), tenant)
+        self.store = Catalog(db.read_only(engine), tenant)
         self.tenant = tenant
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_TEMPLATES),
