@@ -1,7 +1,7 @@
 """The compression loop (docs/design.md §2): the only place that loops.
 
 check the trigger (session row) -> snapshot -> strategies in order -> summarizer (no lock held)
--> `Store.apply` (one transaction) -> re-check, until under the target or no progress.
+-> `SessionStore.apply` (one transaction) -> re-check, until under the target or no progress.
 
 The loop knows no summarizer I/O: `Compressor.steps` is a generator that yields a batch of
 `SummaryRequest`s (the independent ranges of one pass, one request each) and is sent their

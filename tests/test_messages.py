@@ -18,7 +18,7 @@ from autoctx import (
     from_openai_messages,
     to_openai_messages,
 )
-from autoctx._intake import OpenCalls, bind, count_tokens, prepare, stand_in
+from autoctx._intake import OpenCalls, bind, count_tokens, open_calls_at_tail, prepare, stand_in
 from autoctx._structure import (
     current_round_start,
     latest_final_index,
@@ -422,3 +422,18 @@ def test_a_stand_in_takes_the_final_flag_of_the_kinds_table() -> None:
     assert not stand_in(preview, replaced_final=False).final
     # Nothing else of the message changes.
     assert stand_in(preview, replaced_final=True).msg == preview.msg
+
+
+def test_the_open_calls_at_a_tail_are_the_newest_groups_unanswered_calls() -> None:
+    """One rule for the store's tail read and a fork's cut: reading back from the newest
+    message, the first message that is not a tool result names the calls, minus those the
+    results after it answered; only results in view means "read further back"."""
+    newest_first = [
+        ("tool", (), ("c2",), ("pwd",)),
+        ("assistant", ("c1", "c2", "c3"), (), ("ls", "pwd")),
+        ("assistant", ("old",), (), ("cat",)),
+    ]
+    assert open_calls_at_tail(newest_first) == {"c1": "ls", "c3": ""}
+    assert open_calls_at_tail(newest_first[:1]) is None
+    assert open_calls_at_tail([("user", (), (), ())]) == {}
+    assert open_calls_at_tail([]) is None

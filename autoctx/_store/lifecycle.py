@@ -44,7 +44,7 @@ from .._errors import (
     SessionExists,
 )
 from .._events import Event
-from .._intake import Prepared
+from .._intake import Prepared, open_calls_at_tail
 from .._messages import Msg, json_text
 from .rows import (
     SessionInfo,
@@ -331,19 +331,9 @@ def _metas(conn: Connection, sid: str, ids: list[int]) -> list[_Meta]:
 
 def open_calls_of(tail: Sequence[_Meta]) -> dict[str, str]:
     """The newest tool group's calls without results (call id -> tool name), from a context's
-    messages in order (the rule of `SessionStore._open_calls_at_tail`)."""
-    answered: set[str] = set()
-    for m in reversed(tail):
-        if m.role == "tool":
-            answered.update(m.result_ids)
-            continue
-        names = list(m.tool_names)
-        return {
-            call: names[k] if k < len(names) else ""
-            for k, call in enumerate(m.call_ids)
-            if call not in answered
-        }
-    return {}
+    messages in order."""
+    shapes = ((m.role, m.call_ids, m.result_ids, m.tool_names) for m in reversed(tail))
+    return open_calls_at_tail(shapes) or {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,28 +97,34 @@ def stored(m: Msg, msg_id: int, tokens: int) -> Msg:
 
 
 def event_from_row(row: Row[Any]) -> Event:
+    return event_of(row._mapping)
+
+
+def event_of(values: Mapping[Any, Any]) -> Event:
+    """An `Event` from the columns of a `compression_events` row: one read back, or one
+    `event_row` built (then the database fills its time, and it is not inherited)."""
     return Event(
-        session_id=row.session_id,
-        id=row.id,
-        strategy=row.strategy,
-        status=row.status,
-        reason=row.reason,
-        messages_before=row.messages_before,
-        messages_after=row.messages_after,
-        tokens_before=row.tokens_before,
-        tokens_after=row.tokens_after,
-        replaced_ids=tuple(row.replaced_ids),
-        summary_message_id=row.summary_message_id,
-        offload_uuid=row.offload_uuid,
-        model=row.model,
-        prompt_tokens=row.prompt_tokens,
-        completion_tokens=row.completion_tokens,
-        latency_ms=row.latency_ms,
-        error=row.error,
-        session_version=row.session_version,
-        created_at=row.created_at,
-        note=row.note,
-        inherited=row.inherited,
+        session_id=values["session_id"],
+        id=values["id"],
+        strategy=values["strategy"],
+        status=values["status"],
+        reason=values["reason"],
+        messages_before=values["messages_before"],
+        messages_after=values["messages_after"],
+        tokens_before=values["tokens_before"],
+        tokens_after=values["tokens_after"],
+        replaced_ids=tuple(values["replaced_ids"]),
+        summary_message_id=values["summary_message_id"],
+        offload_uuid=values["offload_uuid"],
+        model=values["model"],
+        prompt_tokens=values["prompt_tokens"],
+        completion_tokens=values["completion_tokens"],
+        latency_ms=values["latency_ms"],
+        error=values["error"],
+        session_version=values["session_version"],
+        created_at=values.get("created_at"),
+        note=values.get("note"),
+        inherited=bool(values.get("inherited", False)),
     )
 
 

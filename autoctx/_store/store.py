@@ -31,7 +31,7 @@ from .._config import AutoContextConfig
 from .._errors import InvalidMessage, OffloadNotFound, SessionNotFound
 from .._events import Event
 from .._gc import paused_gc
-from .._intake import OpenCalls, Prepared, bind
+from .._intake import OpenCalls, Prepared, bind, open_calls_at_tail
 from .._messages import Msg, json_text
 from .._plans import Edit, Snapshot
 from .._structure import MsgMeta, meta_of
@@ -39,6 +39,7 @@ from .rows import (
     SessionInfo,
     array_literal,
     event_from_row,
+    event_of,
     event_row,
     message_row,
     msg_from_columns,
@@ -729,17 +730,9 @@ class SessionStore(TenantScope):
         window = 32
         while True:
             rows = conn.exec_driver_sql(TAIL_CALLS, {"sid": self.session_id, "n": window}).all()
-            answered: set[str] = set()
-            for role, call_ids, result_ids, tool_names in rows:
-                if role == "tool":
-                    answered.update(result_ids)
-                    continue
-                names = list(tool_names)
-                return {
-                    call: names[k] if k < len(names) else ""
-                    for k, call in enumerate(call_ids)
-                    if call not in answered
-                }
+            found = open_calls_at_tail(rows)
+            if found is not None:
+                return found
             if len(rows) < window:
                 return {}
             window *= 4
@@ -968,29 +961,7 @@ class SessionStore(TenantScope):
                 updated_at=sa.func.now(),
             )
         )
-        return [
-            Event(
-                session_id=self.session_id,
-                id=e["id"],
-                strategy=e["strategy"],
-                status="applied",
-                reason=reason,
-                messages_before=e["messages_before"],
-                messages_after=e["messages_after"],
-                tokens_before=e["tokens_before"],
-                tokens_after=e["tokens_after"],
-                replaced_ids=tuple(e["replaced_ids"]),
-                summary_message_id=e["summary_message_id"],
-                offload_uuid=e["offload_uuid"],
-                model=e["model"],
-                prompt_tokens=e["prompt_tokens"],
-                completion_tokens=e["completion_tokens"],
-                latency_ms=e["latency_ms"],
-                error=None,
-                session_version=version,
-            )
-            for e in event_rows
-        ]
+        return [event_of(e) for e in event_rows]
 
     def record_event(
         self,

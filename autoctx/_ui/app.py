@@ -130,7 +130,7 @@ class Page:
 
 
 class Console:
-    """The pages of one console: a read-only store of one tenant scope, and the templates."""
+    """The pages of one console: a read-only catalog of one tenant scope, and the templates."""
 
     def __init__(self, engine: Engine, tenant: str | None) -> None:
         if jinja2 is None:
