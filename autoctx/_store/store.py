@@ -170,24 +170,17 @@ class SessionStore(TenantScope):
     Bound to one session id and the incarnation it first sees (the module docstring), and the
     only owner of that session's caches: the planning snapshot, the tail (the version this
     store's last write produced and the open calls then) and the totals of its latest append.
-    The lifecycle (`lifecycle.fork`, `lifecycle.erase`) and search work on the session through
-    its internal API (`transaction`, `row_condition`, `lock_row`, `alive_condition`,
-    `check_alive`, `rewritten`), never through these caches.
+    Fork and erasure (`lifecycle.fork`, `lifecycle.erase`) work on the session through its
+    internal API (`transaction`, `statement`, `scope`, `row_condition`, `lock_row`,
+    `rewritten`), never through these caches; search takes it as a tenant scope.
     """
 
-    def __init__(
-        self,
-        engine: Engine,
-        session_id: str,
-        tenant: str | None = None,
-        *,
-        incarnation: uuid_mod.UUID | None = None,
-    ) -> None:
+    def __init__(self, engine: Engine, session_id: str, tenant: str | None = None) -> None:
         super().__init__(engine, tenant)
         self.session_id = session_id
         #: The incarnation of the id this store works on (see the module docstring); None until
         #: the first read of the session row binds it.
-        self._incarnation = incarnation
+        self._incarnation: uuid_mod.UUID | None = None
         self._snapshot: _CachedSnapshot | None = None
         #: The version this store's last write produced and the open calls then: what the
         #: one-statement append checks against.
