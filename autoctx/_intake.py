@@ -9,7 +9,7 @@ is validated as a whole before anything is written, so a rejected `add([...])` s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -392,6 +392,36 @@ def prepare(
         tokens = count_tokens(msg, counter)
         out.append(Prepared(msg, tokens, chars, is_final_answer(msg), metadata_json))
     return out
+
+
+#: A message as the open-call rule reads it: role, call ids, result ids, tool names.
+CallShape = tuple[str, Sequence[str], Sequence[str], Sequence[str]]
+
+
+def open_calls_at_tail(newest_first: Iterable[CallShape]) -> dict[str, str] | None:
+    """The newest tool group's calls still without results (call id -> tool name), from a
+    context's messages newest first; None when they are all tool results (the caller reads
+    further back, or has the whole context: then nothing is open). Pure: the store reads the
+    tail, a fork cuts a context, and both ask this."""
+    answered: set[str] = set()
+    for role, call_ids, result_ids, tool_names in newest_first:
+        if role == "tool":
+            answered.update(result_ids)
+            continue
+        names = list(tool_names)
+        return {
+            call: names[k] if k < len(names) else ""
+            for k, call in enumerate(call_ids)
+            if call not in answered
+        }
+    return None
+
+
+def stand_in(rest: Prepared, *, replaced_final: bool) -> Prepared:
+    """`rest` as the message that takes a popped message's place (`pop_last`'s remainder),
+    its final-answer flag from the kinds table (docs/design.md §1) given whether the message it
+    stands for was the final answer. Pure: the store writes what this decides."""
+    return replace(rest, final=is_final_answer(rest.msg, replaced_final=replaced_final))
 
 
 def bind(prepared: Sequence[Prepared], open_calls: OpenCalls, *, session_id: str) -> list[Prepared]:

@@ -60,7 +60,7 @@ from ._errors import (
     SessionNotFound,
 )
 from ._events import Event
-from ._intake import Prepared, prepare
+from ._intake import Prepared, prepare, stand_in
 from ._messages import Msg, coerce_messages, to_openai_messages
 from ._observe import CompressionHooks, Observer, hooks_of
 from ._prompts import RELOAD_SNIPPET
@@ -78,10 +78,9 @@ from ._search import (
 from ._sessions import SessionInfo
 from ._store import lifecycle
 from ._store import search as search_store
-from ._store.bound import BoundStore
 from ._store.claims import SessionClaim, claimed
 from ._store.rows import search_config_of
-from ._store.store import Store
+from ._store.store import SessionStore
 from ._summarizers import (
     AsyncSummarizer,
     OfflineSummarizer,
@@ -165,7 +164,7 @@ class AutoContextMemory:
 
     def __init__(
         self,
-        store: Store,
+        store: SessionStore,
         info: SessionInfo,
         config: AutoContextConfig,
         summarizer: Summarizer,
@@ -269,7 +268,7 @@ class AutoContextMemory:
         prepared = prepare(
             msgs, self._counter, max_chars=self.config.max_message_chars, session_id=self.session_id
         )
-        return self._store.append(self.session_id, prepared)
+        return self._store.append(prepared)
 
     def compress_if_needed(self) -> list[Event]:
         """Run the compression loop if the trigger holds; returns this call's events, and
@@ -381,9 +380,9 @@ class AutoContextMemory:
     def _compression(self) -> tuple[Compressor, SessionInfo]:
         """The compressor of one `compress_if_needed()` call and the totals it starts from."""
         self._check_open()
-        info = self._store.totals(self.session_id)
+        info = self._store.totals()
         compressor = Compressor(
-            BoundStore(self._store, self.session_id),
+            self._store,
             self.session_id,
             self.config,
             self._counter,
@@ -406,20 +405,20 @@ class AutoContextMemory:
         """
         self._check_open()
 
-        def remainder(last: Msg) -> Prepared | None:
+        def remainder(last: Msg, last_final: bool) -> Prepared | None:
             rest = split(last) if split is not None else None
             if rest is None:
                 return None
-            return _checked_remainder(rest, last, self)
+            return stand_in(_checked_remainder(rest, last, self), replaced_final=last_final)
 
-        return self._store.pop_last(self.session_id, remainder, config=self.config.to_json())
+        return self._store.pop_last(remainder, config=self.config.to_json())
 
     @_serialized
     def clear(self) -> Event:
         """Empty the working context; every original, offload and lineage row stays (clearing
         is not deleting). Recorded as an applied event: strategy 0, reason 'clear'."""
         self._check_open()
-        return self._store.clear(self.session_id, config=self.config.to_json())
+        return self._store.clear(config=self.config.to_json())
 
     @_serialized
     def _replace_working(self, messages: MessageInput) -> list[Msg]:
@@ -433,9 +432,7 @@ class AutoContextMemory:
             max_chars=self.config.max_message_chars,
             session_id=self.session_id,
         )
-        _, stored = self._store.replace_working(
-            self.session_id, prepared, config=self.config.to_json()
-        )
+        _, stored = self._store.replace_working(prepared, config=self.config.to_json())
         return stored
 
     @_serialized
@@ -443,7 +440,7 @@ class AutoContextMemory:
         """Attach a plan (goal, steps with states, expected outcome) for the summaries' plan
         hint; None removes it."""
         self._check_open()
-        self._store.set_plan(self.session_id, validate_plan(plan) if plan is not None else None)
+        self._store.set_plan(validate_plan(plan) if plan is not None else None)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -459,7 +456,7 @@ class AutoContextMemory:
     @_serialized
     def _working(self) -> list[Msg]:
         self._check_open()
-        return self._store.load_working(self.session_id)
+        return self._store.load_working()
 
     def to_openai(self) -> list[dict[str, Any]]:
         """The working context as OpenAI Chat Completions messages."""
@@ -475,7 +472,7 @@ class AutoContextMemory:
     def refresh(self) -> SessionInfo:
         """Re-read the session row (one primary-key read)."""
         self._check_open()
-        self._info = self._store.totals(self.session_id)
+        self._info = self._store.totals()
         return self._info
 
     def token_count(self) -> int:
@@ -499,7 +496,7 @@ class AutoContextMemory:
         the totals that append committed (no read). After an `add()`, `compress_if_needed()`
         only has work when this holds, so an agent loop can skip that call's read of the
         session row; another writer's later appends are seen by the next check."""
-        totals = self._store.totals_after_append(self.session_id)
+        totals = self._store.totals_after_append()
         return totals is None or trigger_of(*totals, self.config).fired
 
     @_serialized
@@ -512,7 +509,7 @@ class AutoContextMemory:
     def events(self) -> list[Event]:
         """Every compression event of the session, oldest first."""
         self._check_open()
-        return self._store.events(self.session_id)
+        return self._store.events()
 
     # -- reload -----------------------------------------------------------------------------
 
@@ -619,12 +616,12 @@ class AutoContextMemory:
         self, offload: uuid.UUID, session_id: str | None, *, originals: bool = False
     ) -> list[Msg]:
         if session_id is None:
-            return self._store.reload(self.session_id, offload, originals=originals)
+            return self._store.reload(offload, originals=originals)
         return search_store.reload_in_tenant(self._store, session_id, offload, originals=originals)
 
     def _reload_message(self, message_id: int, session_id: str | None) -> Msg:
         if session_id is None:
-            incarnation = self._store.incarnation(self.session_id)
+            incarnation = self._store.incarnation()
             return search_store.load_message(
                 self._store, self.session_id, message_id, incarnation=incarnation
             )
@@ -652,7 +649,7 @@ class AutoContextMemory:
         text = validate_query(query)
         where = validate_scope(scope)
         count = validate_limit(limit)
-        incarnation = self._store.incarnation(self.session_id)
+        incarnation = self._store.incarnation()
         if where == "session":
             return search_store.search_session(
                 self._store, self.session_id, text, count, incarnation=incarnation
@@ -687,7 +684,7 @@ class AutoContextMemory:
         self._check_open()
         _arguments.session_id(new_session_id)
         at = None if at_message is None else _arguments.message_id(at_message, "at_message")
-        info = lifecycle.fork(self._store, self.session_id, new_session_id, at)
+        info = lifecycle.fork(self._store, new_session_id, at)
         # The child is opened like any memory, through this one's client: the client closes
         # it, runs its background compressions, and it keeps this memory's background mode.
         # A summarizer this memory made itself is closed with it, so the child makes its own.
@@ -727,7 +724,6 @@ class AutoContextMemory:
         note = _arguments.reason(reason)
         return lifecycle.erase(
             self._store,
-            self.session_id,
             ids,
             note=note,
             rewrite=_rewrite_with(self.config, self._counter),
@@ -741,7 +737,7 @@ class AutoContextMemory:
     def delete(self) -> None:
         """Delete the session and everything of it, and close the memory."""
         self._check_open()
-        self._store.delete_session(self.session_id, self.tenant)
+        self._store.delete_session()
         self.close()
 
     def close(self) -> None:
@@ -778,19 +774,19 @@ class AutoContextMemory:
         a message's content changes only when one of them does) and its working message ids
         (the last `limit` of them)."""
         self._check_open()
-        erasures, ids = self._store.working_ids(self.session_id, limit)
-        return (self._store.incarnation(self.session_id), erasures), ids
+        erasures, ids = self._store.working_ids(limit)
+        return (self._store.incarnation(), erasures), ids
 
     @_serialized
     def _message_documents(self, ids: Sequence[int]) -> list[tuple[int, str, str, Any, Any]]:
         """Stored messages as (id, role, kind, content, metadata) JSON, for those ids."""
         self._check_open()
-        return self._store.message_documents(self.session_id, ids)
+        return self._store.message_documents(ids)
 
     @_serialized
     def _count_originals(self) -> int:
         self._check_open()
-        return self._store.count_originals(self.session_id)
+        return self._store.count_originals()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -936,17 +932,15 @@ def open_memory(
     checked = options_argument(options)
     given = config = config_argument(config)
     config = config or AutoContextConfig()
-    store = Store(client.engine, tenant)
-    info = store.get_session(session_id, tenant)
+    store = SessionStore(client.engine, session_id, tenant)
+    info = store.get_session()
     if info is None:
         if not create:
             raise SessionNotFound(
                 f"session {session_id!r} does not exist; open it with create=True to start it"
             )
         counter = TokenCounter(config.model)
-        info = store.create_session(
-            session_id, tenant=tenant, config=config, encoding=counter.encoding_name
-        )
+        info = store.create_session(config=config, encoding=counter.encoding_name)
     elif given is None:
         # Reopening without a config keeps the thresholds the session was run with (read
         # back from the database: checked, an InvalidStoredConfig naming the session if not).
@@ -958,7 +952,7 @@ def open_memory(
         config = _with_search_config(config, info)
     if config.to_json() != info.config:
         # The thresholds in force are recorded on the session (and on each event).
-        store.set_config(session_id, config.to_json())
+        store.set_config(config.to_json())
     chosen = summarizer if summarizer is not None else default_summarizer()
     logger.info(
         "autoctx: session %r: %s",

@@ -19,12 +19,12 @@ from ._errors import InvalidExport, SessionNotFound
 from ._exports import build_document, parse_document
 from ._sessions import SessionInfo
 from ._store import lifecycle
-from ._store.store import Store
+from ._store.catalog import Catalog
 
 
-def _store(database_url: str | URL | None, tenant: str | None, *, upgrade: bool) -> Store:
+def _catalog(database_url: str | URL | None, tenant: str | None, *, upgrade: bool) -> Catalog:
     client = AutoContextClient.shared(database_url, auto_upgrade=upgrade)
-    return Store(client.engine, tenant)
+    return Catalog(client.engine, tenant)
 
 
 def export_session(
@@ -34,8 +34,8 @@ def export_session(
     every row of it, read in one consistent view. With `tenant`, a session of another tenant
     is unknown (`SessionNotFound`)."""
     _arguments.session_id(session_id)
-    store = _store(database_url, _arguments.tenant(tenant), upgrade=False)
-    rows = lifecycle.read_rows(store, session_id, tenant)
+    catalog = _catalog(database_url, _arguments.tenant(tenant), upgrade=False)
+    rows = lifecycle.read_rows(catalog, session_id, tenant)
     if rows is None:
         raise SessionNotFound(
             f"session {session_id!r} does not exist in this database; list the sessions with "
@@ -60,8 +60,8 @@ def import_session(
     rows = parse_document(document)
     sid = _arguments.session_id(rows.session["session_id"])
     tenant = _arguments.tenant(rows.session["tenant"])
-    store = _store(database_url, tenant, upgrade=True)
-    info = lifecycle.write_rows(store, rows)
+    catalog = _catalog(database_url, tenant, upgrade=True)
+    info = lifecycle.write_rows(catalog, rows)
     assert info.session_id == sid
     return info
 
@@ -100,6 +100,6 @@ def purge_sessions(
     every tenant. With `dry_run`, delete nothing and return what would go. Returns the
     sessions, oldest first. Forks own their rows: a fork of a purged session stays."""
     age = _arguments.duration(older_than)
-    store = _store(database_url, _arguments.tenant(tenant), upgrade=False)
+    catalog = _catalog(database_url, _arguments.tenant(tenant), upgrade=False)
     cutoff = (now or datetime.now(UTC)) - age
-    return lifecycle.purge(store, cutoff, tenant=tenant, dry_run=dry_run)
+    return catalog.purge(cutoff, tenant=tenant, dry_run=dry_run)

@@ -55,7 +55,7 @@ import autoctx._intake
 import autoctx._memory
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
 from autoctx._intake import count_tokens
-from autoctx._store.store import Store
+from autoctx._store.store import SessionStore
 from autoctx._tokens import TokenCounter
 
 SESSION = "bench-append"
@@ -146,7 +146,7 @@ def instrumented(engine: sa.Engine) -> Iterator[None]:
         with (
             patched(autoctx._memory, "prepare", timed("prepare", autoctx._memory.prepare)),
             patched(autoctx._intake, "count_tokens", timed("count", autoctx._intake.count_tokens)),
-            patched(Store, "append", timed("store", Store.append)),
+            patched(SessionStore, "append", timed("store", SessionStore.append)),
             # The commit's round trip (and WAL flush) is database time too.
             patched(engine.dialect, "do_commit", timed("commit", engine.dialect.do_commit)),
         ):

@@ -41,6 +41,8 @@ from autoctx._store.database import (
     normalize_url,
     upgrade,
 )
+from autoctx._store.rows import event_row
+from autoctx._store.tables import compression_events
 from autoctx._summarizers import OFFLINE_MODEL
 from tests.dbsql import sql
 from tests.histories import long_task
@@ -291,7 +293,7 @@ def population(db_url: str) -> Population:
     # A fork of the chat that then erases the chat's first user message in its own copy.
     pop.fork_id = f"audit-chat-fork-{tag:x}"
     child = chat.fork(pop.fork_id)
-    early = child._store.load_messages(pop.fork_id, range(1, 20))
+    early = child._store.load_messages(range(1, 20))
     first_user = min(i for i, m in early.items() if m.role == "user" and m.kind == "original")
     child.erase([first_user], reason="user request #1")
     return pop
@@ -332,6 +334,30 @@ def test_the_population_exercises_every_outcome(population: Population) -> None:
 # ---------------------------------------------------------------------------------------------
 # autoctx_savings_by_strategy
 # ---------------------------------------------------------------------------------------------
+
+
+def test_every_writer_of_events_builds_its_row_with_the_same_columns() -> None:
+    """One builder for the rows of `compression_events` (an apply, a recorded attempt, a pop,
+    a clear, a fork and an erasure all call it): it names every column the audit reads, and
+    only the database fills the rest (the time, and the mark of a fork's inherited copies)."""
+    row = event_row(
+        "s",
+        7,
+        strategy=0,
+        status="applied",
+        reason="clear",
+        messages=(3, 0),
+        tokens=(90, 0),
+        replaced_ids=(4, 5, 6),
+        replaced_tokens=90,
+        session_version=12,
+        config={"max_tokens": 1000},
+    )
+    assert set(row) == {c.name for c in compression_events.c} - {"created_at", "inherited"}
+    totals = ("messages_before", "messages_after", "tokens_before", "tokens_after")
+    assert tuple(row[k] for k in totals) == (3, 0, 90, 0)
+    assert (row["id"], row["replaced_ids"], row["session_version"]) == (7, [4, 5, 6], 12)
+    assert row["error"] is None and row["note"] is None
 
 
 def test_savings_by_strategy_adds_up_the_events(population: Population) -> None:

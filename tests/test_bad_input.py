@@ -657,7 +657,7 @@ def test_metadata_that_only_looks_suspicious_is_stored_exactly(ctx: Ctx) -> None
         "deep": _nested(199),
     }
     (stored,) = ctx.mem.add(Msg.user("hi", metadata=metadata))
-    (back,) = ctx.mem._store.load_messages(ctx.mem.session_id, [cast(int, stored.id)]).values()
+    (back,) = ctx.mem._store.load_messages([cast(int, stored.id)]).values()
     assert back.metadata == metadata
     assert_totals_match(ctx.mem)
 

@@ -14,7 +14,7 @@ import shlex
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
@@ -33,7 +33,7 @@ from autoctx._cli import root as cli_root
 from autoctx._demo import generate
 from autoctx._plot import Mark, Point, Series, reconstruct, render
 from autoctx._store.inspect import message_stamps
-from autoctx._store.store import Store
+from autoctx._store.store import SessionStore
 
 UNREACHABLE = "postgresql://x@127.0.0.1:1/db"
 # Wide enough that no table column is cut short; the narrow layout has its own test.
@@ -69,21 +69,26 @@ def demo_id(demo_run: tuple[str, Result]) -> str:
     return demo_run[0]
 
 
+#: The store of a session, by its id (a store is bound to one session).
+StoreOf = Callable[[str], SessionStore]
+
+
 @pytest.fixture(scope="module")
-def store(db_url: str) -> Store:
-    return Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine)
+def store(db_url: str) -> StoreOf:
+    engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
+    return lambda session_id: SessionStore(engine, session_id)
 
 
 # -- demo -----------------------------------------------------------------------------------
 
 
-def test_demo_runs_end_to_end_and_compresses(demo_run: tuple[str, Result], store: Store) -> None:
+def test_demo_runs_end_to_end_and_compresses(demo_run: tuple[str, Result], store: StoreOf) -> None:
     session_id, result = demo_run
     out = result.stdout
     assert session_id.startswith("demo-")
-    info = store.get_session(session_id)
+    info = store(session_id).get_session()
     assert info is not None
-    events = store.events(session_id)
+    events = store(session_id).events()
     applied = [e for e in events if e.status == "applied"]
     assert applied, "the small demo must compress at least once"
     # Every event was printed live with its offload's short id.
@@ -110,7 +115,7 @@ def test_demo_runs_end_to_end_and_compresses(demo_run: tuple[str, Result], store
 def test_demo_stays_within_the_window_after_every_step(demo_id: str, db_url: str) -> None:
     series = reconstruct(
         message_stamps(AutoContextClient.shared(db_url, auto_upgrade=False).engine, demo_id),
-        Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine).events(demo_id),
+        SessionStore(AutoContextClient.shared(db_url, auto_upgrade=False).engine, demo_id).events(),
     )
     assert max(p.tokens for p in series.points) < 32_000
 
@@ -189,10 +194,10 @@ def test_db_current_and_upgrade_on_a_fresh_database(empty_db_url: str) -> None:
 # -- inspection -----------------------------------------------------------------------------
 
 
-def test_sessions_lists_and_filters(demo_id: str, db_url: str, store: Store) -> None:
+def test_sessions_lists_and_filters(demo_id: str, db_url: str, store: StoreOf) -> None:
     result = invoke(["sessions", "--prefix", "demo-", "--database-url", db_url])
     assert result.exit_code == 0, result.stderr
-    info = store.get_session(demo_id)
+    info = store(demo_id).get_session()
     assert info is not None
     row = next(line for line in result.stdout.splitlines() if demo_id in line)
     assert f"{info.token_count:,}" in row and str(info.message_count) in row
@@ -211,10 +216,10 @@ def test_sessions_refuses_a_tenant_filter_that_is_no_tenant_name(
     assert_one_line_error(invoke(["sessions", "--tenant", tenant, "-d", db_url]), needle)
 
 
-def test_show_lists_the_working_context(demo_id: str, db_url: str, store: Store) -> None:
+def test_show_lists_the_working_context(demo_id: str, db_url: str, store: StoreOf) -> None:
     result = invoke(["show", demo_id, "--database-url", db_url])
     assert result.exit_code == 0, result.stderr
-    working = store.load_working(demo_id)
+    working = store(demo_id).load_working()
     # One row per message (its content wraps onto lines of its own below the row's first).
     row = re.compile(r"^\s*(\d+)\s+(\d+)\s+(system|user|assistant|tool)\*?\s+(\S+)\s", re.M)
     rows = row.findall(result.stdout)
@@ -229,27 +234,27 @@ def test_show_lists_the_working_context(demo_id: str, db_url: str, store: Store)
     assert full.stdout.count("<!-- CONTEXT_OFFLOAD: uuid=") >= len(derived)
 
 
-def test_history_shows_every_event(demo_id: str, db_url: str, store: Store) -> None:
+def test_history_shows_every_event(demo_id: str, db_url: str, store: StoreOf) -> None:
     result = invoke(["history", demo_id, "--database-url", db_url])
     assert result.exit_code == 0, result.stderr
-    events = store.events(demo_id)
+    events = store(demo_id).events()
     for e in events:
         assert re.search(rf"^\s*{e.id}\s+\S+\s+S{e.strategy} ", result.stdout, re.M)
         assert f"{e.tokens_before:,}→{e.tokens_after:,}" in result.stdout
     assert "events per kind" in result.stdout
 
 
-def test_history_fits_a_narrow_terminal(demo_id: str, db_url: str, store: Store) -> None:
+def test_history_fits_a_narrow_terminal(demo_id: str, db_url: str, store: StoreOf) -> None:
     result = invoke(["history", demo_id, "-d", db_url], env={"COLUMNS": "80"})
     assert result.exit_code == 0
     assert max(len(line) for line in result.stdout.splitlines()) <= 80
-    first = store.events(demo_id)[0]
+    first = store(demo_id).events()[0]
     assert str(first.offload_uuid)[:8] in result.stdout  # the id to reload stays whole
 
 
-def test_lineage_walks_down_to_the_originals(demo_id: str, db_url: str, store: Store) -> None:
+def test_lineage_walks_down_to_the_originals(demo_id: str, db_url: str, store: StoreOf) -> None:
     engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
-    summary = next(e.summary_message_id for e in store.events(demo_id) if e.strategy in (1, 4, 6))
+    summary = next(e.summary_message_id for e in store(demo_id).events() if e.strategy in (1, 4, 6))
     with engine.connect() as conn:
         originals = (
             conn.execute(
@@ -281,9 +286,9 @@ def test_lineage_walks_down_to_the_originals(demo_id: str, db_url: str, store: S
     assert "covered now by #" in below.stdout
 
 
-def test_reload_prints_the_offloaded_originals(demo_id: str, db_url: str, store: Store) -> None:
-    event = next(e for e in store.events(demo_id) if e.offload_uuid is not None)
-    originals = store.reload(demo_id, event.offload_uuid)  # type: ignore[arg-type]
+def test_reload_prints_the_offloaded_originals(demo_id: str, db_url: str, store: StoreOf) -> None:
+    event = next(e for e in store(demo_id).events() if e.offload_uuid is not None)
+    originals = store(demo_id).reload(event.offload_uuid)  # type: ignore[arg-type]
     full = invoke(["reload", demo_id, str(event.offload_uuid), "--database-url", db_url])
     assert full.exit_code == 0, full.stderr
     assert f"{len(originals)} message(s)" in full.stdout
@@ -296,7 +301,7 @@ def test_reload_prints_the_offloaded_originals(demo_id: str, db_url: str, store:
 
 
 def test_plot_writes_a_png_that_matches_the_totals(
-    demo_id: str, db_url: str, store: Store, tmp_path: Path
+    demo_id: str, db_url: str, store: StoreOf, tmp_path: Path
 ) -> None:
     out = tmp_path / "tokens.png"
     result = invoke(["plot", demo_id, "-o", str(out), "--database-url", db_url])
@@ -305,8 +310,8 @@ def test_plot_writes_a_png_that_matches_the_totals(
     assert out.stat().st_size > 20_000
     # The replayed series ends exactly at the session's stored totals.
     engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
-    series = reconstruct(message_stamps(engine, demo_id), store.events(demo_id))
-    info = store.get_session(demo_id)
+    series = reconstruct(message_stamps(engine, demo_id), store(demo_id).events())
+    info = store(demo_id).get_session()
     assert info is not None
     last = series.points[-1]
     assert (last.tokens, last.messages) == (info.token_count, info.message_count)
@@ -316,7 +321,7 @@ def test_plot_writes_a_png_that_matches_the_totals(
 
 
 def test_export_writes_the_whole_session(
-    demo_id: str, db_url: str, store: Store, tmp_path: Path
+    demo_id: str, db_url: str, store: StoreOf, tmp_path: Path
 ) -> None:
     out = tmp_path / "session.json"
     result = invoke(["export", demo_id, "-o", str(out), "--database-url", db_url])
@@ -325,13 +330,13 @@ def test_export_writes_the_whole_session(
     mem = AutoContextMemory.open(demo_id, db_url, summarizer=OfflineSummarizer(), create=False)
     assert doc["working_context"] == mem.to_openai()
     assert doc["session"]["token_count"] == mem.token_count()
-    events = store.events(demo_id)
+    events = store(demo_id).events()
     assert [e["id"] for e in doc["events"]] == [e.id for e in events]
     with_offload = [e for e in events if e.offload_uuid is not None]
     assert {o["uuid"] for o in doc["offloads"]} == {str(e.offload_uuid) for e in with_offload}
     first = doc["offloads"][0]
     assert [m["message"] for m in first["messages"]] == [
-        m.to_openai() for m in store.reload(demo_id, uuid.UUID(first["uuid"]))
+        m.to_openai() for m in store(demo_id).reload(uuid.UUID(first["uuid"]))
     ]
     # Standard output when no file is given.
     piped = invoke(["export", demo_id, "-d", db_url])
@@ -506,8 +511,8 @@ def test_sessions_keeps_ids_whole_in_a_narrow_terminal(db_url: str) -> None:
     assert any(session_id in line for line in lines), "\n".join(lines)
 
 
-def test_sessions_history_and_show_print_json(demo_id: str, db_url: str, store: Store) -> None:
-    info = store.get_session(demo_id)
+def test_sessions_history_and_show_print_json(demo_id: str, db_url: str, store: StoreOf) -> None:
+    info = store(demo_id).get_session()
     assert info is not None
     listed = invoke(["sessions", "--prefix", demo_id, "--json", "-d", db_url])
     assert listed.exit_code == 0, listed.stderr
@@ -522,7 +527,7 @@ def test_sessions_history_and_show_print_json(demo_id: str, db_url: str, store: 
         }
     ]
 
-    events = store.events(demo_id)
+    events = store(demo_id).events()
     history = invoke(["history", demo_id, "--json", "-d", db_url])
     assert history.exit_code == 0, history.stderr
     rows = json.loads(history.stdout)
@@ -533,7 +538,7 @@ def test_sessions_history_and_show_print_json(demo_id: str, db_url: str, store: 
         assert (row["strategy"], row["status"], row["reason"]) == (e.strategy, e.status, e.reason)
         assert (row["tokens_before"], row["tokens_after"]) == (e.tokens_before, e.tokens_after)
 
-    working = store.load_working(demo_id)
+    working = store(demo_id).load_working()
     shown = invoke(["show", demo_id, "--json", "-d", db_url])
     assert shown.exit_code == 0, shown.stderr
     doc = json.loads(shown.stdout)
@@ -591,9 +596,9 @@ def test_help_keeps_every_example_on_its_own_line() -> None:
 
 
 def test_reload_refuses_a_prefix_shorter_than_eight(
-    demo_id: str, db_url: str, store: Store
+    demo_id: str, db_url: str, store: StoreOf
 ) -> None:
-    offload = str(next(e.offload_uuid for e in store.events(demo_id) if e.offload_uuid))
+    offload = str(next(e.offload_uuid for e in store(demo_id).events() if e.offload_uuid))
     for prefix in (offload[:4], offload[:7]):
         result = invoke(["reload", demo_id, prefix, "-d", db_url])
         assert_one_line_error(result, prefix, "too short", "at least 8", "autoctx history")
@@ -702,7 +707,7 @@ def kinds_session(db_url: str) -> Iterator[tuple[str, str]]:
 
 
 def test_history_piped_at_80_columns_keeps_every_field_whole(
-    kinds_session: tuple[str, str], db_url: str, store: Store
+    kinds_session: tuple[str, str], db_url: str, store: StoreOf
 ) -> None:
     session_id, _ = kinds_session
     proc = run_cli(["history", session_id, "-d", db_url])
@@ -710,7 +715,7 @@ def test_history_piped_at_80_columns_keeps_every_field_whole(
     out = proc.stdout
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 80, out
-    events = store.events(session_id)
+    events = store(session_id).events()
     assert any(e.status == "failed" and e.error for e in events)
     text = flat(out)
     for e in events:
@@ -749,7 +754,7 @@ def test_piped_output_has_no_padding_at_line_ends(
 
 
 def test_history_names_pop_erase_clear_and_fork_and_saves_nothing_for_them(
-    kinds_session: tuple[str, str], db_url: str, store: Store
+    kinds_session: tuple[str, str], db_url: str, store: StoreOf
 ) -> None:
     session_id, child = kinds_session
     out = run_cli(["history", session_id, "-d", db_url]).stdout
@@ -757,7 +762,7 @@ def test_history_names_pop_erase_clear_and_fork_and_saves_nothing_for_them(
     for kind in ("pop", "erase", "clear"):
         event = next(
             e
-            for e in store.events(session_id)
+            for e in store(session_id).events()
             if e.strategy == 0 and e.reason == {"pop": "manual"}.get(kind, kind)
         )
         block = re.search(rf"^event {event.id}  {kind}  applied .*?(?=\n\n)", out, re.S | re.M)
@@ -767,14 +772,14 @@ def test_history_names_pop_erase_clear_and_fork_and_saves_nothing_for_them(
         assert row is not None, out
     assert "why erase: user request #5521" in flat(out)
     forked = run_cli(["history", child, "-d", db_url]).stdout
-    fork = store.events(child)[-1]
+    fork = store(child).events()[-1]
     assert fork.reason == "fork"
     assert re.search(rf"^event {fork.id}  fork  applied ", forked, re.M), forked
     # Wide enough, the same events are a table of every column, the kinds named there too.
     wide = run_cli(["history", session_id, "-d", db_url], columns=400).stdout
     assert re.search(r"^\s*\d+\s+\S+\s+erase\s+applied\s+erase: user request #5521", wide, re.M)
     assert "S0" not in wide
-    for e in store.events(session_id):
+    for e in store(session_id).events():
         if e.error:
             assert " ".join(e.error.split()) in wide
 
@@ -784,9 +789,9 @@ def _fmt(value: datetime | None) -> str:
 
 
 def test_lineage_piped_at_80_columns_keeps_event_and_offload_ids_whole(
-    demo_id: str, db_url: str, store: Store
+    demo_id: str, db_url: str, store: StoreOf
 ) -> None:
-    events = {e.id: e for e in store.events(demo_id)}
+    events = {e.id: e for e in store(demo_id).events()}
     top = max(
         (e for e in events.values() if e.summary_message_id and e.strategy in (1, 4, 6, 7)),
         key=lambda e: len(e.replaced_ids),
@@ -844,23 +849,27 @@ def test_reload_prints_the_stored_text_exactly(db_url: str) -> None:
 
 
 def test_show_piped_at_80_columns_shows_content_and_whole_offload_ids(
-    demo_id: str, db_url: str, store: Store
+    demo_id: str, db_url: str, store: StoreOf
 ) -> None:
     proc = run_cli(["show", demo_id, "-d", db_url])
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80, proc.stdout
     text = flat(proc.stdout)
-    for index, msg in enumerate(store.load_working(demo_id)):
+    for index, msg in enumerate(store(demo_id).load_working()):
         assert f"[{index}] #{msg.id} {msg.role}" in text
         offload = next(
-            (str(e.offload_uuid) for e in store.events(demo_id) if e.summary_message_id == msg.id),
+            (
+                str(e.offload_uuid)
+                for e in store(demo_id).events()
+                if e.summary_message_id == msg.id
+            ),
             None,
         )
         if offload is not None:
             assert any(offload in line for line in lines), offload
     # A useful share of each message: the system prompt's first 200 characters.
-    system = store.load_working(demo_id)[0]
+    system = store(demo_id).load_working()[0]
     assert " ".join(system.text.split())[:200] in text
 
 
@@ -880,26 +889,26 @@ def test_every_command_takes_json_and_verbose_after_its_name() -> None:
 
 
 def test_lifecycle_and_db_commands_print_json(
-    kinds_session: tuple[str, str], db_url: str, store: Store, tmp_path: Path
+    kinds_session: tuple[str, str], db_url: str, store: StoreOf, tmp_path: Path
 ) -> None:
     _, session_id = kinds_session  # the fork: the parent was cleared after it
     new = f"{session_id}-j"
     forked = json.loads(run_cli(["fork", session_id, new, "--json", "-d", db_url]).stdout)
-    info = store.get_session(new)
+    info = store(new).get_session()
     assert info is not None
     assert (forked["parent"], forked["session_id"], forked["token_count"]) == (
         session_id,
         new,
         info.token_count,
     )
-    original = next(m.id for m in store.load_working(new) if m.kind == "original")
+    original = next(m.id for m in store(new).load_working() if m.kind == "original")
     erased = run_cli(["erase", new, str(original), "--reason", "test", "--json", "-d", db_url])
     assert erased.returncode == 0, erased.stderr
     doc = json.loads(erased.stdout)
     assert doc["erased_ids"] == [original]
-    assert doc["event"]["id"] == store.events(new)[-1].id and doc["event"]["reason"] == "erase"
+    assert doc["event"]["id"] == store(new).events()[-1].id and doc["event"]["reason"] == "erase"
 
-    info = store.get_session(new)
+    info = store(new).get_session()
     assert info is not None
     export = tmp_path / "s.json"
     assert invoke(["export", new, "-o", str(export), "-d", db_url]).exit_code == 0
@@ -966,12 +975,12 @@ def test_verbose_works_after_the_subcommand(db_url: str) -> None:
 
 
 def test_demo_json_prints_a_summary_on_stdout_and_the_run_on_stderr(
-    db_url: str, store: Store
+    db_url: str, store: StoreOf
 ) -> None:
     proc = run_cli(["demo", "--rounds", "1", "--steps", "0", "--json", "-d", db_url])
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    info = store.get_session(doc["session_id"])
+    info = store(doc["session_id"]).get_session()
     assert info is not None and doc["token_count"] == info.token_count
-    assert [e["id"] for e in doc["events"]] == [e.id for e in store.events(doc["session_id"])]
+    assert [e["id"] for e in doc["events"]] == [e.id for e in store(doc["session_id"]).events()]
     assert f"autoctx demo: session {doc['session_id']}" in proc.stderr

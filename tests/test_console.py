@@ -37,7 +37,7 @@ from autoctx import AutoContextClient, AutoContextConfig, AutoContextMemory, Msg
 from autoctx._cli import app
 from autoctx._store import console as db
 from autoctx._store.inspect import lineage_edges
-from autoctx._store.store import Store
+from autoctx._store.store import SessionStore
 from autoctx._ui.app import make_server, parts
 from tests.histories import SMALL, multi_round
 from tests.test_tenants import Role, login_role
@@ -96,8 +96,8 @@ def world(db_url: str) -> Iterator[World]:
     )
     summary_id = next(e.summary_message_id for e in applied if e.offload_uuid == offload)
     assert summary_id is not None
-    store = Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine)
-    stored = store.load_messages(main.session_id, range(1, 6))
+    engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
+    stored = SessionStore(engine, main.session_id).load_messages(range(1, 6))
     script_id = next(i for i, m in stored.items() if m.text == SCRIPT)
     exact_id = next(i for i, m in stored.items() if m.text == EXACT)
 
@@ -109,8 +109,7 @@ def world(db_url: str) -> Iterator[World]:
     failing.add([Msg.system("short"), Msg.user("fails")])
     for _ in range(3):
         # What the compressor records when a summarizer call fails (the library's own write).
-        store.record_event(
-            failing.session_id,
+        SessionStore(engine, failing.session_id).record_event(
             strategy=4,
             status="failed",
             reason="tokens",
@@ -278,7 +277,9 @@ def test_the_session_page_draws_the_timeline_with_limits_and_marks(
         assert f"limit-{limit}" in svg
     assert "window 20,000" in svg
     marks = sorted(int(k) for k in re.findall(r'class="mark mark-s(\d)"', svg))
-    events = Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine).events(world.main)
+    events = SessionStore(
+        AutoContextClient.shared(db_url, auto_upgrade=False).engine, world.main
+    ).events()
     assert marks == sorted(e.strategy for e in events if e.status != "failed")
     for e in events:  # each mark links to its event's row
         assert f"/events?after={e.id - 1}#e{e.id}" in svg
@@ -317,7 +318,7 @@ def _originals_behind(db_url: str, sid: str, offload: uuid.UUID) -> list[Msg]:
     """Through the library: what the offload removed, each summary among them followed down
     its lineage to the originals."""
     engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
-    removed = Store(engine).reload(sid, offload)
+    removed = SessionStore(engine, sid).reload(offload)
     ids = set()
     for m in removed:
         assert m.id is not None
@@ -327,22 +328,24 @@ def _originals_behind(db_url: str, sid: str, offload: uuid.UUID) -> list[Msg]:
         edges = lineage_edges(engine, sid, m.id)
         below = {e.summary_id for e in edges}
         ids |= {e.replaced_id for e in edges if e.replaced_id not in below}
-    found = Store(engine).load_messages(sid, ids)
+    found = SessionStore(engine, sid).load_messages(ids)
     return [found[i] for i in sorted(ids)]
 
 
 def test_an_offload_shows_the_originals_behind_it_down_through_summaries(
     ui: Served, world: World, db_url: str
 ) -> None:
-    events = Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine).events(world.main)
+    events = SessionStore(
+        AutoContextClient.shared(db_url, auto_upgrade=False).engine, world.main
+    ).events()
     nested = 0
     for e in events:
         if e.offload_uuid is None:
             continue
         expected = _originals_behind(db_url, world.main, e.offload_uuid)
-        removed = Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine).reload(
-            world.main, e.offload_uuid
-        )
+        removed = SessionStore(
+            AutoContextClient.shared(db_url, auto_upgrade=False).engine, world.main
+        ).reload(e.offload_uuid)
         nested += any(m.kind != "original" for m in removed)
         path: str | None = f"/s/{_q(world.main)}/o/{e.offload_uuid}?view=originals"
         shown: list[list[str]] = []
@@ -363,7 +366,7 @@ def test_a_summarys_page_lists_what_it_replaced_in_order(
     ui: Served, world: World, db_url: str
 ) -> None:
     engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
-    for e in Store(engine).events(world.main):
+    for e in SessionStore(engine, world.main).events():
         assert e.summary_message_id is not None
         direct = sorted(
             (x for x in lineage_edges(engine, world.main, e.summary_message_id) if x.depth == 1),

@@ -226,7 +226,7 @@ def test_a_planted_secret_is_gone_from_every_row_and_index(open_mem: Opener, sec
     )
     assert note.note == "user request #5521"
     # Tombstones keep role, ids, time and lineage; the audit says which erasure touched what.
-    for m in mem._store.load_messages(mem.session_id, planted).values():
+    for m in mem._store.load_messages(planted).values():
         assert m.kind == "original"
         assert all(b.output_text == "[erased]" for b in m.tool_results)
         assert all(b.arguments == "{}" for b in m.tool_uses)
@@ -575,7 +575,7 @@ def test_a_tombstone_keeps_no_name(open_mem: Opener, secret: str) -> None:
     mem.add([Msg.user(f"hello {secret}", name=f"agent_{secret}"), Msg.assistant("hi")])
     done = mem.erase([1], reason="user request")
     assert holding(mem.engine, secret) == {}
-    (m,) = mem._store.load_messages(mem.session_id, done.erased_ids).values()
+    (m,) = mem._store.load_messages(done.erased_ids).values()
     assert m.name is None and m.text == "[erased]"
     assert_valid_session(mem)
 
@@ -741,18 +741,15 @@ def test_context_tool_answers_that_quoted_erased_text_are_erased_and_named(
     kept = _ask(other, "q5", "context_reload", {"message_id": 11, "session_id": mem.session_id})
     for sid, answer in asked:
         owner = mem if sid == mem.session_id else other
-        (msg,) = owner._store.load_messages(sid, [answer]).values()
+        (msg,) = owner._store.load_messages([answer]).values()
         assert secret in msg.tool_results[0].output_text, msg.tool_results[0].output_text
-    assert (
-        "m2.py"
-        in other._store.load_messages(other.session_id, [kept])[kept].tool_results[0].output_text
-    )
+    assert "m2.py" in other._store.load_messages([kept])[kept].tool_results[0].output_text
 
     done = mem.erase([5, 6, 7, 8], reason="user request")
 
     assert done.answers == tuple(sorted(asked))
     assert holding(mem.engine, secret) == {}
-    (still,) = other._store.load_messages(other.session_id, [kept]).values()
+    (still,) = other._store.load_messages([kept]).values()
     assert "m2.py" in still.tool_results[0].output_text  # quoted no erased message: kept
     # Each other session's answers went by an erasure event of its own, with the same reason.
     (event,) = [e for e in other.events() if e.reason == "erase"]

@@ -29,8 +29,8 @@ from autoctx import (
 )
 from autoctx._cli import app
 from autoctx._exports import parse_document
+from autoctx._store.catalog import Catalog
 from autoctx._store.lifecycle import write_rows
-from autoctx._store.store import Store
 from tests.conftest import _drop_database, clone_database
 from tests.invariants import assert_totals_match, assert_valid_openai_chat
 from tests.lifecycle import CONFIG, build, round_of
@@ -415,9 +415,9 @@ def test_what_the_database_still_refuses_is_one_autoctx_error(sound: Doc, db_url
     rows = parse_document(doc)
     rows.lineage[0]["ordinal"] = 2**40  # an integer column: "integer out of range"
     rows.messages[0]["name"] = SECRET
-    store = Store(AutoContextClient.shared(db_url, auto_upgrade=False).engine, None)
+    catalog = Catalog(AutoContextClient.shared(db_url, auto_upgrade=False).engine)
     with pytest.raises(InvalidExport) as info:
-        write_rows(store, rows)
+        write_rows(catalog, rows)
     _assert_refused(info.value, "holds a value the database refused (SQLSTATE 22003)")
     assert "out of range" not in str(info.value)
     assert _snapshot(db_url) == before

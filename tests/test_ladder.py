@@ -342,25 +342,25 @@ def test_compression_survives_a_restart(open_memory: Open, session_id: str) -> N
 def test_the_kept_snapshot_always_equals_a_fresh_read(open_memory: Open) -> None:
     """The store keeps its last snapshot and splices its own applies into it; whatever happens
     (appends, compressions, another writer's compression), it must equal a full read."""
-    from autoctx._store.store import Store
+    from autoctx._store.store import SessionStore
 
     mem = open_memory(config=SMALL)
     rival = open_memory(config=SMALL)
     kept = mem._store
 
     def fresh() -> object:
-        return Store(mem.engine).snapshot(mem.session_id)
+        return SessionStore(mem.engine, mem.session_id).snapshot()
 
     history = multi_round(13, rounds=6, steps=8)
     for chunk in (history[:40], history[40:90], history[90:]):
         mem.add(chunk)
-        assert kept.snapshot(mem.session_id) == fresh()  # appends only: incremental read
+        assert kept.snapshot() == fresh()  # appends only: incremental read
         mem.compress_if_needed()
-        assert kept.snapshot(mem.session_id) == fresh()  # own applies: spliced
+        assert kept.snapshot() == fresh()  # own applies: spliced
     rival.add(Msg.user("x " * 4000))
     rival.add(Msg.assistant("y"))
     rival.compress_if_needed()
-    assert kept.snapshot(mem.session_id) == fresh()  # someone else's events: full read
+    assert kept.snapshot() == fresh()  # someone else's events: full read
 
 
 def test_a_fold_around_kept_messages_keeps_the_snapshot_and_the_order(open_memory: Open) -> None:
@@ -368,7 +368,7 @@ def test_a_fold_around_kept_messages_keeps_the_snapshot_and_the_order(open_memor
     replaces the history around them with one summary at the place of the last folded message,
     and the store's spliced snapshot (with the working-set positions it keeps) equals a full
     read."""
-    from autoctx._store.store import Store
+    from autoctx._store.store import SessionStore
 
     config = dataclasses.replace(SMALL, max_tokens=12_000, large_payload_chars=100_000)
     mem = open_memory(config=config)
@@ -395,7 +395,7 @@ def test_a_fold_around_kept_messages_keeps_the_snapshot_and_the_order(open_memor
     # It folded around them: system messages stood between the messages it replaced.
     between = [m for m in working if m.role == "system" and min(replaced) < (m.id or 0)]
     assert [m for m in between if (m.id or 0) < max(replaced)], "a scattered fold"
-    assert kept.snapshot(mem.session_id) == Store(mem.engine).snapshot(mem.session_id)
+    assert kept.snapshot() == SessionStore(mem.engine, mem.session_id).snapshot()
     positions = [
         r.position
         for r in sql(
@@ -404,7 +404,7 @@ def test_a_fold_around_kept_messages_keeps_the_snapshot_and_the_order(open_memor
             s=mem.session_id,
         )
     ]
-    assert list(kept._snapshots[mem.session_id].positions) == positions
+    assert kept._snapshot is not None and list(kept._snapshot.positions) == positions
     assert summary.id == folds[-1].summary_message_id
     # docs/design.md §3: the history holds no more than the kept rounds, the fold's summary
     # (its budget, a margin and the tag) and the protected messages.

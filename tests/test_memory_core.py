@@ -251,6 +251,70 @@ def test_pop_last_takes_the_last_message_out_and_keeps_the_original(open_memory:
     assert open_memory(sid="empty-session").pop_last() is None
 
 
+def test_a_split_remainder_takes_the_final_answer_flag_of_the_kinds_table(
+    open_memory: Open,
+) -> None:
+    """The store writes the `final` the pure rule (`stand_in`) decided: the rest of a final
+    answer is a final answer, the rest of a tool call is not."""
+    mem = open_memory()
+    mem.add([Msg.user("q"), Msg.assistant("first part. second part.")])
+    popped = mem.pop_last(lambda last: Msg.assistant("first part."))
+    assert popped is not None and popped.text == "first part. second part."
+    mem.add(
+        [
+            Msg.user("again"),
+            Msg.assistant("look", [ToolUseBlock("c1", "ls"), ToolUseBlock("c2", "pwd")]),
+        ]
+    )
+    mem.pop_last(lambda last: Msg.assistant("look", [ToolUseBlock("c1", "ls")]))
+    rows = sql(
+        mem,
+        "select m.content->0->>'text', m.final from working_set w join messages m "
+        "on m.session_id = w.session_id and m.id = w.message_id "
+        "where w.session_id = :s and m.role = 'assistant' order by w.position",
+        s=mem.session_id,
+    )
+    assert [(text, final) for text, final in rows] == [("first part.", True), ("look", False)]
+    assert mem.token_count() == recount(mem)
+
+
+def test_a_session_store_works_on_one_session_and_the_catalog_across_them(
+    open_memory: Open, session_id: str
+) -> None:
+    """Each memory holds the store of its own session (no session id on its calls); what spans
+    sessions is the catalog's, which binds to none and keeps nothing."""
+    from autoctx._store.catalog import Catalog
+    from autoctx._store.store import SessionStore
+
+    first = open_memory(sid=f"{session_id}-one")
+    second = open_memory(sid=f"{session_id}-two")
+    first.add(Msg.user("one"))
+    second.add([Msg.user("two"), Msg.assistant("2")])
+    assert (first._store.session_id, second._store.session_id) == (
+        first.session_id,
+        second.session_id,
+    )
+    assert [m.text for m in first._store.load_working()] == ["one"]
+    catalog = Catalog(first.engine)
+    listed = catalog.list_sessions(prefix=f"{session_id}-")
+    assert sorted((s.session_id, s.message_count) for s in listed) == [
+        (first.session_id, 1),
+        (second.session_id, 2),
+    ]
+    found = catalog.session(second.session_id)
+    assert found is not None and found.incarnation == second._store.incarnation()
+    second.delete()
+    assert catalog.session(second.session_id) is None
+    assert [s.session_id for s in catalog.list_sessions(prefix=f"{session_id}-")] == [
+        first.session_id
+    ]
+    unknown = SessionStore(first.engine, f"{session_id}-never")
+    assert unknown.get_session() is None
+    with pytest.raises(SessionNotFound, match="does not exist"):
+        unknown.incarnation()
+    assert first.messages()[0].text == "one"
+
+
 def test_a_memory_appends_in_one_statement_after_its_own_write(open_memory: Open) -> None:
     mem = open_memory()
     mem.add(Msg.user("first"))  # the store does not know the session's version yet: locked path

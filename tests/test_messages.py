@@ -19,7 +19,7 @@ from autoctx import (
     from_openai_messages,
     to_openai_messages,
 )
-from autoctx._intake import OpenCalls, bind, count_tokens, prepare
+from autoctx._intake import OpenCalls, bind, count_tokens, open_calls_at_tail, prepare, stand_in
 from autoctx._structure import (
     current_round_start,
     latest_final_index,
@@ -404,3 +404,38 @@ def test_token_counter_clips_a_text_to_a_token_count() -> None:
     clipped = counter.clip(text, 12)
     assert text.startswith(clipped) and 0 < counter.count(clipped) <= 12
     assert counter.clip("short", 12) == "short"
+
+
+def test_a_stand_in_takes_the_final_flag_of_the_kinds_table() -> None:
+    """`pop_last`'s remainder: decided here, purely, and only written by the store. An original
+    is final when it is an assistant message without calls, whatever it stands for; a preview
+    or large summary is final when the message it stands for was."""
+    counter = TokenCounter("gpt-4o")
+    answer, call = prepare(
+        [Msg.assistant("done."), Msg.assistant("look", [ToolUseBlock("c1", "ls")])],
+        counter,
+        max_chars=10_000,
+        session_id="s",
+    )
+    assert stand_in(answer, replaced_final=False).final
+    assert not stand_in(call, replaced_final=True).final
+    preview = dataclasses.replace(answer, msg=dataclasses.replace(answer.msg, kind="preview"))
+    assert stand_in(preview, replaced_final=True).final
+    assert not stand_in(preview, replaced_final=False).final
+    # Nothing else of the message changes.
+    assert stand_in(preview, replaced_final=True).msg == preview.msg
+
+
+def test_the_open_calls_at_a_tail_are_the_newest_groups_unanswered_calls() -> None:
+    """One rule for the store's tail read and a fork's cut: reading back from the newest
+    message, the first message that is not a tool result names the calls, minus those the
+    results after it answered; only results in view means "read further back"."""
+    newest_first = [
+        ("tool", (), ("c2",), ("pwd",)),
+        ("assistant", ("c1", "c2", "c3"), (), ("ls", "pwd")),
+        ("assistant", ("old",), (), ("cat",)),
+    ]
+    assert open_calls_at_tail(newest_first) == {"c1": "ls", "c3": ""}
+    assert open_calls_at_tail(newest_first[:1]) is None
+    assert open_calls_at_tail([("user", (), (), ())]) == {}
+    assert open_calls_at_tail([]) is None

@@ -201,7 +201,7 @@ def test_an_add_under_the_trigger_is_one_statement_with_compression_on(
     items = varied_items()
     session.add_items_sync(copy.deepcopy(items[:3]))  # the first append locks (another path)
     mem = session.memory()
-    assert mem._store.totals_after_append(mem.session_id) == (
+    assert mem._store.totals_after_append() == (
         mem.message_count(),
         mem.token_count(),
     )
@@ -216,7 +216,7 @@ def test_an_add_under_the_trigger_is_one_statement_with_compression_on(
     finally:
         sa.event.remove(mem.engine, "before_cursor_execute", capture)
     assert [s.split()[:2] for s in statements] == [["WITH", "s"]], statements
-    assert mem._store.totals_after_append(mem.session_id) == (
+    assert mem._store.totals_after_append() == (
         mem.message_count(),
         mem.token_count(),
     )

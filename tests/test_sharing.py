@@ -94,7 +94,7 @@ def test_a_stale_memory_never_touches_the_session_created_again_under_its_id(
     # The new incarnation reaches the stale memory's version with other messages.
     new.add([Msg.user("second incarnation"), Msg.assistant("an answer")])
     before = new.to_openai()
-    assert new.version() == 1 and stale._store.totals_after_append(session_id) is not None
+    assert new.version() == 1 and stale._store.totals_after_append() is not None
 
     for name, call in _stale_calls(stale):
         with pytest.raises(SessionNotFound):

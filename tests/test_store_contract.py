@@ -16,7 +16,6 @@ from autoctx._effects import CompressionStore
 from autoctx._intake import Prepared, count_tokens
 from autoctx._plans import Edit, Snapshot
 from autoctx._replacements import Replacement, preview
-from autoctx._store.bound import BoundStore
 from autoctx._tokens import TokenCounter
 from tests.memory_store import MemorySession
 
@@ -35,7 +34,7 @@ def opened(request: pytest.FixtureRequest) -> Iterator[Opened]:
         return
     db_url: str = request.getfixturevalue("db_url")
     mem = AutoContextMemory.open(f"contract-{uuid.uuid4().hex}", db_url, CONFIG)
-    yield BoundStore(mem._store, mem.session_id), mem.add
+    yield mem._store, mem.add
     mem.delete()
 
 

@@ -32,11 +32,11 @@ from .._memory import (
     internals,
 )
 from .._plot import STRATEGY_NAMES
+from .._store.catalog import Catalog
 from .._store.database import (
     ENV_URL,
     describe,
 )
-from .._store.store import Store
 from .._summarizers import OfflineSummarizer, Summarizer, default_summarizer
 from .._tools import TOOL_NAME
 from .._transcript import render_transcript
@@ -156,7 +156,7 @@ def demo(
     summarizer: Summarizer = OfflineSummarizer() if offline else default_summarizer()
     config = demo_mod.demo_config()
     engine = AutoContextClient.shared(database_url, auto_upgrade=True).engine
-    if Store(engine).get_session(session_id) is not None:
+    if Catalog(engine).session(session_id) is not None:
         raise CliError(
             f"session {session_id!r} already exists; pass another --session, or leave it out "
             "for a fresh demo-<time> id"

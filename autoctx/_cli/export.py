@@ -12,7 +12,7 @@ import typer
 from .. import _arguments
 from .._operations import export_session
 from .._store import inspect as inspect_db
-from .._store.store import Store
+from .._store.store import SessionStore
 from .output import (
     _engine,
     _json_text,
@@ -64,9 +64,9 @@ def plot(
     from .._plot import reconstruct, render
 
     engine = _engine(database_url)
-    store = Store(engine)
-    info = _session(store, session)
-    events = store.events(session)
+    store = SessionStore(engine, session)
+    info = _session(store)
+    events = store.events()
     series = reconstruct(inspect_db.message_stamps(engine, session), events)
     path = render(
         series,

@@ -22,7 +22,8 @@ from .._messages import (
 )
 from .._plot import STRATEGY_NAMES
 from .._store import inspect as inspect_db
-from .._store.store import Store
+from .._store.catalog import Catalog
+from .._store.store import SessionStore
 from .output import (
     _add_columns,
     _clip,
@@ -88,7 +89,7 @@ def sessions(
     autoctx sessions --json | jq -r '.[].session_id'
     ```
     """
-    rows = Store(_engine(database_url)).list_sessions(
+    rows = Catalog(_engine(database_url)).list_sessions(
         tenant=_arguments.tenant(tenant), prefix=prefix
     )
     if as_json:
@@ -140,9 +141,9 @@ def show(
     autoctx show demo-20261130-101500-1a2b --full | less -R
     ```
     """
-    store = Store(_engine(database_url))
-    info = _session(store, session)
-    msgs = store.load_working(session)
+    store = SessionStore(_engine(database_url), session)
+    info = _session(store)
+    msgs = store.load_working()
     if as_json:
         _print_json(
             {
@@ -222,9 +223,9 @@ def history(
     autoctx history demo-20261130-101500-1a2b
     ```
     """
-    store = Store(_engine(database_url))
-    _session(store, session)
-    events = store.events(session)
+    store = SessionStore(_engine(database_url), session)
+    _session(store)
+    events = store.events()
     if as_json:
         _print_json([_event_json(e) for e in events])
         return
@@ -269,18 +270,18 @@ def lineage(
     ```
     """
     engine = _engine(database_url)
-    store = Store(engine)
-    _session(store, session)
+    store = SessionStore(engine, session)
+    _session(store)
     edges = inspect_db.lineage_edges(engine, session, message_id)
     chain = inspect_db.covering_chain(engine, session, message_id)
     ids = {message_id, *chain, *(e.replaced_id for e in edges)}
-    msgs = store.load_messages(session, ids)
+    msgs = store.load_messages(ids)
     if message_id not in msgs:
         raise CliError(
             f"message {message_id} does not exist in session {session!r}; the id column of "
             f"`autoctx show {session}` lists the working messages"
         )
-    events = {e.id: e for e in store.events(session)}
+    events = {e.id: e for e in store.events()}
     in_working = inspect_db.working_positions(engine, session, sorted(ids))
     children: dict[int, list[int]] = {}
     made_by: dict[int, int] = {}
@@ -433,10 +434,10 @@ def reload(
     ```
     """
     engine = _engine(database_url)
-    store = Store(engine)
-    _session(store, session)
+    store = SessionStore(engine, session)
+    _session(store)
     offload_id = _resolve_offload(engine, session, offload)
-    msgs = store.reload(session, offload_id)
+    msgs = store.reload(offload_id)
     if as_json:
         _print_json(to_openai_messages(msgs))
         return

@@ -13,7 +13,7 @@ from .. import _arguments
 from .._errors import SessionNotFound
 from .._memory import AutoContextMemory, internals
 from .._operations import import_session, purge_sessions
-from .._store.store import Store
+from .._store.catalog import Catalog
 from .._summarizers import OfflineSummarizer
 from .output import (
     _engine,
@@ -38,7 +38,7 @@ def _memory(session_id: str, tenant: str | None, database_url: str | None) -> Au
     """The memory of an existing session, in its own tenant (or `tenant`, which must be its)."""
     _arguments.session_id(session_id)
     engine = _engine(database_url)
-    info = Store(engine).get_session(session_id, _arguments.tenant(tenant))
+    info = Catalog(engine).session(session_id, _arguments.tenant(tenant))
     if info is None:
         where = "" if tenant is None else f" for tenant {tenant!r}"
         raise SessionNotFound(

@@ -37,7 +37,7 @@ from .._messages import (
 from .._plot import STRATEGY_COLORS, STRATEGY_NAMES
 from .._sessions import SessionInfo
 from .._store.database import SchemaBehind
-from .._store.store import Store
+from .._store.store import SessionStore
 from .._summarizers import OFFLINE_MODEL
 from .._tags import OFFLOAD_TAG_RE
 from .._transcript import render_transcript
@@ -246,9 +246,9 @@ def _engine(database_url: str | None) -> Engine:
     return AutoContextClient.shared(database_url, auto_upgrade=False).engine
 
 
-def _session(store: Store, session_id: str) -> SessionInfo:
-    _arguments.session_id(session_id)
-    info = store.get_session(session_id)
+def _session(store: SessionStore) -> SessionInfo:
+    session_id = _arguments.session_id(store.session_id)
+    info = store.get_session()
     if info is None:
         raise SessionNotFound(
             f"session {session_id!r} does not exist in this database; list the sessions with "

@@ -27,7 +27,7 @@ from .._search import (
     validate_query,
 )
 from .._store import search as search_store
-from .._store.store import Store
+from .._store.catalog import Catalog
 from .output import (
     _console,
     _engine,
@@ -49,7 +49,7 @@ def run(
     ones); `InvalidSearch`, `InvalidSessionId` or `SessionNotFound` for bad input."""
     text = validate_query(query)
     count = validate_limit(limit)
-    store = Store(engine, _arguments.tenant(tenant))
+    store = Catalog(engine, _arguments.tenant(tenant))
     if session is not None:
         return search_store.search_session(store, _arguments.session_id(session), text, count)
     return search_store.search_tenant(store, text, count)

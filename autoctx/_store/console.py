@@ -27,7 +27,7 @@ from .._errors import MessageNotFound, OffloadNotFound, SessionNotFound
 from .._events import Event
 from .._messages import Msg
 from .rows import event_from_row, msg_from_columns
-from .store import Store
+from .scope import TenantScope
 
 __all__ = [
     "SESSION_SORTS",
@@ -148,7 +148,7 @@ _SCOPE = "SELECT set_config('autoctx.tenant', %(t)s, true), set_config('jit', 'o
 
 
 @contextmanager
-def _read(store: Store) -> Iterator[Connection]:
+def _read(store: TenantScope) -> Iterator[Connection]:
     """One transaction, scoped to the store's tenant for the row-level security policies
     (without a tenant, the setting is the empty string: the untenanted sessions)."""
     with store.engine.begin() as conn:
@@ -156,11 +156,11 @@ def _read(store: Store) -> Iterator[Connection]:
         yield conn
 
 
-def _in_scope(store: Store, alias: str = "s") -> str:
+def _in_scope(store: TenantScope, alias: str = "s") -> str:
     return f"{alias}.tenant = %(tenant)s" if store.tenant is not None else f"{alias}.tenant IS NULL"
 
 
-def _params(store: Store, **values: Any) -> dict[str, Any]:
+def _params(store: TenantScope, **values: Any) -> dict[str, Any]:
     return {"tenant": store.tenant, **values}
 
 
@@ -201,7 +201,7 @@ def _session_row(r: Any) -> SessionRow:
 
 
 def sessions_page(
-    store: Store, sort: SessionSort, offset: int, limit: int
+    store: TenantScope, sort: SessionSort, offset: int, limit: int
 ) -> tuple[list[SessionRow], int]:
     """One page of the tenant's sessions in `sort` order, and how many sessions there are.
 
@@ -222,7 +222,7 @@ def sessions_page(
     return rows, int(total)
 
 
-def session_row(store: Store, session_id: str) -> SessionRow:
+def session_row(store: TenantScope, session_id: str) -> SessionRow:
     """One session of the tenant; `SessionNotFound` for any other id."""
     sql = _SESSIONS.format(where=f"s.session_id = %(sid)s AND {_in_scope(store)}")
     with _read(store) as conn:
@@ -245,7 +245,7 @@ ORDER BY e.id
 """
 
 
-def timeline(store: Store, session_id: str) -> list[TimelinePoint]:
+def timeline(store: TenantScope, session_id: str) -> list[TimelinePoint]:
     """Every compression event's numbers (no text), oldest first: the token timeline."""
     sql = _TIMELINE.format(scope=_in_scope(store))
     with _read(store) as conn:
@@ -270,7 +270,7 @@ def _keyset(after: int | None, before: int | None) -> tuple[str, str, int]:
 
 
 def events_page(
-    store: Store, session_id: str, *, after: int | None, before: int | None, limit: int
+    store: TenantScope, session_id: str, *, after: int | None, before: int | None, limit: int
 ) -> list[Event]:
     """Up to `limit` events after (or before) an event id, in id order: a keyset page on the
     primary key (session_id, id)."""
@@ -308,7 +308,7 @@ def _message_row(r: Any) -> MessageRow:
 
 
 def working_page(
-    store: Store, session_id: str, *, after: int | None, before: int | None, limit: int
+    store: TenantScope, session_id: str, *, after: int | None, before: int | None, limit: int
 ) -> tuple[list[MessageRow], int]:
     """Up to `limit` working messages after (or before) a working-set position, in order (a
     keyset page on the primary key (session_id, position)), and the index of the first one
@@ -354,7 +354,7 @@ class MessageDetail:
     position: int | None
 
 
-def message(store: Store, session_id: str, message_id: int) -> MessageDetail:
+def message(store: TenantScope, session_id: str, message_id: int) -> MessageDetail:
     """One stored message of a session of the tenant; `MessageNotFound` otherwise."""
     with _read(store) as conn:
         row = conn.exec_driver_sql(
@@ -378,7 +378,7 @@ ORDER BY l.ordinal LIMIT %(limit)s
 
 
 def lineage_children(
-    store: Store, session_id: str, message_id: int, *, after: int, limit: int
+    store: TenantScope, session_id: str, message_id: int, *, after: int, limit: int
 ) -> list[MessageRow]:
     """The messages `message_id` replaced directly, in order, after lineage ordinal `after`
     (a keyset page on lineage's primary key (session_id, summary_id, ordinal))."""
@@ -401,7 +401,7 @@ WHERE {scope} ORDER BY u.depth
 """
 
 
-def covering_chain(store: Store, session_id: str, message_id: int) -> list[int]:
+def covering_chain(store: TenantScope, session_id: str, message_id: int) -> list[int]:
     """The summaries above `message_id`, nearest first (lineage's replaced_id index)."""
     sql = _COVERING.format(scope=_in_scope(store))
     with _read(store) as conn:
@@ -419,7 +419,7 @@ WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {scope}
 """
 
 
-def offload_info(store: Store, session_id: str, offload_uuid: uuid_mod.UUID) -> OffloadInfo:
+def offload_info(store: TenantScope, session_id: str, offload_uuid: uuid_mod.UUID) -> OffloadInfo:
     """An offload of a session of the tenant; `OffloadNotFound` otherwise."""
     with _read(store) as conn:
         row = conn.exec_driver_sql(
@@ -443,7 +443,7 @@ ORDER BY u.ord
 """
 
 
-def offload_messages(store: Store, session_id: str, ids: Sequence[int]) -> list[Msg]:
+def offload_messages(store: TenantScope, session_id: str, ids: Sequence[int]) -> list[Msg]:
     """The stored messages `ids` (a page of an offload's), in that order, exactly as stored."""
     if not ids:
         return []
@@ -506,7 +506,7 @@ ORDER BY m.id
 
 
 def offload_originals(
-    store: Store, session_id: str, offload_uuid: uuid_mod.UUID, *, after: int, limit: int
+    store: TenantScope, session_id: str, offload_uuid: uuid_mod.UUID, *, after: int, limit: int
 ) -> list[Msg]:
     """Up to `limit` of the originals behind an offload (following lineage down through the
     summaries it removed), in id order after id `after`, exactly as stored."""

@@ -1,7 +1,9 @@
 """The SQL of a session's lifecycle: fork, erasure, retention, and the rows of an export.
 
-Each function is one unit of work of a `Store` (its tenant scope, its incarnation guard, its
-caches), kept apart from `store.py`, which holds the units of work of the agent loop.
+Fork and erasure are units of work of a `SessionStore` (its tenant scope, its incarnation guard),
+done through its internal API (`transaction`, `row_condition`, `lock_row`, `rewritten`), kept
+apart from `store.py`, which holds the units of work of the agent loop. Export and import take
+any `TenantScope` (a `Catalog`).
 
 - `fork` copies, in one REPEATABLE READ transaction (one consistent view of the parent, whose
   writers it never blocks), the rows a new session needs to start from the parent's working
@@ -15,7 +17,6 @@ caches), kept apart from `store.py`, which holds the units of work of the agent 
   that keep copies. Forks and erasures of a session serialize on an advisory lock (`_forking`):
   an erasure waits for the forks in flight, which a fork's REPEATABLE READ snapshot would
   otherwise hide from it; appends and compressions never wait for a fork.
-- `purge` deletes whole sessions last updated before a time.
 - `read_rows` and `write_rows` move every row of a session to and from an export document
   (`autoctx._exports`).
 
@@ -29,7 +30,6 @@ import contextlib
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -44,11 +44,19 @@ from .._errors import (
     MessageNotFound,
     SessionExists,
 )
-from .._intake import Prepared
+from .._intake import Prepared, open_calls_at_tail
 from .._messages import Msg, json_text
-from .rows import SessionInfo, array_literal, event_from_row, message_row, session_info
+from .rows import (
+    SessionInfo,
+    array_literal,
+    event_from_row,
+    event_row,
+    message_row,
+    session_info,
+)
+from .scope import TenantScope
 from .sql import COVERING_CHAIN, SNAPSHOT, WORKING_IDS, avoid_nested_loops, messages_by_id
-from .store import Store, _gone
+from .store import SessionStore, session_gone
 from .tables import compression_events, lineage, messages, offloads, sessions, working_set
 
 #: The columns each table's rows are copied, exported and imported with.
@@ -152,18 +160,17 @@ class _Meta:
     tool_names: tuple[str, ...]
 
 
-def fork(store: Store, parent_id: str, child_id: str, at_message: int | None) -> SessionInfo:
-    """Create `child_id` from `parent_id`'s working context (up to and including
+def fork(store: SessionStore, child_id: str, at_message: int | None) -> SessionInfo:
+    """Create `child_id` from the working context of `store`'s session (up to and including
     `at_message`); returns the child's session row. Raises `SessionExists` when the id is
     taken and `MessageNotFound` for a message the parent does not have (or cannot cut at)."""
-    with store._single() as conn:
+    parent_id = store.session_id
+    with store.statement() as conn:
         lineage = conn.execute(
-            sa.select(sessions.c.incarnation, sessions.c.fork_ancestry).where(
-                store._this(parent_id)
-            )
+            sa.select(sessions.c.incarnation, sessions.c.fork_ancestry).where(store.row_condition())
         ).one_or_none()
     if lineage is None:
-        raise _gone(parent_id)
+        raise session_gone(parent_id)
     repeatable = store.engine.execution_options(isolation_level="REPEATABLE READ")
     try:
         with (
@@ -171,8 +178,8 @@ def fork(store: Store, parent_id: str, child_id: str, at_message: int | None) ->
             _forking(conn, [*lineage[1], lineage[0]]),
             conn.begin(),
         ):
-            store._scope(conn)
-            info = _fork_in(store, conn, parent_id, child_id, at_message)
+            store.scope(conn)
+            info = _fork_in(store, conn, child_id, at_message)
     except sa.exc.DBAPIError as exc:
         # A session created under the id meanwhile: committed before our insert (a unique
         # violation) or after our snapshot (REPEATABLE READ reports it as a serialization
@@ -180,7 +187,7 @@ def fork(store: Store, parent_id: str, child_id: str, at_message: int | None) ->
         if getattr(exc.orig, "sqlstate", None) in ("23505", "40001"):
             raise _taken(child_id) from None
         raise
-    return store._bind(info)
+    return info
 
 
 #: The first key of the advisory locks by which forks and erasures serialize ("acxf"; claims
@@ -221,12 +228,13 @@ def _forking(conn: Connection, incarnations: Sequence[Any]) -> Iterator[None]:
 
 
 def _fork_in(
-    store: Store, conn: Connection, parent_id: str, child_id: str, at_message: int | None
+    store: SessionStore, conn: Connection, child_id: str, at_message: int | None
 ) -> SessionInfo:
     """The fork's work, in its REPEATABLE READ transaction."""
-    parent = conn.execute(sa.select(sessions).where(store._this(parent_id))).one_or_none()
+    parent_id = store.session_id
+    parent = conn.execute(sa.select(sessions).where(store.row_condition())).one_or_none()
     if parent is None:
-        raise _gone(parent_id)
+        raise session_gone(parent_id)
     if at_message is None:
         # The whole context: its ids in one array, and the totals and open calls the
         # parent's row holds for them (no per-message read).
@@ -323,19 +331,9 @@ def _metas(conn: Connection, sid: str, ids: list[int]) -> list[_Meta]:
 
 def open_calls_of(tail: Sequence[_Meta]) -> dict[str, str]:
     """The newest tool group's calls without results (call id -> tool name), from a context's
-    messages in order (the rule of `Store._open_calls_at_tail`)."""
-    answered: set[str] = set()
-    for m in reversed(tail):
-        if m.role == "tool":
-            answered.update(m.result_ids)
-            continue
-        names = list(m.tool_names)
-        return {
-            call: names[k] if k < len(names) else ""
-            for k, call in enumerate(m.call_ids)
-            if call not in answered
-        }
-    return {}
+    messages in order."""
+    shapes = ((m.role, m.call_ids, m.result_ids, m.tool_names) for m in reversed(tail))
+    return open_calls_at_tail(shapes) or {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,20 +432,19 @@ def _copy(conn: Connection, parent: Any, child_id: str, cut: _Cut) -> SessionInf
     )
     conn.execute(
         sa.insert(compression_events).values(
-            session_id=child_id,
-            id=fork_event,
-            strategy=0,
-            status="applied",
-            reason="fork",
-            # The context the child starts with, before and after: a fork saves nothing and
-            # costs nothing (the savings views add `tokens_before - tokens_after`).
-            messages_before=len(cut_ids),
-            messages_after=len(cut_ids),
-            tokens_before=tokens,
-            tokens_after=tokens,
-            replaced_ids=[],
-            session_version=parent.version + 1,
-            config=parent.config,
+            event_row(
+                child_id,
+                fork_event,
+                strategy=0,
+                status="applied",
+                reason="fork",
+                # The context the child starts with, before and after: a fork saves nothing
+                # and costs nothing (the savings views add `tokens_before - tokens_after`).
+                messages=(len(cut_ids), len(cut_ids)),
+                tokens=(tokens, tokens),
+                session_version=parent.version + 1,
+                config=parent.config,
+            )
         )
     )
     return session_info(created)
@@ -507,8 +504,7 @@ Rewrite = Callable[[Mapping[int, Msg], Sequence[Derived], Mapping[int, Msg]], di
 
 
 def erase(
-    store: Store,
-    session_id: str,
+    store: SessionStore,
     ids: Sequence[int],
     *,
     note: str,
@@ -523,7 +519,6 @@ def erase(
         try:
             return _erase(
                 store,
-                session_id,
                 ids,
                 note=note,
                 rewrite=rewrite,
@@ -539,7 +534,7 @@ def erase(
                 continue
             if state != "42501":
                 raise
-            raise _not_permitted(session_id) from None
+            raise _not_permitted(store.session_id) from None
     raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
@@ -557,8 +552,7 @@ def _not_permitted(session_id: str) -> ErasureNotPermitted:
 
 
 def _erase(
-    store: Store,
-    session_id: str,
+    store: SessionStore,
     ids: Sequence[int],
     *,
     note: str,
@@ -566,11 +560,12 @@ def _erase(
     config: Mapping[str, Any],
     rewrite_for: Callable[[Mapping[str, Any]], Rewrite] | None,
 ) -> AutoContextErasure:
-    incarnation = store.incarnation(session_id)
-    with store._begin() as conn:
+    session_id = store.session_id
+    incarnation = store.incarnation()
+    with store.transaction() as conn:
         # First, before the row lock: wait for the forks in flight (see `_forking`).
         _wait_for_forks(conn, incarnation)
-        row = store._lock(conn, session_id)
+        row = store.lock_row(conn)
         params: dict[str, Any] = {"sid": session_id, "ids": list(ids)}
         kinds: dict[int, str] = dict(
             conn.exec_driver_sql(
@@ -580,7 +575,7 @@ def _erase(
             ).all()
         )
         _check_erasable(session_id, ids, kinds)
-        rows, targets, derived, answers = _reach(conn, store, row, set(ids))
+        rows, targets, derived, answers = _reach(conn, row, set(ids))
         done = {}
         for sid in [session_id, *sorted(set(rows) - {session_id})]:
             own = sid == session_id
@@ -593,18 +588,15 @@ def _erase(
                 rewrite=rewrite if own or rewrite_for is None else rewrite_for(rows[sid].config),
                 config=config if own else rows[sid].config,
             )
-    # What this store cached of the sessions predates the rewrite (tokens and chars changed);
-    # the open calls did not (tombstones keep every id).
-    for sid in rows:
-        store._snapshots.pop(sid, None)
-        store._appended.pop(sid, None)
-        store._tails.pop(sid, None)
     created, changed, working = done[session_id]
-    store._tails[session_id] = (created.session_version, dict(row.open_calls))
+    # What the store cached of its session predates the rewrite (tokens and chars changed);
+    # the open calls did not (tombstones keep every id). The stores of the other sessions
+    # rewritten (their memories') see the erasure's event and version, and read again.
+    store.rewritten(created.session_version, row.open_calls)
     # After the commit, in a read of its own: the erasure's transaction stays on its session's
     # rows (one shard, docs/scaling.md), and finding forks is a walk over every session. Every
     # fork whose snapshot predates the erasure has committed (the erasure waited for it).
-    with store._single() as conn:
+    with store.statement() as conn:
         forks = tuple(
             r[0]
             for r in conn.exec_driver_sql(
@@ -629,7 +621,7 @@ def _wait_for_forks(conn: Connection, incarnation: Any) -> None:
 
 
 def _reach(
-    conn: Connection, store: Store, row: Any, ids: set[int]
+    conn: Connection, row: Any, ids: set[int]
 ) -> tuple[dict[str, Any], dict[str, set[int]], dict[str, list[Any]], list[tuple[str, int]]]:
     """Everything the erasure of `ids` in `row`'s session rewrites, found under the locks of
     the sessions it touches: per session its row, the originals to tombstone and the rows of
@@ -656,7 +648,7 @@ def _reach(
             if a in targets.get(t, ()) or not quotes_any(quoted, changed, offloads):
                 continue
             if t not in rows:
-                other = _lock_other(conn, store, t)
+                other = _lock_other(conn, t)
                 if other is None:
                     continue
                 rows[t], targets[t] = other, set()
@@ -709,7 +701,7 @@ def _answers(
     return found, offloads
 
 
-def _lock_other(conn: Connection, store: Store, session_id: str) -> Any:
+def _lock_other(conn: Connection, session_id: str) -> Any:
     """Lock another session of the tenant whose answers the erasure tombstones (None if it
     is gone)."""
     inc = conn.execute(
@@ -761,19 +753,19 @@ def _rewrite_session(
     created = conn.execute(
         sa.insert(compression_events)
         .values(
-            session_id=session_id,
-            id=event_id,
-            strategy=0,
-            status="applied",
-            reason="erase",
-            messages_before=row.message_count,
-            messages_after=row.message_count,
-            tokens_before=row.token_count,
-            tokens_after=tokens_after,
-            replaced_ids=sorted(ids),
-            session_version=version,
-            config=dict(config),
-            note=note,
+            event_row(
+                session_id,
+                event_id,
+                strategy=0,
+                status="applied",
+                reason="erase",
+                messages=(row.message_count, row.message_count),
+                tokens=(row.token_count, tokens_after),
+                replaced_ids=sorted(ids),
+                session_version=version,
+                config=config,
+                note=note,
+            )
         )
         .returning(compression_events)
     ).one()
@@ -784,7 +776,7 @@ def _rewrite_session(
             token_count=tokens_after,
             version=version,
             next_event_id=event_id + 1,
-            # Every cache of message content checks it (`Store.working_ids`).
+            # Every cache of message content checks it (`SessionStore.working_ids`).
             erasures=sessions.c.erasures + 1,
             updated_at=sa.func.now(),
         )
@@ -829,28 +821,6 @@ def _rewrite_columns(new: Mapping[int, Prepared], ids: Sequence[int]) -> dict[st
 
 
 # ---------------------------------------------------------------------------------------------
-# Retention
-# ---------------------------------------------------------------------------------------------
-
-
-def purge(
-    store: Store, before: datetime, *, tenant: str | None, dry_run: bool
-) -> list[SessionInfo]:
-    """The sessions last updated before `before` (of `tenant` only, when given), deleted with
-    everything of them unless `dry_run`; oldest first. One statement: a session written to
-    while it runs is judged on its new `updated_at`, and kept."""
-    cond = sessions.c.updated_at < before
-    if tenant is not None:
-        cond = sa.and_(cond, sessions.c.tenant == tenant)
-    stmt: Any = (
-        sa.select(sessions) if dry_run else sa.delete(sessions).returning(*sessions.c)
-    ).where(cond)
-    with store._begin() as conn:
-        found = [session_info(r) for r in conn.execute(stmt)]
-    return sorted(found, key=lambda s: (s.updated_at, s.session_id))
-
-
-# ---------------------------------------------------------------------------------------------
 # Export and import
 # ---------------------------------------------------------------------------------------------
 
@@ -877,12 +847,12 @@ _READS = {
 }
 
 
-def read_rows(store: Store, session_id: str, tenant: str | None = None) -> SessionRows | None:
+def read_rows(store: TenantScope, session_id: str, tenant: str | None = None) -> SessionRows | None:
     """Every row of the session in one consistent view; None for an unknown session (or
     another tenant's, with `tenant`)."""
     repeatable = store.engine.execution_options(isolation_level="REPEATABLE READ")
     with repeatable.begin() as conn:
-        store._scope(conn)
+        store.scope(conn)
         cond = sessions.c.session_id == session_id
         if tenant is not None:
             cond = sa.and_(cond, sessions.c.tenant == tenant)
@@ -908,13 +878,13 @@ def read_rows(store: Store, session_id: str, tenant: str | None = None) -> Sessi
     )
 
 
-def write_rows(store: Store, rows: SessionRows) -> SessionInfo:
+def write_rows(store: TenantScope, rows: SessionRows) -> SessionInfo:
     """Create a session from `rows` in one transaction; `SessionExists` when its id is taken
     (nothing is overwritten), `InvalidExport` when the rows do not fit together."""
     sid = rows.session["session_id"]
     insert = sa.dialects.postgresql.insert
     try:
-        with store._begin() as conn:
+        with store.transaction() as conn:
             created = conn.execute(
                 insert(sessions)
                 .values(rows.session)
@@ -952,7 +922,7 @@ def write_rows(store: Store, rows: SessionRows) -> SessionInfo:
         if state != "42501" and state[:2] not in _REFUSED_VALUE:
             raise  # the connection or the server, not the document: the caller's to report
         raise _refused_import(sid, rows.session["tenant"], state) from None
-    return store._bind(session_info(created))
+    return session_info(created)
 
 
 #: SQLSTATE classes of a value the database refuses: data exceptions (22: out of range, bad

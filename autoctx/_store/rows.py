@@ -5,6 +5,7 @@ The SQL texts are in `sql.py`, the units of work in `store.py`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,29 +78,86 @@ def stored(m: Msg, msg_id: int, tokens: int) -> Msg:
 
 
 def event_from_row(row: Row[Any]) -> Event:
+    return event_of(row._mapping)
+
+
+def event_of(values: Mapping[Any, Any]) -> Event:
+    """An `Event` from the columns of a `compression_events` row: one read back, or one
+    `event_row` built (then the database fills its time, and it is not inherited)."""
     return Event(
-        session_id=row.session_id,
-        id=row.id,
-        strategy=row.strategy,
-        status=row.status,
-        reason=row.reason,
-        messages_before=row.messages_before,
-        messages_after=row.messages_after,
-        tokens_before=row.tokens_before,
-        tokens_after=row.tokens_after,
-        replaced_ids=tuple(row.replaced_ids),
-        summary_message_id=row.summary_message_id,
-        offload_uuid=row.offload_uuid,
-        model=row.model,
-        prompt_tokens=row.prompt_tokens,
-        completion_tokens=row.completion_tokens,
-        latency_ms=row.latency_ms,
-        error=row.error,
-        session_version=row.session_version,
-        created_at=row.created_at,
-        note=row.note,
-        inherited=row.inherited,
+        session_id=values["session_id"],
+        id=values["id"],
+        strategy=values["strategy"],
+        status=values["status"],
+        reason=values["reason"],
+        messages_before=values["messages_before"],
+        messages_after=values["messages_after"],
+        tokens_before=values["tokens_before"],
+        tokens_after=values["tokens_after"],
+        replaced_ids=tuple(values["replaced_ids"]),
+        summary_message_id=values["summary_message_id"],
+        offload_uuid=values["offload_uuid"],
+        model=values["model"],
+        prompt_tokens=values["prompt_tokens"],
+        completion_tokens=values["completion_tokens"],
+        latency_ms=values["latency_ms"],
+        error=values["error"],
+        session_version=values["session_version"],
+        created_at=values.get("created_at"),
+        note=values.get("note"),
+        inherited=bool(values.get("inherited", False)),
     )
+
+
+def event_row(
+    session_id: str,
+    event_id: int,
+    *,
+    strategy: int,
+    status: str,
+    reason: str,
+    messages: tuple[int, int],
+    tokens: tuple[int, int],
+    session_version: int,
+    config: Mapping[str, Any],
+    replaced_ids: Sequence[int] = (),
+    replaced_tokens: int = 0,
+    summary_message_id: int | None = None,
+    offload_uuid: uuid.UUID | None = None,
+    model: str | None = None,
+    prompt_tokens: int | None = None,
+    completion_tokens: int | None = None,
+    latency_ms: float | None = None,
+    error: str | None = None,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """The `compression_events` row of one event: every writer of events (an apply, a recorded
+    attempt, a pop, a clear, a fork, an erasure) builds it here, so that the columns an audit
+    reads (docs/design.md §7) are filled the same way. `messages` and `tokens` are the working
+    totals (before, after)."""
+    return {
+        "session_id": session_id,
+        "id": event_id,
+        "strategy": strategy,
+        "status": status,
+        "reason": reason,
+        "messages_before": messages[0],
+        "messages_after": messages[1],
+        "tokens_before": tokens[0],
+        "tokens_after": tokens[1],
+        "replaced_ids": list(replaced_ids),
+        "replaced_tokens": replaced_tokens,
+        "summary_message_id": summary_message_id,
+        "offload_uuid": offload_uuid,
+        "model": model,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "latency_ms": latency_ms,
+        "error": error,
+        "session_version": session_version,
+        "config": dict(config),
+        "note": note,
+    }
 
 
 def message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None) -> dict[str, Any]:

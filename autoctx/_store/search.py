@@ -40,8 +40,8 @@ from .._search import (
 )
 from .._tools import SEARCH_TOOL_NAME, TOOL_NAME
 from .rows import msg_from_columns
+from .scope import TenantScope
 from .sql import messages_by_id, originals_below
-from .store import Store
 
 #: Characters of a hit's text that ts_headline reads (what the index covers, migration 0008).
 HEADLINE_CHARS: Final = 100_000
@@ -217,7 +217,7 @@ def _hits(conn: Connection, sql: str, params: dict[str, Any]) -> list[AutoContex
 
 
 def search_session(
-    store: Store,
+    store: TenantScope,
     session_id: str,
     query: str,
     limit: int,
@@ -241,7 +241,7 @@ def search_session(
     which = (
         "s.incarnation = %(inc)s" if incarnation is not None else _tenant_condition(store.tenant)
     )
-    with store._begin() as conn:
+    with store.transaction() as conn:
         conn.exec_driver_sql(_SETTINGS)
         configs = (
             conn.exec_driver_sql(
@@ -266,7 +266,7 @@ def search_session(
 
 
 def search_tenant(
-    store: Store,
+    store: TenantScope,
     query: str,
     limit: int,
     *,
@@ -282,16 +282,10 @@ def search_tenant(
         "options": HEADLINE_OPTIONS,
     }
     in_tenant = _tenant_condition(store.tenant)
-    with store._begin() as conn:
+    with store.transaction() as conn:
         conn.exec_driver_sql(_SETTINGS)
-        if alive is not None:
-            gone = not conn.exec_driver_sql(
-                "SELECT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = %(sid)s "
-                "AND s.incarnation = %(inc)s)",
-                {"sid": alive[0], "inc": alive[1]},
-            ).scalar_one()
-            if gone:
-                raise _no_session(alive[0], store.tenant, True)
+        if alive is not None and not _alive(conn, *alive):
+            raise _no_session(alive[0], store.tenant, True)
         configs = [
             c
             for c in conn.exec_driver_sql(
@@ -306,6 +300,17 @@ def search_tenant(
         _check_query(conn, configs, params)
         where = f"m.session_id IN (SELECT s.session_id FROM sessions s WHERE {in_tenant})"
         return _hits(conn, _search_sql(configs, where), params)
+
+
+def _alive(conn: Connection, session_id: str, incarnation: uuid.UUID) -> bool:
+    """Whether the session is still the incarnation a memory works on."""
+    return bool(
+        conn.exec_driver_sql(
+            "SELECT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = %(sid)s "
+            "AND s.incarnation = %(inc)s)",
+            {"sid": session_id, "inc": incarnation},
+        ).scalar_one()
+    )
 
 
 def _no_session(session_id: str, tenant: str | None, own: bool) -> SessionNotFound:
@@ -339,24 +344,24 @@ WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {which}
 """
 
 
-def _which(store: Store, incarnation: uuid.UUID | None) -> str:
+def _which(store: TenantScope, incarnation: uuid.UUID | None) -> str:
     return "s.incarnation = %(inc)s" if incarnation is not None else _tenant_condition(store.tenant)
 
 
 def load_message(
-    store: Store, session_id: str, message_id: int, *, incarnation: uuid.UUID | None = None
+    store: TenantScope, session_id: str, message_id: int, *, incarnation: uuid.UUID | None = None
 ) -> Msg:
     """One stored message (an original or one autoctx wrote) of `session_id`, which must be
     the memory's own (`incarnation`) or a session of the store's tenant; `MessageNotFound`
     otherwise, exactly as for an unknown id (`SessionNotFound` when the memory's own session
     is gone)."""
     params = {"sid": session_id, "id": message_id, "tenant": store.tenant, "inc": incarnation}
-    with store._begin() as conn:
+    with store.transaction() as conn:
         row = conn.exec_driver_sql(
             _MESSAGE_IN_TENANT.format(which=_which(store, incarnation)), params
         ).one_or_none()
-        if row is None and incarnation is not None:
-            store._check_alive(conn, session_id)
+        if row is None and incarnation is not None and not _alive(conn, session_id, incarnation):
+            raise _no_session(session_id, store.tenant, True)
     if row is None:
         raise MessageNotFound(
             f"no message {message_id} in session {session_id!r} among the sessions this "
@@ -366,13 +371,13 @@ def load_message(
 
 
 def reload_in_tenant(
-    store: Store, session_id: str, offload_uuid: uuid.UUID, *, originals: bool = False
+    store: TenantScope, session_id: str, offload_uuid: uuid.UUID, *, originals: bool = False
 ) -> list[Msg]:
     """The messages an offload of another session of the store's tenant removed (one level
     deep; with `originals`, the originals behind them); `OffloadNotFound` for an unknown one,
     or one of a session outside the tenant."""
     params = {"sid": session_id, "uuid": offload_uuid, "tenant": store.tenant}
-    with store._begin() as conn:
+    with store.transaction() as conn:
         row = conn.exec_driver_sql(
             _OFFLOAD_IN_TENANT.format(which=_tenant_condition(store.tenant)), params
         ).one_or_none()

@@ -17,7 +17,7 @@ from .rows import msg_from_columns
 #: The condition every read of a session's rows carries: the session is still the incarnation
 #: the store opened (docs/design.md §5). Uncorrelated, so PostgreSQL checks it once per
 #: statement (one primary-key probe); an empty result is then told from a deleted session by
-#: `Store._check_alive`.
+#: `SessionStore.check_alive`.
 ALIVE = (
     "EXISTS (SELECT 1 FROM sessions s0 WHERE s0.session_id = %(sid)s AND s0.incarnation = %(inc)s)"
 )

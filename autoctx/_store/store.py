@@ -1,4 +1,4 @@
-"""The store: every SQL statement autoctx issues for a session lives here.
+"""The store of one session: every SQL statement autoctx issues for a session lives here.
 
 Each public method is one unit of work (one transaction, or one statement in autocommit where a
 statement does it all). Writers of a session serialize on the session row (`SELECT ... FOR
@@ -8,20 +8,20 @@ call.
 Every statement filters on one session_id, so sessions never block each other and the schema can
 be sharded by session (docs/scaling.md).
 
-A store binds each session id to the incarnation it first saw (docs/design.md §5): every
-statement names it too, so once the session is deleted (and perhaps created again under the same
-id, by anyone, for any tenant) each call raises `SessionNotFound` and nothing of the new session
-is read or written. An incarnation belongs to one tenant, so this also scopes every statement
-to the tenant the session was opened for. The store's caches are keyed the same way and only
-ever take what committed.
+A `SessionStore` is bound to one session id and to the incarnation it first sees
+(docs/design.md §5): every statement names it too, so once the session is deleted (and perhaps
+created again under the same id, by anyone, for any tenant) each call raises `SessionNotFound`
+and nothing of the new session is read or written. An incarnation belongs to one tenant, so
+this also scopes every statement to the tenant the session was opened for. The store's caches
+belong to that incarnation and only ever take what committed. What spans sessions (listing,
+inspection, import and export, retention) is `autoctx._store.catalog`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import uuid as uuid_mod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,28 +31,30 @@ from .._config import AutoContextConfig
 from .._errors import InvalidMessage, OffloadNotFound, SessionNotFound
 from .._events import Event
 from .._gc import paused_gc
-from .._intake import OpenCalls, Prepared, bind
+from .._intake import OpenCalls, Prepared, bind, open_calls_at_tail
 from .._messages import Msg, json_text
 from .._plans import Edit, Snapshot, splice
 from .._replacements import ApplyOutcome, Replacement
-from .._structure import MsgMeta, is_final_answer, meta_of
+from .._structure import MsgMeta, meta_of
 from .rows import (
     SessionInfo,
     array_literal,
     event_from_row,
+    event_of,
+    event_row,
     message_row,
     msg_from_columns,
     search_config_of,
     session_info,
     stored,
 )
+from .scope import TenantScope
 from .sql import (
     APPEND_AT_VERSION,
     CHECK_RANGES,
     DOCUMENTS_BY_ID,
     LAST_WORKING,
     LOAD_WORKING,
-    SET_TENANT,
     SNAPSHOT,
     TAIL_CALLS,
     WORKING_IDS,
@@ -87,7 +89,7 @@ class _Appended:
 _INSUFFICIENT_PRIVILEGE = "42501"
 
 
-def _gone(session_id: str) -> SessionNotFound:
+def session_gone(session_id: str) -> SessionNotFound:
     return SessionNotFound(
         f"session {session_id!r} does not exist any more (it was deleted, and the id may have "
         "been created again since); open the session again to work on what now has that id"
@@ -142,118 +144,111 @@ def _erased_since(conn: Connection, session_id: str, version: int) -> bool:
         window *= 4
 
 
-class Store:
-    """SQL for sessions, messages, the working set, offloads, lineage and events."""
+class SessionStore(TenantScope):
+    """The SQL of one session: its messages, working set, offloads, lineage and events.
 
-    def __init__(self, engine: Engine, tenant: str | None = None) -> None:
-        self.engine = engine
-        self.tenant = tenant
-        #: The same pool, each statement its own transaction: one round trip for a
-        #: one-statement read or write, where a transaction would add BEGIN and COMMIT.
-        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._snapshots: dict[str, _CachedSnapshot] = {}
-        #: Per session, the version this store's last write produced and the open calls then:
-        #: what the one-statement append checks against.
-        self._tails: dict[str, tuple[int, dict[str, str]]] = {}
-        #: Per session, the working (message, token) totals this store's latest append
-        #: committed (see `totals_after_append`).
-        self._appended: dict[str, tuple[int, int]] = {}
-        #: The incarnation of each session id this store has seen (see the module docstring).
-        self._incarnations: dict[str, uuid_mod.UUID] = {}
+    Bound to one session id and the incarnation it first sees (the module docstring), and the
+    only owner of that session's caches: the planning snapshot, the tail (the version this
+    store's last write produced and the open calls then) and the totals of its latest append.
+    Fork and erasure (`lifecycle.fork`, `lifecycle.erase`) work on the session through its
+    internal API (`transaction`, `statement`, `scope`, `row_condition`, `lock_row`,
+    `rewritten`), never through these caches; search takes it as a tenant scope.
+    """
 
-    @contextlib.contextmanager
-    def _begin(self) -> Iterator[Connection]:
-        """A transaction; with a tenant, scoped to it for the row-level security policies."""
-        with self.engine.begin() as conn:
-            self._scope(conn)
-            yield conn
+    def __init__(self, engine: Engine, session_id: str, tenant: str | None = None) -> None:
+        super().__init__(engine, tenant)
+        self.session_id = session_id
+        #: The incarnation of the id this store works on (see the module docstring); None until
+        #: the first read of the session row binds it.
+        self._incarnation: uuid_mod.UUID | None = None
+        self._snapshot: _CachedSnapshot | None = None
+        #: The version this store's last write produced and the open calls then: what the
+        #: one-statement append checks against.
+        self._tail: tuple[int, dict[str, str]] | None = None
+        #: The working (message, token) totals this store's latest append committed (see
+        #: `totals_after_append`).
+        self._appended: tuple[int, int] | None = None
 
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
-            self._scope(conn)
-            yield conn
+    # -- the session row --------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _single(self) -> Iterator[Connection]:
-        """A connection for ONE statement (atomic on its own): autocommit, unless a tenant
-        scope must be set first, which lasts only as long as its transaction."""
-        if self.tenant is not None:
-            with self._begin() as conn:
-                yield conn
-        else:
-            with self._autocommit.connect() as conn:
-                yield conn
-
-    def _scope(self, conn: Connection) -> None:
-        if self.tenant is not None:
-            conn.exec_driver_sql(SET_TENANT, {"t": self.tenant})
-
-    # -- sessions -------------------------------------------------------------------------------
-
-    def _session_where(self, session_id: str, tenant: str | None) -> Any:
-        cond = sessions.c.session_id == session_id
-        if tenant is not None:
-            cond = sa.and_(cond, sessions.c.tenant == tenant)
-        return cond
-
-    def get_session(self, session_id: str, tenant: str | None = None) -> SessionInfo | None:
+    def get_session(self) -> SessionInfo | None:
         """The session row, or None for an unknown id (or another tenant's session). The first
-        row seen binds the id to its incarnation; a later one of another incarnation raises
+        row seen binds the store to its incarnation; a later one of another incarnation raises
         `SessionNotFound`."""
-        with self._single() as conn:
-            row = conn.execute(
-                sa.select(sessions).where(self._session_where(session_id, tenant))
-            ).one_or_none()
+        cond = sessions.c.session_id == self.session_id
+        if self.tenant is not None:
+            cond = sa.and_(cond, sessions.c.tenant == self.tenant)
+        with self.statement() as conn:
+            row = conn.execute(sa.select(sessions).where(cond)).one_or_none()
         if row is None:
-            if session_id in self._incarnations:
-                raise _gone(session_id)
+            if self._incarnation is not None:
+                raise session_gone(self.session_id)
             return None
         return self._bind(session_info(row))
 
     def _bind(self, info: SessionInfo) -> SessionInfo:
         assert info.incarnation is not None
-        known = self._incarnations.setdefault(info.session_id, info.incarnation)
-        if known != info.incarnation:
-            raise _gone(info.session_id)
+        if self._incarnation is None:
+            self._incarnation = info.incarnation
+        elif self._incarnation != info.incarnation:
+            raise session_gone(self.session_id)
         return info
 
-    def incarnation(self, session_id: str) -> uuid_mod.UUID:
-        """The incarnation this store works on for `session_id` (read once if not yet seen)."""
-        known = self._incarnations.get(session_id)
-        if known is not None:
-            return known
-        info = self.get_session(session_id)
+    def incarnation(self) -> uuid_mod.UUID:
+        """The incarnation this store works on (read once if not yet seen)."""
+        if self._incarnation is not None:
+            return self._incarnation
+        info = self.get_session()
         if info is None or info.incarnation is None:
-            raise SessionNotFound(f"session {session_id!r} does not exist")
+            raise SessionNotFound(f"session {self.session_id!r} does not exist")
         return info.incarnation
 
-    def _guard(self, session_id: str) -> Any:
-        """The condition a Core statement on a session's rows carries: still its incarnation."""
+    def alive_condition(self) -> Any:
+        """The condition a Core statement on the session's rows carries: still its
+        incarnation."""
         return sa.exists().where(
-            sessions.c.session_id == session_id,
-            sessions.c.incarnation == self.incarnation(session_id),
+            sessions.c.session_id == self.session_id,
+            sessions.c.incarnation == self.incarnation(),
         )
 
-    def _check_alive(self, conn: Connection, session_id: str) -> None:
+    def check_alive(self, conn: Connection) -> None:
         """Tell an empty result from a session that is gone (an empty read is rare: this costs
         nothing on the usual path)."""
-        if not conn.execute(sa.select(self._guard(session_id))).scalar_one():
-            raise _gone(session_id)
+        if not conn.execute(sa.select(self.alive_condition())).scalar_one():
+            raise session_gone(self.session_id)
 
-    def create_session(
-        self,
-        session_id: str,
-        *,
-        tenant: str | None,
-        config: AutoContextConfig,
-        encoding: str,
-    ) -> SessionInfo:
+    def row_condition(self) -> Any:
+        """The session row of the incarnation this store works on."""
+        return sa.and_(
+            sessions.c.session_id == self.session_id,
+            sessions.c.incarnation == self.incarnation(),
+        )
+
+    def lock_row(self, conn: Connection) -> Row[Any]:
+        """Lock the session row in `conn`'s transaction (every writer of the session does,
+        docs/design.md §5) and return it; `SessionNotFound` when the session is gone."""
+        row = conn.execute(
+            sa.select(sessions).where(self.row_condition()).with_for_update()
+        ).one_or_none()
+        if row is None:
+            raise session_gone(self.session_id)
+        return row
+
+    def rewritten(self, version: int, open_calls: Mapping[str, str]) -> None:
+        """After a committed rewrite in place (an erasure) at `version`: drop what this store
+        cached of the messages (their tokens and chars changed); the open calls are still
+        `open_calls` (tombstones keep every id)."""
+        self._snapshot = None
+        self._appended = None
+        self._tail = (version, dict(open_calls))
+
+    def create_session(self, *, config: AutoContextConfig, encoding: str) -> SessionInfo:
         """Create the session unless it exists; returns the row either way."""
+        tenant = self.tenant
         stmt = (
             sa.dialects.postgresql.insert(sessions)
             .values(
-                session_id=session_id,
+                session_id=self.session_id,
                 tenant=tenant,
                 model=config.model,
                 encoding=encoding,
@@ -262,10 +257,10 @@ class Store:
             .on_conflict_do_nothing(index_elements=["session_id"])
         )
         try:
-            with self._begin() as conn:
+            with self.transaction() as conn:
                 conn.execute(stmt)
                 row = conn.execute(
-                    sa.select(sessions).where(sessions.c.session_id == session_id)
+                    sa.select(sessions).where(sessions.c.session_id == self.session_id)
                 ).one_or_none()
         except sa.exc.ProgrammingError as exc:
             if getattr(exc.orig, "sqlstate", None) != _INSUFFICIENT_PRIVILEGE:
@@ -273,8 +268,8 @@ class Store:
             # Database tenancy: the policies refused a session of a tenant this role is not
             # granted (or one without a tenant).
             raise SessionNotFound(
-                f"session {session_id!r} cannot be created for tenant {tenant!r}: this database "
-                "role is not granted that tenant; the tables' owner grants it with "
+                f"session {self.session_id!r} cannot be created for tenant {tenant!r}: this "
+                "database role is not granted that tenant; the tables' owner grants it with "
                 "`autoctx db grant-tenant ROLE TENANT`"
             ) from None
         # None: the id is taken by a session that row-level security hides from this role
@@ -284,79 +279,50 @@ class Store:
             # Another tenant's session must look exactly like an unknown one; ids are global,
             # so this id cannot be created either.
             raise SessionNotFound(
-                f"session {session_id!r} does not exist for tenant {tenant!r} and the id is "
-                "not available; choose another session id"
+                f"session {self.session_id!r} does not exist for tenant {tenant!r} and the id "
+                "is not available; choose another session id"
             )
         return self._bind(info)
 
-    def list_sessions(
-        self, tenant: str | None = None, prefix: str | None = None
-    ) -> list[SessionInfo]:
-        stmt = sa.select(sessions).order_by(sessions.c.updated_at.desc())
-        if tenant is not None:
-            stmt = stmt.where(sessions.c.tenant == tenant)
-        if prefix:
-            stmt = stmt.where(sessions.c.session_id.startswith(prefix, autoescape=True))
-        with self._single() as conn:
-            return [session_info(r) for r in conn.execute(stmt)]
-
-    def delete_session(self, session_id: str, tenant: str | None = None) -> None:
-        """Delete a session and everything of it (the foreign keys cascade): the incarnation
+    def delete_session(self) -> None:
+        """Delete the session and everything of it (the foreign keys cascade): the incarnation
         this store works on, never one created since under the same id (`SessionNotFound`
         when it is already gone)."""
-        where = sa.and_(
-            self._session_where(session_id, tenant),
-            sessions.c.incarnation == self.incarnation(session_id),
-        )
-        with self._begin() as conn:
+        where = self.row_condition()
+        if self.tenant is not None:
+            where = sa.and_(where, sessions.c.tenant == self.tenant)
+        with self.transaction() as conn:
             result = conn.execute(sa.delete(sessions).where(where))
-        self._tails.pop(session_id, None)
-        self._snapshots.pop(session_id, None)
-        self._appended.pop(session_id, None)
+        self._tail = self._snapshot = self._appended = None
         if not result.rowcount:
-            raise _gone(session_id)
+            raise session_gone(self.session_id)
 
-    def _this(self, session_id: str) -> Any:
-        """The session row of the incarnation this store works on."""
-        return sa.and_(
-            sessions.c.session_id == session_id,
-            sessions.c.incarnation == self.incarnation(session_id),
-        )
-
-    def _update_session(self, session_id: str, **values: Any) -> None:
-        with self._single() as conn:
-            result = conn.execute(sa.update(sessions).where(self._this(session_id)).values(values))
+    def _update_session(self, **values: Any) -> None:
+        with self.statement() as conn:
+            result = conn.execute(sa.update(sessions).where(self.row_condition()).values(values))
         if not result.rowcount:
-            raise _gone(session_id)
+            raise session_gone(self.session_id)
 
-    def set_plan(self, session_id: str, plan: Mapping[str, Any] | None) -> None:
+    def set_plan(self, plan: Mapping[str, Any] | None) -> None:
         plan_value = dict(plan) if plan is not None else sa.null()
-        self._update_session(session_id, plan=plan_value, updated_at=sa.func.now())
+        self._update_session(plan=plan_value, updated_at=sa.func.now())
 
-    def set_config(self, session_id: str, config: Mapping[str, Any]) -> None:
+    def set_config(self, config: Mapping[str, Any]) -> None:
         """Record the thresholds now in force for the session."""
-        self._update_session(session_id, config=dict(config), updated_at=sa.func.now())
+        self._update_session(config=dict(config), updated_at=sa.func.now())
 
-    def settle(self, session_id: str, version: int) -> None:
+    def settle(self, version: int) -> None:
         """Remember that compression at `version` could not reach its target (docs/design.md §2)."""
-        with self._single() as conn:
+        with self.statement() as conn:
             conn.execute(
                 sa.update(sessions)
-                .where(self._this(session_id), sessions.c.version == version)
+                .where(self.row_condition(), sessions.c.version == version)
                 .values(settled_version=version)
             )
 
     # -- append and load ------------------------------------------------------------------------
 
-    def _lock(self, conn: Connection, session_id: str) -> Row[Any]:
-        row = conn.execute(
-            sa.select(sessions).where(self._this(session_id)).with_for_update()
-        ).one_or_none()
-        if row is None:
-            raise _gone(session_id)
-        return row
-
-    def append(self, session_id: str, prepared: Sequence[Prepared]) -> list[Msg]:
+    def append(self, prepared: Sequence[Prepared]) -> list[Msg]:
         """Append validated messages atomically; returns them with ids and tokens.
 
         The append is one statement (`APPEND_AT_VERSION`): it updates the session row only if
@@ -371,54 +337,52 @@ class Store:
         """
         if not prepared:
             return []
-        tail = self._tails.pop(session_id, None)
+        tail, self._tail = self._tail, None
         if tail is not None:
             version, calls = tail
             open_calls = OpenCalls(calls)
             try:
-                bound = bind(prepared, open_calls, session_id=session_id)
+                with self.statement() as conn:
+                    done = self._append_at(conn, version, open_calls, prepared)
             except InvalidMessage:
-                pass  # maybe stale: the locked path validates against the truth
-            else:
-                with self._single() as conn:
-                    done = self._append_at(conn, session_id, version, open_calls, bound)
-                if done is not None:
-                    self._appended_committed(session_id, version, open_calls, done)
-                    return done.msgs
-        with self._begin() as conn:
-            row = self._lock(conn, session_id)
+                done = None  # maybe stale: the locked path validates against the truth
+            if done is not None:
+                self._appended_committed(version, open_calls, done)
+                return done.msgs
+        with self.transaction() as conn:
+            row = self.lock_row(conn)
             open_calls = OpenCalls(row.open_calls)
-            bound = bind(prepared, open_calls, session_id=session_id)
-            done = self._append_at(conn, session_id, row.version, open_calls, bound)
+            done = self._append_at(conn, row.version, open_calls, prepared)
             assert done is not None  # the row is locked at that version
         # Only now that it committed: an append interrupted before its commit must leave no
         # trace in what the next append trusts.
-        self._appended_committed(session_id, row.version, open_calls, done)
+        self._appended_committed(row.version, open_calls, done)
         return done.msgs
 
-    def _appended_committed(
-        self, session_id: str, version: int, open_calls: OpenCalls, done: _Appended
-    ) -> None:
-        self._tails[session_id] = (version + 1, open_calls.to_json())
-        self._appended[session_id] = (done.message_count, done.token_count)
+    def _appended_committed(self, version: int, open_calls: OpenCalls, done: _Appended) -> None:
+        self._tail = (version + 1, open_calls.to_json())
+        self._appended = (done.message_count, done.token_count)
 
     def _append_at(
         self,
         conn: Connection,
-        session_id: str,
         version: int,
         open_calls: OpenCalls,
-        bound: Sequence[Prepared],
+        prepared: Sequence[Prepared],
     ) -> _Appended | None:
-        """Run the one-statement append if the session is at `version`; None if it is not."""
+        """Bind the batch's tool results to `open_calls` (advancing them to the calls it leaves
+        open; `InvalidMessage` for a result of no open call) and run the one-statement append
+        if the session is at `version`; None if it is not. The one place both append paths
+        (`append`, `replace_working`) bind a batch."""
+        bound = bind(prepared, open_calls, session_id=self.session_id)
         params = {
-            "sid": session_id,
-            "inc": self.incarnation(session_id),
+            "sid": self.session_id,
+            "inc": self.incarnation(),
             "version": version,
             "n": len(bound),
             "added_tokens": sum(p.tokens for p in bound),
             "open_calls": json_text(open_calls.to_json()),
-            **_columns(session_id, bound),
+            **_columns(self.session_id, bound),
         }
         claimed = conn.exec_driver_sql(APPEND_AT_VERSION, params).one_or_none()
         if claimed is None:
@@ -427,44 +391,44 @@ class Store:
         msgs = [stored(p.msg, first_id + i, p.tokens) for i, p in enumerate(bound)]
         return _Appended(msgs, message_count, token_count)
 
-    def count_originals(self, session_id: str) -> int:
+    def count_originals(self) -> int:
         """How many originals the session stores (the demo's "nothing lost" check)."""
         stmt = (
             sa.select(sa.func.count())
             .select_from(messages)
             .where(
-                messages.c.session_id == session_id,
+                messages.c.session_id == self.session_id,
                 messages.c.kind == "original",
-                self._guard(session_id),
+                self.alive_condition(),
             )
         )
-        with self._single() as conn:
+        with self.statement() as conn:
             count = int(conn.execute(stmt).scalar_one())
             if not count:
-                self._check_alive(conn, session_id)
+                self.check_alive(conn)
         return count
 
-    def totals_after_append(self, session_id: str) -> tuple[int, int] | None:
+    def totals_after_append(self) -> tuple[int, int] | None:
         """The working (message, token) totals as this store's latest append of the session
         committed them, without a read; None if it has not appended to it.
 
         Exact at that commit; a later write by anyone else is not in them. Right after an
         append, that is what deciding whether the append calls for a compression needs.
         """
-        return self._appended.get(session_id)
+        return self._appended
 
-    def load_working(self, session_id: str) -> list[Msg]:
+    def load_working(self) -> list[Msg]:
         """The working context, in order."""
-        params = {"sid": session_id, "inc": self.incarnation(session_id)}
+        params = {"sid": self.session_id, "inc": self.incarnation()}
         with paused_gc():
-            with self._connect() as conn:
+            with self.connection() as conn:
                 avoid_nested_loops(conn)
                 rows = conn.exec_driver_sql(LOAD_WORKING, params).all()
                 if not rows:
-                    self._check_alive(conn, session_id)
+                    self.check_alive(conn)
             return [msg_from_columns(*r) for r in rows]
 
-    def snapshot(self, session_id: str) -> Snapshot:
+    def snapshot(self) -> Snapshot:
         """The working context, metadata only, at one version (read in one transaction).
 
         Kept per store and reused: a snapshot at the same version is returned as is; when only
@@ -476,7 +440,7 @@ class Store:
         # REPEATABLE READ makes the session row and the working set one consistent view.
         repeatable = self.engine.execution_options(isolation_level="REPEATABLE READ")
         with repeatable.begin() as conn:
-            self._scope(conn)
+            self.scope(conn)
             info = conn.execute(
                 sa.select(
                     sessions.c.version,
@@ -484,11 +448,11 @@ class Store:
                     sessions.c.token_count,
                     sessions.c.next_event_id,
                     sessions.c.incarnation,
-                ).where(self._this(session_id))
+                ).where(self.row_condition())
             ).one_or_none()
             if info is None:
-                raise _gone(session_id)
-            cached = self._snapshots.get(session_id)
+                raise session_gone(self.session_id)
+            cached = self._snapshot
             usable = (
                 cached is not None
                 and cached.next_event_id == info.next_event_id
@@ -502,7 +466,9 @@ class Store:
             )
             avoid_nested_loops(conn)
             with paused_gc():
-                rows = conn.exec_driver_sql(SNAPSHOT, {"sid": session_id, "after": after}).all()
+                rows = conn.exec_driver_sql(
+                    SNAPSHOT, {"sid": self.session_id, "after": after}
+                ).all()
         with paused_gc():
             positions = tuple(r[0] for r in rows)
             metas = tuple(
@@ -512,80 +478,76 @@ class Store:
         if usable and cached is not None:
             positions = cached.positions + positions
             metas = cached.snapshot.messages + metas
-        snap = Snapshot(session_id, info.version, metas, info.token_count, info.message_count)
-        self._snapshots[session_id] = _CachedSnapshot(
-            snap, positions, info.next_event_id, info.incarnation
-        )
+        snap = Snapshot(self.session_id, info.version, metas, info.token_count, info.message_count)
+        self._snapshot = _CachedSnapshot(snap, positions, info.next_event_id, info.incarnation)
         return snap
 
-    def load_messages(self, session_id: str, ids: Iterable[int]) -> dict[int, Msg]:
+    def load_messages(self, ids: Iterable[int]) -> dict[int, Msg]:
         """Stored messages by id (any, working or not)."""
         id_list = list(ids)
         if not id_list:
             return {}
-        with self._single() as conn:
-            found = messages_by_id(conn, session_id, self.incarnation(session_id), id_list)
+        with self.statement() as conn:
+            found = messages_by_id(conn, self.session_id, self.incarnation(), id_list)
             if not found:
-                self._check_alive(conn, session_id)
+                self.check_alive(conn)
         return found
 
-    def message_documents(
-        self, session_id: str, ids: Sequence[int]
-    ) -> list[tuple[int, str, str, Any, Any]]:
+    def message_documents(self, ids: Sequence[int]) -> list[tuple[int, str, str, Any, Any]]:
         """(id, role, kind, content JSON, metadata JSON) of stored messages, for integrations
         that decode the stored JSON themselves."""
         if not ids:
             return []
-        params = {"sid": session_id, "inc": self.incarnation(session_id), "ids": list(ids)}
-        with paused_gc(), self._single() as conn:
+        params = {"sid": self.session_id, "inc": self.incarnation(), "ids": list(ids)}
+        with paused_gc(), self.statement() as conn:
             docs = [
                 (r[0], r[1], r[2], r[3], r[4])
                 for r in conn.exec_driver_sql(DOCUMENTS_BY_ID, params)
             ]
             if not docs:
-                self._check_alive(conn, session_id)
+                self.check_alive(conn)
         return docs
 
-    def working_ids(self, session_id: str, limit: int | None = None) -> tuple[int, list[int]]:
+    def working_ids(self, limit: int | None = None) -> tuple[int, list[int]]:
         """The session's erasure count and its working message ids in order (the last `limit`
         of them when given). One short query: no content. The count changes with every
         erasure, which rewrites messages in place: a cache of content by message id must be
         dropped when it changes."""
-        params = {"sid": session_id, "inc": self.incarnation(session_id), "n": limit}
-        with self._single() as conn:
+        params = {"sid": self.session_id, "inc": self.incarnation(), "n": limit}
+        with self.statement() as conn:
             row = conn.exec_driver_sql(WORKING_IDS, params).one_or_none()
         if row is None:
-            raise _gone(session_id)
+            raise session_gone(self.session_id)
         return int(row[1]), list(row[0])
 
     def pop_last(
         self,
-        session_id: str,
-        remainder: Callable[[Msg], Prepared | None],
+        remainder: Callable[[Msg, bool], Prepared | None],
         *,
         config: Mapping[str, Any],
     ) -> Msg | None:
         """Take the last working message out of the working context (one transaction).
 
-        `remainder(last)` may return a message to stand in its place (same position: the rest of
-        a message that held several items); the original stays stored either way, linked by
-        lineage to the remainder. Updates the totals and the open calls, bumps the version and
-        records an applied event with strategy 0 and reason 'manual'. Returns the message taken
-        out, or None when the working context is empty.
+        `remainder(last, last_final)` may return a message to stand in its place (same
+        position: the rest of a message that held several items), its `final` already decided
+        from whether `last` was the final answer (`autoctx._intake.stand_in`); the original
+        stays stored either way, linked by lineage to the remainder. Updates the totals and the
+        open calls, bumps the version and records an applied event with strategy 0 and reason
+        'manual'. Returns the message taken out, or None when the working context is empty.
         """
-        with self._begin() as conn:
-            srow = self._lock(conn, session_id)
-            last = conn.exec_driver_sql(LAST_WORKING, {"sid": session_id}).one_or_none()
+        with self.transaction() as conn:
+            srow = self.lock_row(conn)
+            last = conn.exec_driver_sql(LAST_WORKING, {"sid": self.session_id}).one_or_none()
             if last is None:
                 return None
             position, last_id, last_final = last[0], last[1], last[2]
-            popped = messages_by_id(conn, session_id, srow.incarnation, [last_id])[last_id]
-            rest = remainder(popped)
+            popped = messages_by_id(conn, self.session_id, srow.incarnation, [last_id])[last_id]
+            rest = remainder(popped, bool(last_final))
             event_id, version = srow.next_event_id, srow.version + 1
             rest_id = srow.next_message_id if rest is not None else None
             conn.execute(
                 sa.delete(working_set).where(
-                    working_set.c.session_id == session_id, working_set.c.position == position
+                    working_set.c.session_id == self.session_id, working_set.c.position == position
                 )
             )
             popped_tokens = popped.tokens or 0
@@ -593,40 +555,39 @@ class Store:
             tokens_after = srow.token_count - popped_tokens + (rest.tokens if rest else 0)
             conn.execute(
                 sa.insert(compression_events).values(
-                    session_id=session_id,
-                    id=event_id,
-                    strategy=0,
-                    status="applied",
-                    reason="manual",
-                    messages_before=srow.message_count,
-                    messages_after=count_after,
-                    tokens_before=srow.token_count,
-                    tokens_after=tokens_after,
-                    replaced_ids=[last_id],
-                    replaced_tokens=popped_tokens,
-                    summary_message_id=rest_id,
-                    session_version=version,
-                    config=dict(config),
+                    event_row(
+                        self.session_id,
+                        event_id,
+                        strategy=0,
+                        status="applied",
+                        reason="manual",
+                        messages=(srow.message_count, count_after),
+                        tokens=(srow.token_count, tokens_after),
+                        replaced_ids=[last_id],
+                        replaced_tokens=popped_tokens,
+                        summary_message_id=rest_id,
+                        session_version=version,
+                        config=config,
+                    )
                 )
             )
             if rest is not None and rest_id is not None:
-                rest = replace(rest, final=is_final_answer(rest.msg, replaced_final=last_final))
                 conn.execute(
                     sa.insert(messages).values(
-                        **message_row(session_id, rest_id, rest, event_id),
+                        **message_row(self.session_id, rest_id, rest, event_id),
                         search_config=search_config_of(srow.config),
                     )
                 )
                 conn.execute(
                     sa.insert(working_set).values(
-                        session_id=session_id, position=position, message_id=rest_id
+                        session_id=self.session_id, position=position, message_id=rest_id
                     )
                 )
                 # The remainder stands for the popped message's other items: "which working
                 # message covers this original" stays answerable for them.
                 conn.execute(
                     sa.insert(lineage).values(
-                        session_id=session_id,
+                        session_id=self.session_id,
                         summary_id=rest_id,
                         ordinal=0,
                         replaced_id=last_id,
@@ -635,30 +596,30 @@ class Store:
                 )
             conn.execute(
                 sa.update(sessions)
-                .where(self._this(session_id))
+                .where(self.row_condition())
                 .values(
                     next_message_id=srow.next_message_id + (1 if rest is not None else 0),
                     next_event_id=event_id + 1,
                     message_count=count_after,
                     token_count=tokens_after,
                     version=version,
-                    open_calls=(tail_calls := self._open_calls_at_tail(conn, session_id)),
+                    open_calls=(tail_calls := self._open_calls_at_tail(conn)),
                     updated_at=sa.func.now(),
                 )
             )
-        self._tails[session_id] = (version, tail_calls)
+        self._tail = (version, tail_calls)
         return popped
 
-    def clear(self, session_id: str, *, config: Mapping[str, Any]) -> Event:
+    def clear(self, *, config: Mapping[str, Any]) -> Event:
         """Empty the working context in one transaction, keeping every original, offload and
         lineage row (clearing is not deleting, docs/design.md §5): an applied event of strategy
         0 with reason 'clear' names what left the working set, and an offload holds it, so that
         what was cleared stays reloadable by the event's uuid like any compressed range."""
-        event, _ = self.replace_working(session_id, (), config=config)
+        event, _ = self.replace_working((), config=config)
         return event
 
     def replace_working(
-        self, session_id: str, prepared: Sequence[Prepared], *, config: Mapping[str, Any]
+        self, prepared: Sequence[Prepared], *, config: Mapping[str, Any]
     ) -> tuple[Event, list[Msg]]:
         """`clear`, then append `prepared` to the emptied context, in the same transaction: a
         rewrite of a whole history (the Agents SDK's compaction wrapper) that a crash or a
@@ -666,30 +627,29 @@ class Store:
         # The emptied context has no open call; `bind` advances this to the calls the
         # appended messages leave open, which the tail cache must then hold.
         open_calls = OpenCalls({})
-        with self._begin() as conn:
-            row = self._lock(conn, session_id)
-            created, version = self._clear_locked(conn, session_id, row, config)
+        with self.transaction() as conn:
+            row = self.lock_row(conn)
+            created, version = self._clear_locked(conn, row, config)
             done: _Appended | None = None
             if prepared:
-                bound = bind(prepared, open_calls, session_id=session_id)
-                done = self._append_at(conn, session_id, version, open_calls, bound)
+                done = self._append_at(conn, version, open_calls, prepared)
                 assert done is not None  # the row is locked at that version
-        self._snapshots.pop(session_id, None)
+        self._snapshot = None
         if done is None:
-            self._appended.pop(session_id, None)
-            self._tails[session_id] = (version, {})
+            self._appended = None
+            self._tail = (version, {})
             return event_from_row(created), []
-        self._appended_committed(session_id, version, open_calls, done)
+        self._appended_committed(version, open_calls, done)
         return event_from_row(created), done.msgs
 
     def _clear_locked(
-        self, conn: Connection, session_id: str, row: Row[Any], config: Mapping[str, Any]
+        self, conn: Connection, row: Row[Any], config: Mapping[str, Any]
     ) -> tuple[Row[Any], int]:
         """The writes of `clear`, in the caller's transaction on the locked session `row`;
         returns the event's row and the session's new version."""
         removed = conn.execute(
             sa.delete(working_set)
-            .where(working_set.c.session_id == session_id)
+            .where(working_set.c.session_id == self.session_id)
             .returning(working_set.c.position, working_set.c.message_id)
         ).all()
         replaced = [message_id for _, message_id in sorted(removed)]
@@ -698,27 +658,27 @@ class Store:
         created = conn.execute(
             sa.insert(compression_events)
             .values(
-                session_id=session_id,
-                id=row.next_event_id,
-                strategy=0,
-                status="applied",
-                reason="clear",
-                messages_before=row.message_count,
-                messages_after=0,
-                tokens_before=row.token_count,
-                tokens_after=0,
-                replaced_ids=replaced,
-                replaced_tokens=row.token_count,
-                offload_uuid=offload_uuid,
-                session_version=version,
-                config=dict(config),
+                event_row(
+                    self.session_id,
+                    row.next_event_id,
+                    strategy=0,
+                    status="applied",
+                    reason="clear",
+                    messages=(row.message_count, 0),
+                    tokens=(row.token_count, 0),
+                    replaced_ids=replaced,
+                    replaced_tokens=row.token_count,
+                    offload_uuid=offload_uuid,
+                    session_version=version,
+                    config=config,
+                )
             )
             .returning(compression_events)
         ).one()
         if offload_uuid is not None:
             conn.execute(
                 sa.insert(offloads).values(
-                    session_id=session_id,
+                    session_id=self.session_id,
                     uuid=offload_uuid,
                     event_id=row.next_event_id,
                     message_ids=replaced,
@@ -726,7 +686,7 @@ class Store:
             )
         conn.execute(
             sa.update(sessions)
-            .where(self._this(session_id))
+            .where(self.row_condition())
             .values(
                 next_event_id=row.next_event_id + 1,
                 message_count=0,
@@ -738,38 +698,29 @@ class Store:
         )
         return created, version
 
-    def _open_calls_at_tail(self, conn: Connection, session_id: str) -> dict[str, str]:
+    def _open_calls_at_tail(self, conn: Connection) -> dict[str, str]:
         """The newest tool group's calls still without results, read from the working tail."""
         window = 32
         while True:
-            rows = conn.exec_driver_sql(TAIL_CALLS, {"sid": session_id, "n": window}).all()
-            answered: set[str] = set()
-            for role, call_ids, result_ids, tool_names in rows:
-                if role == "tool":
-                    answered.update(result_ids)
-                    continue
-                names = list(tool_names)
-                return {
-                    call: names[k] if k < len(names) else ""
-                    for k, call in enumerate(call_ids)
-                    if call not in answered
-                }
+            rows = conn.exec_driver_sql(TAIL_CALLS, {"sid": self.session_id, "n": window}).all()
+            found = open_calls_at_tail(rows)
+            if found is not None:
+                return found
             if len(rows) < window:
                 return {}
             window *= 4
 
-    def totals(self, session_id: str) -> SessionInfo:
+    def totals(self) -> SessionInfo:
         """The session row: one primary-key read, no messages (the O(1) trigger check)."""
-        info = self.get_session(session_id)
+        info = self.get_session()
         if info is None:
-            raise _gone(session_id)
+            raise session_gone(self.session_id)
         return info
 
     # -- compression ----------------------------------------------------------------------------
 
     def apply(
         self,
-        session_id: str,
         replacements: Sequence[Replacement],
         *,
         reason: str,
@@ -783,25 +734,22 @@ class Store:
         content it may have erased."""
         if not replacements:
             return ApplyOutcome([], False)
-        with self._begin() as conn:
-            row = self._lock(conn, session_id)
-            positions = self._check_ranges(conn, session_id, [r.edit for r in replacements])
-            erased = seen_version is not None and _erased_since(conn, session_id, seen_version)
+        with self.transaction() as conn:
+            row = self.lock_row(conn)
+            positions = self._check_ranges(conn, [r.edit for r in replacements])
+            erased = seen_version is not None and _erased_since(conn, self.session_id, seen_version)
             conflicts = [
                 r for r, pos in zip(replacements, positions, strict=True) if pos is None or erased
             ]
             if not conflicts:
-                applied = self._write(
-                    conn, session_id, row, replacements, positions, reason, config
-                )
+                applied = self._write(conn, row, replacements, positions, reason, config)
         if not conflicts:
-            self._splice(session_id, row, replacements, applied)
+            self._splice(row, replacements, applied)
             # A compression changes no open call: the tail is known at the new version.
-            self._tails[session_id] = (applied[-1].session_version, dict(row.open_calls))
+            self._tail = (applied[-1].session_version, dict(row.open_calls))
             return ApplyOutcome(applied, False)
         events = [
             self.record_event(
-                session_id,
                 strategy=r.edit.strategy,
                 status="conflict",
                 reason=reason,
@@ -819,7 +767,6 @@ class Store:
 
     def _splice(
         self,
-        session_id: str,
         row: Row[Any],
         replacements: Sequence[Replacement],
         applied: Sequence[Event],
@@ -829,7 +776,7 @@ class Store:
         Only when the cache was at exactly the version the apply started from (nobody else
         wrote in between); otherwise the next snapshot reads what it needs.
         """
-        cached = self._snapshots.pop(session_id, None)
+        cached, self._snapshot = self._snapshot, None
         if (
             cached is None
             or cached.snapshot.version != row.version
@@ -851,20 +798,18 @@ class Store:
         positions = splice(
             cached.positions, [(r.edit, cached.positions[r.edit.end - 1]) for r in replacements]
         )
-        self._snapshots[session_id] = _CachedSnapshot(
+        self._snapshot = _CachedSnapshot(
             snapshot, tuple(positions), row.next_event_id + len(applied), cached.incarnation
         )
 
-    def _check_ranges(
-        self, conn: Connection, session_id: str, edits: Sequence[Edit]
-    ) -> list[int | None]:
+    def _check_ranges(self, conn: Connection, edits: Sequence[Edit]) -> list[int | None]:
         """For each edit, the working position of its last replaced message if its span is
         still exactly what the plan saw (its replaced ids, with the kept messages of a fold
         between them), adjacent and in order; else None."""
         rows = conn.exec_driver_sql(
             CHECK_RANGES,
             {
-                "sid": session_id,
+                "sid": self.session_id,
                 "firsts": [e.replaced_ids[0] for e in edits],
                 "lasts": [e.replaced_ids[-1] for e in edits],
             },
@@ -880,7 +825,6 @@ class Store:
     def _write(
         self,
         conn: Connection,
-        session_id: str,
         row: Row[Any],
         replacements: Sequence[Replacement],
         positions: Sequence[int | None],
@@ -907,33 +851,30 @@ class Store:
             count += 1 - len(replaced)
             tokens += r.new.tokens - replaced_tokens
             event_rows.append(
-                {
-                    "session_id": session_id,
-                    "id": event_id,
-                    "strategy": r.edit.strategy,
-                    "status": "applied",
-                    "reason": reason,
-                    "messages_before": before_count,
-                    "messages_after": count,
-                    "tokens_before": before_tokens,
-                    "tokens_after": tokens,
-                    "replaced_ids": list(replaced),
-                    "replaced_tokens": replaced_tokens,
-                    "summary_message_id": msg_id,
-                    "offload_uuid": r.offload_uuid,
-                    "model": r.model,
-                    "prompt_tokens": r.prompt_tokens,
-                    "completion_tokens": r.completion_tokens,
-                    "latency_ms": r.latency_ms,
-                    "error": None,
-                    "session_version": version,
-                    "config": dict(config),
-                }
+                event_row(
+                    self.session_id,
+                    event_id,
+                    strategy=r.edit.strategy,
+                    status="applied",
+                    reason=reason,
+                    messages=(before_count, count),
+                    tokens=(before_tokens, tokens),
+                    replaced_ids=replaced,
+                    replaced_tokens=replaced_tokens,
+                    summary_message_id=msg_id,
+                    offload_uuid=r.offload_uuid,
+                    model=r.model,
+                    prompt_tokens=r.prompt_tokens,
+                    completion_tokens=r.completion_tokens,
+                    latency_ms=r.latency_ms,
+                    session_version=version,
+                    config=config,
+                )
             )
-            msg_rows.append(message_row(session_id, msg_id, r.new, event_id))
+            msg_rows.append(message_row(self.session_id, msg_id, r.new, event_id))
             offload_rows.append(
                 {
-                    "session_id": session_id,
+                    "session_id": self.session_id,
                     "uuid": r.offload_uuid,
                     "event_id": event_id,
                     "message_ids": list(replaced),
@@ -941,7 +882,7 @@ class Store:
             )
             lineage_rows.extend(
                 {
-                    "session_id": session_id,
+                    "session_id": self.session_id,
                     "summary_id": msg_id,
                     "ordinal": k,
                     "replaced_id": rid,
@@ -951,7 +892,7 @@ class Store:
             )
             removed_ids.extend(replaced)
             working_rows.append(
-                {"session_id": session_id, "position": position, "message_id": msg_id}
+                {"session_id": self.session_id, "position": position, "message_id": msg_id}
             )
         conn.execute(sa.insert(compression_events), event_rows)
         conn.execute(sa.insert(messages), msg_rows)
@@ -959,7 +900,7 @@ class Store:
         conn.execute(sa.insert(lineage), lineage_rows)
         conn.execute(
             sa.delete(working_set).where(
-                working_set.c.session_id == session_id,
+                working_set.c.session_id == self.session_id,
                 working_set.c.message_id
                 == sa.any_(sa.cast(sa.literal(removed_ids), sa.ARRAY(sa.BigInteger))),
             )
@@ -967,7 +908,7 @@ class Store:
         conn.execute(sa.insert(working_set), working_rows)
         conn.execute(
             sa.update(sessions)
-            .where(self._this(session_id))
+            .where(self.row_condition())
             .values(
                 next_message_id=next_msg,
                 next_event_id=next_event,
@@ -977,33 +918,10 @@ class Store:
                 updated_at=sa.func.now(),
             )
         )
-        return [
-            Event(
-                session_id=session_id,
-                id=e["id"],
-                strategy=e["strategy"],
-                status="applied",
-                reason=reason,
-                messages_before=e["messages_before"],
-                messages_after=e["messages_after"],
-                tokens_before=e["tokens_before"],
-                tokens_after=e["tokens_after"],
-                replaced_ids=tuple(e["replaced_ids"]),
-                summary_message_id=e["summary_message_id"],
-                offload_uuid=e["offload_uuid"],
-                model=e["model"],
-                prompt_tokens=e["prompt_tokens"],
-                completion_tokens=e["completion_tokens"],
-                latency_ms=e["latency_ms"],
-                error=None,
-                session_version=version,
-            )
-            for e in event_rows
-        ]
+        return [event_of(e) for e in event_rows]
 
     def record_event(
         self,
-        session_id: str,
         *,
         strategy: int,
         status: str,
@@ -1017,69 +935,64 @@ class Store:
         latency_ms: float | None = None,
     ) -> Event:
         """Record an attempt that changed nothing (failed, skipped or conflict)."""
-        with self._begin() as conn:
-            row = self._lock(conn, session_id)
+        with self.transaction() as conn:
+            row = self.lock_row(conn)
             event_id = row.next_event_id
-            values = {
-                "session_id": session_id,
-                "id": event_id,
-                "strategy": strategy,
-                "status": status,
-                "reason": reason,
-                "messages_before": row.message_count,
-                "messages_after": row.message_count,
-                "tokens_before": row.token_count,
-                "tokens_after": row.token_count,
-                "replaced_ids": list(replaced_ids),
-                "replaced_tokens": 0,
-                "model": model,
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "latency_ms": latency_ms,
-                "error": error,
-                "session_version": row.version,
-                "config": dict(config),
-            }
+            values = event_row(
+                self.session_id,
+                event_id,
+                strategy=strategy,
+                status=status,
+                reason=reason,
+                messages=(row.message_count, row.message_count),
+                tokens=(row.token_count, row.token_count),
+                replaced_ids=replaced_ids,
+                model=model,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                latency_ms=latency_ms,
+                error=error,
+                session_version=row.version,
+                config=config,
+            )
             created = conn.execute(
-                sa.insert(compression_events).values(**values).returning(compression_events)
+                sa.insert(compression_events).values(values).returning(compression_events)
             ).one()
             conn.execute(
-                sa.update(sessions).where(self._this(session_id)).values(next_event_id=event_id + 1)
+                sa.update(sessions).where(self.row_condition()).values(next_event_id=event_id + 1)
             )
         return event_from_row(created)
 
     # -- reload and audit ----------------------------------------------------------------------
 
-    def reload(
-        self, session_id: str, offload_uuid: uuid_mod.UUID, *, originals: bool = False
-    ) -> list[Msg]:
+    def reload(self, offload_uuid: uuid_mod.UUID, *, originals: bool = False) -> list[Msg]:
         """The messages an offload removed, in order (one level deep); with `originals`, the
         originals behind them, lineage followed down through nested summaries."""
-        with self._connect() as conn:
+        with self.connection() as conn:
             ids = conn.execute(
                 sa.select(offloads.c.message_ids).where(
-                    offloads.c.session_id == session_id,
+                    offloads.c.session_id == self.session_id,
                     offloads.c.uuid == offload_uuid,
-                    self._guard(session_id),
+                    self.alive_condition(),
                 )
             ).scalar_one_or_none()
             if ids is None:
-                self._check_alive(conn, session_id)
+                self.check_alive(conn)
                 raise OffloadNotFound(
-                    f"no offloaded context with id {offload_uuid} in session {session_id!r}"
+                    f"no offloaded context with id {offload_uuid} in session {self.session_id!r}"
                 )
-            ids = originals_below(conn, session_id, list(ids)) if originals else list(ids)
-            by_id = messages_by_id(conn, session_id, self.incarnation(session_id), ids)
+            ids = originals_below(conn, self.session_id, list(ids)) if originals else list(ids)
+            by_id = messages_by_id(conn, self.session_id, self.incarnation(), ids)
         return [by_id[i] for i in ids]
 
-    def events(self, session_id: str) -> list[Event]:
+    def events(self) -> list[Event]:
         stmt = (
             sa.select(compression_events)
-            .where(compression_events.c.session_id == session_id, self._guard(session_id))
+            .where(compression_events.c.session_id == self.session_id, self.alive_condition())
             .order_by(compression_events.c.id)
         )
-        with self._single() as conn:
+        with self.statement() as conn:
             found = [event_from_row(r) for r in conn.execute(stmt)]
             if not found:
-                self._check_alive(conn, session_id)
+                self.check_alive(conn)
         return found

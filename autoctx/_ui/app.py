@@ -42,7 +42,7 @@ from .._plot import STRATEGY_COLORS, STRATEGY_NAMES
 from .._search import HIGHLIGHT, validate_limit, validate_query
 from .._store import console as db
 from .._store import search as search_store
-from .._store.store import Store
+from .._store.catalog import Catalog
 from . import timeline
 
 try:
@@ -130,7 +130,7 @@ class Page:
 
 
 class Console:
-    """The pages of one console: a read-only store of one tenant scope, and the templates."""
+    """The pages of one console: a read-only catalog of one tenant scope, and the templates."""
 
     def __init__(self, engine: Engine, tenant: str | None) -> None:
         if jinja2 is None:
@@ -138,7 +138,7 @@ class Console:
                 "autoctx ui needs Jinja2, which the `ui` extra installs: "
                 "pip install 'autoctx-pg[ui]'"
             )
-        self.store = Store(db.read_only(engine), tenant)
+        self.store = Catalog(db.read_only(engine), tenant)
         self.tenant = tenant
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_TEMPLATES),
