@@ -31,7 +31,13 @@ from agentscope.model import OpenAIChatModel
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, Toolkit
 
-from autoctx import AutoContextConfig, InvalidMessage, OfflineSummarizer
+from autoctx import (
+    AutoContextClient,
+    AutoContextConfig,
+    ConfigError,
+    InvalidMessage,
+    OfflineSummarizer,
+)
 from autoctx.integrations.agentscope import (
     AutoContextMiddleware,
     _from_autoctx,
@@ -39,6 +45,7 @@ from autoctx.integrations.agentscope import (
 )
 
 from .agent_model import ScriptedAgent, tool_output
+from .framework_runs import assert_opened_through
 from .openai_server import OpenAIServer
 
 T = TypeVar("T")
@@ -328,6 +335,31 @@ def test_a_reload_call_through_the_agent_returns_the_original(open_mw: Any) -> N
         await mw.close()
 
     run(go())
+
+
+def test_a_given_client_opens_the_memory_and_its_close_closes_it(
+    db_url: str, client: AutoContextClient, session_id: str
+) -> None:
+    AutoContextClient.close_shared(db_url)
+    agent_model = ScriptedAgent(calls_per_run=2)
+
+    async def go() -> AutoContextMiddleware:
+        mw = await AutoContextMiddleware.open(
+            session_id,
+            config=AutoContextConfig(max_tokens=WINDOW),
+            summarizer=OfflineSummarizer(),
+            client=client,
+        )
+        with OpenAIServer(default=agent_model) as srv:
+            reply = await make_agent(srv, mw).reply(UserMsg(name="user", content="Run the job."))
+        assert reply.get_text_content() == agent_model.final_answer
+        await stored_once(mw, range(2))
+        return mw
+
+    mw = run(go())
+    assert_opened_through(client, mw.memory.sync, db_url)
+    with pytest.raises(ConfigError, match="not both"):
+        run(AutoContextMiddleware.open(session_id, db_url, client=client))
 
 
 def test_without_agentscope_the_import_error_names_the_extra() -> None:

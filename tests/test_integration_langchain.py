@@ -21,10 +21,17 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
-from autoctx import AutoContextConfig, AutoContextMemory, ConfigError, OfflineSummarizer
+from autoctx import (
+    AutoContextClient,
+    AutoContextConfig,
+    AutoContextMemory,
+    ConfigError,
+    OfflineSummarizer,
+)
 from autoctx.integrations.langchain import AutoContextMiddleware
 from tests.agent_model import ScriptedAgent, request_tokens, tool_output
 from tests.dbsql import sql
+from tests.framework_runs import assert_opened_through
 from tests.openai_server import OpenAIServer
 
 WINDOW = 16_000
@@ -240,6 +247,26 @@ def test_an_async_run_stays_under_the_window_and_stores_each_message_once(
     mem = middleware.memory(config)
     assert [e for e in mem.events() if e.status == "applied"]
     _assert_each_stored_once(mem, prompts=2, calls=24)
+
+
+def test_a_given_client_opens_the_memories_and_its_close_closes_them(
+    db_url: str, client: AutoContextClient, session_id: str
+) -> None:
+    AutoContextClient.close_shared(db_url)
+    middleware = AutoContextMiddleware(
+        config=AutoContextConfig(max_tokens=WINDOW), summarizer=OfflineSummarizer(), client=client
+    )
+    agent_model = ScriptedAgent(calls_per_run=2)
+    config: Any = {"configurable": {"thread_id": session_id}}
+    with OpenAIServer(default=agent_model) as srv:
+        agent = _agent(srv, middleware, _Work())
+        result = agent.invoke({"messages": [{"role": "user", "content": "Do the work"}]}, config)
+    assert result["messages"][-1].content == agent_model.final_answer
+    mem = middleware.memory(config)
+    assert len(mem.messages()) == 6  # the prompt, two calls and results, the answer
+    assert_opened_through(client, mem, db_url)
+    with pytest.raises(ConfigError, match="not both"):
+        AutoContextMiddleware(db_url, client=client)
 
 
 def test_without_langchain_the_import_error_names_the_extra() -> None:

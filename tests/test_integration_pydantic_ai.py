@@ -23,7 +23,14 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from autoctx import AutoContextConfig, AutoContextMemory, InvalidMessage, OfflineSummarizer
+from autoctx import (
+    AutoContextClient,
+    AutoContextConfig,
+    AutoContextMemory,
+    ConfigError,
+    InvalidMessage,
+    OfflineSummarizer,
+)
 from autoctx.integrations.pydantic_ai import (
     AutoContextCapability,
     from_model_messages,
@@ -31,6 +38,7 @@ from autoctx.integrations.pydantic_ai import (
 )
 
 from .agent_model import ScriptedAgent, tool_output
+from .framework_runs import assert_opened_through
 from .openai_server import OpenAIServer
 
 WINDOW = 16_000
@@ -241,3 +249,32 @@ def test_message_history_is_not_stored_again(
     assert asyncio.run(stored()) == ["user", "assistant", "tool", "assistant"] * 2
     last = scripted.requests[-1]["messages"]
     assert [m["role"] for m in last if m["role"] == "user"] == ["user", "user"]
+
+
+def test_a_given_client_opens_the_memory_and_its_close_closes_it(
+    server: tuple[OpenAIServer, ScriptedAgent],
+    db_url: str,
+    client: AutoContextClient,
+    session_id: str,
+) -> None:
+    srv, scripted = server
+    scripted.calls_per_run = 2
+    AutoContextClient.close_shared(db_url)
+    capability = AutoContextCapability(
+        session_id,
+        config=AutoContextConfig(max_tokens=WINDOW),
+        summarizer=OfflineSummarizer(),
+        client=client,
+    )
+    result = _agent(srv, capability, []).run_sync("Two steps.")
+    assert result.output == "All steps are done."
+    memory = asyncio.run(capability.open())
+    # The prompt, two calls and results, the answer.
+    assert [m.role for m in memory.sync.messages()] == [
+        "user",
+        *["assistant", "tool"] * 2,
+        "assistant",
+    ]
+    assert_opened_through(client, memory.sync, db_url)
+    with pytest.raises(ConfigError, match="not both"):
+        AutoContextCapability(session_id, db_url, client=client)

@@ -35,6 +35,7 @@ from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 
 from autoctx import (
+    AutoContextClient,
     AutoContextConfig,
     AutoContextMemory,
     ConfigError,
@@ -50,6 +51,7 @@ from autoctx._tools import NOT_FOUND_ANSWER
 from autoctx.integrations.openai_agents import AutoContextSession, context_tools
 from tests.agent_model import ScriptedAgent, tool_output
 from tests.dbsql import sql
+from tests.framework_runs import assert_opened_through
 from tests.openai_server import OpenAIServer, Reply
 
 T = TypeVar("T")
@@ -1131,6 +1133,31 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
     assert len(answers) == 1 and "FACT-0003" in answers[0].replace("**", "")
     _assert_each_item_stored_once(mem, prompts=1, calls=48)
     _assert_reachable(mem, range(1, work.calls + 1))
+
+
+def test_a_given_client_opens_the_memory_and_its_close_closes_it(
+    db_url: str, client: AutoContextClient, session_id: str
+) -> None:
+    AutoContextClient.close_shared(db_url)
+    session = AutoContextSession(
+        session_id, config=_window_config(), summarizer=OfflineSummarizer(), client=client
+    )
+    set_tracing_disabled(True)
+    agent_model = ScriptedAgent(calls_per_run=2)
+
+    async def scenario() -> None:
+        with OpenAIServer(default=agent_model) as srv:
+            agent, openai_client = _sdk_agent(srv, session, _WorkTool())
+            final = await _sdk_run(agent, "Do the work", session, stream=False, bounded=True)
+            assert final == agent_model.final_answer
+            await openai_client.close()
+
+    run(scenario())
+    mem = session.memory()
+    _assert_each_item_stored_once(mem, prompts=1, calls=2)
+    assert_opened_through(client, mem, db_url)
+    with pytest.raises(ConfigError, match="not both"):
+        AutoContextSession(session_id, db_url, client=client)
 
 
 def test_without_the_filter_a_long_run_goes_over_the_window(

@@ -78,9 +78,11 @@ except ModuleNotFoundError as exc:
 from sqlalchemy.engine import URL
 
 from .. import _messages as ax
+from .._client import AutoContextClient
 from .._config import AutoContextConfig
 from .._errors import InvalidMessage
 from .._memory import AsyncAutoContextMemory
+from ._opening import checked_client, open_async_memory
 
 if TYPE_CHECKING:
     from agentscope.agent import Agent
@@ -318,11 +320,16 @@ class AutoContextMiddleware(MiddlewareBase):
         session_id: str,
         database_url: str | URL | None = None,
         config: AutoContextConfig | None = None,
+        *,
+        client: AutoContextClient | None = None,
         **kwargs: Any,
     ) -> AutoContextMiddleware:
         """Open (or create) the session `session_id` and wrap it (arguments as
-        `AsyncAutoContextMemory.open`)."""
-        return cls(await AsyncAutoContextMemory.open(session_id, database_url, config, **kwargs))
+        `AsyncAutoContextMemory.open`); with `client` (an `AutoContextClient`, instead of
+        `database_url`) the memory is opened through it and closed by its `close()`."""
+        checked = checked_client(client, database_url, "AutoContextMiddleware.open")
+        memory = await open_async_memory(checked, database_url, session_id, config, **kwargs)
+        return cls(memory)
 
     async def close(self) -> None:
         await self.memory.close()

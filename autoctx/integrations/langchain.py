@@ -74,11 +74,13 @@ except ModuleNotFoundError as exc:
 from sqlalchemy.engine import URL
 
 from .._background import BackgroundMode, validate_background
+from .._client import AutoContextClient
 from .._config import AutoContextConfig
 from .._errors import ConfigError
 from .._memory import AutoContextMemory
 from .._summarizers import Summarizer
 from .._tools import tool_definitions
+from ._opening import checked_client, open_memory
 
 __all__ = ["AutoContextMiddleware", "AutoContextState"]
 
@@ -112,9 +114,11 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
     sends the model the session's working context (see the module docstring).
 
     `AutoContextMiddleware(database_url=None, config=None, *, session_id=None,
-    summarizer=None, tenant=None, background=False)`: the arguments of
-    `AutoContextMemory.open`. One middleware serves any number of threads (a memory per
-    session id, opened on first use, created when new).
+    summarizer=None, tenant=None, background=False, client=None)`: the arguments of
+    `AutoContextMemory.open`; with `client` (an `AutoContextClient`, instead of
+    `database_url`) the memories are opened through it and closed by its `close()`. One
+    middleware serves any number of threads (a memory per session id, opened on first use,
+    created when new).
     """
 
     state_schema = AutoContextState
@@ -128,8 +132,10 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
         summarizer: Summarizer | None = None,
         tenant: str | None = None,
         background: BackgroundMode = False,
+        client: AutoContextClient | None = None,
     ) -> None:
         super().__init__()
+        self.client = checked_client(client, database_url, "AutoContextMiddleware")
         self.database_url = database_url
         self.config = config or AutoContextConfig()
         self.session_id = session_id
@@ -171,9 +177,10 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
         with self._lock:
             mem = self._memories.get(session_id)
             if mem is None:
-                mem = AutoContextMemory.open(
-                    session_id,
+                mem = open_memory(
+                    self.client,
                     self.database_url,
+                    session_id,
                     self.config,
                     tenant=self.tenant,
                     summarizer=self.summarizer,

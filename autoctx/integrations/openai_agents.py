@@ -82,6 +82,7 @@ except ModuleNotFoundError as exc:
 from sqlalchemy.engine import URL
 
 from .._background import BackgroundMode, validate_background
+from .._client import AutoContextClient
 from .._config import AutoContextConfig
 from .._errors import ConfigError, InvalidMessage, SessionNotFound
 from .._gc import paused_gc
@@ -96,6 +97,7 @@ from .._messages import (
 )
 from .._summarizers import Summarizer
 from .._tools import tool_definitions
+from ._opening import checked_client, open_memory
 
 __all__ = ["META_KEY", "AutoContextSession", "context_tools", "items_to_messages", "message_items"]
 
@@ -528,6 +530,7 @@ def message_items(msg: Msg) -> list[Item]:
 
 @dataclass(frozen=True)
 class _OpenArgs:
+    client: AutoContextClient | None
     database_url: str | URL | None
     config: AutoContextConfig | None
     summarizer: Summarizer | None
@@ -539,8 +542,10 @@ class AutoContextSession:
     """An OpenAI Agents SDK `Session` kept by autoctx in PostgreSQL.
 
     `AutoContextSession(session_id, database_url=None, config=None, *, summarizer=None,
-    compress=True, tenant=None, background=False)` opens (or creates) the autoctx session on
-    first use; `AutoContextSession.from_memory(mem)` wraps a memory already open. With
+    compress=True, tenant=None, background=False, client=None)` opens (or creates) the autoctx
+    session on first use, through `client` (an `AutoContextClient`, instead of `database_url`:
+    its `close()` closes the memory) or else the shared client of `database_url`;
+    `AutoContextSession.from_memory(mem)` wraps a memory already open. With
     `compress=True`, `add_items` runs autoctx's compression loop whenever the trigger holds
     after the append; with `background=True` as well, that loop runs in a background thread
     and `add_items` returns at once, waiting only when the context would otherwise be over the
@@ -561,6 +566,7 @@ class AutoContextSession:
         tenant: str | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         background: BackgroundMode = False,
+        client: AutoContextClient | None = None,
     ) -> None:
         self.session_id = session_id
         self.compress = compress
@@ -573,7 +579,12 @@ class AutoContextSession:
         )
         # Refused here, naming the argument, rather than at the first `Runner.run`.
         self._args = _OpenArgs(
-            database_url, config, summarizer, tenant, validate_background(background)
+            checked_client(client, database_url, "AutoContextSession"),
+            database_url,
+            config,
+            summarizer,
+            tenant,
+            validate_background(background),
         )
         self._mem: AutoContextMemory | None = None
         # Opening touches the database; it happens once, in whichever worker thread asks first.
@@ -626,9 +637,10 @@ class AutoContextSession:
 
     def _open(self, *, create: bool) -> AutoContextMemory:
         args = self._args
-        return AutoContextMemory.open(
-            self.session_id,
+        return open_memory(
+            args.client,
             args.database_url,
+            self.session_id,
             args.config,
             tenant=args.tenant,
             summarizer=args.summarizer,

@@ -71,6 +71,7 @@ except ImportError as exc:  # pragma: no cover - the extra is optional
         "autoctx.integrations.pydantic_ai needs Pydantic AI: pip install 'autoctx-pg[pydantic-ai]'"
     ) from exc
 
+from .._client import AutoContextClient
 from .._config import AutoContextConfig
 from .._errors import InvalidMessage
 from .._memory import AsyncAutoContextMemory
@@ -84,6 +85,7 @@ from .._messages import (
 )
 from .._summarizers import Summarizer
 from .._tools import tool_definitions
+from ._opening import checked_client, open_async_memory
 
 __all__ = ["AutoContextCapability", "from_model_messages", "to_model_messages"]
 
@@ -301,7 +303,8 @@ class AutoContextCapability(AbstractCapability[Any]):
     """A Pydantic AI capability that gives an agent autoctx's memory (see the module docstring).
 
     Pass a session id (and optionally `database_url`, `config`, `summarizer`, `tenant`), or an
-    open `memory` (an `AsyncAutoContextMemory`).
+    open `memory` (an `AsyncAutoContextMemory`). With `client` (an `AutoContextClient`, instead
+    of `database_url`) the memory is opened through it and closed by its `close()`.
     """
 
     session_id: str | None = None
@@ -312,6 +315,8 @@ class AutoContextCapability(AbstractCapability[Any]):
     memory: AsyncAutoContextMemory | None = None
     #: Offer `context_reload` and `context_search` to the model.
     context_tools: bool = True
+    #: The client to open the memory through (else the shared client of `database_url`).
+    client: AutoContextClient | None = None
     _shared: _Shared = field(init=False, repr=False)
     _start: int = field(default=0, init=False, repr=False)
     _stored: int = field(default=0, init=False, repr=False)
@@ -319,6 +324,7 @@ class AutoContextCapability(AbstractCapability[Any]):
     def __post_init__(self) -> None:
         if self.memory is None and self.session_id is None:
             raise ValueError("AutoContextCapability needs a session_id or an open memory")
+        checked_client(self.client, self.database_url, "AutoContextCapability")
         self._shared = _Shared(self.memory)
 
     @classmethod
@@ -331,9 +337,10 @@ class AutoContextCapability(AbstractCapability[Any]):
         async with shared.lock:
             if shared.memory is None:
                 assert self.session_id is not None
-                shared.memory = await AsyncAutoContextMemory.open(
-                    self.session_id,
+                shared.memory = await open_async_memory(
+                    self.client,
                     self.database_url,
+                    self.session_id,
                     self.config,
                     summarizer=self.summarizer,
                     tenant=self.tenant,
@@ -355,6 +362,7 @@ class AutoContextCapability(AbstractCapability[Any]):
             self.tenant,
             self.memory,
             self.context_tools,
+            self.client,
         )
         run._shared = self._shared
         return run
