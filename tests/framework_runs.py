@@ -1,8 +1,13 @@
 """What the framework integration tests share (the Agents SDK, LangChain, AgentScope, Pydantic
-AI): the check that an integration opened its memory through the client it was given.
+AI): the check that an integration opened its memory through the client it was given, and the
+import error of an integration whose framework is not installed.
 """
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 import pytest
 
@@ -27,3 +32,40 @@ def assert_opened_through(client: AutoContextClient, mem: AutoContextMemory, db_
     client.close()
     with pytest.raises(SessionNotFound, match="closed"):
         mem.messages()
+
+
+_WITHOUT = """
+import importlib, importlib.abc, json, sys
+blocked = set(sys.argv[2:])
+class Without(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Without())
+try:
+    importlib.import_module(sys.argv[1])
+except ModuleNotFoundError as exc:
+    print(json.dumps({"message": str(exc), "name": exc.name}))
+"""
+
+
+def import_error_without(module: str, *packages: str) -> tuple[str, str]:
+    """The message and `name` of the `ModuleNotFoundError` that importing `module` raises in a
+    child interpreter where `packages` cannot be found, as on an install without the extra."""
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT, module, *packages],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout, f"importing {module} without {packages} raised nothing"
+    error = json.loads(out.stdout)
+    return error["message"], error["name"]
+
+
+def assert_names_the_extra(message: str, extra: str) -> None:
+    """The message says which extra to install, from the package index and in a checkout."""
+    assert f'pip install "autoctx-pg[{extra}]"' in message, message
+    assert f'pip install -e ".[{extra}]"' in message, message

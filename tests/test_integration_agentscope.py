@@ -45,7 +45,7 @@ from autoctx.integrations.agentscope import (
 )
 
 from .agent_model import ScriptedAgent, tool_output
-from .framework_runs import assert_opened_through
+from .framework_runs import assert_names_the_extra, assert_opened_through, import_error_without
 from .openai_server import OpenAIServer
 
 T = TypeVar("T")
@@ -363,13 +363,10 @@ def test_a_given_client_opens_the_memory_and_its_close_closes_it(
 
 
 def test_without_agentscope_the_import_error_names_the_extra() -> None:
-    code = (
-        "import sys; sys.modules['agentscope'] = None\n"
-        "try:\n    import autoctx.integrations.agentscope\n"
-        "except ModuleNotFoundError as e:\n    print(e)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "autoctx-pg[agentscope]" in out.stdout
+    message, name = import_error_without("autoctx.integrations.agentscope", "agentscope")
+    assert name.split(".")[0] == "agentscope"
+    assert "needs AgentScope 2.x" in message
+    assert_names_the_extra(message, "agentscope")
 
 
 def test_the_example_runs_against_the_local_endpoint(db_url: str) -> None:

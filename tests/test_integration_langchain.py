@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,10 +26,11 @@ from autoctx import (
     ConfigError,
     OfflineSummarizer,
 )
+from autoctx.integrations._optional import framework_of
 from autoctx.integrations.langchain import AutoContextMiddleware
 from tests.agent_model import ScriptedAgent, request_tokens, tool_output
 from tests.dbsql import sql
-from tests.framework_runs import assert_opened_through
+from tests.framework_runs import assert_names_the_extra, assert_opened_through, import_error_without
 from tests.openai_server import OpenAIServer
 
 WINDOW = 16_000
@@ -269,22 +268,20 @@ def test_a_given_client_opens_the_memories_and_its_close_closes_them(
         AutoContextMiddleware(db_url, client=client)
 
 
-def test_without_langchain_the_import_error_names_the_extra() -> None:
-    # A child interpreter where LangChain cannot be found, as on an install without the extra.
-    code = """
-import importlib.abc, sys
-class NoLangChain(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "langchain" or name.startswith("langchain."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-sys.meta_path.insert(0, NoLangChain())
-try:
-    import autoctx.integrations.langchain
-except ModuleNotFoundError as exc:
-    print(exc)
-"""
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert "autoctx-pg[langchain]" in out.stdout and "pip install -e '.[langchain]'" in out.stdout
+@pytest.mark.parametrize("package", ["langchain", "langchain_core", "langgraph"])
+def test_without_langchain_the_import_error_names_the_extra(package: str) -> None:
+    message, name = import_error_without("autoctx.integrations.langchain", package)
+    assert name.split(".")[0] == package
+    assert "needs LangChain v1" in message
+    assert_names_the_extra(message, "langchain")
+
+
+def test_a_missing_module_that_is_not_the_framework_passes_through_unchanged() -> None:
+    """Only the framework's own packages are reported as the missing extra: a dependency of
+    autoctx itself that is missing keeps its own error."""
+    with (
+        pytest.raises(ModuleNotFoundError) as caught,
+        framework_of("LangChain", needs="LangChain v1", extra="langchain", packages=("langchain",)),
+    ):
+        raise ModuleNotFoundError("No module named 'tiktoken'", name="tiktoken")
+    assert caught.value.name == "tiktoken" and "autoctx-pg" not in str(caught.value)

@@ -38,7 +38,7 @@ from autoctx.integrations.pydantic_ai import (
 )
 
 from .agent_model import ScriptedAgent, tool_output
-from .framework_runs import assert_opened_through
+from .framework_runs import assert_names_the_extra, assert_opened_through, import_error_without
 from .openai_server import OpenAIServer
 
 WINDOW = 16_000
@@ -278,3 +278,10 @@ def test_a_given_client_opens_the_memory_and_its_close_closes_it(
     assert_opened_through(client, memory.sync, db_url)
     with pytest.raises(ConfigError, match="not both"):
         AutoContextCapability(session_id, db_url, client=client)
+
+
+def test_without_pydantic_ai_the_import_error_names_the_extra() -> None:
+    message, name = import_error_without("autoctx.integrations.pydantic_ai", "pydantic_ai")
+    assert name.split(".")[0] == "pydantic_ai"
+    assert "needs Pydantic AI" in message
+    assert_names_the_extra(message, "pydantic-ai")

@@ -51,7 +51,7 @@ from autoctx._tools import NOT_FOUND_ANSWER
 from autoctx.integrations.openai_agents import AutoContextSession, context_tools
 from tests.agent_model import ScriptedAgent, tool_output
 from tests.dbsql import sql
-from tests.framework_runs import assert_opened_through
+from tests.framework_runs import assert_names_the_extra, assert_opened_through, import_error_without
 from tests.openai_server import OpenAIServer, Reply
 
 T = TypeVar("T")
@@ -879,24 +879,10 @@ def _assert_totals_match_a_recount(mem: AutoContextMemory) -> None:
 
 
 def test_without_the_sdk_the_import_error_names_the_extra() -> None:
-    # A child interpreter where the SDK cannot be found, as on an install without the extra.
-    code = """
-import importlib.abc, sys
-class NoSDK(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "agents" or name.startswith("agents."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-sys.meta_path.insert(0, NoSDK())
-try:
-    import autoctx.integrations.openai_agents
-except ModuleNotFoundError as exc:
-    print(exc)
-"""
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert "autoctx-pg[agents]" in out.stdout and "pip install -e '.[agents]'" in out.stdout
+    message, name = import_error_without("autoctx.integrations.openai_agents", "agents")
+    assert name.split(".")[0] == "agents"
+    assert "needs the OpenAI Agents SDK" in message
+    assert_names_the_extra(message, "agents")
 
 
 class HeldSummarizer:

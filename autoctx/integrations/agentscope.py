@@ -51,7 +51,11 @@ import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-try:
+from ._optional import framework_of
+
+with framework_of(
+    "AgentScope", needs="AgentScope 2.x", extra="agentscope", packages=("agentscope",)
+):
     from agentscope.message import (
         DataBlock,
         HintBlock,
@@ -66,15 +70,6 @@ try:
     from agentscope.middleware import MiddlewareBase
     from agentscope.permission import PermissionBehavior, PermissionDecision
     from agentscope.tool import FunctionTool, ToolBase, ToolChunk
-except ModuleNotFoundError as exc:
-    if exc.name is None or exc.name.split(".")[0] != "agentscope":
-        raise
-    raise ModuleNotFoundError(
-        "autoctx's AgentScope integration needs AgentScope 2.x, which is not installed: "
-        "install the extra with `pip install 'autoctx-pg[agentscope]'` (in a checkout: "
-        "`pip install -e '.[agentscope]'`)",
-        name=exc.name,
-    ) from None
 from sqlalchemy.engine import URL
 
 from .. import _messages as ax

@@ -45,7 +45,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, NotRequired, cast
 
-try:
+from ._optional import framework_of
+
+with framework_of(
+    "LangChain",
+    needs="LangChain v1",
+    extra="langchain",
+    packages=("langchain", "langchain_core", "langgraph"),
+):
     from langchain.agents.middleware.types import AgentMiddleware, AgentState
     from langchain_core.messages import (
         AnyMessage,
@@ -58,19 +65,6 @@ try:
     from langgraph.config import get_config
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.runtime import Runtime
-except ModuleNotFoundError as exc:
-    if exc.name is None or exc.name.split(".")[0] not in (
-        "langchain",
-        "langchain_core",
-        "langgraph",
-    ):
-        raise
-    raise ModuleNotFoundError(
-        "autoctx's LangChain integration needs LangChain v1, which is not installed: install "
-        "the extra with `pip install 'autoctx-pg[langchain]'` (in a checkout: "
-        "`pip install -e '.[langchain]'`)",
-        name=exc.name,
-    ) from None
 from sqlalchemy.engine import URL
 
 from .._background import BackgroundMode, validate_background

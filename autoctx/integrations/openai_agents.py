@@ -60,7 +60,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-try:
+from ._optional import framework_of
+
+with framework_of(
+    "Agents SDK", needs="the OpenAI Agents SDK", extra="agents", packages=("agents",)
+):
     from agents.items import TResponseInputItem
     from agents.memory.session_settings import (
         SessionSettings,
@@ -70,15 +74,6 @@ try:
     from agents.run_config import CallModelData, ModelInputData, RunConfig
     from agents.tool import FunctionTool
     from agents.tool_context import ToolContext
-except ModuleNotFoundError as exc:
-    if exc.name is None or exc.name.split(".")[0] != "agents":
-        raise
-    raise ModuleNotFoundError(
-        "autoctx's Agents SDK integration needs the OpenAI Agents SDK, which is not installed: "
-        "install the extra with `pip install 'autoctx-pg[agents]'` (in a checkout: "
-        "`pip install -e '.[agents]'`)",
-        name=exc.name,
-    ) from None
 from sqlalchemy.engine import URL
 
 from .._background import BackgroundMode, validate_background

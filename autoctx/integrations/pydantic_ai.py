@@ -43,7 +43,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-try:
+from ._optional import framework_of
+
+with framework_of(
+    "Pydantic AI", needs="Pydantic AI", extra="pydantic-ai", packages=("pydantic_ai",)
+):
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import (
         BinaryContent,
@@ -66,10 +70,6 @@ try:
     from pydantic_ai.run import AgentRunResult
     from pydantic_ai.tools import RunContext, Tool
     from pydantic_ai.toolsets import FunctionToolset
-except ImportError as exc:  # pragma: no cover - the extra is optional
-    raise ImportError(
-        "autoctx.integrations.pydantic_ai needs Pydantic AI: pip install 'autoctx-pg[pydantic-ai]'"
-    ) from exc
 
 from .._client import AutoContextClient
 from .._config import AutoContextConfig
