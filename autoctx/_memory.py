@@ -959,8 +959,10 @@ def open_memory(
     create: bool,
     background: BackgroundMode = False,
     hooks: Sequence[CompressionHooks] = (),
+    log_level: int = logging.INFO,
 ) -> AutoContextMemory:
-    """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls)."""
+    """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls);
+    `log_level`: the level of the line naming the memory's summarizer."""
     validate_session_id(session_id)
     validate_tenant(tenant)
     validate_background(background)
@@ -990,7 +992,8 @@ def open_memory(
         # The thresholds in force are recorded on the session (and on each event).
         store.set_config(session_id, config.to_json())
     chosen = summarizer if summarizer is not None else default_summarizer()
-    logger.info(
+    logger.log(
+        log_level,
         "autoctx: session %r: %s",
         session_id,
         describe_summarizer(chosen, given=summarizer is not None),
