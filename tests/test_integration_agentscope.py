@@ -45,20 +45,21 @@ from autoctx.integrations.agentscope import (
 )
 
 from .agent_model import ScriptedAgent, tool_output
-from .framework_runs import assert_names_the_extra, assert_opened_through, import_error_without
+from .framework_runs import (
+    WINDOW,
+    assert_names_the_extra,
+    assert_opened_through,
+    assert_under_window,
+    import_error_without,
+    output_size,
+)
 from .openai_server import OpenAIServer
 
 T = TypeVar("T")
-WINDOW = 16_000
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
-
-
-def size_of(step: int) -> int:
-    """Outputs between 2 and 20 KB, varying from step to step."""
-    return 2000 + (step * 3571) % 18_001
 
 
 def value(step: int) -> str:
@@ -72,7 +73,7 @@ def work(step: int) -> str:
     Args:
         step: the step number
     """
-    return tool_output(step, size_of(step))
+    return tool_output(step, output_size(step, stride=3571))
 
 
 def make_agent(
@@ -238,7 +239,7 @@ def test_a_long_run_stays_under_the_window_and_stores_every_output(open_mw: Any)
             # The agent's own context does not keep what autoctx holds.
             assert len(agent.state.context) == 1
         assert len(agent_model.inputs) == calls + 1
-        assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+        assert_under_window(agent_model)
         assert "context_search" in agent_model.offered_tools(0)
         # The context_search call was answered with the fact of an early, compressed step.
         answered = agent_model.requests[45]["messages"][-1]
@@ -282,7 +283,7 @@ def test_many_short_runs_stay_under_the_window_and_a_reopened_session_continues(
                 await agent.reply(UserMsg(name="user", content=f"Run part {i}."))
                 sizes.append(len(agent.state.context))
             await mw.close()
-            assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+            assert_under_window(agent_model)
             await_count = len(agent_model.requests)
             # A new process would build new objects: a new middleware and a new agent.
             mw2 = await open_mw()
@@ -296,7 +297,7 @@ def test_many_short_runs_stay_under_the_window_and_a_reopened_session_continues(
             assert "Run part 24." in texts and "FACT-0074" in texts
             answered = agent_model.requests[await_count + 1]["messages"][-1]
             assert value(1) in answered["content"]
-            assert agent_model.over(WINDOW) == 0
+            assert_under_window(agent_model)
             await stored_once(mw2, range(runs * per_run + 1, runs * per_run + per_run))
             await stored_once(mw2, range(runs * per_run))
             # No message of the first agent was stored twice by the second.
@@ -423,7 +424,7 @@ def test_a_streaming_model_is_bounded_too(open_mw: Any) -> None:
             reply = await agent.reply(UserMsg(name="user", content="Run the job."))
             assert reply.get_text_content() == agent_model.final_answer
         assert all(r.get("stream") for r in agent_model.requests)
-        assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+        assert_under_window(agent_model)
         await stored_once(mw, range(24))
         await mw.close()
 

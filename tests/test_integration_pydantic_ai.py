@@ -38,14 +38,15 @@ from autoctx.integrations.pydantic_ai import (
 )
 
 from .agent_model import ScriptedAgent, tool_output
-from .framework_runs import assert_names_the_extra, assert_opened_through, import_error_without
+from .framework_runs import (
+    WINDOW,
+    assert_names_the_extra,
+    assert_opened_through,
+    assert_under_window,
+    import_error_without,
+    output_size,
+)
 from .openai_server import OpenAIServer
-
-WINDOW = 16_000
-
-
-def _size(step: int) -> int:
-    return 2_000 + (step * 7_331) % 18_001  # 2-20 KB, varying
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def _agent(srv: OpenAIServer, capability: AutoContextCapability, calls: list[int
     @agent.tool_plain
     def run_step(step: int) -> str:
         calls.append(step)
-        return tool_output(step, _size(len(calls)))
+        return tool_output(step, output_size(len(calls), stride=7_331))
 
     return agent
 
@@ -142,7 +143,7 @@ def test_long_run_stays_under_the_window(
     result = agent.run_sync("Run the 48 steps.")
     assert result.output == "All steps are done."
     assert len(calls) == 46  # 48 calls, two of them context tools
-    assert scripted.over(WINDOW) == 0, scripted.inputs
+    assert_under_window(scripted)
     assert len(scripted.inputs) == 49
     assert scripted.largest_request() > WINDOW // 2
     assert {"context_reload", "context_search"} <= set(scripted.offered_tools())
@@ -184,7 +185,7 @@ def test_long_run_stays_under_the_window(
     assert second.output == "All steps are done."
     first_request = scripted.requests[-4]["messages"]
     assert any("FACT-" in str(m.get("content")) for m in first_request[:-1])
-    assert scripted.over(WINDOW) == 0
+    assert_under_window(scripted)
 
     async def count() -> int:
         memory = await again.open()
@@ -218,7 +219,7 @@ def test_short_runs_through_agent_run(
 
     asyncio.run(runs())
     assert len(calls) == 75
-    assert scripted.over(WINDOW) == 0
+    assert_under_window(scripted)
     # Each run stores its prompt, 3 calls, 3 results and the answer, once.
     mem = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
     hits = mem.search('"Run 7"')
