@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import threading
 import weakref
@@ -53,6 +54,11 @@ class AutoContextClient:
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
     #: Every client alive in the process, for the at-fork handler.
     _live: ClassVar[weakref.WeakSet[AutoContextClient]] = weakref.WeakSet()
+    #: The level of the line each memory logs when it opens, naming its summarizer
+    #: (docs/design.md §6): INFO for the memories an application opens. `autoctx worker`'s
+    #: client logs it at DEBUG: the worker names its one summarizer when it starts, and a line
+    #: per compressed session would repeat it.
+    _summarizer_log_level: ClassVar[int] = logging.INFO
 
     def __init__(
         self,
@@ -151,6 +157,7 @@ class AutoContextClient:
             create=create,
             background=background,
             hooks=self.hooks + hooks_of(hooks),
+            log_level=self._summarizer_log_level,
         )
         with self._lock:
             self._memories.add(mem)

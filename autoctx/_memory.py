@@ -924,8 +924,10 @@ def open_memory(
     background: BackgroundMode = False,
     hooks: Sequence[CompressionHooks] = (),
     options: RuntimeOptions | None = None,
+    log_level: int = logging.INFO,
 ) -> AutoContextMemory:
-    """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls)."""
+    """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls);
+    `log_level`: the level of the line naming the memory's summarizer."""
     _arguments.session_id(session_id)
     _arguments.tenant(tenant)
     validate_background(background)
@@ -954,7 +956,8 @@ def open_memory(
         # The thresholds in force are recorded on the session (and on each event).
         store.set_config(config.to_json())
     chosen = summarizer if summarizer is not None else default_summarizer()
-    logger.info(
+    logger.log(
+        log_level,
         "autoctx: session %r: %s",
         session_id,
         describe_summarizer(chosen, given=summarizer is not None),

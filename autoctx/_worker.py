@@ -59,6 +59,13 @@ class Compressed:
         return sum(e.status == "failed" for e in self.events)
 
 
+class _WorkerClient(AutoContextClient):
+    """The worker's client: the memories it opens (one per compressed session) name their
+    summarizer at DEBUG only, since it is the worker's, named once when the worker starts."""
+
+    _summarizer_log_level = logging.DEBUG
+
+
 class AutoContextWorker:
     """Compress the due sessions of one database, in `threads` threads, until stopped.
 
@@ -101,7 +108,9 @@ class AutoContextWorker:
             "autoctx worker: %s", describe_summarizer(self.summarizer, given=summarizer is not None)
         )
         # The lifecycle hooks observe every compression of the worker (its client's).
-        self.client = AutoContextClient(database_url, auto_upgrade=auto_upgrade, hooks=hooks)
+        self.client: AutoContextClient = _WorkerClient(
+            database_url, auto_upgrade=auto_upgrade, hooks=hooks
+        )
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._compressions = 0

@@ -31,7 +31,13 @@ from agentscope.model import OpenAIChatModel
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, Toolkit
 
-from autoctx import AutoContextConfig, InvalidMessage, OfflineSummarizer
+from autoctx import (
+    AutoContextClient,
+    AutoContextConfig,
+    ConfigError,
+    InvalidMessage,
+    OfflineSummarizer,
+)
 from autoctx.integrations.agentscope import (
     AutoContextMiddleware,
     _from_autoctx,
@@ -39,19 +45,21 @@ from autoctx.integrations.agentscope import (
 )
 
 from .agent_model import ScriptedAgent, tool_output
+from .framework_runs import (
+    WINDOW,
+    assert_names_the_extra,
+    assert_opened_through,
+    assert_under_window,
+    import_error_without,
+    output_size,
+)
 from .openai_server import OpenAIServer
 
 T = TypeVar("T")
-WINDOW = 16_000
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
-
-
-def size_of(step: int) -> int:
-    """Outputs between 2 and 20 KB, varying from step to step."""
-    return 2000 + (step * 3571) % 18_001
 
 
 def value(step: int) -> str:
@@ -65,7 +73,7 @@ def work(step: int) -> str:
     Args:
         step: the step number
     """
-    return tool_output(step, size_of(step))
+    return tool_output(step, output_size(step, stride=3571))
 
 
 def make_agent(
@@ -231,7 +239,7 @@ def test_a_long_run_stays_under_the_window_and_stores_every_output(open_mw: Any)
             # The agent's own context does not keep what autoctx holds.
             assert len(agent.state.context) == 1
         assert len(agent_model.inputs) == calls + 1
-        assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+        assert_under_window(agent_model)
         assert "context_search" in agent_model.offered_tools(0)
         # The context_search call was answered with the fact of an early, compressed step.
         answered = agent_model.requests[45]["messages"][-1]
@@ -275,7 +283,7 @@ def test_many_short_runs_stay_under_the_window_and_a_reopened_session_continues(
                 await agent.reply(UserMsg(name="user", content=f"Run part {i}."))
                 sizes.append(len(agent.state.context))
             await mw.close()
-            assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+            assert_under_window(agent_model)
             await_count = len(agent_model.requests)
             # A new process would build new objects: a new middleware and a new agent.
             mw2 = await open_mw()
@@ -289,7 +297,7 @@ def test_many_short_runs_stay_under_the_window_and_a_reopened_session_continues(
             assert "Run part 24." in texts and "FACT-0074" in texts
             answered = agent_model.requests[await_count + 1]["messages"][-1]
             assert value(1) in answered["content"]
-            assert agent_model.over(WINDOW) == 0
+            assert_under_window(agent_model)
             await stored_once(mw2, range(runs * per_run + 1, runs * per_run + per_run))
             await stored_once(mw2, range(runs * per_run))
             # No message of the first agent was stored twice by the second.
@@ -330,14 +338,36 @@ def test_a_reload_call_through_the_agent_returns_the_original(open_mw: Any) -> N
     run(go())
 
 
+def test_a_given_client_opens_the_memory_and_its_close_closes_it(
+    db_url: str, client: AutoContextClient, session_id: str
+) -> None:
+    AutoContextClient.close_shared(db_url)
+    agent_model = ScriptedAgent(calls_per_run=2)
+
+    async def go() -> AutoContextMiddleware:
+        mw = await AutoContextMiddleware.open(
+            session_id,
+            config=AutoContextConfig(max_tokens=WINDOW),
+            summarizer=OfflineSummarizer(),
+            client=client,
+        )
+        with OpenAIServer(default=agent_model) as srv:
+            reply = await make_agent(srv, mw).reply(UserMsg(name="user", content="Run the job."))
+        assert reply.get_text_content() == agent_model.final_answer
+        await stored_once(mw, range(2))
+        return mw
+
+    mw = run(go())
+    assert_opened_through(client, mw.memory.sync, db_url)
+    with pytest.raises(ConfigError, match="not both"):
+        run(AutoContextMiddleware.open(session_id, db_url, client=client))
+
+
 def test_without_agentscope_the_import_error_names_the_extra() -> None:
-    code = (
-        "import sys; sys.modules['agentscope'] = None\n"
-        "try:\n    import autoctx.integrations.agentscope\n"
-        "except ModuleNotFoundError as e:\n    print(e)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "autoctx-pg[agentscope]" in out.stdout
+    message, name = import_error_without("autoctx.integrations.agentscope", "agentscope")
+    assert name.split(".")[0] == "agentscope"
+    assert "needs AgentScope 2.x" in message
+    assert_names_the_extra(message, "agentscope")
 
 
 def test_the_example_runs_against_the_local_endpoint(db_url: str) -> None:
@@ -394,7 +424,7 @@ def test_a_streaming_model_is_bounded_too(open_mw: Any) -> None:
             reply = await agent.reply(UserMsg(name="user", content="Run the job."))
             assert reply.get_text_content() == agent_model.final_answer
         assert all(r.get("stream") for r in agent_model.requests)
-        assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+        assert_under_window(agent_model)
         await stored_once(mw, range(24))
         await mw.close()
 

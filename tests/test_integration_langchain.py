@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,39 +19,44 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
-from autoctx import AutoContextConfig, AutoContextMemory, ConfigError, OfflineSummarizer
+from autoctx import (
+    AutoContextClient,
+    AutoContextConfig,
+    AutoContextMemory,
+    ConfigError,
+    OfflineSummarizer,
+)
+from autoctx.integrations._optional import framework_of
 from autoctx.integrations.langchain import AutoContextMiddleware
-from tests.agent_model import ScriptedAgent, request_tokens, tool_output
-from tests.dbsql import sql
+from tests.agent_model import ScriptedAgent, request_tokens
+from tests.framework_runs import (
+    WINDOW,
+    Work,
+    answers_to,
+    assert_each_stored_once,
+    assert_names_the_extra,
+    assert_opened_through,
+    assert_reachable,
+    assert_under_window,
+    import_error_without,
+)
 from tests.openai_server import OpenAIServer
 
-WINDOW = 16_000
+
+def _tool(body: Work) -> Any:
+    @tool
+    def work(step: int) -> str:
+        """Do one step of the work and return its log."""
+        return body()
+
+    return work
 
 
-def _output_size(n: int) -> int:
-    """2-20 KB, varying from call to call."""
-    return 2_000 + (n * 7_919) % 18_001
-
-
-class _Work:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def tool(self) -> Any:
-        @tool
-        def work(step: int) -> str:
-            """Do one step of the work and return its log."""
-            self.calls += 1
-            return tool_output(self.calls, _output_size(self.calls))
-
-        return work
-
-
-def _agent(srv: OpenAIServer, middleware: AutoContextMiddleware, work: _Work, **kw: Any) -> Any:
+def _agent(srv: OpenAIServer, middleware: AutoContextMiddleware, work: Work, **kw: Any) -> Any:
     model = ChatOpenAI(model="test-model", base_url=srv.base_url, api_key="test", max_retries=0)
     return create_agent(
         model,
-        tools=[work.tool()],
+        tools=[_tool(work)],
         system_prompt="Work. " + AutoContextMemory.system_prompt_snippet(),
         middleware=[middleware],
         **kw,
@@ -74,53 +77,6 @@ def _tokens(messages: Sequence[Any]) -> int:
     return request_tokens({"messages": convert_to_openai_messages(list(messages))})
 
 
-def _answers_to(agent_model: ScriptedAgent, name: str) -> list[str]:
-    ids = {
-        call["id"]
-        for body in agent_model.requests
-        for m in body["messages"]
-        if m["role"] == "assistant"
-        for call in m.get("tool_calls") or []
-        if call["function"]["name"] == name
-    }
-    answers: dict[str, str] = {}
-    for body in agent_model.requests:
-        for m in body["messages"]:
-            if m["role"] == "tool" and m["tool_call_id"] in ids:
-                answers.setdefault(m["tool_call_id"], m["content"])
-    return [a.replace("**", "") for a in answers.values()]
-
-
-def _assert_each_stored_once(mem: AutoContextMemory, *, prompts: int, calls: int) -> None:
-    rows = sql(
-        mem,
-        "select role, content from messages where session_id = :s and kind = 'original'"
-        " and event_id is null",
-        s=mem.session_id,
-    )
-    users = [r for r in rows if r[0] == "user"]
-    results = [b["tool_use_id"] for r in rows if r[0] == "tool" for b in r[1]]
-    assert len(users) == prompts
-    assert len(results) == len(set(results)) == calls
-
-
-def _assert_reachable(mem: AutoContextMemory, facts: Sequence[int]) -> None:
-    """Each tool output is found by the context tools' search and read back whole."""
-    for n in facts:
-        head = tool_output(n, 200).splitlines()[0]
-
-        def reload(message_id: int) -> str:
-            arguments = json.dumps({"message_id": message_id})
-            call = {
-                "type": "function",
-                "function": {"name": "context_reload", "arguments": arguments},
-            }
-            return mem.handle_tool_call(call)
-
-        hits = mem.search(f'"FACT-{n:04d}"', limit=50)
-        assert any(head in reload(hit.message_id) for hit in hits), n
-
-
 def test_every_model_call_of_a_long_run_stays_under_the_window(
     make_middleware: Callable[..., AutoContextMiddleware], session_id: str
 ) -> None:
@@ -128,7 +84,7 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
     agent_model = ScriptedAgent(
         calls_per_run=48, context_calls={40: ("context_search", {"query": '"FACT-0003"'})}
     )
-    work = _Work()
+    work = Work()
     with OpenAIServer(default=agent_model) as srv:
         agent = _agent(srv, middleware, work)
         result = agent.invoke(
@@ -137,16 +93,16 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
         )
     assert result["messages"][-1].content == agent_model.final_answer
     assert work.calls == 47 and len(agent_model.inputs) == 49
-    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+    assert_under_window(agent_model)
     assert {"context_reload", "context_search"} <= set(agent_model.offered_tools(0))
     # The graph state is the working context (under the window), not every message of the run.
     mem = middleware.memory({"configurable": {"thread_id": session_id}})
     assert _tokens(result["messages"]) < WINDOW
     assert [e for e in mem.events() if e.status == "applied"], "the run never compressed"
-    answers = _answers_to(agent_model, "context_search")
+    answers = answers_to(agent_model, "context_search")
     assert len(answers) == 1 and "FACT-0003" in answers[0]
-    _assert_each_stored_once(mem, prompts=1, calls=48)
-    _assert_reachable(mem, range(1, work.calls + 1))
+    assert_each_stored_once(mem, prompts=1, calls=48)
+    assert_reachable(mem, range(1, work.calls + 1))
 
 
 def test_many_short_runs_and_a_restart_with_a_checkpointer(
@@ -155,7 +111,7 @@ def test_many_short_runs_and_a_restart_with_a_checkpointer(
     agent_model = ScriptedAgent(
         calls_per_run=3, context_calls={1: ("context_search", {"query": '"FACT-0002"'})}
     )
-    work = _Work()
+    work = Work()
     checkpointer = InMemorySaver()
     config: Any = {"configurable": {"thread_id": session_id}}
     finals: list[Any] = []
@@ -175,14 +131,14 @@ def test_many_short_runs_and_a_restart_with_a_checkpointer(
     second = make_middleware()
     runs(second, range(13, 25))
     assert finals == [agent_model.final_answer] * 25
-    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+    assert_under_window(agent_model)
     assert "Task 12" in json.dumps(agent_model.requests[0]["messages"])
     mem = second.memory(config)
     assert [e for e in mem.events() if e.status == "applied"]
-    answers = _answers_to(agent_model, "context_search")
+    answers = answers_to(agent_model, "context_search")
     assert len(answers) >= 12 and all("FACT-0002" in a for a in answers)
-    _assert_each_stored_once(mem, prompts=25, calls=75)
-    _assert_reachable(mem, range(1, work.calls + 1))
+    assert_each_stored_once(mem, prompts=25, calls=75)
+    assert_reachable(mem, range(1, work.calls + 1))
     # The checkpointed state stays the working context, not the thread's whole history.
     state = checkpointer.get(config)
     assert state is not None
@@ -195,7 +151,7 @@ def test_without_a_checkpointer_the_session_carries_the_thread(
     """No checkpointer: each invoke starts from its new message only, and the model still
     gets the thread's history, from autoctx (an explicit session id here)."""
     agent_model = ScriptedAgent(calls_per_run=1)
-    work = _Work()
+    work = Work()
     with OpenAIServer(default=agent_model) as srv:
         for k in range(2):
             agent = _agent(srv, make_middleware(session_id=session_id), work)
@@ -208,7 +164,7 @@ def test_a_run_without_a_thread_id_is_refused_naming_the_fix(
 ) -> None:
     agent_model = ScriptedAgent(calls_per_run=1)
     with OpenAIServer(default=agent_model) as srv:
-        agent = _agent(srv, make_middleware(), _Work())
+        agent = _agent(srv, make_middleware(), Work())
         with pytest.raises(ConfigError, match="thread_id"):
             agent.invoke({"messages": [{"role": "user", "content": "hi"}]})
     assert agent_model.requests == []
@@ -222,7 +178,7 @@ def test_an_async_run_stays_under_the_window_and_stores_each_message_once(
     agent_model = ScriptedAgent(
         calls_per_run=12, context_calls={10: ("context_search", {"query": '"FACT-0001"'})}
     )
-    work = _Work()
+    work = Work()
     config: Any = {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
     with OpenAIServer(default=agent_model) as srv:
         agent = _agent(srv, middleware, work, checkpointer=InMemorySaver())
@@ -234,30 +190,48 @@ def test_an_async_run_stays_under_the_window_and_stores_each_message_once(
                 assert result["messages"][-1].content == agent_model.final_answer
 
         asyncio.run(runs())
-    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
-    answers = _answers_to(agent_model, "context_search")
+    assert_under_window(agent_model)
+    answers = answers_to(agent_model, "context_search")
     assert len(answers) == 2 and all("FACT-0001" in a for a in answers)
     mem = middleware.memory(config)
     assert [e for e in mem.events() if e.status == "applied"]
-    _assert_each_stored_once(mem, prompts=2, calls=24)
+    assert_each_stored_once(mem, prompts=2, calls=24)
 
 
-def test_without_langchain_the_import_error_names_the_extra() -> None:
-    # A child interpreter where LangChain cannot be found, as on an install without the extra.
-    code = """
-import importlib.abc, sys
-class NoLangChain(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "langchain" or name.startswith("langchain."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-sys.meta_path.insert(0, NoLangChain())
-try:
-    import autoctx.integrations.langchain
-except ModuleNotFoundError as exc:
-    print(exc)
-"""
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+def test_a_given_client_opens_the_memories_and_its_close_closes_them(
+    db_url: str, client: AutoContextClient, session_id: str
+) -> None:
+    AutoContextClient.close_shared(db_url)
+    middleware = AutoContextMiddleware(
+        config=AutoContextConfig(max_tokens=WINDOW), summarizer=OfflineSummarizer(), client=client
     )
-    assert "autoctx-pg[langchain]" in out.stdout and "pip install -e '.[langchain]'" in out.stdout
+    agent_model = ScriptedAgent(calls_per_run=2)
+    config: Any = {"configurable": {"thread_id": session_id}}
+    with OpenAIServer(default=agent_model) as srv:
+        agent = _agent(srv, middleware, Work())
+        result = agent.invoke({"messages": [{"role": "user", "content": "Do the work"}]}, config)
+    assert result["messages"][-1].content == agent_model.final_answer
+    mem = middleware.memory(config)
+    assert len(mem.messages()) == 6  # the prompt, two calls and results, the answer
+    assert_opened_through(client, mem, db_url)
+    with pytest.raises(ConfigError, match="not both"):
+        AutoContextMiddleware(db_url, client=client)
+
+
+@pytest.mark.parametrize("package", ["langchain", "langchain_core", "langgraph"])
+def test_without_langchain_the_import_error_names_the_extra(package: str) -> None:
+    message, name = import_error_without("autoctx.integrations.langchain", package)
+    assert name.split(".")[0] == package
+    assert "needs LangChain v1" in message
+    assert_names_the_extra(message, "langchain")
+
+
+def test_a_missing_module_that_is_not_the_framework_passes_through_unchanged() -> None:
+    """Only the framework's own packages are reported as the missing extra: a dependency of
+    autoctx itself that is missing keeps its own error."""
+    with (
+        pytest.raises(ModuleNotFoundError) as caught,
+        framework_of("LangChain", needs="LangChain v1", extra="langchain", packages=("langchain",)),
+    ):
+        raise ModuleNotFoundError("No module named 'tiktoken'", name="tiktoken")
+    assert caught.value.name == "tiktoken" and "autoctx-pg" not in str(caught.value)

@@ -23,7 +23,14 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from autoctx import AutoContextConfig, AutoContextMemory, InvalidMessage, OfflineSummarizer
+from autoctx import (
+    AutoContextClient,
+    AutoContextConfig,
+    AutoContextMemory,
+    ConfigError,
+    InvalidMessage,
+    OfflineSummarizer,
+)
 from autoctx.integrations.pydantic_ai import (
     AutoContextCapability,
     from_model_messages,
@@ -31,13 +38,15 @@ from autoctx.integrations.pydantic_ai import (
 )
 
 from .agent_model import ScriptedAgent, tool_output
+from .framework_runs import (
+    WINDOW,
+    assert_names_the_extra,
+    assert_opened_through,
+    assert_under_window,
+    import_error_without,
+    output_size,
+)
 from .openai_server import OpenAIServer
-
-WINDOW = 16_000
-
-
-def _size(step: int) -> int:
-    return 2_000 + (step * 7_331) % 18_001  # 2-20 KB, varying
 
 
 @pytest.fixture
@@ -56,7 +65,7 @@ def _agent(srv: OpenAIServer, capability: AutoContextCapability, calls: list[int
     @agent.tool_plain
     def run_step(step: int) -> str:
         calls.append(step)
-        return tool_output(step, _size(len(calls)))
+        return tool_output(step, output_size(len(calls), stride=7_331))
 
     return agent
 
@@ -134,7 +143,7 @@ def test_long_run_stays_under_the_window(
     result = agent.run_sync("Run the 48 steps.")
     assert result.output == "All steps are done."
     assert len(calls) == 46  # 48 calls, two of them context tools
-    assert scripted.over(WINDOW) == 0, scripted.inputs
+    assert_under_window(scripted)
     assert len(scripted.inputs) == 49
     assert scripted.largest_request() > WINDOW // 2
     assert {"context_reload", "context_search"} <= set(scripted.offered_tools())
@@ -176,7 +185,7 @@ def test_long_run_stays_under_the_window(
     assert second.output == "All steps are done."
     first_request = scripted.requests[-4]["messages"]
     assert any("FACT-" in str(m.get("content")) for m in first_request[:-1])
-    assert scripted.over(WINDOW) == 0
+    assert_under_window(scripted)
 
     async def count() -> int:
         memory = await again.open()
@@ -210,7 +219,7 @@ def test_short_runs_through_agent_run(
 
     asyncio.run(runs())
     assert len(calls) == 75
-    assert scripted.over(WINDOW) == 0
+    assert_under_window(scripted)
     # Each run stores its prompt, 3 calls, 3 results and the answer, once.
     mem = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
     hits = mem.search('"Run 7"')
@@ -241,3 +250,39 @@ def test_message_history_is_not_stored_again(
     assert asyncio.run(stored()) == ["user", "assistant", "tool", "assistant"] * 2
     last = scripted.requests[-1]["messages"]
     assert [m["role"] for m in last if m["role"] == "user"] == ["user", "user"]
+
+
+def test_a_given_client_opens_the_memory_and_its_close_closes_it(
+    server: tuple[OpenAIServer, ScriptedAgent],
+    db_url: str,
+    client: AutoContextClient,
+    session_id: str,
+) -> None:
+    srv, scripted = server
+    scripted.calls_per_run = 2
+    AutoContextClient.close_shared(db_url)
+    capability = AutoContextCapability(
+        session_id,
+        config=AutoContextConfig(max_tokens=WINDOW),
+        summarizer=OfflineSummarizer(),
+        client=client,
+    )
+    result = _agent(srv, capability, []).run_sync("Two steps.")
+    assert result.output == "All steps are done."
+    memory = asyncio.run(capability.open())
+    # The prompt, two calls and results, the answer.
+    assert [m.role for m in memory.sync.messages()] == [
+        "user",
+        *["assistant", "tool"] * 2,
+        "assistant",
+    ]
+    assert_opened_through(client, memory.sync, db_url)
+    with pytest.raises(ConfigError, match="not both"):
+        AutoContextCapability(session_id, db_url, client=client)
+
+
+def test_without_pydantic_ai_the_import_error_names_the_extra() -> None:
+    message, name = import_error_without("autoctx.integrations.pydantic_ai", "pydantic_ai")
+    assert name.split(".")[0] == "pydantic_ai"
+    assert "needs Pydantic AI" in message
+    assert_names_the_extra(message, "pydantic-ai")

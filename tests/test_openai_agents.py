@@ -35,6 +35,7 @@ from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 
 from autoctx import (
+    AutoContextClient,
     AutoContextConfig,
     AutoContextMemory,
     ConfigError,
@@ -50,6 +51,17 @@ from autoctx._tools import NOT_FOUND_ANSWER
 from autoctx.integrations.openai_agents import AutoContextSession, context_tools
 from tests.agent_model import ScriptedAgent, tool_output
 from tests.dbsql import sql
+from tests.framework_runs import (
+    WINDOW,
+    Work,
+    answers_to,
+    assert_each_stored_once,
+    assert_names_the_extra,
+    assert_opened_through,
+    assert_reachable,
+    assert_under_window,
+    import_error_without,
+)
 from tests.openai_server import OpenAIServer, Reply
 
 T = TypeVar("T")
@@ -877,24 +889,10 @@ def _assert_totals_match_a_recount(mem: AutoContextMemory) -> None:
 
 
 def test_without_the_sdk_the_import_error_names_the_extra() -> None:
-    # A child interpreter where the SDK cannot be found, as on an install without the extra.
-    code = """
-import importlib.abc, sys
-class NoSDK(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "agents" or name.startswith("agents."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-sys.meta_path.insert(0, NoSDK())
-try:
-    import autoctx.integrations.openai_agents
-except ModuleNotFoundError as exc:
-    print(exc)
-"""
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert "autoctx-pg[agents]" in out.stdout and "pip install -e '.[agents]'" in out.stdout
+    message, name = import_error_without("autoctx.integrations.openai_agents", "agents")
+    assert name.split(".")[0] == "agents"
+    assert "needs the OpenAI Agents SDK" in message
+    assert_names_the_extra(message, "agents")
 
 
 class HeldSummarizer:
@@ -979,32 +977,20 @@ def test_a_bad_background_mode_of_a_session_is_refused_naming_it(db_url: str) ->
 # Inside a run: `call_model_input_filter` bounds every model call of the SDK's own loop
 # ---------------------------------------------------------------------------------------------
 
-WINDOW = 16_000
 
+def _work_tool(body: Work) -> Any:
+    """The work tool of the scripted agent, as an Agents SDK function tool."""
 
-def _output_size(n: int) -> int:
-    """2-20 KB, varying from call to call."""
-    return 2_000 + (n * 7_919) % 18_001
+    @function_tool
+    def work(step: int) -> str:
+        """Do one step of the work and return its log."""
+        return body()
 
-
-class _WorkTool:
-    """The work tool of the scripted agent: call n returns `tool_output(n, 2-20 KB)`."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def tool(self) -> Any:
-        @function_tool
-        def work(step: int) -> str:
-            """Do one step of the work and return its log."""
-            self.calls += 1
-            return tool_output(self.calls, _output_size(self.calls))
-
-        return work
+    return work
 
 
 def _sdk_agent(
-    srv: OpenAIServer, session: AutoContextSession, work: _WorkTool
+    srv: OpenAIServer, session: AutoContextSession, work: Work
 ) -> tuple[Agent[Any], AsyncOpenAI]:
     client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
     model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
@@ -1012,7 +998,7 @@ def _sdk_agent(
         name="worker",
         instructions="Work. " + AutoContextMemory.system_prompt_snippet(),
         model=model,
-        tools=[work.tool(), *context_tools(session)],
+        tools=[_work_tool(work), *context_tools(session)],
     )
     return agent, client
 
@@ -1038,68 +1024,6 @@ def _window_config() -> AutoContextConfig:
     return AutoContextConfig(max_tokens=WINDOW)
 
 
-def _stored_originals(mem: AutoContextMemory) -> list[dict[str, Any]]:
-    rows = sql(
-        mem,
-        "select role, content from messages where session_id = :s and kind = 'original'"
-        " and event_id is null order by id",
-        s=mem.session_id,
-    )
-    return [{"role": r[0], "content": r[1]} for r in rows]
-
-
-def _assert_each_item_stored_once(mem: AutoContextMemory, *, prompts: int, calls: int) -> None:
-    """Every user prompt and every tool output of the runs is one original, none twice."""
-    originals = _stored_originals(mem)
-    users = [o for o in originals if o["role"] == "user"]
-    results = [
-        block["tool_use_id"]
-        for o in originals
-        if o["role"] == "tool"
-        for block in o["content"]
-        if block.get("type") == "tool_result"
-    ]
-    assert len(users) == prompts
-    assert len(results) == len(set(results)) == calls
-
-
-def _assert_reachable(mem: AutoContextMemory, facts: Sequence[int]) -> None:
-    """Each tool output is found by the context tools' search and read back whole."""
-    for n in facts:
-        fact = f"FACT-{n:04d}"
-        head = tool_output(n, 200).splitlines()[0]
-
-        def reload(message_id: int) -> str:
-            arguments = json.dumps({"message_id": message_id})
-            call = {
-                "type": "function",
-                "function": {"name": "context_reload", "arguments": arguments},
-            }
-            return mem.handle_tool_call(call)
-
-        assert any(head in reload(hit.message_id) for hit in mem.search(f'"{fact}"', limit=50)), (
-            fact
-        )
-
-
-def _answers_to(agent_model: ScriptedAgent, name: str) -> list[str]:
-    """The tool results the model was sent for its calls of context tool `name`."""
-    ids = {
-        call["id"]
-        for body in agent_model.requests
-        for m in body["messages"]
-        if m["role"] == "assistant"
-        for call in m.get("tool_calls") or []
-        if call["function"]["name"] == name
-    }
-    answers: dict[str, str] = {}
-    for body in agent_model.requests:
-        for m in body["messages"]:
-            if m["role"] == "tool" and m["tool_call_id"] in ids:
-                answers.setdefault(m["tool_call_id"], m["content"])
-    return list(answers.values())
-
-
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
 def test_every_model_call_of_a_long_run_stays_under_the_window(
     make_session: Callable[..., AutoContextSession], stream: bool
@@ -1109,7 +1033,7 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
     agent_model = ScriptedAgent(
         calls_per_run=48, context_calls={40: ("context_search", {"query": '"FACT-0003"'})}
     )
-    work = _WorkTool()
+    work = Work()
 
     async def scenario() -> None:
         with OpenAIServer(default=agent_model) as srv:
@@ -1121,16 +1045,41 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
     run(scenario())
     assert work.calls == 47
     assert len(agent_model.inputs) == 49
-    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+    assert_under_window(agent_model)
     for body in agent_model.requests:
         assert_valid_chat_history(body["messages"])
     mem = session.memory()
     assert [e for e in mem.events() if e.status == "applied"], "the run never compressed"
     # The search the model made inside the run was answered from what the run stored.
-    answers = _answers_to(agent_model, "context_search")
-    assert len(answers) == 1 and "FACT-0003" in answers[0].replace("**", "")
-    _assert_each_item_stored_once(mem, prompts=1, calls=48)
-    _assert_reachable(mem, range(1, work.calls + 1))
+    answers = answers_to(agent_model, "context_search")
+    assert len(answers) == 1 and "FACT-0003" in answers[0]
+    assert_each_stored_once(mem, prompts=1, calls=48)
+    assert_reachable(mem, range(1, work.calls + 1))
+
+
+def test_a_given_client_opens_the_memory_and_its_close_closes_it(
+    db_url: str, client: AutoContextClient, session_id: str
+) -> None:
+    AutoContextClient.close_shared(db_url)
+    session = AutoContextSession(
+        session_id, config=_window_config(), summarizer=OfflineSummarizer(), client=client
+    )
+    set_tracing_disabled(True)
+    agent_model = ScriptedAgent(calls_per_run=2)
+
+    async def scenario() -> None:
+        with OpenAIServer(default=agent_model) as srv:
+            agent, openai_client = _sdk_agent(srv, session, Work())
+            final = await _sdk_run(agent, "Do the work", session, stream=False, bounded=True)
+            assert final == agent_model.final_answer
+            await openai_client.close()
+
+    run(scenario())
+    mem = session.memory()
+    assert_each_stored_once(mem, prompts=1, calls=2)
+    assert_opened_through(client, mem, db_url)
+    with pytest.raises(ConfigError, match="not both"):
+        AutoContextSession(session_id, db_url, client=client)
 
 
 def test_without_the_filter_a_long_run_goes_over_the_window(
@@ -1141,7 +1090,7 @@ def test_without_the_filter_a_long_run_goes_over_the_window(
     session = make_session(config=_window_config())
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(calls_per_run=48)
-    work = _WorkTool()
+    work = Work()
 
     async def scenario() -> None:
         with OpenAIServer(default=agent_model) as srv:
@@ -1162,7 +1111,7 @@ def test_many_short_runs_and_a_restart_stay_under_the_window(
     agent_model = ScriptedAgent(
         calls_per_run=3, context_calls={1: ("context_search", {"query": '"FACT-0002"'})}
     )
-    work = _WorkTool()
+    work = Work()
     finals: list[Any] = []
 
     async def runs(session: AutoContextSession, prompts: range) -> None:
@@ -1182,16 +1131,16 @@ def test_many_short_runs_and_a_restart_stay_under_the_window(
     second = make_session(first.session_id, config=_window_config())
     run(runs(second, range(13, 25)))
     assert finals == [agent_model.final_answer] * 25
-    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+    assert_under_window(agent_model)
     first_after_restart = json.dumps(agent_model.requests[0]["messages"])
     assert "Task 12" in first_after_restart
     mem = second.memory()
     assert [e for e in mem.events() if e.status == "applied"]
-    answers = _answers_to(agent_model, "context_search")
+    answers = answers_to(agent_model, "context_search")
     # The 12 searches after the restart (and the one before it, still in the history).
-    assert len(answers) >= 12 and all("FACT-0002" in a.replace("**", "") for a in answers)
-    _assert_each_item_stored_once(mem, prompts=25, calls=75)
-    _assert_reachable(mem, range(1, work.calls + 1))
+    assert len(answers) >= 12 and all("FACT-0002" in a for a in answers)
+    assert_each_stored_once(mem, prompts=25, calls=75)
+    assert_reachable(mem, range(1, work.calls + 1))
 
 
 def test_run_config_sets_the_filter_and_keeps_other_options(
@@ -1248,4 +1197,4 @@ def test_the_filter_keeps_reasoning_with_its_calls_and_outputs_after_them(
                 assert item["call_id"] in called
     mem = session.memory()
     assert [e for e in mem.events() if e.status == "applied"]
-    _assert_each_item_stored_once(mem, prompts=1, calls=30)
+    assert_each_stored_once(mem, prompts=1, calls=30)

@@ -10,6 +10,7 @@ carries the marker ``session=k``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import re
@@ -265,3 +266,36 @@ def test_an_agent_in_worker_mode_leaves_the_trigger_to_the_worker_and_waits_at_t
     assert [c.session_id for c in compressed][:1] == [agent.session_id]
     assert _statuses(agent)["conflict"] == 0, "the agent waited instead of racing the worker"
     assert_consistent(agent)
+
+
+def test_a_worker_names_its_summarizer_once_not_once_per_session(
+    db_url: str,
+    open_memory: Callable[..., AutoContextMemory],
+    session_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The worker opens a memory per session it compresses; the line naming the summarizer is
+    the worker's, at INFO once, and each of those memories says it at DEBUG only."""
+    tenant = "worker-log"  # the worker takes this test's sessions only
+    sids = []
+    for k in range(3):
+        mem = open_memory(
+            f"{session_id}-{k}", config=CONFIG, summarizer=OfflineSummarizer(), tenant=tenant
+        )
+        mem.add(_task(f"log{k}"))
+        assert mem.needs_compression()
+        sids.append(mem.session_id)
+        mem.close()
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="autoctx")
+    compressed: list[Compressed] = []
+    with AutoContextWorker(
+        db_url, summarizer=OfflineSummarizer(), tenant=tenant, on_compressed=compressed.append
+    ) as worker:
+        assert worker.run(once=True) == len(compressed)
+    assert {c.session_id for c in compressed} == set(sids)
+    named = [r for r in caplog.records if "summaries by" in r.getMessage()]
+    (line,) = [r.getMessage() for r in named if r.levelno >= logging.INFO]
+    assert line.startswith("autoctx worker: ")
+    quiet = {r.getMessage() for r in named if r.levelno == logging.DEBUG}
+    assert quiet == {f"autoctx: session {sid!r}: {line.split(': ', 1)[1]}" for sid in sids}

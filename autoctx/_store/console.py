@@ -76,6 +76,14 @@ left(coalesce((SELECT string_agg(coalesce(
         ''), ' ')
     FROM jsonb_array_elements(m.content) AS b), ''), {PREVIEW_CHARS})"""
 
+#: A message exactly as stored: the columns `msg_from_columns` takes, in its order.
+_MSG_COLUMNS = "m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens"
+
+#: A message as a list shows it, after its position in the list (`_message_row` reads them).
+_ROW_COLUMNS = (
+    f"m.id, m.role, m.kind, m.pinned, m.tokens, m.event_id, {_PREVIEW} AS preview, m.chars"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class SessionRow:
@@ -283,8 +291,7 @@ def events_page(
 
 
 _WORKING = f"""
-SELECT w.position, m.id, m.role, m.kind, m.pinned, m.tokens, m.event_id,
-       {_PREVIEW} AS preview, m.chars
+SELECT w.position, {_ROW_COLUMNS}
 FROM working_set w
 JOIN sessions s ON s.session_id = w.session_id
 JOIN messages m ON m.session_id = w.session_id AND m.id = w.message_id
@@ -330,15 +337,15 @@ def working_page(
     return found, int(index)
 
 
-_MESSAGE = """
-SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens,
+_MESSAGE = f"""
+SELECT {_MSG_COLUMNS},
        m.event_id, m.created_at,
        (SELECT count(*) FROM lineage l WHERE l.session_id = m.session_id
             AND l.summary_id = m.id) AS replaced,
        (SELECT w.position FROM working_set w WHERE w.session_id = m.session_id
             AND w.message_id = m.id) AS position
 FROM messages m JOIN sessions s ON s.session_id = m.session_id
-WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {scope}
+WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {{scope}}
 """
 
 
@@ -367,8 +374,7 @@ def message(store: TenantScope, session_id: str, message_id: int) -> MessageDeta
 
 
 _CHILDREN = f"""
-SELECT l.ordinal, m.id, m.role, m.kind, m.pinned, m.tokens, m.event_id,
-       {_PREVIEW} AS preview, m.chars
+SELECT l.ordinal, {_ROW_COLUMNS}
 FROM lineage l
 JOIN sessions s ON s.session_id = l.session_id
 JOIN messages m ON m.session_id = l.session_id AND m.id = l.replaced_id
@@ -433,12 +439,12 @@ def offload_info(store: TenantScope, session_id: str, offload_uuid: uuid_mod.UUI
     return OffloadInfo(row[0], row[1], row[2], tuple(row[3]), row[4])
 
 
-_BY_ID = """
-SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
+_BY_ID = f"""
+SELECT {_MSG_COLUMNS}
 FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS u(id, ord)
 JOIN sessions s ON s.session_id = %(sid)s
 JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
-WHERE {scope}
+WHERE {{scope}}
 ORDER BY u.ord
 """
 
@@ -461,7 +467,7 @@ def offload_messages(store: TenantScope, session_id: str, ids: Sequence[int]) ->
 #: session's whole lineage per level), and the originals are the children that are not
 #: summaries. Originals are appended in order and ids are allocated in commit order, so id
 #: order is the order they happened in: a keyset page on it reads content for its rows only.
-_ORIGINALS = """
+_ORIGINALS = f"""
 WITH RECURSIVE
 sums AS MATERIALIZED (
     SELECT e.summary_message_id AS id FROM compression_events e
@@ -473,7 +479,7 @@ removed AS MATERIALIZED (
     FROM offloads o
     JOIN sessions s ON s.session_id = o.session_id
     CROSS JOIN LATERAL unnest(o.message_ids) AS u(id)
-    WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {scope}
+    WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {{scope}}
 ),
 down(id) AS (
     SELECT r.id FROM removed r WHERE r.id IN (SELECT id FROM sums)
@@ -499,7 +505,7 @@ page AS (
     WHERE b.id > %(after)s AND b.id NOT IN (SELECT id FROM sums)
     ORDER BY b.id LIMIT %(limit)s
 )
-SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
+SELECT {_MSG_COLUMNS}
 FROM page p JOIN messages m ON m.session_id = %(sid)s AND m.id = p.id
 ORDER BY m.id
 """

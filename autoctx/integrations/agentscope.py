@@ -51,7 +51,11 @@ import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-try:
+from ._optional import framework_of
+
+with framework_of(
+    "AgentScope", needs="AgentScope 2.x", extra="agentscope", packages=("agentscope",)
+):
     from agentscope.message import (
         DataBlock,
         HintBlock,
@@ -66,21 +70,14 @@ try:
     from agentscope.middleware import MiddlewareBase
     from agentscope.permission import PermissionBehavior, PermissionDecision
     from agentscope.tool import FunctionTool, ToolBase, ToolChunk
-except ModuleNotFoundError as exc:
-    if exc.name is None or exc.name.split(".")[0] != "agentscope":
-        raise
-    raise ModuleNotFoundError(
-        "autoctx's AgentScope integration needs AgentScope 2.x, which is not installed: "
-        "install the extra with `pip install 'autoctx-pg[agentscope]'` (in a checkout: "
-        "`pip install -e '.[agentscope]'`)",
-        name=exc.name,
-    ) from None
 from sqlalchemy.engine import URL
 
 from .. import _messages as ax
+from .._client import AutoContextClient
 from .._config import AutoContextConfig
 from .._errors import InvalidMessage
 from .._memory import AsyncAutoContextMemory
+from ._opening import checked_client, open_async_memory
 
 if TYPE_CHECKING:
     from agentscope.agent import Agent
@@ -318,11 +315,16 @@ class AutoContextMiddleware(MiddlewareBase):
         session_id: str,
         database_url: str | URL | None = None,
         config: AutoContextConfig | None = None,
+        *,
+        client: AutoContextClient | None = None,
         **kwargs: Any,
     ) -> AutoContextMiddleware:
         """Open (or create) the session `session_id` and wrap it (arguments as
-        `AsyncAutoContextMemory.open`)."""
-        return cls(await AsyncAutoContextMemory.open(session_id, database_url, config, **kwargs))
+        `AsyncAutoContextMemory.open`); with `client` (an `AutoContextClient`, instead of
+        `database_url`) the memory is opened through it and closed by its `close()`."""
+        checked = checked_client(client, database_url, "AutoContextMiddleware.open")
+        memory = await open_async_memory(checked, database_url, session_id, config, **kwargs)
+        return cls(memory)
 
     async def close(self) -> None:
         await self.memory.close()

@@ -45,7 +45,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, NotRequired, cast
 
-try:
+from ._optional import framework_of
+
+with framework_of(
+    "LangChain",
+    needs="LangChain v1",
+    extra="langchain",
+    packages=("langchain", "langchain_core", "langgraph"),
+):
     from langchain.agents.middleware.types import AgentMiddleware, AgentState
     from langchain_core.messages import (
         AnyMessage,
@@ -58,28 +65,17 @@ try:
     from langgraph.config import get_config
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.runtime import Runtime
-except ModuleNotFoundError as exc:
-    if exc.name is None or exc.name.split(".")[0] not in (
-        "langchain",
-        "langchain_core",
-        "langgraph",
-    ):
-        raise
-    raise ModuleNotFoundError(
-        "autoctx's LangChain integration needs LangChain v1, which is not installed: install "
-        "the extra with `pip install 'autoctx-pg[langchain]'` (in a checkout: "
-        "`pip install -e '.[langchain]'`)",
-        name=exc.name,
-    ) from None
 from sqlalchemy.engine import URL
 
 from .. import _arguments
 from .._background import BackgroundMode, validate_background
+from .._client import AutoContextClient
 from .._config import AutoContextConfig, RuntimeOptions, options_argument
 from .._errors import ConfigError
 from .._memory import AutoContextMemory
 from .._summarizers import Summarizer
 from .._tools import tool_definitions
+from ._opening import checked_client, open_memory
 
 __all__ = ["AutoContextMiddleware", "AutoContextState"]
 
@@ -113,9 +109,11 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
     sends the model the session's working context (see the module docstring).
 
     `AutoContextMiddleware(database_url=None, config=None, *, session_id=None,
-    summarizer=None, tenant=None, background=False, options=None)`: the arguments of
-    `AutoContextMemory.open`. One middleware serves any number of threads (a memory per
-    session id, opened on first use, created when new).
+    summarizer=None, tenant=None, background=False, options=None, client=None)`: the
+    arguments of `AutoContextMemory.open`; with `client` (an `AutoContextClient`, instead of
+    `database_url`) the memories are opened through it and closed by its `close()`. One
+    middleware serves any number of threads (a memory per session id, opened on first use,
+    created when new).
     """
 
     state_schema = AutoContextState
@@ -130,8 +128,10 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
         tenant: str | None = None,
         background: BackgroundMode = False,
         options: RuntimeOptions | None = None,
+        client: AutoContextClient | None = None,
     ) -> None:
         super().__init__()
+        self.client = checked_client(client, database_url, "AutoContextMiddleware")
         self.database_url = database_url
         self.config = config or AutoContextConfig()
         # Refused here, as `AutoContextMemory.open` would, rather than at the first run.
@@ -176,9 +176,10 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
         with self._lock:
             mem = self._memories.get(session_id)
             if mem is None:
-                mem = AutoContextMemory.open(
-                    session_id,
+                mem = open_memory(
+                    self.client,
                     self.database_url,
+                    session_id,
                     self.config,
                     tenant=self.tenant,
                     summarizer=self.summarizer,

@@ -60,7 +60,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-try:
+from ._optional import framework_of
+
+with framework_of(
+    "Agents SDK", needs="the OpenAI Agents SDK", extra="agents", packages=("agents",)
+):
     from agents.items import TResponseInputItem
     from agents.memory.session_settings import (
         SessionSettings,
@@ -70,20 +74,12 @@ try:
     from agents.run_config import CallModelData, ModelInputData, RunConfig
     from agents.tool import FunctionTool
     from agents.tool_context import ToolContext
-except ModuleNotFoundError as exc:
-    if exc.name is None or exc.name.split(".")[0] != "agents":
-        raise
-    raise ModuleNotFoundError(
-        "autoctx's Agents SDK integration needs the OpenAI Agents SDK, which is not installed: "
-        "install the extra with `pip install 'autoctx-pg[agents]'` (in a checkout: "
-        "`pip install -e '.[agents]'`)",
-        name=exc.name,
-    ) from None
 from sqlalchemy.engine import URL
 
 from .. import _arguments
 from .._arguments import unstorable
 from .._background import BackgroundMode, validate_background
+from .._client import AutoContextClient
 from .._config import AutoContextConfig, RuntimeOptions, options_argument
 from .._errors import ConfigError, InvalidMessage, SessionNotFound
 from .._gc import paused_gc
@@ -98,6 +94,7 @@ from .._messages import (
 )
 from .._summarizers import Summarizer
 from .._tools import tool_definitions
+from ._opening import checked_client, open_memory
 
 __all__ = ["META_KEY", "AutoContextSession", "context_tools", "items_to_messages", "message_items"]
 
@@ -524,6 +521,7 @@ def message_items(msg: Msg) -> list[Item]:
 
 @dataclass(frozen=True)
 class _OpenArgs:
+    client: AutoContextClient | None
     database_url: str | URL | None
     config: AutoContextConfig | None
     summarizer: Summarizer | None
@@ -536,13 +534,15 @@ class AutoContextSession:
     """An OpenAI Agents SDK `Session` kept by autoctx in PostgreSQL.
 
     `AutoContextSession(session_id, database_url=None, config=None, *, summarizer=None,
-    compress=True, tenant=None, background=False, options=None)` opens (or creates) the
-    autoctx session on first use; `AutoContextSession.from_memory(mem)` wraps a memory already
-    open. With `compress=True`, `add_items` runs autoctx's compression loop whenever the
-    trigger holds after the append; with `background=True` as well, that loop runs in a
-    background thread and `add_items` returns at once, waiting only when the context would
-    otherwise be over the window (`AutoContextMemory.open(..., background=True)`);
-    `background="worker"` leaves it to `autoctx worker` processes.
+    compress=True, tenant=None, background=False, options=None, client=None)` opens (or
+    creates) the autoctx session on first use, through `client` (an `AutoContextClient`,
+    instead of `database_url`: its `close()` closes the memory) or else the shared client of
+    `database_url`; `AutoContextSession.from_memory(mem)` wraps a memory already open. With
+    `compress=True`, `add_items` runs autoctx's compression loop whenever the trigger holds
+    after the append; with `background=True` as well, that loop runs in a background thread
+    and `add_items` returns at once, waiting only when the context would otherwise be over the
+    window (`AutoContextMemory.open(..., background=True)`); `background="worker"` leaves it to
+    `autoctx worker` processes.
     """
 
     session_settings: SessionSettings | None
@@ -559,6 +559,7 @@ class AutoContextSession:
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         background: BackgroundMode = False,
         options: RuntimeOptions | None = None,
+        client: AutoContextClient | None = None,
     ) -> None:
         # Refused here, as `AutoContextMemory.open` would, rather than at the first run.
         self.session_id = _arguments.session_id(session_id)
@@ -572,6 +573,7 @@ class AutoContextSession:
         )
         # Refused here, naming the argument, rather than at the first `Runner.run`.
         self._args = _OpenArgs(
+            checked_client(client, database_url, "AutoContextSession"),
             database_url,
             config,
             summarizer,
@@ -630,9 +632,10 @@ class AutoContextSession:
 
     def _open(self, *, create: bool) -> AutoContextMemory:
         args = self._args
-        return AutoContextMemory.open(
-            self.session_id,
+        return open_memory(
+            args.client,
             args.database_url,
+            self.session_id,
             args.config,
             tenant=args.tenant,
             summarizer=args.summarizer,

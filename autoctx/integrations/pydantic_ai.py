@@ -43,7 +43,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-try:
+from ._optional import framework_of
+
+with framework_of(
+    "Pydantic AI", needs="Pydantic AI", extra="pydantic-ai", packages=("pydantic_ai",)
+):
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import (
         BinaryContent,
@@ -66,12 +70,9 @@ try:
     from pydantic_ai.run import AgentRunResult
     from pydantic_ai.tools import RunContext, Tool
     from pydantic_ai.toolsets import FunctionToolset
-except ImportError as exc:  # pragma: no cover - the extra is optional
-    raise ImportError(
-        "autoctx.integrations.pydantic_ai needs Pydantic AI: pip install 'autoctx-pg[pydantic-ai]'"
-    ) from exc
 
 from .. import _arguments
+from .._client import AutoContextClient
 from .._config import AutoContextConfig, RuntimeOptions, options_argument
 from .._errors import InvalidMessage, InvalidSessionId
 from .._memory import AsyncAutoContextMemory
@@ -85,6 +86,7 @@ from .._messages import (
 )
 from .._summarizers import Summarizer
 from .._tools import tool_definitions
+from ._opening import checked_client, open_async_memory
 
 __all__ = ["AutoContextCapability", "from_model_messages", "to_model_messages"]
 
@@ -302,7 +304,9 @@ class AutoContextCapability(AbstractCapability[Any]):
     """A Pydantic AI capability that gives an agent autoctx's memory (see the module docstring).
 
     Pass a session id (and optionally `database_url`, `config`, `summarizer`, `tenant`,
-    `options`), or an open `memory` (an `AsyncAutoContextMemory`).
+    `options`), or an open `memory` (an `AsyncAutoContextMemory`). With `client` (an
+    `AutoContextClient`, instead of `database_url`) the memory is opened through it and closed
+    by its `close()`.
     """
 
     session_id: str | None = None
@@ -315,6 +319,8 @@ class AutoContextCapability(AbstractCapability[Any]):
     context_tools: bool = True
     #: How the memory runs its compressions (`AutoContextMemory.open(options=...)`).
     options: RuntimeOptions | None = None
+    #: The client to open the memory through (else the shared client of `database_url`).
+    client: AutoContextClient | None = None
     _shared: _Shared = field(init=False, repr=False)
     _start: int = field(default=0, init=False, repr=False)
     _stored: int = field(default=0, init=False, repr=False)
@@ -330,6 +336,7 @@ class AutoContextCapability(AbstractCapability[Any]):
             _arguments.session_id(self.session_id)
             _arguments.tenant(self.tenant)
             options_argument(self.options)
+        checked_client(self.client, self.database_url, "AutoContextCapability")
         self._shared = _Shared(self.memory)
 
     @classmethod
@@ -342,9 +349,10 @@ class AutoContextCapability(AbstractCapability[Any]):
         async with shared.lock:
             if shared.memory is None:
                 assert self.session_id is not None
-                shared.memory = await AsyncAutoContextMemory.open(
-                    self.session_id,
+                shared.memory = await open_async_memory(
+                    self.client,
                     self.database_url,
+                    self.session_id,
                     self.config,
                     summarizer=self.summarizer,
                     tenant=self.tenant,
@@ -368,6 +376,7 @@ class AutoContextCapability(AbstractCapability[Any]):
             self.memory,
             self.context_tools,
             self.options,
+            self.client,
         )
         run._shared = self._shared
         return run

@@ -1,0 +1,165 @@
+"""What the framework integration tests share (the Agents SDK, LangChain, AgentScope, Pydantic
+AI): the window and the work tool of their runs against the scripted agent
+(tests/agent_model.py), the checks of what a run sent and stored, the check that an integration
+opened its memory through the client it was given, and the import error of an integration whose
+framework is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from autoctx import AutoContextClient, AutoContextMemory, SessionNotFound
+from autoctx._store.database import resolve_url
+from tests.agent_model import ScriptedAgent, tool_output
+from tests.dbsql import sql
+
+#: The window of every framework run: a few 2-20 KB tool outputs fill it.
+WINDOW = 16_000
+
+
+def output_size(step: int, stride: int = 7_919) -> int:
+    """2-20 KB, varying from step to step (`stride` gives each test file its own sequence)."""
+    return 2_000 + (step * stride) % 18_001
+
+
+class Work:
+    """The body of the scripted agent's work tool, which each test wraps in its framework's
+    tool: call n returns `tool_output(n, output_size(n))`, so call n's fact is ``FACT-n``."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        return tool_output(self.calls, output_size(self.calls))
+
+
+def assert_under_window(agent_model: ScriptedAgent) -> None:
+    """No request the framework sent was over `WINDOW`."""
+    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+
+
+def answers_to(agent_model: ScriptedAgent, name: str) -> list[str]:
+    """The tool results the model was sent for its calls of context tool `name` (without the
+    bold markup a search answer puts on its query)."""
+    ids = {
+        call["id"]
+        for body in agent_model.requests
+        for m in body["messages"]
+        if m["role"] == "assistant"
+        for call in m.get("tool_calls") or []
+        if call["function"]["name"] == name
+    }
+    answers: dict[str, str] = {}
+    for body in agent_model.requests:
+        for m in body["messages"]:
+            if m["role"] == "tool" and m["tool_call_id"] in ids:
+                answers.setdefault(m["tool_call_id"], m["content"])
+    return [a.replace("**", "") for a in answers.values()]
+
+
+def stored_originals(mem: AutoContextMemory) -> list[dict[str, Any]]:
+    """The session's originals (not written by a compression), oldest first, as stored."""
+    rows = sql(
+        mem,
+        "select role, content from messages where session_id = :s and kind = 'original'"
+        " and event_id is null order by id",
+        s=mem.session_id,
+    )
+    return [{"role": r[0], "content": r[1]} for r in rows]
+
+
+def assert_each_stored_once(mem: AutoContextMemory, *, prompts: int, calls: int) -> None:
+    """Every user prompt and every tool output of the runs is one original, none twice."""
+    originals = stored_originals(mem)
+    users = [o for o in originals if o["role"] == "user"]
+    results = [
+        block["tool_use_id"]
+        for o in originals
+        if o["role"] == "tool"
+        for block in o["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert len(users) == prompts
+    assert len(results) == len(set(results)) == calls
+
+
+def assert_reachable(mem: AutoContextMemory, facts: Sequence[int]) -> None:
+    """Each tool output is found by the context tools' search and read back whole."""
+    for n in facts:
+        fact = f"FACT-{n:04d}"
+        head = tool_output(n, 200).splitlines()[0]
+
+        def reload(message_id: int) -> str:
+            arguments = json.dumps({"message_id": message_id})
+            call = {
+                "type": "function",
+                "function": {"name": "context_reload", "arguments": arguments},
+            }
+            return mem.handle_tool_call(call)
+
+        hits = mem.search(f'"{fact}"', limit=50)
+        assert any(head in reload(hit.message_id) for hit in hits), fact
+
+
+def no_shared_client(db_url: str) -> bool:
+    """Whether the process holds no shared client of `db_url` (`AutoContextClient.shared`)."""
+    key = resolve_url(db_url).render_as_string(hide_password=False)
+    return key not in AutoContextClient._shared
+
+
+def assert_opened_through(client: AutoContextClient, mem: AutoContextMemory, db_url: str) -> None:
+    """`mem` was opened through `client` and nothing through the shared client of `db_url`
+    (closed before the integration ran): the memory is on the client's pool, outlives the
+    shared clients, and `client.close()` closes it."""
+    assert mem.engine is client.engine
+    assert no_shared_client(db_url), "the integration opened a shared client"
+    AutoContextClient.close_shared(db_url)
+    assert mem.messages(), "closing the shared clients closed a memory of the given client"
+    client.close()
+    with pytest.raises(SessionNotFound, match="closed"):
+        mem.messages()
+
+
+_WITHOUT = """
+import importlib, importlib.abc, json, sys
+blocked = set(sys.argv[2:])
+class Without(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Without())
+try:
+    importlib.import_module(sys.argv[1])
+except ModuleNotFoundError as exc:
+    print(json.dumps({"message": str(exc), "name": exc.name}))
+"""
+
+
+def import_error_without(module: str, *packages: str) -> tuple[str, str]:
+    """The message and `name` of the `ModuleNotFoundError` that importing `module` raises in a
+    child interpreter where `packages` cannot be found, as on an install without the extra."""
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT, module, *packages],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout, f"importing {module} without {packages} raised nothing"
+    error = json.loads(out.stdout)
+    return error["message"], error["name"]
+
+
+def assert_names_the_extra(message: str, extra: str) -> None:
+    """The message says which extra to install, from the package index and in a checkout."""
+    assert f'pip install "autoctx-pg[{extra}]"' in message, message
+    assert f'pip install -e ".[{extra}]"' in message, message
