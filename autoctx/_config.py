@@ -21,10 +21,6 @@ from typing import Any, Final
 from ._errors import ConfigError, InvalidStoredConfig
 from ._search import DEFAULT_SEARCH_CONFIG, validate_search_config
 
-#: Strategies whose replacement text an LLM writes; their prompts are replaceable. 7 is the
-#: fold (docs/design.md §3).
-LLM_STRATEGIES = (1, 4, 5, 6, 7)
-
 #: The window the fixed defaults of docs/design.md §3 are stated for.
 REFERENCE_WINDOW: Final = 131072
 _MIN_COMPRESS_TOKENS_AT_REFERENCE: Final = 5000
@@ -195,6 +191,9 @@ class AutoContextConfig:
             raise ConfigError("AutoContextConfig.model must be a non-empty model name")
         if not isinstance(self.prompts, Mapping):
             raise ConfigError("AutoContextConfig.prompts must be a mapping of strategy -> prompt")
+        # The registry imports the planners, which import this module.
+        from ._strategies.registry import LLM_STRATEGIES
+
         for key, prompt in self.prompts.items():
             if key not in LLM_STRATEGIES:
                 raise ConfigError(

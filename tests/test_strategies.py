@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from autoctx import AutoContextConfig
+from autoctx import _compressor as compressor
 from autoctx._messages import Kind, Role
 from autoctx._plans import Edit, PlanContext, Snapshot
-from autoctx._strategies import PLANNERS, RELOAD_TOOL_NAME, plan
+from autoctx._strategies import PLANNERS, RELOAD_TOOL_NAME, plan, registry
 from autoctx._strategies import plan_s1 as s1
 from autoctx._strategies import plan_s2 as s2
 from autoctx._strategies import plan_s3 as s3
@@ -171,6 +172,55 @@ def test_planners_are_registered_by_number() -> None:
     assert {1: s1, 2: s2, 3: s3, 4: s4, 5: s5, 6: s6, 7: s7} == PLANNERS
     # The fold runs before S5 and S6 (docs/design.md §3).
     assert list(PLANNERS) == [1, 2, 3, 4, 7, 5, 6]
+
+
+def test_registry_rules_over_rungs_follow_the_records() -> None:
+    """Every rule over rungs is read from the rungs' records (docs/design.md §3): the sets the
+    compressor uses are those the records imply, and a rung moved in the ladder moves them."""
+    assert tuple(PLANNERS) == registry.ORDER
+    assert {1, 2, 3, 4, 7} == registry.HISTORY_STRATEGIES
+    assert registry.LLM_STRATEGIES == (1, 4, 5, 6, 7)
+    assert set(registry.DEFAULT_PROMPTS) == set(registry.LLM_STRATEGIES)
+    assert all((r.prompt is not None) == r.llm for r in registry.LADDER)
+    # A preview is the only replacement no LLM writes (what `make_edit` relies on).
+    assert all(r.llm == (r.writes != "preview") for r in registry.LADDER)
+    assert registry.TOKENS_ONLY_STRATEGIES == registry.PREVIEW_STRATEGIES == {2, 3}
+    # S1 and S4 leave a call for the fold and S6, S5 for S6 alone.
+    assert registry.RESERVED_AFTER == {1: 2, 4: 2, 5: 1}
+    assert {1, 4} == registry.YIELD_TO_FOLD
+    assert {2, 3} == registry.PREVIEWS_YIELD_TO_FOLD
+    assert {1, 5} == registry.YIELD_TO_CURRENT_ROUND
+    assert registry.FALLBACK_STRATEGIES == (7, 5, 6)
+    assert compressor.STRATEGIES == registry.ORDER
+    assert compressor._FALLBACK_STRATEGIES == registry.FALLBACK_STRATEGIES
+
+
+def test_registry_reserved_calls_follow_the_order() -> None:
+    """The calls a rung leaves for later single-call rungs are counted from the ladder, so that
+    reordering the records is the whole change: S5 moved after S6 leaves S6 nothing."""
+    rungs = [registry.RUNGS[n] for n in registry.ORDER]
+    assert registry.reserved_after(rungs) == registry.RESERVED_AFTER
+    s5_last = [r for r in rungs if r.number != 5] + [registry.RUNGS[5]]
+    assert registry.reserved_after(s5_last) == {1: 2, 4: 2, 5: 0}
+    assert registry.reserved_after([r for r in rungs if r.number != 7])[1] == 1
+
+
+def test_events_are_named_by_rung_or_by_reason() -> None:
+    """Manual events keep strategy 0 and are named by their reason; compressions by rung."""
+    assert registry.event_kind(0, "manual") == "pop"
+    assert [registry.event_kind(0, r) for r in ("clear", "fork", "erase")] == [
+        "clear",
+        "fork",
+        "erase",
+    ]
+    assert not registry.is_compression(registry.MANUAL)
+    assert registry.event_kind(4, "tokens") == "round summary"
+    assert registry.event_label(4, "tokens") == "S4 round summary"
+    assert registry.event_label(0, "fork") == "fork"
+    assert registry.label(99) == "S99 ?"
+    assert set(registry.STRATEGY_NAMES) == {0, *registry.RUNGS}
+    assert set(registry.STRATEGY_COLORS) == set(registry.STRATEGY_NAMES)
+    assert len(set(registry.STRATEGY_COLORS.values())) == len(registry.STRATEGY_COLORS)
 
 
 def test_plan_dispatches_and_refuses_unknown_strategies() -> None:

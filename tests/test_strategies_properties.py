@@ -12,6 +12,7 @@ from autoctx._messages import Kind, Role
 from autoctx._plans import Edit, PlanContext, Snapshot
 from autoctx._strategies import PLANNERS, RELOAD_TOOL_NAME
 from autoctx._strategies._common import MIN_LLM_RANGE_TOKENS, compute_layout
+from autoctx._strategies.registry import RUNGS
 from autoctx._structure import (
     MsgMeta,
     effective_pinned,
@@ -239,6 +240,8 @@ def check_edits(
     for e in edits:
         assert (e.strategy, e.new_kind) == (strategy, NEW_KIND[strategy])
         assert e.llm == (strategy in (1, 4, 5, 6, 7))
+        # The rung's record says the same as its planner's edits.
+        assert (RUNGS[strategy].writes, RUNGS[strategy].llm) == (e.new_kind, e.llm)
         assert previous_end <= e.start < e.end <= n, "in range, in order, non-overlapping"
         previous_end = e.end
         members = e.member_indices

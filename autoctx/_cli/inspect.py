@@ -21,9 +21,9 @@ from .._memory import (
 from .._messages import (
     to_openai_messages,
 )
-from .._plot import STRATEGY_NAMES
 from .._store import inspect as inspect_db
 from .._store.store import Store
+from .._strategies import registry
 from .._tools import parse_offload_id
 from .output import (
     _add_columns,
@@ -443,8 +443,8 @@ def reload(
     row = next(r for r in inspect_db.offload_rows(engine, session) if r.uuid == offload_id)
     sys.stdout.write(
         f"offload {offload_id}: {len(msgs)} message(s), "
-        f"{sum(m.tokens or 0 for m in msgs):,} tokens, removed by S{row.strategy} "
-        f"{STRATEGY_NAMES.get(row.strategy, '?')} (event {row.event_id}, "
+        f"{sum(m.tokens or 0 for m in msgs):,} tokens, removed by "
+        f"{registry.label(row.strategy)} (event {row.event_id}, "
         f"{_fmt_time(row.created_at)})\n"
     )
     for msg in msgs:

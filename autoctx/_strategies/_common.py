@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from .._config import LLM_STRATEGIES, AutoContextConfig
+from .._config import AutoContextConfig
 from .._messages import Kind
 from .._plans import Edit, PlanContext, Snapshot
 from .._structure import (
@@ -263,7 +263,9 @@ def make_edit(
         end=end,
         replaced_ids=tuple(m.id for m in replaced),
         new_kind=new_kind,
-        llm=strategy in LLM_STRATEGIES,
+        # A preview is the only replacement no LLM writes (each rung's record in `registry`
+        # says the same of the rung, and a test holds the two together).
+        llm=new_kind != "preview",
         replaced_tokens=sum(m.tokens for m in replaced),
         verbatim_prefix_id=verbatim_prefix_id,
         char_budget=char_budget,
