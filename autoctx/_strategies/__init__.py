@@ -25,6 +25,7 @@ from .s4_rounds import plan_s4
 from .s5_large import plan_s5
 from .s6_current_round import plan_s6
 from .s7_fold import plan_s7
+from .s8_mask import plan_s8
 
 __all__ = [
     "PLANNERS",
@@ -38,6 +39,7 @@ __all__ = [
     "plan_s5",
     "plan_s6",
     "plan_s7",
+    "plan_s8",
 ]
 
 #: The planners by strategy number, in the order the compressor tries them (`registry.LADDER`).

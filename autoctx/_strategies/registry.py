@@ -30,6 +30,7 @@ from . import (
     s5_large,
     s6_current_round,
     s7_fold,
+    s8_mask,
 )
 from ._common import Planner
 
@@ -71,10 +72,21 @@ class Rung:
     prompt: str | None = None
 
 
-#: The ladder, in the order of a pass (docs/design.md §3). The fold is numbered 7 but runs
-#: before S5 and S6: the history before the current round is always cheaper to lose than the
-#: current round.
+#: The ladder, in the order of a pass (docs/design.md §3). Masking (8) comes first: it needs
+#: no LLM and loses nothing. The fold is numbered 7 but runs before S5 and S6: the history
+#: before the current round is always cheaper to lose than the current round.
 LADDER: Final[tuple[Rung, ...]] = (
+    Rung(
+        s8_mask.STRATEGY,
+        "mask",
+        "#999999",
+        s8_mask.plan_s8,
+        writes="preview",
+        llm=False,
+        acts_on="history",
+        one_range=False,
+        tokens_only=True,
+    ),
     Rung(
         s1_tool_runs.STRATEGY,
         "tool-run summary",
