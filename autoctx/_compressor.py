@@ -53,27 +53,30 @@ from ._plans import Edit, PlanContext, Snapshot
 from ._prompts import build_request, clip_for
 from ._replacements import Replacement, preview, summarized_payload
 from ._strategies import plan as plan_strategy
+from ._strategies import registry
 from ._strategies._common import Layouts, layout_of
-from ._strategies.s7_fold import STRATEGY as FOLD
 from ._summary import AsyncSummarizer, Summarizer, SummaryRequest, SummaryResult
 from ._tags import offload_tag
 from ._tokens import TokenCounter
 
 logger = logging.getLogger("autoctx")
 
+# The rules over rungs, read from their records (`registry`, docs/design.md §3): see there
+# what each set means and why.
+FOLD: Final = registry.FOLD
 #: The order of a pass (docs/design.md §3): the fold (7) before S5 and S6.
-STRATEGIES = (1, 2, 3, 4, FOLD, 5, 6)
+STRATEGIES = registry.ORDER
 #: The strategies that act on what precedes the current round (the others rewrite only what
 #: follows the latest user message, the current user message included).
-HISTORY_STRATEGIES = frozenset({1, 2, 3, 4, FOLD})
+HISTORY_STRATEGIES = registry.HISTORY_STRATEGIES
 #: LLM strategies that summarize several ranges one call each, and how many single-call rungs
 #: after them (the fold, S6) they leave a call of the budget for.
-_RESERVED_AFTER: Final = {1: 2, 4: 2, 5: 1}
+_RESERVED_AFTER: Final = registry.RESERVED_AFTER
 #: Rungs that give way to the fold when the fold has a range and they would need more than
 #: the fold's one call to reach the target: the fold takes their ranges into its one summary
 #: anyway, so summarizing them one call each first would pay the summarizer several times for
 #: what one call does (and, short of the target, for work the same call then folds away).
-_YIELD_TO_FOLD: Final = frozenset({1, 4})
+_YIELD_TO_FOLD: Final = registry.YIELD_TO_FOLD
 #: Rungs that give way to the fold when the fold's range holds some of their messages and
 #: the others (in the kept rounds, in a finished current round: near the end) would not reach
 #: the target alone (compress rarely, and deeply: docs/design.md §2); when those others do,
@@ -84,15 +87,17 @@ _YIELD_TO_FOLD: Final = frozenset({1, 4})
 #: the same messages into one summary and leaves the history at `fold_keep_tokens +
 #: fold_budget_tokens`, far under the target. When the fold fails, the previews get their
 #: turn in a new pass, so the bound never waits on the summarizer.
-_PREVIEWS_YIELD_TO_FOLD: Final = frozenset({2, 3})
+_PREVIEWS_YIELD_TO_FOLD: Final = registry.PREVIEWS_YIELD_TO_FOLD
 #: Rungs that give way to S6 when S6's range holds every one of their ranges and their edits
 #: would leave the tokens over the target: the call then goes on to S6 anyway (it acts while
 #: the token trigger fired and tokens are over the target), which takes their summaries into
 #: its own; paying for them first buys nothing (S1 here is the long-task case, whose runs lie
 #: in the current round).
-_YIELD_TO_S6: Final = frozenset({1, 5})
+_YIELD_TO_S6: Final = registry.YIELD_TO_CURRENT_ROUND
 #: The rungs the offline fallback may use, in ladder order (docs/design.md §2).
-_FALLBACK_STRATEGIES: Final = (FOLD, 5, 6)
+_FALLBACK_STRATEGIES: Final = registry.FALLBACK_STRATEGIES
+#: Rungs that save tokens only (previews): they act while tokens are over the target.
+_TOKENS_ONLY: Final = registry.TOKENS_ONLY_STRATEGIES
 #: Tokens of an offload tag and its newline, for the estimate of what a summary costs.
 _TAG_TOKENS: Final = 24
 #: Passes whose arrivals `SessionState.arriving` averages: a few, so that it follows a change
@@ -348,7 +353,7 @@ class Compressor:
         tokens, so they act while tokens are over the target; S5 and S6 only while the token
         trigger itself holds.
         """
-        if strategy in (2, 3):
+        if strategy in _TOKENS_ONLY:
             return snap.token_count + state.arriving >= self.config.token_target
         return True  # S5 and S6 check the token trigger themselves (`PlanContext.token_pressure`)
 
@@ -415,9 +420,9 @@ class Compressor:
             if (
                 strategy in _YIELD_TO_S6
                 and not _reaches_token_target(snap, edits, cfg, state.arriving)
-                and _covered_by(planned_by(6), edits)
+                and _covered_by(planned_by(registry.CURRENT_ROUND), edits)
             ):
-                yielded.add(6)
+                yielded.add(registry.CURRENT_ROUND)
                 continue
             attempt = self.observer.begin(strategy, reason, snap.token_count, snap.message_count)
             try:
@@ -504,7 +509,11 @@ class Compressor:
                 final = snap.messages[edit.start].final
                 out.append(
                     Replacement(
-                        edit, self._prepare(preview(msgs[0], self.config, offload), final), offload
+                        edit,
+                        self._prepare(
+                            preview(msgs[0], self.config, offload, edit.preview_chars), final
+                        ),
+                        offload,
                     )
                 )
                 continue
@@ -534,7 +543,7 @@ class Compressor:
             # Kept verbatim, its own tag included, so the older originals stay reachable.
             prefix = msgs[0].text.rstrip()
             to_summarize = msgs[1:]
-        elif edit.strategy == 5 and msgs[0].role == "user":
+        elif edit.strategy == registry.LARGE and msgs[0].role == "user":
             # The current user message: its head stays verbatim, the rest is summarized.
             head = msgs[0].text[: self.config.preview_chars]
             prefix = head + "..."
@@ -613,7 +622,7 @@ class Compressor:
                 return None
         prefix = asking.prefix
         body = f"{prefix}\n\n{text}" if prefix else text
-        if edit.strategy == 5:
+        if edit.strategy == registry.LARGE:
             new_msg = summarized_payload(msgs[0], body, offload)
             final = snap.messages[edit.start].final
         else:

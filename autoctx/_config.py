@@ -11,8 +11,9 @@ Whether to upgrade the schema is the client's (`auto_upgrade=` on `AutoContextCl
 Some defaults follow other fields (docs/design.md §2, "defaults follow the window"): the sizes
 that are relative to the window (`min_compress_tokens`, `fold_keep_tokens`,
 `fold_budget_tokens`) follow `max_tokens`, and the defaults that must stay consistent with a
-field the caller set (`reload_page_chars` and `preview_chars` under `large_payload_chars`, the
-two ratios) adapt to it. Only values the caller set can be refused.
+field the caller set (`reload_page_chars` and `preview_chars` under `large_payload_chars`,
+`mask_min_chars` over `mask_preview_chars`, the two ratios) adapt to it. Only values the
+caller set can be refused.
 """
 
 from __future__ import annotations
@@ -29,10 +30,6 @@ from typing import Any, Final
 from ._errors import ConfigError, InvalidStoredConfig
 from ._search import DEFAULT_SEARCH_CONFIG, validate_search_config
 
-#: Strategies whose replacement text an LLM writes; their prompts are replaceable. 7 is the
-#: fold (docs/design.md §3).
-LLM_STRATEGIES = (1, 4, 5, 6, 7)
-
 #: The window the fixed defaults of docs/design.md §3 are stated for.
 REFERENCE_WINDOW: Final = 131072
 _MIN_COMPRESS_TOKENS_AT_REFERENCE: Final = 5000
@@ -46,6 +43,11 @@ _LAST_KEEP_MIN: Final = 8
 _TOKEN_RATIO: Final = 0.75
 _TARGET_RATIO: Final = 0.6
 _PREVIEW_CHARS: Final = 200
+#: Masking (docs/design.md §3): the most recent tool results it keeps, and the characters of
+#: its previews; it masks outputs over twice the preview (a shorter one gains little).
+_MASK_KEEP: Final = 3
+_MASK_PREVIEW_CHARS: Final = 100
+_MASK_MIN_PER_PREVIEW: Final = 2
 _RELOAD_PAGE_CHARS: Final = 4000
 #: The summarizer sees a tenth of the large threshold of each tool output (512 characters at
 #: the default): its first lines and last lines, where a result says what it is and how it
@@ -96,6 +98,7 @@ DERIVED_FIELDS: Final = (
     "fold_keep_tokens",
     "fold_budget_tokens",
     "transcript_clip_chars",
+    "mask_min_chars",
 )
 
 
@@ -147,6 +150,13 @@ class AutoContextConfig:
     #: `large_payload_chars`): the original stays whole in the summary's offload, reachable by
     #: its tag, so the summary needs only what it should say, not the bulk.
     transcript_clip_chars: int = _UNSET
+    #: Masking keeps this many of the most recent tool results verbatim (default 3).
+    mask_keep: int = _MASK_KEEP
+    #: Characters a masked tool output keeps (default 100).
+    mask_preview_chars: int = _MASK_PREVIEW_CHARS
+    #: Masking leaves tool outputs of at most this many characters alone (default twice
+    #: `mask_preview_chars`).
+    mask_min_chars: int = _UNSET
     #: Picks the token encoding; fixed when a session is created.
     model: str = "gpt-4o"
     #: Largest payload (characters of text, tool input and output) one message may carry.
@@ -172,15 +182,20 @@ class AutoContextConfig:
         )
         for name in positive_ints:
             _check_int(name, getattr(self, name), minimum=1)
-        _check_int("min_tool_run", self.min_tool_run, minimum=0)
+        for name in ("min_tool_run", "mask_keep"):
+            _check_int(name, getattr(self, name), minimum=0)
         _check_ratio("current_round_ratio", self.current_round_ratio)
         self._derive_ratios()
         self._derive_payload_sizes()
+        self._derive_mask_sizes()
         self._derive_window_sizes()
         if not isinstance(self.model, str) or not self.model.strip():
             raise ConfigError("AutoContextConfig.model must be a non-empty model name")
         if not isinstance(self.prompts, Mapping):
             raise ConfigError("AutoContextConfig.prompts must be a mapping of strategy -> prompt")
+        # The registry imports the planners, which import this module.
+        from ._strategies.registry import LLM_STRATEGIES
+
         for key, prompt in self.prompts.items():
             if key not in LLM_STRATEGIES:
                 raise ConfigError(
@@ -249,6 +264,20 @@ class AutoContextConfig:
             _check_int("transcript_clip_chars", self.transcript_clip_chars, minimum=1)
         else:
             self._set("transcript_clip_chars", _Derived(max(1, large // _CLIP_PER_LARGE)))
+
+    def _derive_mask_sizes(self) -> None:
+        _check_int("mask_preview_chars", self.mask_preview_chars, minimum=1)
+        if _given(self.mask_min_chars):
+            _check_int("mask_min_chars", self.mask_min_chars, minimum=1)
+            if self.mask_min_chars <= self.mask_preview_chars:
+                raise ConfigError(
+                    f"AutoContextConfig.mask_min_chars ({self.mask_min_chars}) must be larger "
+                    f"than mask_preview_chars ({self.mask_preview_chars}): a masked output must "
+                    "be longer than its preview"
+                )
+        else:
+            minimum = _MASK_MIN_PER_PREVIEW * self.mask_preview_chars
+            self._set("mask_min_chars", _Derived(min(minimum, _MAX_INT)))
 
     def _derive_window_sizes(self) -> None:
         if _given(self.last_keep):

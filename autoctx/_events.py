@@ -16,7 +16,8 @@ class Event:
 
     session_id: str
     id: int
-    #: 1-7 (docs/design.md §3; 7 is the fold), 0 for a manual removal (`pop_last`).
+    #: The rung, 1-8 (docs/design.md §3; 7 is the fold, 8 masking), or 0 for an event that
+    #: compresses nothing (a pop, a clear, a fork, an erasure), which its reason names.
     strategy: int
     status: Status
     #: Why it ran: 'count' or 'tokens' (which trigger held), 'manual' (`pop_last`), or

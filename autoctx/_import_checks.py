@@ -37,7 +37,7 @@ from ._messages import Kind, Msg
 from ._search import NOT_INDEXED, SEARCH_CONFIGS
 from ._store.lifecycle import SessionRows
 from ._store.rows import msg_from_mapping, search_config_of
-from ._strategies.s7_fold import STRATEGY as FOLD
+from ._strategies.registry import RUNGS
 from ._tokens import TokenCounter, encoding_name_for_model
 
 #: The document's own levels (section, row, column) above a message's metadata or content.
@@ -49,8 +49,8 @@ _INT4_COLUMNS: Final = frozenset(
     {"message_count", "tokens", "chars", "messages_before", "messages_after"}
     | {"prompt_tokens", "completion_tokens", "ordinal"}
 )
-#: The fold's number: events' strategies run from 0 (not a compression) to it.
-_LAST_STRATEGY: Final = FOLD
+#: The highest rung number: events' strategies run from 0 (not a compression) to it.
+_LAST_STRATEGY: Final = max(RUNGS)
 #: How far ahead of this machine's clock a time may be (clock skew between hosts).
 _CLOCK_SKEW: Final = timedelta(days=1)
 #: Keys a path in an error may show: the document's own, never a key of the caller's data.

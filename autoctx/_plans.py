@@ -94,6 +94,9 @@ class Edit:
     #: The ids of the whole span [start, end) when it holds more than the replaced messages:
     #: what apply checks is still in the working set, in order, between the first and the last.
     span_ids: tuple[int, ...] | None = None
+    #: Previews only: the characters the preview keeps when not `preview_chars` (masking's
+    #: `mask_preview_chars`, docs/design.md §3).
+    preview_chars: int | None = None
 
     @property
     def member_indices(self) -> tuple[int, ...]:

@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 from ._errors import AutoContextError
 from ._events import Event
 from ._store.inspect import MessageStamp
+from ._strategies import registry
 
 __all__ = [
     "STRATEGY_COLORS",
@@ -32,28 +33,10 @@ __all__ = [
     "render",
 ]
 
-#: Short names of the strategies (docs/design.md §3; 7 is the fold), for legends and tables.
-STRATEGY_NAMES: Final[Mapping[int, str]] = {
-    0: "pop",  # a message taken out of the working context (`pop_last`, the SDK's pop_item)
-    1: "tool-run summary",
-    2: "preview",
-    3: "tail preview",
-    4: "round summary",
-    5: "large-msg summary",
-    6: "current-round summary",
-    7: "history fold",
-}
-#: One colour per strategy (colour-blind-safe Okabe-Ito palette).
-STRATEGY_COLORS: Final[Mapping[int, str]] = {
-    0: "#000000",
-    1: "#0072B2",
-    2: "#E69F00",
-    3: "#F0E442",
-    4: "#009E73",
-    5: "#CC79A7",
-    6: "#D55E00",
-    7: "#56B4E9",
-}
+#: Short names and colours of the strategies, for legends and tables (their records:
+#: `registry`, docs/design.md §3); 0 is a pop (`pop_last`, the SDK's pop_item).
+STRATEGY_NAMES: Final[Mapping[int, str]] = registry.STRATEGY_NAMES
+STRATEGY_COLORS: Final[Mapping[int, str]] = registry.STRATEGY_COLORS
 
 XAxis = Literal["step", "time"]
 

@@ -55,13 +55,16 @@ def _with_tag(text: str, offload: uuid.UUID) -> str:
     return f"{text}\n{offload_tag(str(offload))}"
 
 
-def preview(msg: Msg, config: AutoContextConfig, offload: uuid.UUID) -> Msg:
-    """S2/S3: the first `preview_chars` characters, '...', a newline and the tag.
+def preview(
+    msg: Msg, config: AutoContextConfig, offload: uuid.UUID, chars: int | None = None
+) -> Msg:
+    """S2/S3 and masking: the first `preview_chars` characters (`chars` when given: masking's
+    `mask_preview_chars`), '...', a newline and the tag.
 
     Role and name stay; a tool message keeps every result's call id and tool name (the tag goes
     on the last one).
     """
-    n = config.preview_chars
+    n = config.preview_chars if chars is None else chars
     if msg.role == "tool":
         results = msg.tool_results
         blocks: list[Block] = []

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.anthro
 import anthropic
 
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
-from autoctx._config import LLM_STRATEGIES
+from autoctx._strategies.registry import LLM_STRATEGIES
 from tests.agent_model import tool_output
 from tests.anthropic_server import AnthropicAgent, AnthropicServer
 

@@ -15,7 +15,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from autoctx import AutoContextConfig, OfflineSummarizer
-from autoctx._config import LLM_STRATEGIES
+from autoctx._strategies.registry import LLM_STRATEGIES
 from autoctx.integrations.pydantic_ai import AutoContextCapability
 from tests.agent_model import ScriptedAgent, tool_output
 from tests.openai_server import OpenAIServer

@@ -45,7 +45,7 @@ from autoctx._store.rows import event_row
 from autoctx._store.tables import compression_events
 from autoctx._summarizers import OFFLINE_MODEL
 from tests.dbsql import sql
-from tests.histories import long_task
+from tests.histories import NO_MASKING, long_task
 from tests.invariants import AUDIT_VIEWS, LIFECYCLE_VIEWS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "audit.md"
@@ -223,7 +223,8 @@ def chat_config() -> AutoContextConfig:
 
 
 def task_config() -> AutoContextConfig:
-    return dataclasses.replace(chat_config(), max_tokens=5000, last_keep=8)
+    # Masking off: the task is there for S1, S5 and S6, which masking alone would leave no work.
+    return dataclasses.replace(chat_config(), max_tokens=5000, last_keep=8, **NO_MASKING)
 
 
 def run(mem: AutoContextMemory, s: Session, batches: Iterator[list[Msg]]) -> None:

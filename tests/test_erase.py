@@ -600,6 +600,9 @@ def test_a_rewritten_summary_keeps_what_was_not_erased(open_mem: Opener, secret:
         last_keep=2,
         min_tool_run=100,  # no tool-run summaries: the round stays whole for S6
         min_compress_tokens=300,
+        # No masking, and room for a large S6 summary (S6's budget is at most the fold's).
+        mask_min_chars=2**31 - 1,
+        fold_budget_tokens=12_000,
     )
     mem = open_mem(summarizer=_Thorough(), config=config)
     mem.add([Msg.user("refactor the parser")])

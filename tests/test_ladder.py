@@ -25,7 +25,7 @@ from autoctx import (
 )
 from autoctx import _compressor as compressor
 from autoctx._intake import count_tokens
-from autoctx._strategies import PLANNERS
+from autoctx._strategies import PLANNERS, registry
 from autoctx._tags import OFFLOAD_TAG_RE
 from autoctx._tokens import TokenCounter
 from autoctx._transcript import render_transcript
@@ -147,7 +147,8 @@ def test_long_single_task_sheds_old_tool_output_without_an_llm(open_memory: Open
     assert before >= config.token_trigger, "the history must be over the token trigger"
     events = mem.compress_if_needed()
     applied = [e for e in events if e.status == "applied"]
-    assert applied and {e.strategy for e in applied} <= {2, 3}
+    # Masking and the previews: the rungs no LLM writes.
+    assert applied and {e.strategy for e in applied} <= registry.PREVIEW_STRATEGIES == {2, 3, 8}
     assert summarizer.calls == 0
     assert mem.token_count() < config.token_target
     # Only the last `last_keep` messages keep their full output.
@@ -543,14 +544,14 @@ def test_after_a_current_round_compression_the_history_strategies_are_not_planne
     # S5's two summaries could not take the tokens under the target and S6's range holds them:
     # S5 gives way to S6 (one call, not three).
     assert [e[0] for e in skipping[0] if e[1] == "applied"] == [6]
-    # Pass 1 plans S1 to S4, the fold, S5 and S6 (S6 applies); the passes after it plan S5
-    # and S6 only.
-    assert planned[:7] == [1, 2, 3, 4, 7, 5, 6], planned
-    assert planned[6:] and set(planned[6:]) <= {5, 6}, planned
+    # Pass 1 plans masking, S1 to S4, the fold, S5 and S6 (S6 applies); the passes after it
+    # plan S5 and S6 only.
+    assert planned[:8] == [8, 1, 2, 3, 4, 7, 5, 6], planned
+    assert planned[7:] and set(planned[7:]) <= {5, 6}, planned
     planned.clear()
     monkeypatch.setattr(compressor, "HISTORY_STRATEGIES", frozenset())
     full = run("plan-everything")
-    assert {1, 2, 3, 4, 7} <= set(planned[6:]), "the reference run plans the history every pass"
+    assert {1, 2, 3, 4, 7, 8} <= set(planned[7:]), "the reference run plans the history every pass"
     assert skipping == full
 
 

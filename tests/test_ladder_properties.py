@@ -77,6 +77,10 @@ def configs(draw: st.DrawFn) -> AutoContextConfig:
         min_tool_run=draw(st.integers(0, 30)),
         min_compress_tokens=draw(st.integers(0, 3000)),
         current_round_ratio=draw(st.floats(0.1, 0.5)),
+        mask_keep=draw(st.integers(0, 5)),
+        # Masking off in a share of the histories (a floor no output reaches), so that the
+        # previews it would leave no work get their turn too.
+        mask_min_chars=draw(st.sampled_from([2**31 - 1, 200, 600])),
     )
 
 

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from autoctx import AutoContextConfig
+from autoctx import _compressor as compressor
 from autoctx._messages import Kind, Role
 from autoctx._plans import Edit, PlanContext, Snapshot
-from autoctx._strategies import PLANNERS, RELOAD_TOOL_NAME, plan
+from autoctx._strategies import PLANNERS, RELOAD_TOOL_NAME, plan, registry
 from autoctx._strategies import plan_s1 as s1
 from autoctx._strategies import plan_s2 as s2
 from autoctx._strategies import plan_s3 as s3
@@ -18,6 +19,7 @@ from autoctx._strategies import plan_s4 as s4
 from autoctx._strategies import plan_s5 as s5
 from autoctx._strategies import plan_s6 as s6
 from autoctx._strategies import plan_s7 as s7
+from autoctx._strategies import plan_s8 as s8
 from autoctx._strategies._common import MIN_LLM_RANGE_TOKENS
 from autoctx._structure import MsgMeta
 
@@ -168,9 +170,58 @@ def starts(edits: list[Edit]) -> list[int]:
 
 
 def test_planners_are_registered_by_number() -> None:
-    assert {1: s1, 2: s2, 3: s3, 4: s4, 5: s5, 6: s6, 7: s7} == PLANNERS
-    # The fold runs before S5 and S6 (docs/design.md §3).
-    assert list(PLANNERS) == [1, 2, 3, 4, 7, 5, 6]
+    assert {1: s1, 2: s2, 3: s3, 4: s4, 5: s5, 6: s6, 7: s7, 8: s8} == PLANNERS
+    # Masking first, the fold before S5 and S6 (docs/design.md §3).
+    assert list(PLANNERS) == [8, 1, 2, 3, 4, 7, 5, 6]
+
+
+def test_registry_rules_over_rungs_follow_the_records() -> None:
+    """Every rule over rungs is read from the rungs' records (docs/design.md §3): the sets the
+    compressor uses are those the records imply, and a rung moved in the ladder moves them."""
+    assert tuple(PLANNERS) == registry.ORDER
+    assert {1, 2, 3, 4, 7, 8} == registry.HISTORY_STRATEGIES
+    assert registry.LLM_STRATEGIES == (1, 4, 5, 6, 7)
+    assert set(registry.DEFAULT_PROMPTS) == set(registry.LLM_STRATEGIES)
+    assert all((r.prompt is not None) == r.llm for r in registry.LADDER)
+    # A preview is the only replacement no LLM writes (what `make_edit` relies on).
+    assert all(r.llm == (r.writes != "preview") for r in registry.LADDER)
+    assert registry.TOKENS_ONLY_STRATEGIES == registry.PREVIEW_STRATEGIES == {2, 3, 8}
+    # S1 and S4 leave a call for the fold and S6, S5 for S6 alone.
+    assert registry.RESERVED_AFTER == {1: 2, 4: 2, 5: 1}
+    assert {1, 4} == registry.YIELD_TO_FOLD
+    assert {2, 3} == registry.PREVIEWS_YIELD_TO_FOLD
+    assert {1, 5} == registry.YIELD_TO_CURRENT_ROUND
+    assert registry.FALLBACK_STRATEGIES == (7, 5, 6)
+    assert compressor.STRATEGIES == registry.ORDER
+    assert compressor._FALLBACK_STRATEGIES == registry.FALLBACK_STRATEGIES
+
+
+def test_registry_reserved_calls_follow_the_order() -> None:
+    """The calls a rung leaves for later single-call rungs are counted from the ladder, so that
+    reordering the records is the whole change: S5 moved after S6 leaves S6 nothing."""
+    rungs = [registry.RUNGS[n] for n in registry.ORDER]
+    assert registry.reserved_after(rungs) == registry.RESERVED_AFTER
+    s5_last = [r for r in rungs if r.number != 5] + [registry.RUNGS[5]]
+    assert registry.reserved_after(s5_last) == {1: 2, 4: 2, 5: 0}
+    assert registry.reserved_after([r for r in rungs if r.number != 7])[1] == 1
+
+
+def test_events_are_named_by_rung_or_by_reason() -> None:
+    """Manual events keep strategy 0 and are named by their reason; compressions by rung."""
+    assert registry.event_kind(0, "manual") == "pop"
+    assert [registry.event_kind(0, r) for r in ("clear", "fork", "erase")] == [
+        "clear",
+        "fork",
+        "erase",
+    ]
+    assert not registry.is_compression(registry.MANUAL)
+    assert registry.event_kind(4, "tokens") == "round summary"
+    assert registry.event_label(4, "tokens") == "S4 round summary"
+    assert registry.event_label(0, "fork") == "fork"
+    assert registry.label(99) == "S99 ?"
+    assert set(registry.STRATEGY_NAMES) == {0, *registry.RUNGS}
+    assert set(registry.STRATEGY_COLORS) == set(registry.STRATEGY_NAMES)
+    assert len(set(registry.STRATEGY_COLORS.values())) == len(registry.STRATEGY_COLORS)
 
 
 def test_plan_dispatches_and_refuses_unknown_strategies() -> None:
@@ -180,8 +231,8 @@ def test_plan_dispatches_and_refuses_unknown_strategies() -> None:
     h.user()
     h.answer()
     assert plan(2, h.snap(), cfg(last_keep=0), PRESSURE) == s2(h.snap(), cfg(last_keep=0), PRESSURE)
-    with pytest.raises(ValueError, match="unknown strategy 8"):
-        plan(8, h.snap(), cfg(), PRESSURE)
+    with pytest.raises(ValueError, match="unknown strategy 9"):
+        plan(9, h.snap(), cfg(), PRESSURE)
 
 
 def test_empty_snapshot_plans_nothing() -> None:
@@ -689,16 +740,18 @@ def test_s6_summarizes_everything_after_the_user_message_with_a_budget() -> None
 def test_s6_budget_never_leaves_the_summary_over_the_token_target() -> None:
     """A current round many times the window: 0.3 of it would be a summary over the window,
     which nothing could shorten again (S6 never runs on its own output alone). The budget is
-    the room under the token target instead, converted at the round's characters per token."""
+    the room under the token target instead, converted at the round's characters per token
+    (here a large system prompt leaves less room than the fold's budget)."""
     h = Hist()
-    h.system(tokens=100, chars=400)
+    h.system(tokens=3_000, chars=12_000)
     h.user(tokens=100, chars=400)
     for _ in range(40):
         h.group(tokens=1_000, chars=4_000)  # about 40,000 tokens, four times the window
-    config = cfg(max_tokens=10_000)
+    config = cfg(max_tokens=10_000, fold_keep_tokens=0, fold_budget_tokens=4_000)
     [e] = s6(h.snap(), config, PRESSURE)
     body_chars = sum(m.chars for m in h.msgs[2:])
-    room_tokens = config.token_target - 200 - 24
+    room_tokens = config.token_target - 3_100 - 24
+    assert room_tokens < config.fold_budget_tokens
     assert e.char_budget is not None
     assert e.char_budget < int(0.3 * body_chars)  # the old budget, over the window
     # The body holds 40 + 2 x 40 characters per 1,000 + 2 x 10 tokens.
@@ -710,20 +763,43 @@ def test_s6_budget_never_leaves_the_summary_over_the_token_target() -> None:
     assert s6(small.snap(), config, PRESSURE)[0].char_budget == int(0.3 * 420)
 
 
+def test_s6_budget_follows_the_token_target_like_the_folds() -> None:
+    """A long task's round: 0.3 of it and the room under the target are both more than the
+    fold's budget, so the summary is held to `fold_budget_tokens` (at the round's characters
+    per token), leaving room for many steps before the next compression (docs/design.md §3)."""
+    h = Hist()
+    h.system(tokens=100, chars=400)
+    h.user(tokens=100, chars=400)
+    for _ in range(12):
+        h.group(tokens=1_000, chars=4_000)  # 12,000 tokens: 0.3 of it is 3,600 tokens
+    config = cfg(max_tokens=20_000)
+    [e] = s6(h.snap(), config, PRESSURE)
+    assert e.char_budget is not None
+    body_chars = sum(m.chars for m in h.msgs[2:])
+    room_tokens = config.token_target - 200 - 24
+    deep = int(config.fold_budget_tokens * body_chars / e.replaced_tokens)
+    assert config.fold_budget_tokens < min(0.3 * e.replaced_tokens, room_tokens)
+    assert e.char_budget == deep
+    # A caller's larger fold budget raises S6's cap with it, up to 0.3 of the round.
+    roomy = cfg(max_tokens=20_000, fold_keep_tokens=0, fold_budget_tokens=11_000)
+    assert s6(h.snap(), roomy, PRESSURE)[0].char_budget == int(0.3 * body_chars)
+
+
 def test_s6_budget_leaves_room_for_what_arrives_before_it_commits() -> None:
     """A compression beside the agent (`PlanContext.arriving`): the room under the target is
     what is left once the appends expected before the commit are in, so that the summary
     lands under the target with them rather than a pass short of it."""
     h = Hist()
-    h.system(tokens=100, chars=400)
+    h.system(tokens=3_000, chars=12_000)
     h.user(tokens=100, chars=400)
     for _ in range(40):
         h.group(tokens=1_000, chars=4_000)
-    config = cfg(max_tokens=10_000)
+    # The fold's budget set above the room, so that the room is what holds the summary.
+    config = cfg(max_tokens=10_000, fold_keep_tokens=0, fold_budget_tokens=4_000)
     [alone] = s6(h.snap(), config, PRESSURE)
     [beside] = s6(h.snap(), config, PlanContext(token_pressure=True, arriving=2_000))
     body_chars = sum(m.chars for m in h.msgs[2:])
-    room_tokens = config.token_target - 200 - 2_000 - 24
+    room_tokens = config.token_target - 3_100 - 2_000 - 24
     assert beside.char_budget == int(room_tokens * body_chars / beside.replaced_tokens)
     assert alone.char_budget is not None and beside.char_budget < alone.char_budget
     assert beside.replaced_ids == alone.replaced_ids  # the same range, summarized shorter
@@ -814,8 +890,15 @@ def test_s6_summarizes_the_prefix_too_when_keeping_it_cannot_reach_the_target() 
 
 
 def test_s6_summarizes_an_oversized_prefix_too() -> None:
-    # token_target = 6000, current_round_ratio 0.3: a prefix above 1800 tokens is summarized.
-    config = cfg(max_tokens=10_000, target_ratio=0.6, current_round_ratio=0.3)
+    # token_target = 6000, current_round_ratio 0.3: a prefix above 1800 tokens is summarized
+    # (the fold's budget, S6's cap too, set above 0.3 of the round).
+    config = cfg(
+        max_tokens=10_000,
+        target_ratio=0.6,
+        current_round_ratio=0.3,
+        fold_keep_tokens=0,
+        fold_budget_tokens=5_000,
+    )
     h = Hist()
     u = h.user()
     h.answer(kind="current_round_summary", tokens=1801, chars=7000)

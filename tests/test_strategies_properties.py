@@ -12,6 +12,7 @@ from autoctx._messages import Kind, Role
 from autoctx._plans import Edit, PlanContext, Snapshot
 from autoctx._strategies import PLANNERS, RELOAD_TOOL_NAME
 from autoctx._strategies._common import MIN_LLM_RANGE_TOKENS, compute_layout
+from autoctx._strategies.registry import RUNGS
 from autoctx._structure import (
     MsgMeta,
     effective_pinned,
@@ -35,8 +36,9 @@ NEW_KIND: dict[int, Kind] = {
     5: "large_summary",
     6: "current_round_summary",
     7: "history_summary",
+    8: "preview",
 }
-PER_MESSAGE = (2, 3, 5)
+PER_MESSAGE = (2, 3, 5, 8)
 #: The strategies that summarize a range with an LLM, which must hold enough to gain on.
 RANGE_LLM = (1, 4, 6, 7)
 #: What each range strategy may fold in (docs/design.md §1's kinds table).
@@ -187,6 +189,8 @@ def configs(draw: st.DrawFn) -> AutoContextConfig:
         max_tokens=draw(st.integers(1000, 50_000)),
         token_ratio=token_ratio,
         target_ratio=draw(st.floats(0.05, token_ratio - 0.01)),
+        mask_keep=draw(st.integers(0, 6)),
+        mask_preview_chars=draw(st.integers(1, 300)),
     )
 
 
@@ -239,6 +243,9 @@ def check_edits(
     for e in edits:
         assert (e.strategy, e.new_kind) == (strategy, NEW_KIND[strategy])
         assert e.llm == (strategy in (1, 4, 5, 6, 7))
+        assert (e.preview_chars is not None) == (strategy == 8)
+        # The rung's record says the same as its planner's edits.
+        assert (RUNGS[strategy].writes, RUNGS[strategy].llm) == (e.new_kind, e.llm)
         assert previous_end <= e.start < e.end <= n, "in range, in order, non-overlapping"
         previous_end = e.end
         members = e.member_indices
@@ -270,12 +277,24 @@ def check_edits(
             assert sum(msgs[k].tokens for k in body) >= MIN_LLM_RANGE_TOKENS, "it can gain"
         if strategy in (1, 2, 3):
             assert e.end <= h
+        if strategy == 8:
+            # Masking: an old original tool output over its floor, below H or before the
+            # current round, outside the most recent tool results; never a context tool's.
+            m = msgs[e.start]
+            assert m.role == "tool" and m.kind == "original"
+            assert m.chars > config.mask_min_chars
+            assert e.end <= max(h, user if user is not None else 0) or user is None
+            later = sum(len(x.result_ids) for x in msgs[e.start + 1 :] if x.role == "tool")
+            assert later >= config.mask_keep, "the most recent tool results stay"
+            assert not {RELOAD_TOOL_NAME, "context_search"} & set(m.tool_names)
+            assert e.preview_chars == config.mask_preview_chars
         if strategy in (1, 2):
             assert e.end <= n - config.last_keep
         if strategy in PER_MESSAGE:
             m = msgs[e.start]
             assert e.end == e.start + 1
-            assert m.kind == "original" and m.chars > config.large_payload_chars
+            floor = config.mask_min_chars if strategy == 8 else config.large_payload_chars
+            assert m.kind == "original" and m.chars > floor
             if strategy != 5:
                 assert not m.call_ids, "a tool_use message is never previewed"
             else:

@@ -21,8 +21,8 @@ from autoctx import (
     ToolUseBlock,
 )
 from autoctx._agent_plan import plan_hint, validate_plan
-from autoctx._config import LLM_STRATEGIES
 from autoctx._prompts import DEFAULT_PROMPTS, RELOAD_SNIPPET, build_request, clip_for, prompt_for
+from autoctx._strategies.registry import LLM_STRATEGIES
 from autoctx._tags import OFFLOAD_TAG_RE, neutralize_tags, offload_tag
 from autoctx._transcript import Clip, clip_middle, original_chars, render_transcript
 

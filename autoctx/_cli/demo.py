@@ -31,12 +31,12 @@ from .._memory import (
     AutoContextMemory,
     internals,
 )
-from .._plot import STRATEGY_NAMES
 from .._store.catalog import Catalog
 from .._store.database import (
     ENV_URL,
     describe,
 )
+from .._strategies import registry
 from .._summarizers import OfflineSummarizer, Summarizer, default_summarizer
 from .._tools import TOOL_NAME
 from .._transcript import render_transcript
@@ -221,15 +221,13 @@ def demo(
         title += f" (last {len(shown)} shown; all: autoctx history {session_id})"
     _print_events(console, shown, title)
     _print_fitting(console, _per_kind_table(events))
-    fired = sorted({e.strategy for e in events if e.status == "applied"})
+    applied = [e for e in events if e.status == "applied"]
+    fired = sorted({e.strategy for e in applied if registry.is_compression(e.strategy)})
+    idle = [s for s in sorted(registry.RUNGS) if s not in fired]
     console.print(
         Text(
             f"strategies that fired: {', '.join(f'S{s}' for s in fired) or 'none'}"
-            + (
-                f"; not fired: {', '.join(f'S{s}' for s in STRATEGY_NAMES if s and s not in fired)}"
-                if len(set(fired) - {0}) < len(STRATEGY_NAMES) - 1
-                else ""
-            )
+            + (f"; not fired: {', '.join(f'S{s}' for s in idle)}" if idle else "")
         )
     )
     # Compress rarely, and deeply (docs/design.md §2): how often the summarizer ran, and how
@@ -297,10 +295,10 @@ def demo(
 
 
 def _deepest_summary(events: Sequence[Event]) -> int | None:
-    """A summary worth a lineage tree: the latest of the strategy highest up the ladder that
+    """A summary worth a lineage tree: the latest of the LLM rung highest up the ladder that
     wrote a summary (S6 folds earlier summaries in, so its tree goes deepest)."""
     applied = [e for e in events if e.status == "applied" and e.summary_message_id is not None]
-    for strategy in (6, 4, 1, 5):
+    for strategy in reversed([s for s in registry.ORDER if s in registry.LLM_STRATEGIES]):
         mine = [e for e in applied if e.strategy == strategy]
         if mine:
             return mine[-1].summary_message_id
@@ -316,7 +314,7 @@ def _demo_reload(
         console.print("reload: no compression happened, nothing to reload (try more --steps)")
         return
     # A preview of one large original shows best that the original comes back whole.
-    pick = next((e for e in applied if e.strategy in (2, 3)), applied[0])
+    pick = next((e for e in applied if e.strategy in registry.PREVIEW_STRATEGIES), applied[0])
     assert pick.offload_uuid is not None
     reloaded = mem.reload(pick.offload_uuid)
     originals = [m for m in reloaded if m.id in result.originals]
@@ -326,8 +324,8 @@ def _demo_reload(
     nested = f" (and {summaries} earlier summaries, each reloadable in turn)" if summaries else ""
     console.print(
         Text(
-            f"\nreload {pick.offload_uuid} (S{pick.strategy} "
-            f"{STRATEGY_NAMES[pick.strategy]}, event {pick.id}): {len(reloaded)} message(s), "
+            f"\nreload {pick.offload_uuid} ({registry.label(pick.strategy)}, event {pick.id}): "
+            f"{len(reloaded)} message(s), "
             f"{chars:,} characters; {same} of {len(originals)} original(s) identical to what was "
             f"added{nested}",
             style="bold green" if same == len(originals) else "bold red",

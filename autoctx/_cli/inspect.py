@@ -20,10 +20,10 @@ from .._errors import InvalidOffloadId, OffloadNotFound
 from .._messages import (
     to_openai_messages,
 )
-from .._plot import STRATEGY_NAMES
 from .._store import inspect as inspect_db
 from .._store.catalog import Catalog
 from .._store.store import SessionStore
+from .._strategies import registry
 from .output import (
     _add_columns,
     _clip,
@@ -444,8 +444,8 @@ def reload(
     row = next(r for r in inspect_db.offload_rows(engine, session) if r.uuid == offload_id)
     sys.stdout.write(
         f"offload {offload_id}: {len(msgs)} message(s), "
-        f"{sum(m.tokens or 0 for m in msgs):,} tokens, removed by S{row.strategy} "
-        f"{STRATEGY_NAMES.get(row.strategy, '?')} (event {row.event_id}, "
+        f"{sum(m.tokens or 0 for m in msgs):,} tokens, removed by "
+        f"{registry.label(row.strategy)} (event {row.event_id}, "
         f"{_fmt_time(row.created_at)})\n"
     )
     for msg in msgs:

@@ -34,10 +34,10 @@ from .._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from .._plot import STRATEGY_COLORS, STRATEGY_NAMES
 from .._sessions import SessionInfo
 from .._store.database import SchemaBehind
 from .._store.store import SessionStore
+from .._strategies import registry
 from .._summarizers import OFFLINE_MODEL
 from .._tags import OFFLOAD_TAG_RE
 from .._transcript import render_transcript
@@ -266,10 +266,7 @@ def _short(value: uuid.UUID | str | None) -> str:
 
 
 def _strategy_label(strategy: int) -> Text:
-    return Text(
-        f"S{strategy} {STRATEGY_NAMES.get(strategy, '?')}",
-        style=STRATEGY_COLORS.get(strategy, ""),
-    )
+    return Text(registry.label(strategy), style=registry.STRATEGY_COLORS.get(strategy, ""))
 
 
 _STATUS_STYLE: Final = {
@@ -327,24 +324,18 @@ def _event_line(event: Event, where: str, width: int) -> Text:
     return line
 
 
-#: What a strategy-0 event is, by its reason: none of them is a compression (nothing is
-#: summarized, so nothing is saved), each is named for what it did.
-_NON_COMPRESSION: Final = {"manual": "pop", "clear": "clear", "fork": "fork", "erase": "erase"}
-
-
 def _is_compression(event: Event) -> bool:
-    return event.strategy != 0
+    """A manual event (a pop, a clear, a fork, an erasure) summarizes nothing, so saves nothing."""
+    return registry.is_compression(event.strategy)
 
 
 def _kind_name(event: Event) -> str:
     """`S4 round summary` for a compression; `pop`, `clear`, `fork` or `erase` otherwise."""
-    if not _is_compression(event):
-        return _NON_COMPRESSION.get(event.reason, event.reason or "manual")
-    return f"S{event.strategy} {STRATEGY_NAMES.get(event.strategy, '?')}"
+    return registry.event_label(event.strategy, event.reason)
 
 
 def _event_kind(event: Event) -> Text:
-    style = STRATEGY_COLORS.get(event.strategy, "") if _is_compression(event) else "bold"
+    style = registry.STRATEGY_COLORS.get(event.strategy, "") if _is_compression(event) else "bold"
     return Text(_kind_name(event), style=style)
 
 

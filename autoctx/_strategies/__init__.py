@@ -1,4 +1,5 @@
-"""The compression planners of docs/design.md §3, cheapest first: S1 to S4, the fold (7), S5, S6.
+"""The compression planners of docs/design.md §3, cheapest first, in the order of
+`registry.LADDER` (the one record of each rung).
 
 Each planner is a pure function ``plan_sN(snapshot, config, ctx) -> list[Edit]``: no database, no
 clock, no uuid, no randomness. It returns every range it would compress in one pass, in working
@@ -16,6 +17,7 @@ from typing import Final
 from .._config import AutoContextConfig
 from .._plans import Edit, PlanContext, Snapshot
 from ._common import RELOAD_TOOL_NAME, Planner
+from .registry import LADDER, unknown_strategy
 from .s1_tool_runs import plan_s1
 from .s2_previews import plan_s2
 from .s3_tail_previews import plan_s3
@@ -23,6 +25,7 @@ from .s4_rounds import plan_s4
 from .s5_large import plan_s5
 from .s6_current_round import plan_s6
 from .s7_fold import plan_s7
+from .s8_mask import plan_s8
 
 __all__ = [
     "PLANNERS",
@@ -36,28 +39,20 @@ __all__ = [
     "plan_s5",
     "plan_s6",
     "plan_s7",
+    "plan_s8",
 ]
 
-#: The planners by strategy number, in the order the compressor tries them: the fold is
-#: numbered 7 but runs before S5 and S6, because the history before the current round is
-#: always cheaper to lose than the current round.
-PLANNERS: Final[dict[int, Planner]] = {
-    1: plan_s1,
-    2: plan_s2,
-    3: plan_s3,
-    4: plan_s4,
-    7: plan_s7,
-    5: plan_s5,
-    6: plan_s6,
-}
+#: The planners by strategy number, in the order the compressor tries them (`registry.LADDER`).
+#: A dict of its own, so that a test can stand in for one planner.
+PLANNERS: Final[dict[int, Planner]] = {rung.number: rung.planner for rung in LADDER}
 
 
 def plan(
     strategy: int, snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext
 ) -> list[Edit]:
-    """The edits strategy `strategy` (1 to 7) would make on `snapshot` in one pass."""
+    """The edits strategy `strategy` would make on `snapshot` in one pass."""
     try:
         planner = PLANNERS[strategy]
     except KeyError:
-        raise ValueError(f"unknown strategy {strategy!r}; strategies are 1 to 7") from None
+        raise unknown_strategy(strategy) from None
     return planner(snapshot, config, ctx)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from .._config import LLM_STRATEGIES, AutoContextConfig
+from .._config import AutoContextConfig
 from .._messages import Kind
 from .._plans import Edit, PlanContext, Snapshot
 from .._structure import (
@@ -63,6 +63,9 @@ class Layout:
     #: Indices of the messages over `large_payload_chars`, in order (few: the preview and
     #: large-message rules look at these, not at every message).
     large: tuple[int, ...]
+    #: Indices of the original tool messages over `mask_min_chars`, in order: masking's
+    #: candidates before its other rules.
+    maskable: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.metas)
@@ -75,6 +78,11 @@ class Layout:
         """The indices of `large` within [start, end)."""
         large = self.large
         return large[bisect.bisect_left(large, start) : bisect.bisect_left(large, end)]
+
+    def maskable_in(self, start: int, end: int) -> tuple[int, ...]:
+        """The indices of `maskable` within [start, end)."""
+        maskable = self.maskable
+        return maskable[bisect.bisect_left(maskable, start) : bisect.bisect_left(maskable, end)]
 
     def is_protected(self, i: int) -> bool:
         """Never compressed by any strategy: system, pinned, the current round's user message."""
@@ -210,6 +218,11 @@ def compute_layout(
     large = base.large[: bisect.bisect_left(base.large, q)] + tuple(
         i for i, m in enumerate(rest, start=q) if m.chars > config.large_payload_chars
     )
+    maskable = base.maskable[: bisect.bisect_left(base.maskable, q)] + tuple(
+        i
+        for i, m in enumerate(rest, start=q)
+        if m.role == "tool" and m.kind == "original" and m.chars > config.mask_min_chars
+    )
     pending_start = spans[-1][0] if pending_call_ids(metas, spans) else None
     return Layout(
         metas=metas,
@@ -222,6 +235,7 @@ def compute_layout(
         pending_start=pending_start,
         cum_tokens=cum_tokens,
         large=large,
+        maskable=maskable,
     )
 
 
@@ -250,6 +264,7 @@ def make_edit(
     verbatim_prefix_id: int | None = None,
     char_budget: int | None = None,
     token_budget: int | None = None,
+    preview_chars: int | None = None,
 ) -> Edit:
     """The edit replacing ``snapshot.messages[start:end]``, or only its `members` (indices in
     order, the first at `start`, the last at ``end - 1``) when they are not the whole span."""
@@ -263,13 +278,16 @@ def make_edit(
         end=end,
         replaced_ids=tuple(m.id for m in replaced),
         new_kind=new_kind,
-        llm=strategy in LLM_STRATEGIES,
+        # A preview is the only replacement no LLM writes (each rung's record in `registry`
+        # says the same of the rung, and a test holds the two together).
+        llm=new_kind != "preview",
         replaced_tokens=sum(m.tokens for m in replaced),
         verbatim_prefix_id=verbatim_prefix_id,
         char_budget=char_budget,
         token_budget=token_budget,
         members=members,
         span_ids=None if members is None else snapshot.ids(start, end),
+        preview_chars=preview_chars,
     )
 
 

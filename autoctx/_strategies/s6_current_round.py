@@ -71,22 +71,26 @@ def char_budget(
     arriving: int = 0,
 ) -> int:
     """S6's character budget: `current_round_ratio` of the original characters of what it
-    summarizes (docs/design.md §3), and never more than the room that leaves the context
-    under the token target (docs/design.md §2: when the summarizer answers, the call ends
-    under the target). A round many times the window would otherwise get a summary larger
-    than the window, which no rung could shorten again (S6 never runs on its own output
-    alone). The room is converted to characters at the body's own characters per token, and
-    is at least `preview_chars`, a sentence or two. The room leaves out the `arriving` tokens
-    that will have come in when it commits."""
+    summarizes, but never more than the fold's budget, `fold_budget_tokens`, which follows the
+    token target (docs/design.md §3): a long task's summary then leaves room for many steps
+    before the next compression, instead of a third of a round that filled the window. And
+    never more than the room that leaves the context under the token target (docs/design.md
+    §2: when the summarizer answers, the call ends under the target). A round many times the
+    window would otherwise get a summary larger than the window, which no rung could shorten
+    again (S6 never runs on its own output alone). Token sizes are converted to characters at
+    the body's own characters per token; the budget is at least `preview_chars`, a sentence or
+    two. The room leaves out the `arriving` tokens that will have come in when it commits."""
     body = lay.metas[body_start:end]
     body_chars = sum(m.chars for m in body)
     body_tokens = lay.tokens(body_start, end)
+    chars_per_token = body_chars / max(1, body_tokens)
     share = max(1, int(config.current_round_ratio * body_chars))
+    deep = int(config.fold_budget_tokens * chars_per_token)
     room_tokens = (
         config.token_target - (snapshot.token_count + arriving - body_tokens) - _TAG_TOKENS
     )
-    room = int(room_tokens * body_chars / max(1, body_tokens))
-    return max(1, min(share, max(config.preview_chars, room)))
+    room = int(room_tokens * chars_per_token)
+    return max(1, min(share, max(config.preview_chars, min(deep, room))))
 
 
 def current_round_range(lay: Layout) -> tuple[int, int]:

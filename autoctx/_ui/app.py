@@ -38,11 +38,11 @@ from .._errors import (
     SessionNotFound,
 )
 from .._messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock, json_text
-from .._plot import STRATEGY_COLORS, STRATEGY_NAMES
 from .._search import HIGHLIGHT, validate_limit, validate_query
 from .._store import console as db
 from .._store import search as search_store
 from .._store.catalog import Catalog
+from .._strategies import registry
 from . import timeline
 
 try:
@@ -151,8 +151,9 @@ class Console:
         self.env.filters["when"] = _when
         self.env.filters["num"] = lambda v: f"{v:,}" if v is not None else ""
         self.env.globals.update(
-            strategy_names=STRATEGY_NAMES,
-            strategy_colors=STRATEGY_COLORS,
+            strategy_names=registry.STRATEGY_NAMES,
+            strategy_colors=registry.STRATEGY_COLORS,
+            event_kind=registry.event_kind,
             tenant=tenant,
         )
         self.routes: list[tuple[re.Pattern[str], Callable[..., Page]]] = [

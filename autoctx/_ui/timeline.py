@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Final
 
-from .._plot import STRATEGY_COLORS, STRATEGY_NAMES
 from .._store.console import TimelinePoint
+from .._strategies import registry
 
 WIDTH: Final = 960
 HEIGHT: Final = 300
@@ -104,9 +104,9 @@ def render(
     path = " ".join(f"{a:.1f},{b:.1f}" for a, b in line)
     out.append(f'<polyline points="{path}" fill="none" stroke="#333" stroke-width="1.2"/>')
     for p in points:
-        name = STRATEGY_NAMES.get(p.strategy, "?")
         title = (
-            f"event {p.event_id}: S{p.strategy} {name}, {p.status} ({p.reason}), "
+            f"event {p.event_id}: {registry.event_label(p.strategy, p.reason)}, "
+            f"{p.status} ({p.reason}), "
             f"{p.tokens_before:,} -> {p.tokens_after:,} tokens"
         )
         href = escape(event_href.format(id=p.event_id, prev=p.event_id - 1))
@@ -118,7 +118,7 @@ def render(
                 f'stroke="{_FAILED}" stroke-width="2"/>'
             )
         else:
-            color = STRATEGY_COLORS.get(p.strategy, "#777")
+            color = registry.STRATEGY_COLORS.get(p.strategy, "#777")
             mark = (
                 f'<circle class="mark mark-s{p.strategy}" cx="{x(p.version):.1f}" '
                 f'cy="{y(p.tokens_after):.1f}" r="3.5" fill="{color}" stroke="#333" '
@@ -130,17 +130,19 @@ def render(
 
 
 def legend(points: Sequence[TimelinePoint]) -> list[tuple[str, str, int]]:
-    """(label, color, count) of each strategy that has an applied event, and of failures."""
-    counts: dict[int, int] = {}
+    """(label, color, count) of each kind of event that has an applied one (each rung, and a
+    pop, clear, fork or erasure by its name), and of failures."""
+    counts: dict[tuple[int, str], int] = {}
     failed = 0
     for p in points:
         if p.status == "failed":
             failed += 1
         elif p.status == "applied":
-            counts[p.strategy] = counts.get(p.strategy, 0) + 1
+            kind = (p.strategy, registry.event_label(p.strategy, p.reason))
+            counts[kind] = counts.get(kind, 0) + 1
     rows = [
-        (f"S{s} {STRATEGY_NAMES.get(s, '?')}", STRATEGY_COLORS.get(s, "#777"), n)
-        for s, n in sorted(counts.items())
+        (name, registry.STRATEGY_COLORS.get(s, "#777"), n)
+        for (s, name), n in sorted(counts.items())
     ]
     if failed:
         rows.append(("failed", _FAILED, failed))

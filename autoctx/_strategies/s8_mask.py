@@ -1,0 +1,64 @@
+"""Masking (strategy 8): old tool outputs -> short previews (no LLM), the cheapest rung, first in
+every pass (docs/design.md §3).
+
+Every tool output outside the most recent `mask_keep` tool results, in the history and in the
+older part of a long current round (below H, as for S1 to S3), whose output is longer than
+`mask_min_chars`, becomes a preview of `mask_preview_chars` characters and its offload tag,
+keeping its call ids and tool names: the peers clear old tool results the same way, and lose
+them; here each stays reloadable and searchable through its tag. Every candidate goes in one
+pass (one transaction, one event each), so that the context is rewritten once, deeply, rather
+than a little at every trigger.
+
+Left alone: pinned groups, the answers of the context tools (an agent that reloaded or searched
+must see what it asked for), a trailing pending call, and anything that is not an original (a
+masked output is never masked again; the fold and S6 take it like any other message).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .._config import AutoContextConfig
+from .._plans import Edit, PlanContext, Snapshot
+from ._common import CONTEXT_TOOL_NAMES, Layout, has_failed, layout_of, make_edit
+
+STRATEGY: Final = 8
+
+
+def plan_s8(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
+    """One preview edit per old tool output over `mask_min_chars` (see the module docstring)."""
+    lay = layout_of(snapshot, config, ctx.layouts)
+    if not lay.maskable:
+        return []
+    # The history before the current round, and below H the older part of a long (or the
+    # finished part of the) current round.
+    limit = min(max(lay.history_end, lay.round_start), recent_results_start(lay, config.mask_keep))
+    return [
+        make_edit(snapshot, STRATEGY, i, i + 1, "preview", preview_chars=config.mask_preview_chars)
+        for i in lay.maskable_in(0, limit)
+        if _maskable(lay, i) and not has_failed(snapshot, ctx, i, i + 1)
+    ]
+
+
+def recent_results_start(lay: Layout, keep: int) -> int:
+    """The index of the tool message that holds the `keep`-th most recent tool result (the
+    whole context's: every tool result counts, masked or not); len(lay) when `keep` is 0, and 0
+    when the context holds fewer results."""
+    if keep <= 0:
+        return len(lay)
+    seen = 0
+    for i in range(len(lay) - 1, -1, -1):
+        seen += len(lay.metas[i].result_ids) if lay.metas[i].role == "tool" else 0
+        if seen >= keep:
+            return i
+    return 0
+
+
+def _maskable(lay: Layout, i: int) -> bool:
+    """Whether tool output `i` (an original over `mask_min_chars`) may be masked."""
+    m = lay.metas[i]
+    return (
+        not lay.is_protected(i)
+        and not CONTEXT_TOOL_NAMES.intersection(m.tool_names)
+        and not lay.touches_pending(i, i + 1)
+    )

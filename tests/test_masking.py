@@ -1,0 +1,275 @@
+"""Masking, strategy 8 (docs/design.md §3): old tool outputs become short previews with their
+tag, without an LLM, first in every pass. The planner's rules on hand-built histories (pure),
+then a long tool chat on real PostgreSQL through `AutoContextMemory`."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+
+import pytest
+
+from autoctx import AutoContextConfig, AutoContextMemory, ConfigError, Msg
+from autoctx._plans import Edit, PlanContext
+from autoctx._strategies import plan_s2, plan_s8
+from autoctx._strategies.registry import ORDER, RUNGS
+from autoctx._tags import OFFLOAD_TAG_RE
+from autoctx._tools import SEARCH_TOOL_NAME, TOOL_NAME
+from tests.dbsql import sql
+from tests.histories import SMALL, tool_group
+from tests.invariants import assert_every_original_reachable, assert_totals_match
+from tests.test_strategies import PRESSURE, Hist, cfg
+
+Open = Callable[..., AutoContextMemory]
+OUTPUT = 500  # characters of an old tool output: over the default floor of 200
+
+
+def masked(edits: list[Edit]) -> list[int]:
+    return [e.start for e in edits]
+
+
+def tool_indices(h: Hist) -> list[int]:
+    return [i for i, m in enumerate(h.msgs) if m.role == "tool"]
+
+
+def rounds(h: Hist, n: int, steps: int, chars: int = OUTPUT) -> None:
+    """`n` finished rounds of `steps` tool groups each."""
+    for _ in range(n):
+        h.user()
+        h.steps(steps, chars=chars)
+        h.answer()
+
+
+# ---------------------------------------------------------------------------------------------
+# The planner
+# ---------------------------------------------------------------------------------------------
+
+
+def test_masking_is_the_first_rung_and_calls_no_llm() -> None:
+    assert ORDER[0] == 8
+    assert RUNGS[8].name == "mask" and not RUNGS[8].llm and RUNGS[8].writes == "preview"
+
+
+def test_masking_keeps_the_most_recent_tool_results() -> None:
+    h = Hist()
+    h.system()
+    rounds(h, 2, steps=4)
+    h.user()
+    config = cfg(mask_keep=3)
+    edits = plan_s8(h.snap(), config, PRESSURE)
+    tools = tool_indices(h)
+    # Eight outputs in the history: all but the three most recent are masked.
+    assert masked(edits) == tools[:-3]
+    assert all(e.preview_chars == config.mask_preview_chars for e in edits)
+    assert all(not e.llm and e.new_kind == "preview" for e in edits)
+    assert masked(plan_s8(h.snap(), cfg(mask_keep=0), PRESSURE)) == tools
+    assert plan_s8(h.snap(), cfg(mask_keep=8), PRESSURE) == []
+
+
+def test_masking_counts_parallel_results_one_by_one() -> None:
+    h = Hist()
+    h.user()
+    h.steps(3, chars=OUTPUT)
+    h.group(calls=3, chars=OUTPUT, one_message=True)  # one message answering three calls
+    h.answer()
+    h.user()
+    tools = tool_indices(h)
+    # The one message holds the three most recent results: it alone is kept.
+    assert masked(plan_s8(h.snap(), cfg(mask_keep=3), PRESSURE)) == tools[:-1]
+    assert masked(plan_s8(h.snap(), cfg(mask_keep=4), PRESSURE)) == tools[:-2]
+
+
+def test_masking_leaves_outputs_at_or_under_the_floor() -> None:
+    h = Hist()
+    h.user()
+    h.steps(2, chars=200)
+    short = tool_indices(h)
+    h.steps(2, chars=201)
+    h.answer()
+    h.user()
+    h.steps(3, chars=OUTPUT)
+    config = cfg(mask_keep=3)
+    assert config.mask_min_chars == 2 * config.mask_preview_chars == 200
+    edits = plan_s8(h.snap(), config, PRESSURE)
+    assert masked(edits) == [i for i in tool_indices(h)[:4] if i not in short]
+    # The floor is the caller's to set.
+    assert (
+        masked(plan_s8(h.snap(), cfg(mask_keep=3, mask_min_chars=150), PRESSURE))
+        == (tool_indices(h)[:4])
+    )
+
+
+def test_masking_leaves_pinned_groups_and_context_tool_answers() -> None:
+    h = Hist()
+    h.user()
+    h.group(chars=OUTPUT, pinned=True)
+    h.group(chars=OUTPUT, name=TOOL_NAME)
+    h.group(chars=OUTPUT, name=SEARCH_TOOL_NAME)
+    plain = h.group(chars=OUTPUT)
+    h.answer()
+    h.user()
+    h.steps(3, chars=OUTPUT)
+    edits = plan_s8(h.snap(), cfg(mask_keep=3), PRESSURE)
+    assert masked(edits) == [plain[0] + 1]
+    # The context tools' answers still count among the most recent results.
+    h2 = Hist()
+    h2.user()
+    old = h2.group(chars=OUTPUT)
+    h2.answer()
+    h2.user()
+    h2.steps(3, chars=OUTPUT, name=TOOL_NAME)
+    assert masked(plan_s8(h2.snap(), cfg(mask_keep=3), PRESSURE)) == [old[0] + 1]
+
+
+def test_masking_leaves_the_current_round_unless_it_is_long() -> None:
+    h = Hist()
+    h.user()
+    history = h.steps(2, chars=OUTPUT)
+    h.answer()
+    h.user()
+    h.steps(4, chars=OUTPUT)  # 8 messages after the user message: not over last_keep
+    config = cfg(mask_keep=1, last_keep=8)
+    assert masked(plan_s8(h.snap(), config, PRESSURE)) == [history[0] + 1, history[0] + 3]
+
+
+def test_masking_takes_the_old_part_of_a_long_current_round() -> None:
+    h = Hist()
+    h.system()
+    user = h.user()
+    h.steps(10, chars=OUTPUT)  # 20 messages after the user message: over last_keep
+    config = cfg(mask_keep=1, last_keep=4)
+    edits = plan_s8(h.snap(), config, PRESSURE)
+    old_end = len(h) - config.last_keep
+    assert masked(edits) == [i for i in tool_indices(h) if user < i < old_end]
+    # Over the tail but outside the most recent results: still the tail's to keep.
+    assert all(e.end <= old_end for e in edits)
+
+
+def test_masking_never_masks_twice_and_leaves_summaries() -> None:
+    h = Hist()
+    h.user()
+    h.group(chars=OUTPUT, result_kind="preview")
+    h.group(chars=OUTPUT, result_kind="large_summary")
+    fresh = h.group(chars=OUTPUT)
+    h.answer()
+    h.user()
+    h.steps(3, chars=OUTPUT)
+    assert masked(plan_s8(h.snap(), cfg(mask_keep=3), PRESSURE)) == [fresh[0] + 1]
+
+
+def test_masked_previews_are_not_previewed_again() -> None:
+    """S2 takes only originals: an output masked first is never previewed after."""
+    h = Hist()
+    h.user()
+    h.group(chars=5_000, result_kind="preview")
+    big = h.group(chars=5_000)
+    h.answer()
+    h.user()
+    h.steps(6)
+    assert [e.start for e in plan_s2(h.snap(), cfg(last_keep=2), PRESSURE)] == [big[0] + 1]
+
+
+def test_masking_leaves_a_trailing_pending_call_and_failed_ranges() -> None:
+    h = Hist()
+    h.user()
+    first = h.group(chars=OUTPUT)
+    second = h.group(chars=OUTPUT)
+    h.pending(calls=2, answered=1, chars=OUTPUT)
+    config = cfg(mask_keep=0, last_keep=0)
+    edits = plan_s8(h.snap(), config, PRESSURE)
+    assert masked(edits) == [first[0] + 1, second[0] + 1]
+    failed = PlanContext(token_pressure=True, failed=frozenset({edits[0].replaced_ids}))
+    assert masked(plan_s8(h.snap(), config, failed)) == [second[0] + 1]
+
+
+def test_mask_config_is_validated_and_follows_the_preview() -> None:
+    config = AutoContextConfig()
+    assert (config.mask_keep, config.mask_preview_chars, config.mask_min_chars) == (3, 100, 200)
+    wider = AutoContextConfig(mask_preview_chars=300)
+    assert wider.mask_min_chars == 600
+    assert dataclasses.replace(wider, mask_preview_chars=50).mask_min_chars == 100
+    again = AutoContextConfig.from_json(wider.to_json())
+    assert again == wider and "mask_min_chars" in again.derived
+    with pytest.raises(ConfigError, match="mask_keep"):
+        AutoContextConfig(mask_keep=-1)
+    with pytest.raises(ConfigError, match="mask_preview_chars"):
+        AutoContextConfig(mask_preview_chars=0)
+    with pytest.raises(ConfigError, match=r"mask_min_chars \(100\) must be larger than"):
+        AutoContextConfig(mask_min_chars=100)
+    with pytest.raises(ConfigError, match="mask_min_chars"):
+        AutoContextConfig(mask_min_chars=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# On PostgreSQL
+# ---------------------------------------------------------------------------------------------
+
+
+def tool_chat(seed: int, turns: int) -> list[Msg]:
+    """A tool chat: each turn a user message, one tool call with a mid-size output (600 to 1,500
+    characters: under `large_payload_chars`, so no preview rung would touch it), an answer."""
+    rng = random.Random(seed)
+    msgs = [Msg.system("You are a helpful agent.")]
+    for t in range(turns):
+        msgs.append(Msg.user(f"Question {t}: what does module {rng.randrange(50)} do?"))
+        call = tool_group(rng, [f"c{t}"], big=False)
+        lines = rng.randint(30, 70)
+        body = " ".join(f"line {k}: value={rng.randrange(10**6)}" for k in range(lines))
+        msgs.extend([call[0], Msg.tool(f"c{t}", body)])
+        msgs.append(Msg.assistant(f"Module {t} handles request {rng.randrange(999)}."))
+    return msgs
+
+
+def test_a_long_tool_chat_masks_in_one_transaction_and_reloads_every_original(
+    open_memory: Open,
+) -> None:
+    # SMALL with masking on again, at its defaults.
+    config = dataclasses.replace(SMALL, max_tokens=12_000, msg_threshold=1_000, mask_min_chars=200)
+    mem = open_memory(config=config)
+    added = tool_chat(7, turns=40)
+    mem.add(added)
+    before = mem.refresh()
+    assert before.token_count >= config.token_trigger
+    events = mem.compress_if_needed()
+    masks = [e for e in events if e.strategy == 8]
+    # Masking alone brought the chat under the target: nothing else ran, no summarizer call.
+    assert masks and len(masks) == len(events), [(e.strategy, e.status) for e in events]
+    assert all(e.status == "applied" and e.model is None for e in masks)
+    after = mem.refresh()
+    assert after.token_count < config.token_target
+    # One transaction: every event of the pass saw the same version before it and commits one
+    # version bump.
+    assert len({e.session_version for e in masks}) == 1
+    assert after.version == before.version + 1
+    # Every tool output but the three most recent is masked, in place, with its call id and
+    # tool name, its head and its tag.
+    tools = [m for m in mem.messages() if m.role == "tool"]
+    assert [m.kind for m in tools[-3:]] == ["original"] * 3
+    assert all(m.kind == "preview" for m in tools[:-3]) and len(masks) == len(tools) - 3
+    by_summary = {e.summary_message_id: e for e in masks}
+    originals_by_call = {m.tool_results[0].tool_use_id: m for m in added if m.role == "tool"}
+    for m in tools[:-3]:
+        event = by_summary[m.id]
+        result = m.tool_results[0]
+        original = originals_by_call[result.tool_use_id]
+        text = result.output_text
+        head = original.tool_results[0].output_text[: config.mask_preview_chars]
+        assert text.startswith(head + "...\n")
+        tag = OFFLOAD_TAG_RE.fullmatch(text.splitlines()[-1])
+        assert tag is not None and tag.group("uuid") == str(event.offload_uuid)
+        (back,) = mem.reload(str(event.offload_uuid))
+        assert back.to_openai() == original.to_openai()
+        assert result.name and result.name == back.tool_results[0].name
+    assert_every_original_reachable(mem)
+    assert_totals_match(mem)
+    # The audit names the rung.
+    rows = sql(
+        mem,
+        "select strategy, count(*) as n from compression_events where session_id = :s "
+        "group by strategy",
+        s=mem.session_id,
+    )
+    assert [(r.strategy, r.n) for r in rows] == [(8, len(masks))]
+    # A second call with nothing new does nothing.
+    assert mem.compress_if_needed() == []
