@@ -38,6 +38,7 @@ from .._structure import MsgMeta, is_final_answer, meta_of
 from .rows import (
     SessionInfo,
     array_literal,
+    documents,
     event_from_row,
     message_row,
     msg_from_columns,
@@ -557,14 +558,12 @@ class Store:
         if not ids:
             return []
         params = {"sid": session_id, "inc": self.incarnation(session_id), "ids": list(ids)}
-        with paused_gc(), self._single() as conn:
-            docs = [
-                (r[0], r[1], r[2], r[3], r[4])
-                for r in conn.exec_driver_sql(DOCUMENTS_BY_ID, params)
-            ]
-            if not docs:
-                self._check_alive(conn, session_id)
-        return docs
+        with paused_gc():
+            with self._single() as conn:
+                rows = conn.exec_driver_sql(DOCUMENTS_BY_ID, params).all()
+                if not rows:
+                    self._check_alive(conn, session_id)
+            return documents(rows)
 
     def working_ids(self, session_id: str, limit: int | None = None) -> tuple[int, list[int]]:
         """The session's erasure count and its working message ids in order (the last `limit`
