@@ -11,8 +11,9 @@ first covers the message (`autoctx._store.search`): the search fills the vectors
 originals still waiting in the sessions it reads, then queries. The rules stay what they were:
 
 - One definition of the vector: the function `autoctx_search_vector(content, kind,
-  search_config)`, 0010's expression as it was (the text of originals only, capped at 120,000
-  characters, each session's configuration).
+  search_config)`, whose body is 0010's generated expression as the database holds it (read
+  from the catalog, not copied: the text of originals only, capped at 120,000 characters, each
+  session's configuration); the downgrade reads it back from the function.
 - Whatever writes a message row afterwards gets the vector of the row's new content: a trigger
   sets it on every UPDATE, whatever the statement set. An erasure (docs/design.md §9) that
   rewrites a message's content rewrites its vector in the same statement, so no code path can
@@ -43,7 +44,6 @@ down_revision = "0011"
 branch_labels = None
 depends_on = None
 
-GRANTS = "autoctx_tenant_grants"
 INDEX = "messages_search_idx"
 WAITING_INDEX = "messages_unindexed_idx"
 #: An original whose vector is not computed yet (the predicate of the partial index, which the
@@ -53,120 +53,43 @@ FUNCTION = "autoctx_search_vector"
 TRIGGER_FUNCTION = "autoctx_search_vector_of_row"
 TRIGGER = "autoctx_search_vector"
 
-#: The text search configurations of PostgreSQL 15 (as in 0008 and 0010; copied, not imported).
-CONFIGS = (
-    "simple",
-    "arabic",
-    "armenian",
-    "basque",
-    "catalan",
-    "danish",
-    "dutch",
-    "english",
-    "finnish",
-    "french",
-    "german",
-    "greek",
-    "hindi",
-    "hungarian",
-    "indonesian",
-    "irish",
-    "italian",
-    "lithuanian",
-    "nepali",
-    "norwegian",
-    "portuguese",
-    "romanian",
-    "russian",
-    "serbian",
-    "spanish",
-    "swedish",
-    "tamil",
-    "turkish",
-    "yiddish",
+#: The schema of autoctx's tables, quoted.
+_SCHEMA = (
+    "SELECT quote_ident(n.nspname) FROM pg_catalog.pg_class c "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = 'messages'::regclass"
 )
-#: 0010's caps: 80,000 characters of plain text and 40,000 of tool-call arguments.
-INDEXED_CHARS = 80_000
-ARGUMENT_CHARS = 40_000
-
-
-def _strings(*paths: str) -> str:
-    arrays = " || ".join(f"jsonb_path_query_array(content, '{p}')" for p in paths)
-    return f"({arrays})::text"
-
-
-PLAIN = _strings(
-    "$[*].text", "$[*].name", '$[*].output ? (@.type() == "string")', "$[*].output[*].text"
-)
-ARGUMENTS = _strings("$[*].arguments")
-_ESCAPES = ('"', "/", "b", "f", "n", "r", "t", "u")
-_MARK = "U&'\\E000'"
-
-
-def _replace(text: str, old: str, new: str = "' '") -> str:
-    return f"replace({text}, {old}, {new})"
-
-
-def _first_level(text: str, backslash: str) -> str:
-    out = _replace(text, r"'\\'", backslash)
-    for e in _ESCAPES:
-        out = _replace(out, "'\\" + e.replace("'", "''") + "'")
-    return out
-
-
-def _argument_words(text: str) -> str:
-    out = _replace(_first_level(text, _MARK), "U&'\\E000\\E000'")
-    for e in _ESCAPES:
-        out = _replace(out, "U&'\\E000" + e.replace("'", "''") + "'")
-    return _replace(out, _MARK)
-
-
-_CONFIG = (
-    "CASE search_config " + " ".join(f"WHEN '{c}' THEN '{c}'::regconfig" for c in CONFIGS) + " END"
-)
-_PLAIN_WORDS = _first_level(f"left({PLAIN}, {INDEXED_CHARS})", "' '")
-_WORDS = f"{_PLAIN_WORDS} || ' ' || {_argument_words(f'left({ARGUMENTS}, {ARGUMENT_CHARS})')}"
-#: 0010's expression over the columns `content`, `kind` and `search_config` (the function's
-#: parameters carry the same names).
-SEARCH_VECTOR = (
-    "CASE WHEN kind = 'original' AND search_config <> 'none' "
-    f"THEN to_tsvector({_CONFIG}, translate({_WORDS}, '/', ' ')) END"
+#: The expression of 0010's generated column, as PostgreSQL keeps it (read, not copied: the
+#: function computes exactly what the column did).
+_GENERATED = (
+    "SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attrdef d "
+    "JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum "
+    "WHERE d.adrelid = 'messages'::regclass AND a.attname = 'search_tsv'"
 )
 
 
-def _schema() -> str:
-    bind = op.get_bind()
-    quote = bind.dialect.identifier_preparer.quote_identifier
-    name = bind.execute(
-        sa.text(
-            "SELECT n.nspname FROM pg_catalog.pg_class c "
-            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.oid = 'messages'::regclass"
-        )
-    ).scalar_one()
-    return str(quote(name))
-
-
-def _grantees() -> list[str]:
-    bind = op.get_bind()
-    quote = bind.dialect.identifier_preparer.quote_identifier
-    rows = bind.execute(
-        sa.text(
-            f"SELECT DISTINCT g.grantee FROM {GRANTS} g "
-            "JOIN pg_catalog.pg_roles r ON r.rolname = g.grantee"
-        )
-    ).scalars()
-    return [quote(r) for r in rows]
+def _for_each_grantee(template: str) -> None:
+    """Run `template` (one `%I` for the role) for every role granted a tenant (0006)."""
+    op.execute(
+        f"""
+        DO $do$ DECLARE r record; BEGIN
+            FOR r IN SELECT DISTINCT g.grantee FROM autoctx_tenant_grants g
+                     JOIN pg_catalog.pg_roles o ON o.rolname = g.grantee LOOP
+                EXECUTE format('{template}', r.grantee);
+            END LOOP;
+        END $do$"""
+    )
 
 
 def upgrade() -> None:
-    schema = _schema()
+    bind = op.get_bind()
+    schema = bind.execute(sa.text(_SCHEMA)).scalar_one()
+    expression = bind.execute(sa.text(_GENERATED)).scalar_one()
     # Immutable (as the generated column's expression had to be) and plain SQL, so that the
-    # planner inlines it into the statements that call it.
+    # planner inlines it into the statements that call it; its parameters carry the names of
+    # the columns the expression reads.
     op.execute(
         f"CREATE FUNCTION {schema}.{FUNCTION}(content jsonb, kind text, search_config text) "
-        "RETURNS tsvector LANGUAGE sql IMMUTABLE PARALLEL SAFE "
-        f"RETURN {SEARCH_VECTOR}"
+        f"RETURNS tsvector LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN {expression}"
     )
     op.execute(
         f"""
@@ -184,29 +107,29 @@ def upgrade() -> None:
         f"FOR EACH ROW EXECUTE FUNCTION {schema}.{TRIGGER_FUNCTION}()"
     )
     op.execute(f"CREATE INDEX {WAITING_INDEX} ON messages (session_id, id) WHERE {WAITING}")
-    for role in _grantees():
-        op.execute(f"GRANT UPDATE (search_tsv) ON messages TO {role}")
+    _for_each_grantee("GRANT UPDATE (search_tsv) ON messages TO %I")
 
 
 def downgrade() -> None:
-    schema = _schema()
-    for role in _grantees():
-        op.execute(f"REVOKE UPDATE (search_tsv) ON messages FROM {role}")
+    bind = op.get_bind()
+    schema = bind.execute(sa.text(_SCHEMA)).scalar_one()
+    function = f"{schema}.{FUNCTION}(jsonb, text, text)"
+    # The function's body is 0010's expression over parameters named as the columns.
+    body = bind.execute(
+        sa.text(f"SELECT pg_catalog.pg_get_function_sqlbody('{function}'::regprocedure)")
+    ).scalar_one()
+    expression = body.strip().removeprefix("RETURN").strip()
+    _for_each_grantee("REVOKE UPDATE (search_tsv) ON messages FROM %I")
     op.execute(f"DROP INDEX {WAITING_INDEX}")
     op.execute(f"DROP TRIGGER {TRIGGER} ON messages")
     op.execute(f"DROP FUNCTION {schema}.{TRIGGER_FUNCTION}()")
-    op.execute(f"DROP FUNCTION {schema}.{FUNCTION}(jsonb, text, text)")
     # 0010's generated column again: every vector computed, waiting or not.
     op.execute(f"DROP INDEX {INDEX}")
-    op.drop_column("messages", "search_tsv")
-    op.add_column(
-        "messages",
-        sa.Column(
-            "search_tsv",
-            sa.dialects.postgresql.TSVECTOR,
-            sa.Computed(SEARCH_VECTOR, persisted=True),
-        ),
+    op.execute(
+        "ALTER TABLE messages DROP COLUMN search_tsv, ADD COLUMN search_tsv tsvector "
+        f"GENERATED ALWAYS AS ({expression}) STORED"
     )
+    op.execute(f"DROP FUNCTION {function}")
     op.execute(
         f"CREATE INDEX {INDEX} ON messages USING gin (session_id, search_tsv) "
         "WHERE search_tsv IS NOT NULL"
