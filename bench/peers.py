@@ -20,8 +20,15 @@ writers in a rotating order, so that the noise of a shared machine falls on all 
     python bench/peers.py --items 5000 --database-url postgresql://postgres@127.0.0.1:5432/postgres
     python bench/peers.py --items 5000 --profile add         # cProfile of autoctx's add path
 
-Goals: autoctx (compression off) adds at least 2x faster than SQLAlchemySession, and reads
-(`get_items()` of the whole history, and `get_items(limit=100)`) no slower.
+Goals (issue 24): autoctx (compression off, full-text search on: the default
+`search_config`) adds at least 1.5x faster than SQLAlchemySession, and reads (`get_items()` of
+the whole history, from the object that wrote it and from a new one, and
+`get_items(limit=100)`) no slower.
+
+An append computes no search vector (migration 0012): the first search of a session fills the
+vectors of everything appended since. The script times that search after the reads (the cost
+the append no longer pays, paid once) and the next one, and checks that the last item added
+is a hit.
 
 After the timed run, autoctx's add and a new object's read are split into their parts (item
 conversion, validation, token counting, the statement; working ids, content fetch, conversion)
@@ -308,6 +315,7 @@ async def run_sides(
                 cold[name].append(seconds)
                 if name in ("raw", "sdk", "autoctx") and result != items:
                     raise SystemExit(f"{LABELS[name]}: cold get_items() differs from the input")
+        searched = _first_search(sides["autoctx"], items)
         mem = sides["autoctx_c"].memory()
         compressed = {
             "working_messages": mem.message_count(),
@@ -324,7 +332,25 @@ async def run_sides(
         "limited": limited,
         "got": got,
         "compressed": compressed,
+        "search": searched,
     }
+
+
+def _first_search(side: AutoContextSession, items: list[Item]) -> dict[str, float]:
+    """The first search of the compression-off session (it fills every vector the appends left
+    out), then the same search again; the last assistant message must be a hit."""
+    mem = side.memory()
+    # A phrase of the last answer's first line: the generated vocabulary is small, so single
+    # words match thousands of messages.
+    phrase = " ".join(items[-1]["content"][0]["text"].split("\n")[0].split()[:8])
+    timings = []
+    for _ in range(2):
+        started = time.perf_counter()
+        hits = mem.search(f'"{phrase}"', limit=100)
+        timings.append(time.perf_counter() - started)
+        if not any(phrase in mem.reload(message_id=h.message_id)[0].text for h in hits):
+            raise SystemExit(f"search for {phrase!r}: the last message added is not a hit")
+    return {"first": timings[0], "next": timings[1]}
 
 
 def _fresh_side(name: str, side: Side, db: BenchDatabase, sdk_engine: Any) -> Side:
@@ -487,6 +513,7 @@ def _figures(
         "batch": args.batch,
         "sides": sides,
         "compressed": r["compressed"],
+        "search": r["search"],
         "ratios": {
             name: {
                 "add": sdk["add_total"] / sides[name]["add_total"],
@@ -560,11 +587,16 @@ def _print(f: dict[str, Any]) -> None:
         f"conversion to items {secs(sp['get'] - sp['get_ids'] - sp['get_fetch'])}",
         highlight=False,
     )
+    console.print(
+        f"autoctx (compress off): the first search filled the vectors of {f['items']:,} items in "
+        f"{secs(f['search']['first'])}; the next search took {_ms(f['search']['next'])}",
+        highlight=False,
+    )
     mine = f["ratios"]["autoctx"]
-    add_met = mine["add"] >= 2
+    add_met = mine["add"] >= 1.5
     get_met = mine["get_all"] >= 1 and mine["get_limit"] >= 1 and mine["get_cold"] >= 1
     console.print(
-        f"goal add >= 2x faster than the SDK: {'met' if add_met else 'MISSED'} "
+        f"goal add >= 1.5x faster than the SDK: {'met' if add_met else 'MISSED'} "
         f"({mine['add']:.2f}x); "
         f"goal get no slower: {'met' if get_met else 'MISSED'} "
         f"({mine['get_all']:.2f}x whole, {mine['get_cold']:.2f}x whole from a new object, "

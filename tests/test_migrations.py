@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from sqlalchemy.engine import URL
 
 from autoctx import AutoContextMemory, Msg, SchemaError
 from autoctx._store import tables
 from autoctx._store.database import (
+    alembic_config,
     create_engine,
     current_revision,
     ensure_database,
@@ -185,6 +187,61 @@ def test_table_descriptions_match_the_migrated_schema(db_url: str) -> None:
             diff = compare_metadata(context, [tables.metadata, tables.tenancy_metadata])
     engine.dispose()
     assert diff == [], diff
+
+
+def test_the_deferred_search_vector_downgrades_and_upgrades_honestly(empty_db_url: str) -> None:
+    """Migration 0012: messages appended at head wait for their vector; a downgrade to 0011
+    computes every one (the generated column again) and an upgrade keeps them, with the
+    trigger that computes a rewritten row's vector and the index of the waiting ones."""
+    engine = create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool)
+
+    def vectors(session_id: str) -> list[str | None]:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("select search_tsv::text from messages where session_id = :s order by id"),
+                {"s": session_id},
+            )
+            return [r[0] for r in rows]
+
+    def migrate(revision: str) -> None:
+        with engine.connect() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, revision)
+            conn.commit()
+
+    try:
+        upgrade(engine)
+        mem = AutoContextMemory.open("vectors", empty_db_url)
+        mem.add([Msg.user("the osprey-3301 circles"), Msg.assistant("and the wren-2201 sings")])
+        assert vectors("vectors") == [None, None]
+        mem.close()
+        migrate("0012")  # the revision before the deferred vector
+        assert current_revision(engine) == "0012"
+        computed = vectors("vectors")
+        assert all(v is not None for v in computed) and "'osprey'" in str(computed[0])
+        upgrade(engine)
+        assert vectors("vectors") == computed, "the upgrade keeps the vectors"
+        with engine.begin() as conn:
+            waiting = conn.execute(
+                sa.text("select pg_get_indexdef('messages_unindexed_idx'::regclass)")
+            ).scalar_one()
+            conn.execute(
+                sa.text(
+                    'update messages set content = \'[{"type": "text", "text": '
+                    "\"[erased]\"}]' where session_id = 'vectors' and id = 1"
+                )
+            )
+            # Any update recomputes the vector: the function gives what 0011's column gave.
+            conn.execute(sa.text("update messages set search_tsv = null where id = 2"))
+        assert "search_tsv IS NULL" in waiting
+        assert vectors("vectors") == ["'erased':1", computed[1]], "the trigger rewrote it"
+        again = AutoContextMemory.open("vectors", empty_db_url)
+        assert again.search("osprey-3301") == []
+        assert [h.message_id for h in again.search("wren-2201")] == [2]
+        again.close()
+    finally:
+        engine.dispose()
 
 
 def test_every_key_and_index_of_session_tables_leads_with_session_id(db_url: str) -> None:

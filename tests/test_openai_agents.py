@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import pytest
@@ -1198,3 +1199,23 @@ def test_the_filter_keeps_reasoning_with_its_calls_and_outputs_after_them(
     mem = session.memory()
     assert [e for e in mem.events() if e.status == "applied"]
     assert_each_stored_once(mem, prompts=1, calls=30)
+
+
+@pytest.mark.slow
+def test_the_sdk_session_suite_fails_when_no_test_ran(tmp_path: Path) -> None:
+    """bench/sdk_session_suite.py over an SDK source whose session tests cannot be collected
+    (as when a test dependency such as httpx is missing): nothing builds a session, and the
+    script exits 1 instead of printing "0 tests ran" and passing."""
+    suite = Path(__file__).resolve().parent.parent / "bench" / "sdk_session_suite.py"
+    tests = tmp_path / "tests" / "memory"
+    tests.mkdir(parents=True)
+    (tests / "test_session.py").write_text("import a_test_dependency_that_is_not_installed\n")
+    proc = subprocess.run(
+        [sys.executable, str(suite), "--source", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "0 built an AutoContextSession" in proc.stdout
+    assert "this run checked nothing" in proc.stdout

@@ -43,6 +43,9 @@ from autoctx import (
     ToolUseBlock,
 )
 from autoctx._cli import app
+from autoctx._store import search as search_store
+from autoctx._store.catalog import Catalog
+from autoctx._store.console import read_only
 from autoctx.integrations.openai_agents import context_tools
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
@@ -207,14 +210,22 @@ def test_only_originals_are_indexed_and_a_compressed_hit_says_where_it_is(
     mem.add(multi_round(3, rounds=4, steps=8))
     events = [e for e in mem.compress_if_needed() if e.status == "applied"]
     assert events
-    rows = sql(
-        mem,
-        "select kind, count(*) filter (where search_tsv is null) as unindexed, count(*) as n "
-        "from messages where session_id = :s group by kind",
-        s=mem.session_id,
-    )
-    by_kind = {r.kind: (r.unindexed, r.n) for r in rows}
-    assert by_kind.pop("original")[0] == 0, "every original is indexed"
+
+    def unindexed_by_kind() -> dict[str, tuple[int, int]]:
+        rows = sql(
+            mem,
+            "select kind, count(*) filter (where search_tsv is null) as unindexed, "
+            "count(*) as n from messages where session_id = :s group by kind",
+            s=mem.session_id,
+        )
+        return {r.kind: (r.unindexed, r.n) for r in rows}
+
+    # The append computes no vector (migration 0013): the first search fills them all.
+    waiting, originals = unindexed_by_kind()["original"]
+    assert waiting == originals > 0
+    assert mem.search("no such word anywhere") == []
+    by_kind = unindexed_by_kind()
+    assert by_kind.pop("original") == (0, originals), "every original is indexed"
     assert by_kind and all(unindexed == n for unindexed, n in by_kind.values()), by_kind
     # An original a compression took out: found, with the offload that holds it.
     event = next(e for e in events if e.offload_uuid is not None)
@@ -268,6 +279,47 @@ def test_rewriting_content_rewrites_the_index_entry(open_memory: Open, db_url: s
     assert "hunter2" not in vector and "zebra" not in vector
     assert mem.search("hunter2-zebra") == []
     assert [h.message_id for h in mem.search("erased")] == [1]
+
+
+def _vectors(mem: AutoContextMemory) -> dict[int, str | None]:
+    rows = sql(
+        mem,
+        "select id, search_tsv::text as v from messages where session_id = :s order by id",
+        s=mem.session_id,
+    )
+    return {r.id: r.v for r in rows}
+
+
+def test_a_search_that_cannot_fill_the_vectors_still_finds_what_was_just_appended(
+    open_memory: Open, db_url: str
+) -> None:
+    """The append computes no vector (migration 0013). A search that may not write (the
+    console's READ ONLY store) computes the waiting ones in its query and writes nothing; a
+    message another transaction holds while a search fills the rest is found too, and the
+    search does not wait for that transaction."""
+    mem = open_memory()
+    mem.add([Msg.user("the canary-7731 sings"), Msg.assistant("the kestrel-4410 flies")])
+    assert _vectors(mem) == {1: None, 2: None}
+    engine = sa.create_engine(db_url, poolclass=sa.NullPool)
+    try:
+        console = Catalog(read_only(engine))
+        hits = search_store.search_session(console, mem.session_id, "canary-7731", 10)
+        assert [h.message_id for h in hits] == [1] and "**canary" in hits[0].snippet
+        assert _vectors(mem) == {1: None, 2: None}, "a read-only search wrote nothing"
+        with engine.connect() as holder:
+            holder.execute(
+                sa.text("select 1 from messages where session_id = :s and id = 2 for update"),
+                {"s": mem.session_id},
+            )
+            # Message 2 is locked: the fill skips it, the query computes its vector.
+            assert [h.message_id for h in mem.search("kestrel-4410")] == [2]
+            vectors = _vectors(mem)
+            assert vectors[1] is not None and "canary" in vectors[1] and vectors[2] is None
+            holder.rollback()
+    finally:
+        engine.dispose()
+    assert {h.message_id for h in mem.search("kestrel-4410 or canary-7731")} == {1, 2}
+    assert all(v is not None for v in _vectors(mem).values()), "the next search filled the rest"
 
 
 def test_a_message_at_the_size_cap_is_stored_and_searchable_by_its_beginning(
@@ -443,6 +495,46 @@ def test_a_granted_role_searches_its_tenant_only(
     assert other.exit_code == 0 and json.loads(other.stdout) == []
     mine = _cli(SHARED, "--tenant", "acme", "--json", "-d", acme_role.url)
     assert {h["session_id"] for h in json.loads(mine.stdout)} == found
+    mem.delete()
+
+
+def test_a_granted_role_can_only_have_the_true_vector_computed(
+    tenants: dict[str, AutoContextMemory], acme_role: Role
+) -> None:
+    """A granted role fills the vectors of its tenant's messages (UPDATE on that one column,
+    migration 0013), but whatever it sets, the trigger writes the vector of the content: it
+    cannot plant words in the index, nor touch another tenant's rows."""
+    mem = AutoContextMemory.open(
+        f"srch-plant-{_tag()}", acme_role.url, tenant="acme", summarizer=OfflineSummarizer()
+    )
+    mem.add(Msg.user("an honest heron-5521 message"))
+    g = tenants["g"]
+    engine = sa.create_engine(acme_role.url, poolclass=sa.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("select set_config('autoctx.tenant', 'acme', true)"))
+            planted = conn.execute(
+                sa.text(
+                    "update messages set search_tsv = to_tsvector('simple', 'planted-word') "
+                    "where session_id = any(:s) returning session_id, search_tsv::text"
+                ),
+                {"s": [mem.session_id, g.session_id]},
+            ).all()
+            with (
+                pytest.raises(sa.exc.ProgrammingError, match="permission denied"),
+                conn.begin_nested(),
+            ):
+                conn.execute(
+                    sa.text("update messages set content = '[]' where session_id = :s"),
+                    {"s": mem.session_id},
+                )
+    finally:
+        engine.dispose()
+    assert [r.session_id for r in planted] == [mem.session_id], "another tenant's row changed"
+    assert "planted" not in planted[0].search_tsv and "'heron'" in planted[0].search_tsv
+    assert mem.search("planted-word") == []
+    assert [h.message_id for h in mem.search("heron-5521")] == [1]
+    assert [h.session_id for h in g.search("planted-word", scope="tenant")] == []
     mem.delete()
 
 

@@ -5,6 +5,7 @@ The SQL texts are in `sql.py`, the units of work in `store.py`.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,6 +42,16 @@ def msg_from_columns(
         id=id_,
         tokens=tokens,
     )
+
+
+def documents(rows: Sequence[Sequence[Any]]) -> list[tuple[int, str, str, Any, Any]]:
+    """(id, role, kind, content, metadata) from rows of `DOCUMENTS_BY_ID`, whose content and
+    metadata (NULL: empty) are JSON text: parsed in one `json.loads` of them all, two to three
+    times faster than a parse per value (psycopg's for a jsonb column), which on a read of a
+    whole history costs more in calls than in parsing."""
+    texts = ",".join(t if t is not None else "null" for r in rows for t in (r[3], r[4]))
+    parsed = json.loads(f"[{texts}]")
+    return [(r[0], r[1], r[2], parsed[2 * k], parsed[2 * k + 1]) for k, r in enumerate(rows)]
 
 
 def msg_from_mapping(row: Mapping[str, Any]) -> Msg:

@@ -8,6 +8,15 @@ Everything of scope "session" is pinned to its session_id like every other state
 store. Each call is one transaction, scoped to the store's tenant for the row-level security
 policies (database tenancy) on top of the explicit tenant condition (application tenancy).
 
+The vectors are computed off the append path (migration 0013): an append writes its originals
+without one, and a search first fills the vectors of the originals still waiting in the
+sessions it covers (one UPDATE; a trigger computes each from the row's content), then queries.
+A message it could not fill (a read-only console store, a role without the column privilege,
+a row another search is filling at that moment) is still found: the query computes the vector
+of every original still waiting as it reads it. So a message appended just now is always a
+hit, and the work of indexing is done once, by the first search that needs it
+(docs/design.md §9).
+
 The text search configuration comes from the sessions searched (each session indexes its
 originals with its own, fixed at creation); the configuration names are inlined as literals
 from autoctx's fixed list, never from input, so that PostgreSQL folds
@@ -56,8 +65,20 @@ HEADLINE_OPTIONS: Final = (
 #: than a search saves on the rows it reads.
 _SETTINGS = (
     "SELECT set_config('plan_cache_mode', 'force_custom_plan', true), "
-    "set_config('jit', 'off', true)"
+    "set_config('jit', 'off', true), "
+    # Whether this transaction may fill vectors: not in a READ ONLY one (the console's), and
+    # not for a role without UPDATE on the column (a role granted a tenant before 0013 has it
+    # from the migration; one given privileges by hand may not).
+    "current_setting('transaction_read_only') = 'off' "
+    # (The table's name is a parameter: the statement reads no session's rows.)
+    "AND has_column_privilege(%(table)s, 'search_tsv', 'UPDATE')"
 )
+
+#: An original whose vector is not computed yet: the predicate of `messages_unindexed_idx`
+#: (migration 0013), word for word, so that PostgreSQL reads them through it.
+_WAITING = "{m}.search_tsv IS NULL AND {m}.kind = 'original' AND {m}.search_config <> 'none'"
+#: The vector of a waiting original, computed in the query (the trigger's function).
+_COMPUTED = "autoctx_search_vector(m.content, m.kind, m.search_config)"
 
 #: A session's `messages.search_config` (as `rows.search_config_of` reads it).
 _CONFIG_OF = (
@@ -159,15 +180,16 @@ def _literal(config: str) -> str:
     return f"'{config}'"
 
 
-def _match(configs: Sequence[str]) -> tuple[str, str]:
-    """(the WHERE condition, the tsquery expression for ranking) for the configurations of the
-    sessions searched; one configuration (the usual case) needs no per-row test."""
+def _match(configs: Sequence[str], vector: str) -> tuple[str, str]:
+    """(the WHERE condition on `vector`, the tsquery expression for ranking) for the
+    configurations of the sessions searched; one configuration (the usual case) needs no
+    per-row test."""
     query = {c: f"websearch_to_tsquery({_literal(c)}, %(query)s)" for c in configs}
     if len(configs) == 1:
         only = query[configs[0]]
-        return f"m.search_tsv @@ {only}", only
+        return f"{vector} @@ {only}", only
     match = " OR ".join(
-        f"(m.search_config = {_literal(c)} AND m.search_tsv @@ {q})" for c, q in query.items()
+        f"(m.search_config = {_literal(c)} AND {vector} @@ {q})" for c, q in query.items()
     )
     ranked = (
         "CASE m.search_config "
@@ -178,14 +200,26 @@ def _match(configs: Sequence[str]) -> tuple[str, str]:
 
 
 def _search_sql(configs: Sequence[str], where: str) -> str:
-    match, tsquery = _match(configs)
+    """The search over the originals `where` selects (a condition on `m`): those with a vector
+    through the GIN index, and those still waiting for one with it computed here (the
+    lateral subquery is kept apart, `OFFSET 0`, so that each is parsed once)."""
+    match, tsquery = _match(configs, "m.search_tsv")
+    computed_match, computed_tsquery = _match(configs, "v.tsv")
     return f"""
-WITH hits AS (
+WITH found AS (
     SELECT m.session_id, m.id, m.role, m.created_at, m.search_config,
            ts_rank_cd(m.search_tsv, {tsquery}, 1) AS rank
     FROM messages m
     WHERE {match} AND {where} AND NOT {_OWN_TOOL_TRAFFIC}
-    ORDER BY rank DESC, m.created_at DESC, m.session_id, m.id
+  UNION ALL
+    SELECT m.session_id, m.id, m.role, m.created_at, m.search_config,
+           ts_rank_cd(v.tsv, {computed_tsquery}, 1) AS rank
+    FROM messages m CROSS JOIN LATERAL (SELECT {_COMPUTED} AS tsv OFFSET 0) v
+    WHERE {_WAITING.format(m="m")} AND {where} AND {computed_match}
+      AND NOT {_OWN_TOOL_TRAFFIC}
+), hits AS (
+    SELECT * FROM found
+    ORDER BY rank DESC, created_at DESC, session_id, id
     LIMIT %(limit)s
 )
 SELECT h.session_id, h.id, h.role, h.created_at, h.rank,
@@ -197,6 +231,32 @@ SELECT h.session_id, h.id, h.role, h.created_at, h.rank,
 FROM hits h JOIN messages m ON m.session_id = h.session_id AND m.id = h.id
 ORDER BY h.rank DESC, h.created_at DESC, h.session_id, h.id
 """
+
+
+def _fill_waiting(conn: Connection, scope: str, params: dict[str, Any]) -> None:
+    """Compute the vectors of the originals still waiting among those `scope` selects (a
+    condition on the alias `{m}`), in this transaction: the trigger of migration 0013
+    computes each row's from its content, whatever the statement sets. Rows another
+    transaction holds (another search filling them, an erasure rewriting them) are skipped,
+    never waited for: the query computes theirs itself. `FOR NO KEY UPDATE` leaves appends and
+    applies, whose foreign-key checks lock the messages they reference FOR KEY SHARE, free to
+    go on."""
+    conn.exec_driver_sql(
+        f"""
+UPDATE messages m SET search_tsv = NULL
+FROM (SELECT p.session_id, p.id FROM messages p
+      WHERE {_WAITING.format(m="p")} AND {scope.format(m="p")}
+      ORDER BY p.session_id, p.id
+      FOR NO KEY UPDATE SKIP LOCKED) w
+WHERE {scope.format(m="m")} AND m.session_id = w.session_id AND m.id = w.id
+""",
+        params,
+    )
+
+
+def _prepare(conn: Connection) -> bool:
+    """The search's planner settings; whether this transaction may fill vectors."""
+    return bool(conn.exec_driver_sql(_SETTINGS, {"table": "messages"}).one()[2])
 
 
 def _hits(conn: Connection, sql: str, params: dict[str, Any]) -> list[AutoContextSearchHit]:
@@ -242,7 +302,7 @@ def search_session(
         "s.incarnation = %(inc)s" if incarnation is not None else _tenant_condition(store.tenant)
     )
     with store.transaction() as conn:
-        conn.exec_driver_sql(_SETTINGS)
+        may_fill = _prepare(conn)
         configs = (
             conn.exec_driver_sql(
                 f"SELECT {_CONFIG_OF} FROM sessions s WHERE s.session_id = %(sid)s AND {which}",
@@ -262,7 +322,10 @@ def search_session(
                 "...) naming the configuration it was created with (or None)"
             )
         _check_query(conn, configs, params)
-        return _hits(conn, _search_sql(configs, "m.session_id = %(sid)s"), params)
+        scope = "{m}.session_id = %(sid)s"
+        if may_fill:
+            _fill_waiting(conn, scope, params)
+        return _hits(conn, _search_sql(configs, scope.format(m="m")), params)
 
 
 def search_tenant(
@@ -283,7 +346,7 @@ def search_tenant(
     }
     in_tenant = _tenant_condition(store.tenant)
     with store.transaction() as conn:
-        conn.exec_driver_sql(_SETTINGS)
+        may_fill = _prepare(conn)
         if alive is not None and not _alive(conn, *alive):
             raise _no_session(alive[0], store.tenant, True)
         configs = [
@@ -298,8 +361,10 @@ def search_tenant(
         if not configs:
             return []
         _check_query(conn, configs, params)
-        where = f"m.session_id IN (SELECT s.session_id FROM sessions s WHERE {in_tenant})"
-        return _hits(conn, _search_sql(configs, where), params)
+        scope = "{m}.session_id IN (SELECT s.session_id FROM sessions s WHERE " + in_tenant + ")"
+        if may_fill:
+            _fill_waiting(conn, scope, params)
+        return _hits(conn, _search_sql(configs, scope.format(m="m")), params)
 
 
 def _alive(conn: Connection, session_id: str, incarnation: uuid.UUID) -> bool:

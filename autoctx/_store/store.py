@@ -39,6 +39,7 @@ from .._structure import MsgMeta, meta_of
 from .rows import (
     SessionInfo,
     array_literal,
+    documents,
     event_from_row,
     event_of,
     event_row,
@@ -500,13 +501,10 @@ class SessionStore(TenantScope):
             return []
         params = {"sid": self.session_id, "inc": self.incarnation(), "ids": list(ids)}
         with paused_gc(), self.statement() as conn:
-            docs = [
-                (r[0], r[1], r[2], r[3], r[4])
-                for r in conn.exec_driver_sql(DOCUMENTS_BY_ID, params)
-            ]
-            if not docs:
+            rows = conn.exec_driver_sql(DOCUMENTS_BY_ID, params).all()
+            if not rows:
                 self.check_alive(conn)
-        return docs
+        return documents(rows)
 
     def working_ids(self, limit: int | None = None) -> tuple[int, list[int]]:
         """The session's erasure count and its working message ids in order (the last `limit`

@@ -84,9 +84,10 @@ messages = sa.Table(
     sa.Column("erased_by", sa.BigInteger, nullable=True),
     #: The text search configuration of `search_tsv` (the session's `search_config`, 0008).
     sa.Column("search_config", sa.Text, nullable=False, server_default="simple"),
-    #: A STORED column that PostgreSQL generates from `content` (originals only; NULL for
-    #: summaries and previews; the expression is migration 0008's), under the GIN index below;
-    #: never written by autoctx. Read by `autoctx._store.search`.
+    #: The full-text vector of an original (NULL for summaries and previews), under the GIN
+    #: index below: NULL when the message is written, computed by the first search that covers
+    #: it, and by a trigger on every UPDATE of the row (the function `autoctx_search_vector`,
+    #: migration 0013). Read and filled by `autoctx._store.search`.
     sa.Column("search_tsv", pg.TSVECTOR, nullable=True),
     _session_fk(),
     sa.Index(
@@ -95,6 +96,15 @@ messages = sa.Table(
         "search_tsv",
         postgresql_using="gin",
         postgresql_where=sa.text("search_tsv IS NOT NULL"),
+    ),
+    # The originals whose vector is not computed yet (0013): what a search fills first.
+    sa.Index(
+        "messages_unindexed_idx",
+        "session_id",
+        "id",
+        postgresql_where=sa.text(
+            "search_tsv IS NULL AND kind = 'original' AND search_config <> 'none'"
+        ),
     ),
     # The answers of autoctx's context tools, which an erasure looks through (0010).
     sa.Index(

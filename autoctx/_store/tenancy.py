@@ -29,10 +29,12 @@ GRANTS: Final = tenant_grants.name
 #: which runs as the tables' owner); originals, events, offloads and lineage are only ever
 #: inserted; the working set is spliced (insert and delete). An erasure rewrites messages in
 #: place (docs/design.md §9): that stays the owner's (an operator's) act, so that a granted
-#: role, an agent's, can never rewrite its own history.
+#: role, an agent's, can never rewrite its own history. It may update one column of messages,
+#: the search vector, which its searches fill (migration 0013: a trigger computes it from the
+#: row's content whatever the statement sets, so that is all such an update can do).
 TABLE_PRIVILEGES: Final[dict[str, tuple[str, ...]]] = {
     "sessions": ("SELECT", "INSERT", "UPDATE", "DELETE"),
-    "messages": ("SELECT", "INSERT"),
+    "messages": ("SELECT", "INSERT", "UPDATE (search_tsv)"),
     "working_set": ("SELECT", "INSERT", "DELETE"),
     "compression_events": ("SELECT", "INSERT"),
     "offloads": ("SELECT", "INSERT"),

@@ -587,6 +587,9 @@ class AutoContextSession:
         # Items of working messages by message id (see `get_items_sync`), and the epoch of the
         # session's content they belong to (its incarnation and erasure count).
         self._cache: dict[int, list[Item]] = {}
+        # The digests of those items (see `_Ledger`), computed once per message when a read
+        # first needs them: a read of a long history must not hash all of it again.
+        self._digests: dict[int, list[bytes]] = {}
         self._cache_epoch: Any = None
         self._cache_lock = threading.Lock()
         # Which items of a run's input the memory holds already (see `call_model_input_filter`).
@@ -649,9 +652,9 @@ class AutoContextSession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The working context as input items, oldest first; with `limit`, the latest `limit`."""
         resolved = resolve_session_limit(limit, self.session_settings)
-        items = await asyncio.to_thread(self.get_items_sync, resolved)
+        items, digests = await asyncio.to_thread(self._read, resolved, digests=True)
         # What the SDK starts a run from: those items of its input are stored already.
-        self._ledger.saw(items)
+        self._ledger.saw(digests)
         return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -693,15 +696,21 @@ class AutoContextSession:
         erasure count, which the same short query returns: after an erasure, by this process or
         any other, the next read starts the cache over and never serves erased text.
         """
+        return self._read(limit, digests=False)[0]
+
+    def _read(
+        self, limit: int | None, *, digests: bool
+    ) -> tuple[list[TResponseInputItem], list[bytes]]:
+        """`get_items_sync`'s items and, with `digests`, their digests for the ledger."""
         if limit is not None and limit <= 0:
-            return []
+            return [], []
         mem = self.memory()
         # Every message gives at least one item, so the latest `limit` messages hold the latest
         # `limit` items: the read stays O(limit) on a session of any length.
         epoch, ids = internals(mem).working_ids(limit)
         with self._cache_lock:
             if epoch != self._cache_epoch:
-                self._cache_epoch, self._cache = epoch, {}
+                self._cache_epoch, self._cache, self._digests = epoch, {}, {}
             cache = self._cache
             known = {i: cache[i] for i in ids if i in cache}
         missing = [i for i in ids if i not in known]
@@ -720,13 +729,32 @@ class AutoContextSession:
                     if limit is None:
                         # Only the working set stays cached: compressed-away messages go.
                         self._cache = {i: known[i] for i in ids}
+                        self._digests = {i: self._digests[i] for i in ids if i in self._digests}
                     else:
                         self._cache.update((i, known[i]) for i in missing)
             items = [item for i in ids for item in known[i]]
             if limit is not None:
                 items = items[-limit:]
             # Copies: a caller that edits what it got must not edit the cache.
-            return cast(list[TResponseInputItem], [_copy(item) for item in items])
+            copies = cast(list[TResponseInputItem], [_copy(item) for item in items])
+        return copies, self._digests_of(epoch, ids, known, limit) if digests else []
+
+    def _digests_of(
+        self, epoch: Any, ids: Sequence[int], known: Mapping[int, list[Item]], limit: int | None
+    ) -> list[bytes]:
+        """The digests of the items of `ids`, each message's computed once per epoch (the
+        items of a message id never change within one)."""
+        with self._cache_lock:
+            memo = self._digests if epoch == self._cache_epoch else {}
+            found = {i: memo[i] for i in ids if i in memo}
+        fresh = {i: [_plain_digest(item) for item in known[i]] for i in ids if i not in found}
+        if fresh:
+            with self._cache_lock:
+                if epoch == self._cache_epoch:
+                    self._digests.update(fresh)
+        found.update(fresh)
+        flat = [d for i in ids for d in found[i]]
+        return flat[-limit:] if limit is not None else flat
 
     def add_items_sync(self, items: Sequence[Any]) -> None:
         """Append items (one transaction), then compress if the trigger holds (sync)."""
@@ -870,7 +898,12 @@ _VOLATILE_KEYS = frozenset({"id", "status"})
 
 
 def _digest(item: Any) -> bytes:
-    data = _as_dict(item, 0)
+    return _plain_digest(_as_dict(item, 0))
+
+
+def _plain_digest(data: Mapping[str, Any]) -> bytes:
+    """`_digest` of an item known to be plain JSON (one this module built): without the
+    check, which costs a third of the digest of a whole history."""
     kept = {k: v for k, v in data.items() if k not in _VOLATILE_KEYS}
     text = json.dumps(kept, sort_keys=True, ensure_ascii=False)
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
@@ -892,16 +925,19 @@ class _Ledger:
         self._known: Counter[bytes] = Counter()
         self._claimed: Counter[bytes] = Counter()
 
-    def saw(self, items: Sequence[Any]) -> None:
-        """Items read from the memory: held, counted once however often they are read."""
-        counts = Counter(_digest(item) for item in items)
+    def saw(self, digests: Sequence[bytes]) -> None:
+        """The digests of items read from the memory: held, counted once however often they
+        are read."""
+        counts = Counter(digests)
         with self._lock:
             self._known |= counts
 
     def stored(self, items: Sequence[Any]) -> None:
-        counts = Counter(_digest(item) for item in items)
+        digests = [_digest(item) for item in items]
         with self._lock:
-            self._known += counts
+            # In place: `+=` would also walk every count held (O(history) per append).
+            for digest in digests:
+                self._known[digest] += 1
 
     def forget(self, item: Any) -> None:
         with self._lock:
