@@ -35,7 +35,10 @@ from tests.openai_server import OpenAIServer, Reply
 #: One summarizer call at a time per compression: two requests of one session in flight at
 #: once can then only mean two compressors on it.
 CONFIG = dataclasses.replace(SMALL, summarizer_concurrency=1)
-PATIENCE = 20.0
+#: How long a worker process may take to start and reach the summarizer: it imports autoctx
+#: and connects first, which took over 20 s while the suite ran on four workers of a busy
+#: two-core machine. Only a bound on waiting: no assertion is about this time.
+PATIENCE = 60.0
 MARKER = re.compile(r"session=(\w+)")
 
 
@@ -107,6 +110,22 @@ def _due(open_memory: Callable[..., AutoContextMemory], prefix: str, n: int) -> 
     return sids
 
 
+#: The worker processes the running test started.
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_outlives_its_test() -> Iterator[None]:
+    """Kill what a test's workers left running, whatever its outcome: a worker left behind by a
+    failed test would claim and compress the next tests' sessions and fail them too."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
 def _worker(db_url: str, server: OpenAIServer, *args: str) -> subprocess.Popen[str]:
     env = {
         **os.environ,
@@ -114,13 +133,15 @@ def _worker(db_url: str, server: OpenAIServer, *args: str) -> subprocess.Popen[s
         "OPENAI_API_KEY": "test",
         "AUTOCTX_SUMMARY_MODEL": "worker-model",
     }
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "autoctx._cli", "worker", "--database-url", db_url, *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    _STARTED.append(proc)
+    return proc
 
 
 def _statuses(mem: AutoContextMemory) -> Counter[str]:
