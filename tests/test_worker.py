@@ -180,7 +180,10 @@ def test_a_signal_stops_a_worker_cleanly_mid_compression(
     open_memory: Callable[..., AutoContextMemory],
     server: OpenAIServer,
 ) -> None:
-    watch = Watch(hold_s=3.0, rendezvous=1)
+    # The answer is held 12 s and the worker must be gone within 8 s of the signal: waiting for
+    # the answer would take about 12 s, while a clean stop (0.3 s of grace, then closing) took
+    # up to 3.1 s on a busy two-core machine running the suite on four workers.
+    watch = Watch(hold_s=12.0, rendezvous=1)
     server.reset()
     server.set_default(watch)
     (sid,) = _due(open_memory, f"sig{signum}", 1)
@@ -190,7 +193,7 @@ def test_a_signal_stops_a_worker_cleanly_mid_compression(
     worker.send_signal(signum)
     _out, err = worker.communicate(timeout=PATIENCE)
     assert worker.returncode == 0, err
-    assert time.monotonic() - started < 2.5, "it did not wait for the answer in flight"
+    assert time.monotonic() - started < 8.0, "it did not wait for the answer in flight"
     assert "stopped after 0 compression(s)" in err
     mem = open_memory(sid, summarizer=OfflineSummarizer())
     assert _statuses(mem)["applied"] == 0, "nothing was applied after the signal"
