@@ -2,6 +2,12 @@
 
 `AUTOCTX_TEST_DATABASE_URL` (a server URL; its database is used only to connect and create
 others) when set, otherwise a throwaway embedded PostgreSQL in a temporary directory.
+
+Safe under pytest-xdist (the README's command runs the suite on several workers): each worker
+process has its own template and its own clones, every name carries the worker's id and a random
+part, and without a server URL each worker starts its own embedded server in its own directory
+(it listens on a Unix socket only, so no two can collide). Cluster-wide objects the tests make
+(roles) have random names too.
 """
 
 from __future__ import annotations
@@ -29,6 +35,29 @@ from autoctx._store.database import (
 )
 
 ENV_TEST_URL = "AUTOCTX_TEST_DATABASE_URL"
+
+#: "gw0", "gw1", ... under pytest-xdist, "main" otherwise: part of every database name, so that a
+#: database left behind by an interrupted run says which process made it.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def _database_name(kind: str) -> str:
+    return f"autoctx_{kind}_{WORKER}_{uuid.uuid4().hex[:12]}"
+
+
+def _create_database(admin_url: URL, name: str, template: str | None = None) -> None:
+    """Create `name` with commits that do not wait for the server's disk flush.
+
+    The tests check what autoctx commits and reads back, never what survives a crash of the
+    server itself (the crash tests kill clients), so waiting for each commit's WAL flush only
+    costs time: on a busy machine a flush is several milliseconds, and the suite commits tens of
+    thousands of times. A commit is still atomic and visible to every other session at once.
+    """
+    ensure_database(admin_url, name, template=template)
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    with engine.connect() as conn:
+        conn.execute(sa.text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
+    engine.dispose()
 
 
 def _drop_database(admin_url: URL, name: str) -> None:
@@ -63,8 +92,8 @@ def _with_database(url: URL, name: str) -> URL:
 @pytest.fixture(scope="session")
 def template_db(admin_url: URL) -> Iterator[str]:
     """A database migrated to head once, cloned by every module."""
-    name = f"autoctx_tmpl_{uuid.uuid4().hex[:10]}"
-    ensure_database(admin_url, name)
+    name = _database_name("tmpl")
+    _create_database(admin_url, name)
     engine = create_engine(_with_database(admin_url, name), poolclass=sa.NullPool)
     upgrade(engine)
     engine.dispose()
@@ -73,8 +102,8 @@ def template_db(admin_url: URL) -> Iterator[str]:
 
 
 def clone_database(admin_url: URL, template: str) -> tuple[URL, str]:
-    name = f"autoctx_t_{uuid.uuid4().hex[:12]}"
-    ensure_database(admin_url, name, template=template)
+    name = _database_name("t")
+    _create_database(admin_url, name, template=template)
     return _with_database(admin_url, name), name
 
 
@@ -100,8 +129,8 @@ def client(db_url: str) -> Iterator[AutoContextClient]:
 @pytest.fixture
 def empty_db_url(admin_url: URL) -> Iterator[str]:
     """An empty database (no schema), for migration tests."""
-    name = f"autoctx_e_{uuid.uuid4().hex[:12]}"
-    ensure_database(admin_url, name)
+    name = _database_name("e")
+    _create_database(admin_url, name)
     url = _with_database(admin_url, name)
     yield url.render_as_string(hide_password=False)
     AutoContextClient.close_shared(url)

@@ -44,7 +44,10 @@ CONFIG = SMALL
 #: once can then only mean two compressors on it.
 OPTIONS = RuntimeOptions(summarizer_concurrency=1)
 ONE_CALL_AT_A_TIME = ("--summarizer-concurrency", "1")
-PATIENCE = 20.0
+#: How long a worker process may take to start and reach the summarizer: it imports autoctx
+#: and connects first, which took over 20 s while the suite ran on four workers of a busy
+#: two-core machine. Only a bound on waiting: no assertion is about this time.
+PATIENCE = 60.0
 MARKER = re.compile(r"session=(\w+)")
 
 
@@ -116,6 +119,22 @@ def _due(open_memory: Callable[..., AutoContextMemory], prefix: str, n: int) -> 
     return sids
 
 
+#: The worker processes the running test started.
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_outlives_its_test() -> Iterator[None]:
+    """Kill what a test's workers left running, whatever its outcome: a worker left behind by a
+    failed test would claim and compress the next tests' sessions and fail them too."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
 def _worker(db_url: str, server: OpenAIServer, *args: str) -> subprocess.Popen[str]:
     env = {
         **os.environ,
@@ -123,7 +142,7 @@ def _worker(db_url: str, server: OpenAIServer, *args: str) -> subprocess.Popen[s
         "OPENAI_API_KEY": "test",
         "AUTOCTX_SUMMARY_MODEL": "worker-model",
     }
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -139,6 +158,8 @@ def _worker(db_url: str, server: OpenAIServer, *args: str) -> subprocess.Popen[s
         stderr=subprocess.PIPE,
         text=True,
     )
+    _STARTED.append(proc)
+    return proc
 
 
 def _statuses(mem: AutoContextMemory) -> Counter[str]:
@@ -177,7 +198,10 @@ def test_a_signal_stops_a_worker_cleanly_mid_compression(
     open_memory: Callable[..., AutoContextMemory],
     server: OpenAIServer,
 ) -> None:
-    watch = Watch(hold_s=3.0, rendezvous=1)
+    # The answer is held 12 s and the worker must be gone within 8 s of the signal: waiting for
+    # the answer would take about 12 s, while a clean stop (0.3 s of grace, then closing) took
+    # up to 3.1 s on a busy two-core machine running the suite on four workers.
+    watch = Watch(hold_s=12.0, rendezvous=1)
     server.reset()
     server.set_default(watch)
     (sid,) = _due(open_memory, f"sig{signum}", 1)
@@ -187,7 +211,7 @@ def test_a_signal_stops_a_worker_cleanly_mid_compression(
     worker.send_signal(signum)
     _out, err = worker.communicate(timeout=PATIENCE)
     assert worker.returncode == 0, err
-    assert time.monotonic() - started < 2.5, "it did not wait for the answer in flight"
+    assert time.monotonic() - started < 8.0, "it did not wait for the answer in flight"
     assert "stopped after 0 compression(s)" in err
     mem = open_memory(sid, summarizer=OfflineSummarizer())
     assert _statuses(mem)["applied"] == 0, "nothing was applied after the signal"
