@@ -144,19 +144,22 @@ except ModuleNotFoundError as exc:
 """
 
 
-def import_error_without(module: str, *packages: str) -> tuple[str, str]:
-    """The message and `name` of the `ModuleNotFoundError` that importing `module` raises in a
-    child interpreter where `packages` cannot be found, as on an install without the extra."""
+def import_error_without(module: str, package: str) -> str:
+    """The message of the `ModuleNotFoundError` that importing `module` raises in a child
+    interpreter where `package` cannot be found, as on an install without the extra; the
+    error is `package`'s own (its `name`), not another module's."""
     out = subprocess.run(
-        [sys.executable, "-c", _WITHOUT, module, *packages],
+        [sys.executable, "-c", _WITHOUT, module, package],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    assert out.stdout, f"importing {module} without {packages} raised nothing"
+    assert out.stdout, f"importing {module} without {package} raised nothing"
     error = json.loads(out.stdout)
-    return error["message"], error["name"]
+    assert error["name"].split(".")[0] == package, error["name"]
+    message: str = error["message"]
+    return message
 
 
 def assert_names_the_extra(message: str, extra: str) -> None:
