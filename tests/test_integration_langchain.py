@@ -33,22 +33,13 @@ from tests.agent_model import ScriptedAgent, request_tokens
 from tests.openai_server import OpenAIServer
 
 
-def _tool(body: framework_runs.Work) -> Any:
-    @tool
-    def work(step: int) -> str:
-        """Do one step of the work and return its log."""
-        return body()
-
-    return work
-
-
 def _agent(
     srv: OpenAIServer, middleware: AutoContextMiddleware, work: framework_runs.Work, **kw: Any
 ) -> Any:
     model = ChatOpenAI(model="test-model", base_url=srv.base_url, api_key="test", max_retries=0)
     return create_agent(
         model,
-        tools=[_tool(work)],
+        tools=[framework_runs.work_tool(tool, work)],
         system_prompt="Work. " + AutoContextMemory.system_prompt_snippet(),
         middleware=[middleware],
         **kw,

@@ -968,17 +968,6 @@ def test_a_bad_background_mode_of_a_session_is_refused_naming_it(db_url: str) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def _work_tool(body: framework_runs.Work) -> Any:
-    """The work tool of the scripted agent, as an Agents SDK function tool."""
-
-    @function_tool
-    def work(step: int) -> str:
-        """Do one step of the work and return its log."""
-        return body()
-
-    return work
-
-
 def _sdk_agent(
     srv: OpenAIServer, session: AutoContextSession, work: framework_runs.Work
 ) -> tuple[Agent[Any], AsyncOpenAI]:
@@ -988,7 +977,7 @@ def _sdk_agent(
         name="worker",
         instructions="Work. " + AutoContextMemory.system_prompt_snippet(),
         model=model,
-        tools=[_work_tool(work), *context_tools(session)],
+        tools=[framework_runs.work_tool(function_tool, work), *context_tools(session)],
     )
     return agent, client
 
