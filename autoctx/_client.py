@@ -21,17 +21,19 @@ are the parent's) and opens its own on next use, and every memory gets fresh loc
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from sqlalchemy.engine import URL, Engine
 
-from ._background import BackgroundRunner
+from . import _arguments
+from ._background import BackgroundRunner, validate_background
+from ._config import config_argument, options_argument
 from ._observe import CompressionHooks, hooks_of
 from ._store.database import check_connection, create_engine, ensure_schema, resolve_url
 
@@ -40,6 +42,31 @@ if TYPE_CHECKING:
     from ._config import AutoContextConfig, RuntimeOptions
     from ._memory import AsyncAutoContextMemory, AutoContextMemory
     from ._summarizers import Summarizer
+
+
+@dataclass(frozen=True, slots=True)
+class OpenArguments:
+    """The arguments every `open` takes past where to connect (the client's, the memories',
+    their async twins'), in their order. Each `open` keeps its own explicit signature, which
+    its users read, and hands them on as this one value."""
+
+    session_id: str
+    config: AutoContextConfig | None
+    options: RuntimeOptions | None
+    tenant: str | None
+    summarizer: Summarizer | None
+    create: bool
+    background: BackgroundMode
+    hooks: CompressionHooks | Sequence[CompressionHooks] | None
+
+    def check(self) -> None:
+        """Raise the error a bad argument gets (each names the argument and the fix)."""
+        _arguments.session_id(self.session_id)
+        _arguments.tenant(self.tenant)
+        validate_background(self.background)
+        config_argument(self.config)
+        options_argument(self.options)
+        hooks_of(self.hooks)
 
 
 class AutoContextClient:
@@ -145,23 +172,11 @@ class AutoContextClient:
         hooks: CompressionHooks | Sequence[CompressionHooks] | None = None,
     ) -> AutoContextMemory:
         """Open a session's memory through this client (see `AutoContextMemory.open`)."""
-        from ._memory import open_memory  # the memory module imports this one
-
-        mem = open_memory(
-            self,
-            session_id,
-            config,
-            options=options,
-            tenant=tenant,
-            summarizer=summarizer,
-            create=create,
-            background=background,
-            hooks=self.hooks + hooks_of(hooks),
-            log_level=self._summarizer_log_level,
+        return self._open(
+            OpenArguments(
+                session_id, config, options, tenant, summarizer, create, background, hooks
+            )
         )
-        with self._lock:
-            self._memories.add(mem)
-        return mem
 
     async def open_async(
         self,
@@ -179,20 +194,21 @@ class AutoContextClient:
         `AsyncAutoContextMemory` (registered with this client like any other)."""
         from ._memory import AsyncAutoContextMemory  # the memory module imports this one
 
-        mem = await asyncio.to_thread(
-            functools.partial(
-                self.open,
-                session_id,
-                config,
-                options=options,
-                tenant=tenant,
-                summarizer=summarizer,
-                create=create,
-                background=background,
-                hooks=hooks,
-            )
+        args = OpenArguments(
+            session_id, config, options, tenant, summarizer, create, background, hooks
         )
-        return AsyncAutoContextMemory(mem)
+        return AsyncAutoContextMemory(await asyncio.to_thread(self._open, args))
+
+    def _open(self, args: OpenArguments) -> AutoContextMemory:
+        """What every way of opening a memory comes to: open it, with this client's hooks
+        first, and register it."""
+        from ._memory import open_memory  # the memory module imports this one
+
+        hooks = self.hooks + hooks_of(args.hooks)
+        mem = open_memory(self, args, hooks=hooks, log_level=self._summarizer_log_level)
+        with self._lock:
+            self._memories.add(mem)
+        return mem
 
     def close(self) -> None:
         """Close the memories opened through this client and every pooled connection.
@@ -227,6 +243,16 @@ class AutoContextClient:
 
         for mem in list(self._memories):
             internals(mem).after_fork_in_child()
+
+
+def open_shared(
+    database_url: str | URL | None, auto_upgrade: bool, args: OpenArguments
+) -> AutoContextMemory:
+    """`AutoContextMemory.open` (and its async twin's, in a thread): through the process's
+    shared client for `database_url`, the arguments checked before anything connects."""
+    args.check()
+    client = AutoContextClient.shared(database_url, auto_upgrade=auto_upgrade)
+    return client._open(args)
 
 
 def _after_fork_in_child() -> None:

@@ -43,7 +43,7 @@ from ._messages import (
 )
 from ._prompts import build_request
 from ._replacements import preview, summarized_payload
-from ._strategies.s7_fold import STRATEGY as FOLD
+from ._strategies.registry import FOLD, LADDER
 from ._summarizers import OfflineSummarizer
 from ._tags import offload_tag
 from ._tokens import TokenCounter
@@ -51,8 +51,11 @@ from ._tools import SEARCH_TOOL_NAME, TOOL_NAME
 
 #: What stands where erased content was.
 TOMBSTONE = "[erased]"
-#: The summaries the offline summarizer can write again (their strategies have a prompt).
-_TEXT_SUMMARY_STRATEGIES = frozenset({1, 4, 6, FOLD})
+#: The summaries the offline summarizer can write again as text: those of the rungs an LLM
+#: writes for (they have a prompt), but a large message's, which is a payload (rewritten above).
+_TEXT_SUMMARY_STRATEGIES = frozenset(
+    r.number for r in LADDER if r.llm and r.writes != "large_summary"
+)
 
 
 @dataclass(frozen=True, slots=True)

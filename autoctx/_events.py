@@ -5,9 +5,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 Status: TypeAlias = Literal["applied", "skipped", "failed", "conflict"]
+
+#: The strategy of every event that compresses nothing (a pop, a clear, a fork's first event,
+#: an erasure; docs/design.md §7): its reason names what it did. Here, where both the store
+#: that writes such events and the strategy registry that names them may import it.
+MANUAL: Final = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,8 +21,8 @@ class Event:
 
     session_id: str
     id: int
-    #: The rung, 1-8 (docs/design.md §3; 7 is the fold, 8 masking), or 0 for an event that
-    #: compresses nothing (a pop, a clear, a fork, an erasure), which its reason names.
+    #: The rung, 1-8 (docs/design.md §3; 7 is the fold, 8 masking), or `MANUAL` (0) for an
+    #: event that compresses nothing (a pop, a clear, a fork, an erasure), which its reason names.
     strategy: int
     status: Status
     #: Why it ran: 'count' or 'tokens' (which trigger held), 'manual' (`pop_last`), or

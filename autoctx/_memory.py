@@ -40,7 +40,7 @@ from ._background import (
     done_future,
     validate_background,
 )
-from ._client import AutoContextClient
+from ._client import AutoContextClient, OpenArguments, open_shared
 from ._compressor import Compressor, SessionState, is_due, trigger_of
 from ._config import (
     AutoContextConfig,
@@ -62,7 +62,7 @@ from ._errors import (
 from ._events import Event
 from ._intake import Prepared, prepare, stand_in
 from ._messages import Msg, coerce_messages, to_openai_messages
-from ._observe import CompressionHooks, Observer, hooks_of
+from ._observe import CompressionHooks, Observer
 from ._prompts import RELOAD_SNIPPET
 from ._search import (
     DEFAULT_LIMIT,
@@ -234,23 +234,10 @@ class AutoContextMemory:
         `compress_if_needed()`. `hooks` (a `CompressionHooks`, or a list of them) are called
         before each strategy's attempt, after each event it applied and on each failure.
         """
-        _arguments.session_id(session_id)  # before anything connects
-        _arguments.tenant(tenant)
-        validate_background(background)
-        config_argument(config)
-        options_argument(options)
-        hooks_of(hooks)
-        client = AutoContextClient.shared(database_url, auto_upgrade=auto_upgrade)
-        return client.open(
-            session_id,
-            config,
-            options=options,
-            tenant=tenant,
-            summarizer=summarizer,
-            create=create,
-            background=background,
-            hooks=hooks,
+        args = OpenArguments(
+            session_id, config, options, tenant, summarizer, create, background, hooks
         )
+        return open_shared(database_url, auto_upgrade, args)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -915,29 +902,23 @@ def _rewrite_for(
 
 def open_memory(
     client: AutoContextClient,
-    session_id: str,
-    config: AutoContextConfig | None,
+    args: OpenArguments,
     *,
-    tenant: str | None,
-    summarizer: Summarizer | None,
-    create: bool,
-    background: BackgroundMode = False,
     hooks: Sequence[CompressionHooks] = (),
-    options: RuntimeOptions | None = None,
     log_level: int = logging.INFO,
 ) -> AutoContextMemory:
-    """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls);
-    `log_level`: the level of the line naming the memory's summarizer."""
-    _arguments.session_id(session_id)
-    _arguments.tenant(tenant)
-    validate_background(background)
-    checked = options_argument(options)
-    given = config = config_argument(config)
+    """`AutoContextMemory.open` through `client` (what `AutoContextClient.open` calls), with
+    `hooks` (the client's and the caller's, checked); `log_level`: the level of the line
+    naming the memory's summarizer."""
+    args.check()
+    session_id, summarizer = args.session_id, args.summarizer
+    checked = options_argument(args.options)
+    given = config = config_argument(args.config)
     config = config or AutoContextConfig()
-    store = SessionStore(client.engine, session_id, tenant)
+    store = SessionStore(client.engine, session_id, args.tenant)
     info = store.get_session()
     if info is None:
-        if not create:
+        if not args.create:
             raise SessionNotFound(
                 f"session {session_id!r} does not exist; open it with create=True to start it"
             )
@@ -962,25 +943,14 @@ def open_memory(
         session_id,
         describe_summarizer(chosen, given=summarizer is not None),
     )
-    if summarizer is not None:
-        return AutoContextMemory(
-            store,
-            info,
-            config,
-            summarizer,
-            client=client,
-            background=background,
-            hooks=hooks,
-            options=checked,
-        )
     return AutoContextMemory(
         store,
         info,
         config,
         chosen,
-        owns_summarizer=True,
+        owns_summarizer=summarizer is None,  # one it made itself, it closes
         client=client,
-        background=background,
+        background=args.background,
         hooks=hooks,
         options=checked,
     )
@@ -1056,22 +1026,10 @@ class AsyncAutoContextMemory:
     ) -> AsyncAutoContextMemory:
         """`AutoContextMemory.open` (through the process's shared client for the URL), in a
         worker thread; `AutoContextClient.open_async` opens one through a client of yours."""
-        sync = await asyncio.to_thread(
-            functools.partial(
-                AutoContextMemory.open,
-                session_id,
-                database_url,
-                config,
-                options=options,
-                auto_upgrade=auto_upgrade,
-                tenant=tenant,
-                summarizer=summarizer,
-                create=create,
-                background=background,
-                hooks=hooks,
-            )
+        args = OpenArguments(
+            session_id, config, options, tenant, summarizer, create, background, hooks
         )
-        return cls(sync)
+        return cls(await asyncio.to_thread(open_shared, database_url, auto_upgrade, args))
 
     async def add(self, messages: MessageInput) -> list[Msg]:
         return await asyncio.to_thread(self.sync.add, messages)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from ._background import BackgroundMode, BackgroundState
 from ._compressor import is_due
@@ -132,25 +132,33 @@ def keep_window(
     yield Compress(over_window=True, claim=True, hand_over=False)
 
 
+@dataclass(frozen=True, slots=True)
+class _Done(Generic[_R]):
+    """What a policy returned."""
+
+    value: _R
+
+
+def _advance(policy: Policy[_R], answer: object) -> Step | _Done[_R]:
+    """The policy's next step given `answer` to the last one, or what it returned: the one
+    place both runners below drive a policy, so that they differ only in awaiting."""
+    try:
+        return policy.send(answer)
+    except StopIteration as done:
+        return _Done(done.value)
+
+
 def run(policy: Policy[_R], take_step: Callable[[Step], object]) -> _R:
     """Run `policy` to its result, answering each step with `take_step`."""
-    answer: object = None
-    while True:
-        try:
-            step = policy.send(answer)
-        except StopIteration as done:
-            result: _R = done.value
-            return result
-        answer = take_step(step)
+    step = _advance(policy, None)
+    while not isinstance(step, _Done):
+        step = _advance(policy, take_step(step))
+    return step.value
 
 
 async def arun(policy: Policy[_R], take_step: Callable[[Step], Awaitable[object]]) -> _R:
     """`run`, with steps that are awaited."""
-    answer: object = None
-    while True:
-        try:
-            step = policy.send(answer)
-        except StopIteration as done:
-            result: _R = done.value
-            return result
-        answer = await take_step(step)
+    step = _advance(policy, None)
+    while not isinstance(step, _Done):
+        step = _advance(policy, await take_step(step))
+    return step.value

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import pytest
 
@@ -19,6 +19,8 @@ from autoctx import AutoContextClient, AutoContextMemory, SessionNotFound
 from autoctx._store.database import resolve_url
 from tests.agent_model import ScriptedAgent, tool_output
 from tests.dbsql import sql
+
+T = TypeVar("T")
 
 #: The window of every framework run: a few 2-20 KB tool outputs fill it.
 WINDOW = 16_000
@@ -39,6 +41,18 @@ class Work:
     def __call__(self) -> str:
         self.calls += 1
         return tool_output(self.calls, output_size(self.calls))
+
+
+def work_tool(decorate: Callable[[Callable[[int], str]], T], body: Work) -> T:
+    """The scripted agent's work tool as a framework's tool: `decorate` is the framework's
+    tool decorator (LangChain's `tool`, the Agents SDK's `function_tool`), which reads the
+    tool's name, docstring and parameters from the function."""
+
+    def work(step: int) -> str:
+        """Do one step of the work and return its log."""
+        return body()
+
+    return decorate(work)
 
 
 def assert_under_window(agent_model: ScriptedAgent) -> None:
@@ -144,19 +158,22 @@ except ModuleNotFoundError as exc:
 """
 
 
-def import_error_without(module: str, *packages: str) -> tuple[str, str]:
-    """The message and `name` of the `ModuleNotFoundError` that importing `module` raises in a
-    child interpreter where `packages` cannot be found, as on an install without the extra."""
+def import_error_without(module: str, package: str) -> str:
+    """The message of the `ModuleNotFoundError` that importing `module` raises in a child
+    interpreter where `package` cannot be found, as on an install without the extra; the
+    error is `package`'s own (its `name`), not another module's."""
     out = subprocess.run(
-        [sys.executable, "-c", _WITHOUT, module, *packages],
+        [sys.executable, "-c", _WITHOUT, module, package],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    assert out.stdout, f"importing {module} without {packages} raised nothing"
+    assert out.stdout, f"importing {module} without {package} raised nothing"
     error = json.loads(out.stdout)
-    return error["message"], error["name"]
+    assert error["name"].split(".")[0] == package, error["name"]
+    message: str = error["message"]
+    return message
 
 
 def assert_names_the_extra(message: str, extra: str) -> None:

@@ -44,15 +44,8 @@ from autoctx.integrations.agentscope import (
     _to_autoctx,
 )
 
+from . import framework_runs
 from .agent_model import ScriptedAgent, tool_output
-from .framework_runs import (
-    WINDOW,
-    assert_names_the_extra,
-    assert_opened_through,
-    assert_under_window,
-    import_error_without,
-    output_size,
-)
 from .openai_server import OpenAIServer
 
 T = TypeVar("T")
@@ -73,7 +66,7 @@ def work(step: int) -> str:
     Args:
         step: the step number
     """
-    return tool_output(step, output_size(step, stride=3571))
+    return tool_output(step, framework_runs.output_size(step, stride=3571))
 
 
 def make_agent(
@@ -109,7 +102,7 @@ def open_mw(db_url: str, session_id: str) -> Iterator[Any]:
         return await AutoContextMiddleware.open(
             session_id,
             db_url,
-            config or AutoContextConfig(max_tokens=WINDOW),
+            config or AutoContextConfig(max_tokens=framework_runs.WINDOW),
             summarizer=OfflineSummarizer(),
         )
 
@@ -239,7 +232,7 @@ def test_a_long_run_stays_under_the_window_and_stores_every_output(open_mw: Any)
             # The agent's own context does not keep what autoctx holds.
             assert len(agent.state.context) == 1
         assert len(agent_model.inputs) == calls + 1
-        assert_under_window(agent_model)
+        framework_runs.assert_under_window(agent_model)
         assert "context_search" in agent_model.offered_tools(0)
         # The context_search call was answered with the fact of an early, compressed step.
         answered = agent_model.requests[45]["messages"][-1]
@@ -263,8 +256,8 @@ def test_without_the_middleware_the_same_run_overflows(db_url: str) -> None:
 
     run(go())
     print(f"without autoctx: largest request {agent_model.largest_request()} tokens")
-    assert agent_model.largest_request() > 5 * WINDOW
-    assert agent_model.over(WINDOW) > 30
+    assert agent_model.largest_request() > 5 * framework_runs.WINDOW
+    assert agent_model.over(framework_runs.WINDOW) > 30
 
 
 def test_many_short_runs_stay_under_the_window_and_a_reopened_session_continues(
@@ -283,7 +276,7 @@ def test_many_short_runs_stay_under_the_window_and_a_reopened_session_continues(
                 await agent.reply(UserMsg(name="user", content=f"Run part {i}."))
                 sizes.append(len(agent.state.context))
             await mw.close()
-            assert_under_window(agent_model)
+            framework_runs.assert_under_window(agent_model)
             await_count = len(agent_model.requests)
             # A new process would build new objects: a new middleware and a new agent.
             mw2 = await open_mw()
@@ -297,7 +290,7 @@ def test_many_short_runs_stay_under_the_window_and_a_reopened_session_continues(
             assert "Run part 24." in texts and "FACT-0074" in texts
             answered = agent_model.requests[await_count + 1]["messages"][-1]
             assert value(1) in answered["content"]
-            assert_under_window(agent_model)
+            framework_runs.assert_under_window(agent_model)
             await stored_once(mw2, range(runs * per_run + 1, runs * per_run + per_run))
             await stored_once(mw2, range(runs * per_run))
             # No message of the first agent was stored twice by the second.
@@ -347,7 +340,7 @@ def test_a_given_client_opens_the_memory_and_its_close_closes_it(
     async def go() -> AutoContextMiddleware:
         mw = await AutoContextMiddleware.open(
             session_id,
-            config=AutoContextConfig(max_tokens=WINDOW),
+            config=AutoContextConfig(max_tokens=framework_runs.WINDOW),
             summarizer=OfflineSummarizer(),
             client=client,
         )
@@ -358,16 +351,15 @@ def test_a_given_client_opens_the_memory_and_its_close_closes_it(
         return mw
 
     mw = run(go())
-    assert_opened_through(client, mw.memory.sync, db_url)
+    framework_runs.assert_opened_through(client, mw.memory.sync, db_url)
     with pytest.raises(ConfigError, match="not both"):
         run(AutoContextMiddleware.open(session_id, db_url, client=client))
 
 
 def test_without_agentscope_the_import_error_names_the_extra() -> None:
-    message, name = import_error_without("autoctx.integrations.agentscope", "agentscope")
-    assert name.split(".")[0] == "agentscope"
+    message = framework_runs.import_error_without("autoctx.integrations.agentscope", "agentscope")
     assert "needs AgentScope 2.x" in message
-    assert_names_the_extra(message, "agentscope")
+    framework_runs.assert_names_the_extra(message, "agentscope")
 
 
 def test_the_example_runs_against_the_local_endpoint(db_url: str) -> None:
@@ -424,7 +416,7 @@ def test_a_streaming_model_is_bounded_too(open_mw: Any) -> None:
             reply = await agent.reply(UserMsg(name="user", content="Run the job."))
             assert reply.get_text_content() == agent_model.final_answer
         assert all(r.get("stream") for r in agent_model.requests)
-        assert_under_window(agent_model)
+        framework_runs.assert_under_window(agent_model)
         await stored_once(mw, range(24))
         await mw.close()
 

@@ -28,35 +28,18 @@ from autoctx import (
 )
 from autoctx.integrations._optional import framework_of
 from autoctx.integrations.langchain import AutoContextMiddleware
+from tests import framework_runs
 from tests.agent_model import ScriptedAgent, request_tokens
-from tests.framework_runs import (
-    WINDOW,
-    Work,
-    answers_to,
-    assert_each_stored_once,
-    assert_names_the_extra,
-    assert_opened_through,
-    assert_reachable,
-    assert_under_window,
-    import_error_without,
-)
 from tests.openai_server import OpenAIServer
 
 
-def _tool(body: Work) -> Any:
-    @tool
-    def work(step: int) -> str:
-        """Do one step of the work and return its log."""
-        return body()
-
-    return work
-
-
-def _agent(srv: OpenAIServer, middleware: AutoContextMiddleware, work: Work, **kw: Any) -> Any:
+def _agent(
+    srv: OpenAIServer, middleware: AutoContextMiddleware, work: framework_runs.Work, **kw: Any
+) -> Any:
     model = ChatOpenAI(model="test-model", base_url=srv.base_url, api_key="test", max_retries=0)
     return create_agent(
         model,
-        tools=[_tool(work)],
+        tools=[framework_runs.work_tool(tool, work)],
         system_prompt="Work. " + AutoContextMemory.system_prompt_snippet(),
         middleware=[middleware],
         **kw,
@@ -67,7 +50,7 @@ def _agent(srv: OpenAIServer, middleware: AutoContextMiddleware, work: Work, **k
 def make_middleware(db_url: str) -> Callable[..., AutoContextMiddleware]:
     def make(**kw: Any) -> AutoContextMiddleware:
         kw.setdefault("summarizer", OfflineSummarizer())
-        kw.setdefault("config", AutoContextConfig(max_tokens=WINDOW))
+        kw.setdefault("config", AutoContextConfig(max_tokens=framework_runs.WINDOW))
         return AutoContextMiddleware(db_url, **kw)
 
     return make
@@ -84,7 +67,7 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
     agent_model = ScriptedAgent(
         calls_per_run=48, context_calls={40: ("context_search", {"query": '"FACT-0003"'})}
     )
-    work = Work()
+    work = framework_runs.Work()
     with OpenAIServer(default=agent_model) as srv:
         agent = _agent(srv, middleware, work)
         result = agent.invoke(
@@ -93,16 +76,16 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
         )
     assert result["messages"][-1].content == agent_model.final_answer
     assert work.calls == 47 and len(agent_model.inputs) == 49
-    assert_under_window(agent_model)
+    framework_runs.assert_under_window(agent_model)
     assert {"context_reload", "context_search"} <= set(agent_model.offered_tools(0))
     # The graph state is the working context (under the window), not every message of the run.
     mem = middleware.memory({"configurable": {"thread_id": session_id}})
-    assert _tokens(result["messages"]) < WINDOW
+    assert _tokens(result["messages"]) < framework_runs.WINDOW
     assert [e for e in mem.events() if e.status == "applied"], "the run never compressed"
-    answers = answers_to(agent_model, "context_search")
+    answers = framework_runs.answers_to(agent_model, "context_search")
     assert len(answers) == 1 and "FACT-0003" in answers[0]
-    assert_each_stored_once(mem, prompts=1, calls=48)
-    assert_reachable(mem, range(1, work.calls + 1))
+    framework_runs.assert_each_stored_once(mem, prompts=1, calls=48)
+    framework_runs.assert_reachable(mem, range(1, work.calls + 1))
 
 
 def test_many_short_runs_and_a_restart_with_a_checkpointer(
@@ -111,7 +94,7 @@ def test_many_short_runs_and_a_restart_with_a_checkpointer(
     agent_model = ScriptedAgent(
         calls_per_run=3, context_calls={1: ("context_search", {"query": '"FACT-0002"'})}
     )
-    work = Work()
+    work = framework_runs.Work()
     checkpointer = InMemorySaver()
     config: Any = {"configurable": {"thread_id": session_id}}
     finals: list[Any] = []
@@ -131,18 +114,18 @@ def test_many_short_runs_and_a_restart_with_a_checkpointer(
     second = make_middleware()
     runs(second, range(13, 25))
     assert finals == [agent_model.final_answer] * 25
-    assert_under_window(agent_model)
+    framework_runs.assert_under_window(agent_model)
     assert "Task 12" in json.dumps(agent_model.requests[0]["messages"])
     mem = second.memory(config)
     assert [e for e in mem.events() if e.status == "applied"]
-    answers = answers_to(agent_model, "context_search")
+    answers = framework_runs.answers_to(agent_model, "context_search")
     assert len(answers) >= 12 and all("FACT-0002" in a for a in answers)
-    assert_each_stored_once(mem, prompts=25, calls=75)
-    assert_reachable(mem, range(1, work.calls + 1))
+    framework_runs.assert_each_stored_once(mem, prompts=25, calls=75)
+    framework_runs.assert_reachable(mem, range(1, work.calls + 1))
     # The checkpointed state stays the working context, not the thread's whole history.
     state = checkpointer.get(config)
     assert state is not None
-    assert _tokens(state["channel_values"]["messages"]) < WINDOW
+    assert _tokens(state["channel_values"]["messages"]) < framework_runs.WINDOW
 
 
 def test_without_a_checkpointer_the_session_carries_the_thread(
@@ -151,7 +134,7 @@ def test_without_a_checkpointer_the_session_carries_the_thread(
     """No checkpointer: each invoke starts from its new message only, and the model still
     gets the thread's history, from autoctx (an explicit session id here)."""
     agent_model = ScriptedAgent(calls_per_run=1)
-    work = Work()
+    work = framework_runs.Work()
     with OpenAIServer(default=agent_model) as srv:
         for k in range(2):
             agent = _agent(srv, make_middleware(session_id=session_id), work)
@@ -164,7 +147,7 @@ def test_a_run_without_a_thread_id_is_refused_naming_the_fix(
 ) -> None:
     agent_model = ScriptedAgent(calls_per_run=1)
     with OpenAIServer(default=agent_model) as srv:
-        agent = _agent(srv, make_middleware(), Work())
+        agent = _agent(srv, make_middleware(), framework_runs.Work())
         with pytest.raises(ConfigError, match="thread_id"):
             agent.invoke({"messages": [{"role": "user", "content": "hi"}]})
     assert agent_model.requests == []
@@ -178,7 +161,7 @@ def test_an_async_run_stays_under_the_window_and_stores_each_message_once(
     agent_model = ScriptedAgent(
         calls_per_run=12, context_calls={10: ("context_search", {"query": '"FACT-0001"'})}
     )
-    work = Work()
+    work = framework_runs.Work()
     config: Any = {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
     with OpenAIServer(default=agent_model) as srv:
         agent = _agent(srv, middleware, work, checkpointer=InMemorySaver())
@@ -190,12 +173,12 @@ def test_an_async_run_stays_under_the_window_and_stores_each_message_once(
                 assert result["messages"][-1].content == agent_model.final_answer
 
         asyncio.run(runs())
-    assert_under_window(agent_model)
-    answers = answers_to(agent_model, "context_search")
+    framework_runs.assert_under_window(agent_model)
+    answers = framework_runs.answers_to(agent_model, "context_search")
     assert len(answers) == 2 and all("FACT-0001" in a for a in answers)
     mem = middleware.memory(config)
     assert [e for e in mem.events() if e.status == "applied"]
-    assert_each_stored_once(mem, prompts=2, calls=24)
+    framework_runs.assert_each_stored_once(mem, prompts=2, calls=24)
 
 
 def test_a_given_client_opens_the_memories_and_its_close_closes_them(
@@ -203,27 +186,28 @@ def test_a_given_client_opens_the_memories_and_its_close_closes_them(
 ) -> None:
     AutoContextClient.close_shared(db_url)
     middleware = AutoContextMiddleware(
-        config=AutoContextConfig(max_tokens=WINDOW), summarizer=OfflineSummarizer(), client=client
+        config=AutoContextConfig(max_tokens=framework_runs.WINDOW),
+        summarizer=OfflineSummarizer(),
+        client=client,
     )
     agent_model = ScriptedAgent(calls_per_run=2)
     config: Any = {"configurable": {"thread_id": session_id}}
     with OpenAIServer(default=agent_model) as srv:
-        agent = _agent(srv, middleware, Work())
+        agent = _agent(srv, middleware, framework_runs.Work())
         result = agent.invoke({"messages": [{"role": "user", "content": "Do the work"}]}, config)
     assert result["messages"][-1].content == agent_model.final_answer
     mem = middleware.memory(config)
     assert len(mem.messages()) == 6  # the prompt, two calls and results, the answer
-    assert_opened_through(client, mem, db_url)
+    framework_runs.assert_opened_through(client, mem, db_url)
     with pytest.raises(ConfigError, match="not both"):
         AutoContextMiddleware(db_url, client=client)
 
 
 @pytest.mark.parametrize("package", ["langchain", "langchain_core", "langgraph"])
 def test_without_langchain_the_import_error_names_the_extra(package: str) -> None:
-    message, name = import_error_without("autoctx.integrations.langchain", package)
-    assert name.split(".")[0] == package
+    message = framework_runs.import_error_without("autoctx.integrations.langchain", package)
     assert "needs LangChain v1" in message
-    assert_names_the_extra(message, "langchain")
+    framework_runs.assert_names_the_extra(message, "langchain")
 
 
 def test_a_missing_module_that_is_not_the_framework_passes_through_unchanged() -> None:

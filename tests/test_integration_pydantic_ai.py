@@ -37,15 +37,8 @@ from autoctx.integrations.pydantic_ai import (
     to_model_messages,
 )
 
+from . import framework_runs
 from .agent_model import ScriptedAgent, tool_output
-from .framework_runs import (
-    WINDOW,
-    assert_names_the_extra,
-    assert_opened_through,
-    assert_under_window,
-    import_error_without,
-    output_size,
-)
 from .openai_server import OpenAIServer
 
 
@@ -65,7 +58,7 @@ def _agent(srv: OpenAIServer, capability: AutoContextCapability, calls: list[int
     @agent.tool_plain
     def run_step(step: int) -> str:
         calls.append(step)
-        return tool_output(step, output_size(len(calls), stride=7_331))
+        return tool_output(step, framework_runs.output_size(len(calls), stride=7_331))
 
     return agent
 
@@ -74,7 +67,7 @@ def _capability(db_url: str, session_id: str) -> AutoContextCapability:
     return AutoContextCapability(
         session_id,
         db_url,
-        AutoContextConfig(max_tokens=WINDOW),
+        AutoContextConfig(max_tokens=framework_runs.WINDOW),
         summarizer=OfflineSummarizer(),
     )
 
@@ -143,9 +136,9 @@ def test_long_run_stays_under_the_window(
     result = agent.run_sync("Run the 48 steps.")
     assert result.output == "All steps are done."
     assert len(calls) == 46  # 48 calls, two of them context tools
-    assert_under_window(scripted)
+    framework_runs.assert_under_window(scripted)
     assert len(scripted.inputs) == 49
-    assert scripted.largest_request() > WINDOW // 2
+    assert scripted.largest_request() > framework_runs.WINDOW // 2
     assert {"context_reload", "context_search"} <= set(scripted.offered_tools())
 
     async def check() -> None:
@@ -185,7 +178,7 @@ def test_long_run_stays_under_the_window(
     assert second.output == "All steps are done."
     first_request = scripted.requests[-4]["messages"]
     assert any("FACT-" in str(m.get("content")) for m in first_request[:-1])
-    assert_under_window(scripted)
+    framework_runs.assert_under_window(scripted)
 
     async def count() -> int:
         memory = await again.open()
@@ -196,7 +189,7 @@ def test_long_run_stays_under_the_window(
     assert asyncio.run(count()) > 0
     print(
         f"pydantic-ai long run: {len(scripted.inputs)} requests, largest "
-        f"{scripted.largest_request()} / {WINDOW}"
+        f"{scripted.largest_request()} / {framework_runs.WINDOW}"
     )
 
 
@@ -219,13 +212,13 @@ def test_short_runs_through_agent_run(
 
     asyncio.run(runs())
     assert len(calls) == 75
-    assert_under_window(scripted)
+    framework_runs.assert_under_window(scripted)
     # Each run stores its prompt, 3 calls, 3 results and the answer, once.
     mem = AutoContextMemory.open(session_id, db_url, summarizer=OfflineSummarizer())
     hits = mem.search('"Run 7"')
     assert len(hits) == 1
     mem.close()
-    print(f"pydantic-ai short runs: largest {scripted.largest_request()} / {WINDOW}")
+    print(f"pydantic-ai short runs: largest {scripted.largest_request()} / {framework_runs.WINDOW}")
 
 
 def test_message_history_is_not_stored_again(
@@ -263,7 +256,7 @@ def test_a_given_client_opens_the_memory_and_its_close_closes_it(
     AutoContextClient.close_shared(db_url)
     capability = AutoContextCapability(
         session_id,
-        config=AutoContextConfig(max_tokens=WINDOW),
+        config=AutoContextConfig(max_tokens=framework_runs.WINDOW),
         summarizer=OfflineSummarizer(),
         client=client,
     )
@@ -276,13 +269,12 @@ def test_a_given_client_opens_the_memory_and_its_close_closes_it(
         *["assistant", "tool"] * 2,
         "assistant",
     ]
-    assert_opened_through(client, memory.sync, db_url)
+    framework_runs.assert_opened_through(client, memory.sync, db_url)
     with pytest.raises(ConfigError, match="not both"):
         AutoContextCapability(session_id, db_url, client=client)
 
 
 def test_without_pydantic_ai_the_import_error_names_the_extra() -> None:
-    message, name = import_error_without("autoctx.integrations.pydantic_ai", "pydantic_ai")
-    assert name.split(".")[0] == "pydantic_ai"
+    message = framework_runs.import_error_without("autoctx.integrations.pydantic_ai", "pydantic_ai")
     assert "needs Pydantic AI" in message
-    assert_names_the_extra(message, "pydantic-ai")
+    framework_runs.assert_names_the_extra(message, "pydantic-ai")

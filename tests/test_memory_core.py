@@ -16,9 +16,11 @@ from autoctx import (
     AsyncAutoContextMemory,
     AutoContextConfig,
     AutoContextMemory,
+    ConfigError,
     DatabaseUnavailable,
     InvalidMessage,
     InvalidSessionId,
+    InvalidTenant,
     Msg,
     SessionNotFound,
     ToolUseBlock,
@@ -136,6 +138,31 @@ def test_unreachable_database_gives_one_clear_line() -> None:
     message = str(err.value)
     assert "127.0.0.1:1" in message and "AUTOCTX_DATABASE_URL" in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "fragment"),
+    [
+        ({"session_id": ""}, InvalidSessionId, "empty"),
+        ({"tenant": "a\x00b"}, InvalidTenant, "NUL"),
+        ({"background": "thread"}, ConfigError, "background"),
+        ({"config": {"max_tokens": 1000}}, ConfigError, "AutoContextConfig"),
+        ({"options": {"strict": True}}, ConfigError, "RuntimeOptions"),
+        ({"hooks": [print]}, ConfigError, "CompressionHooks"),
+    ],
+    ids=["session_id", "tenant", "background", "config", "options", "hooks"],
+)
+def test_each_argument_of_open_is_checked_before_anything_connects(
+    bad: dict[str, Any], error: type[Exception], fragment: str
+) -> None:
+    """The sync and the async open refuse a bad argument with its own error, not with the
+    unreachable database's: they check what they are given before they connect."""
+    url = "postgresql+psycopg://nobody@127.0.0.1:1/nowhere"
+    kwargs: dict[str, Any] = {"session_id": "s", **bad}
+    with pytest.raises(error, match=fragment):
+        AutoContextMemory.open(database_url=url, **kwargs)
+    with pytest.raises(error, match=fragment):
+        asyncio.run(AsyncAutoContextMemory.open(database_url=url, **kwargs))
 
 
 def test_open_without_create_on_unknown_session(db_url: str) -> None:

@@ -50,19 +50,9 @@ from autoctx._plot import reconstruct
 from autoctx._store.inspect import message_stamps
 from autoctx._tools import NOT_FOUND_ANSWER
 from autoctx.integrations.openai_agents import AutoContextSession, context_tools
+from tests import framework_runs
 from tests.agent_model import ScriptedAgent, tool_output
 from tests.dbsql import sql
-from tests.framework_runs import (
-    WINDOW,
-    Work,
-    answers_to,
-    assert_each_stored_once,
-    assert_names_the_extra,
-    assert_opened_through,
-    assert_reachable,
-    assert_under_window,
-    import_error_without,
-)
 from tests.openai_server import OpenAIServer, Reply
 
 T = TypeVar("T")
@@ -890,10 +880,9 @@ def _assert_totals_match_a_recount(mem: AutoContextMemory) -> None:
 
 
 def test_without_the_sdk_the_import_error_names_the_extra() -> None:
-    message, name = import_error_without("autoctx.integrations.openai_agents", "agents")
-    assert name.split(".")[0] == "agents"
+    message = framework_runs.import_error_without("autoctx.integrations.openai_agents", "agents")
     assert "needs the OpenAI Agents SDK" in message
-    assert_names_the_extra(message, "agents")
+    framework_runs.assert_names_the_extra(message, "agents")
 
 
 class HeldSummarizer:
@@ -979,19 +968,8 @@ def test_a_bad_background_mode_of_a_session_is_refused_naming_it(db_url: str) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def _work_tool(body: Work) -> Any:
-    """The work tool of the scripted agent, as an Agents SDK function tool."""
-
-    @function_tool
-    def work(step: int) -> str:
-        """Do one step of the work and return its log."""
-        return body()
-
-    return work
-
-
 def _sdk_agent(
-    srv: OpenAIServer, session: AutoContextSession, work: Work
+    srv: OpenAIServer, session: AutoContextSession, work: framework_runs.Work
 ) -> tuple[Agent[Any], AsyncOpenAI]:
     client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
     model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
@@ -999,7 +977,7 @@ def _sdk_agent(
         name="worker",
         instructions="Work. " + AutoContextMemory.system_prompt_snippet(),
         model=model,
-        tools=[_work_tool(work), *context_tools(session)],
+        tools=[framework_runs.work_tool(function_tool, work), *context_tools(session)],
     )
     return agent, client
 
@@ -1022,7 +1000,7 @@ async def _sdk_run(
 
 
 def _window_config() -> AutoContextConfig:
-    return AutoContextConfig(max_tokens=WINDOW)
+    return AutoContextConfig(max_tokens=framework_runs.WINDOW)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
@@ -1034,7 +1012,7 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
     agent_model = ScriptedAgent(
         calls_per_run=48, context_calls={40: ("context_search", {"query": '"FACT-0003"'})}
     )
-    work = Work()
+    work = framework_runs.Work()
 
     async def scenario() -> None:
         with OpenAIServer(default=agent_model) as srv:
@@ -1046,16 +1024,16 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
     run(scenario())
     assert work.calls == 47
     assert len(agent_model.inputs) == 49
-    assert_under_window(agent_model)
+    framework_runs.assert_under_window(agent_model)
     for body in agent_model.requests:
         assert_valid_chat_history(body["messages"])
     mem = session.memory()
     assert [e for e in mem.events() if e.status == "applied"], "the run never compressed"
     # The search the model made inside the run was answered from what the run stored.
-    answers = answers_to(agent_model, "context_search")
+    answers = framework_runs.answers_to(agent_model, "context_search")
     assert len(answers) == 1 and "FACT-0003" in answers[0]
-    assert_each_stored_once(mem, prompts=1, calls=48)
-    assert_reachable(mem, range(1, work.calls + 1))
+    framework_runs.assert_each_stored_once(mem, prompts=1, calls=48)
+    framework_runs.assert_reachable(mem, range(1, work.calls + 1))
 
 
 def test_a_given_client_opens_the_memory_and_its_close_closes_it(
@@ -1070,15 +1048,15 @@ def test_a_given_client_opens_the_memory_and_its_close_closes_it(
 
     async def scenario() -> None:
         with OpenAIServer(default=agent_model) as srv:
-            agent, openai_client = _sdk_agent(srv, session, Work())
+            agent, openai_client = _sdk_agent(srv, session, framework_runs.Work())
             final = await _sdk_run(agent, "Do the work", session, stream=False, bounded=True)
             assert final == agent_model.final_answer
             await openai_client.close()
 
     run(scenario())
     mem = session.memory()
-    assert_each_stored_once(mem, prompts=1, calls=2)
-    assert_opened_through(client, mem, db_url)
+    framework_runs.assert_each_stored_once(mem, prompts=1, calls=2)
+    framework_runs.assert_opened_through(client, mem, db_url)
     with pytest.raises(ConfigError, match="not both"):
         AutoContextSession(session_id, db_url, client=client)
 
@@ -1091,7 +1069,7 @@ def test_without_the_filter_a_long_run_goes_over_the_window(
     session = make_session(config=_window_config())
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(calls_per_run=48)
-    work = Work()
+    work = framework_runs.Work()
 
     async def scenario() -> None:
         with OpenAIServer(default=agent_model) as srv:
@@ -1101,8 +1079,8 @@ def test_without_the_filter_a_long_run_goes_over_the_window(
 
     run(scenario())
     assert [e for e in session.memory().events() if e.status == "applied"]
-    assert agent_model.largest_request() > 5 * WINDOW
-    assert agent_model.over(WINDOW) > 30
+    assert agent_model.largest_request() > 5 * framework_runs.WINDOW
+    assert agent_model.over(framework_runs.WINDOW) > 30
 
 
 def test_many_short_runs_and_a_restart_stay_under_the_window(
@@ -1112,7 +1090,7 @@ def test_many_short_runs_and_a_restart_stay_under_the_window(
     agent_model = ScriptedAgent(
         calls_per_run=3, context_calls={1: ("context_search", {"query": '"FACT-0002"'})}
     )
-    work = Work()
+    work = framework_runs.Work()
     finals: list[Any] = []
 
     async def runs(session: AutoContextSession, prompts: range) -> None:
@@ -1132,16 +1110,16 @@ def test_many_short_runs_and_a_restart_stay_under_the_window(
     second = make_session(first.session_id, config=_window_config())
     run(runs(second, range(13, 25)))
     assert finals == [agent_model.final_answer] * 25
-    assert_under_window(agent_model)
+    framework_runs.assert_under_window(agent_model)
     first_after_restart = json.dumps(agent_model.requests[0]["messages"])
     assert "Task 12" in first_after_restart
     mem = second.memory()
     assert [e for e in mem.events() if e.status == "applied"]
-    answers = answers_to(agent_model, "context_search")
+    answers = framework_runs.answers_to(agent_model, "context_search")
     # The 12 searches after the restart (and the one before it, still in the history).
     assert len(answers) >= 12 and all("FACT-0002" in a for a in answers)
-    assert_each_stored_once(mem, prompts=25, calls=75)
-    assert_reachable(mem, range(1, work.calls + 1))
+    framework_runs.assert_each_stored_once(mem, prompts=25, calls=75)
+    framework_runs.assert_reachable(mem, range(1, work.calls + 1))
 
 
 def test_run_config_sets_the_filter_and_keeps_other_options(
@@ -1198,7 +1176,7 @@ def test_the_filter_keeps_reasoning_with_its_calls_and_outputs_after_them(
                 assert item["call_id"] in called
     mem = session.memory()
     assert [e for e in mem.events() if e.status == "applied"]
-    assert_each_stored_once(mem, prompts=1, calls=30)
+    framework_runs.assert_each_stored_once(mem, prompts=1, calls=30)
 
 
 @pytest.mark.slow

@@ -44,6 +44,7 @@ from .._errors import (
     MessageNotFound,
     SessionExists,
 )
+from .._events import MANUAL
 from .._intake import Prepared, open_calls_at_tail
 from .._messages import Msg, json_text
 from .rows import (
@@ -435,7 +436,7 @@ def _copy(conn: Connection, parent: Any, child_id: str, cut: _Cut) -> SessionInf
             event_row(
                 child_id,
                 fork_event,
-                strategy=0,
+                strategy=MANUAL,
                 status="applied",
                 reason="fork",
                 # The context the child starts with, before and after: a fork saves nothing
@@ -756,7 +757,7 @@ def _rewrite_session(
             event_row(
                 session_id,
                 event_id,
-                strategy=0,
+                strategy=MANUAL,
                 status="applied",
                 reason="erase",
                 messages=(row.message_count, row.message_count),

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 
 from .._config import AutoContextConfig
 from .._errors import InvalidMessage, OffloadNotFound, SessionNotFound
-from .._events import Event
+from .._events import MANUAL, Event
 from .._gc import paused_gc
 from .._intake import OpenCalls, Prepared, bind, open_calls_at_tail
 from .._messages import Msg, json_text
@@ -556,7 +556,7 @@ class SessionStore(TenantScope):
                     event_row(
                         self.session_id,
                         event_id,
-                        strategy=0,
+                        strategy=MANUAL,
                         status="applied",
                         reason="manual",
                         messages=(srow.message_count, count_after),
@@ -659,7 +659,7 @@ class SessionStore(TenantScope):
                 event_row(
                     self.session_id,
                     row.next_event_id,
-                    strategy=0,
+                    strategy=MANUAL,
                     status="applied",
                     reason="clear",
                     messages=(row.message_count, 0),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
 from .. import _prompt_texts as texts
+from .._events import MANUAL
 from .._messages import Kind
 from . import (
     s1_tool_runs,
@@ -224,8 +225,6 @@ FALLBACK_STRATEGIES: Final[tuple[int, ...]] = tuple(r.number for r in LADDER if 
 
 # -- events that are not compressions ------------------------------------------------------------
 
-#: The strategy number of every event that compresses nothing (docs/design.md §7).
-MANUAL: Final = 0
 #: What such an event did, by its reason: `pop_last` records reason 'manual'.
 MANUAL_KINDS: Final[Mapping[str, str]] = {
     "manual": "pop",
