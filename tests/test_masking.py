@@ -273,3 +273,46 @@ def test_a_long_tool_chat_masks_in_one_transaction_and_reloads_every_original(
     assert [(r.strategy, r.n) for r in rows] == [(8, len(masks))]
     # A second call with nothing new does nothing.
     assert mem.compress_if_needed() == []
+
+
+@pytest.mark.parametrize(
+    ("msg_threshold", "count_fired"),
+    [
+        # 161 messages, the count target 120 and its trigger 200: only the tokens fired the call.
+        (200, False),
+        # The count trigger (150) holds too: the call goes on to the count target.
+        (150, True),
+    ],
+)
+def test_a_call_the_tokens_alone_fired_ends_when_masking_reaches_the_token_target(
+    open_memory: Open, msg_threshold: int, count_fired: bool
+) -> None:
+    """Masking brings the tokens under the target, the message count stays over its target:
+    a call the token trigger alone fired ends there, with no summarizer call, since summarizing
+    old steps for a count that fired nothing would pay the summarizer at every token trigger for
+    what the count trigger's own call does in one deeper call (docs/design.md §3, masking). A
+    call the count trigger fired too goes on to the count target."""
+    config = dataclasses.replace(
+        SMALL, max_tokens=12_000, msg_threshold=msg_threshold, mask_min_chars=200
+    )
+    mem = open_memory(config=config)
+    mem.add(tool_chat(7, turns=40))
+    before = mem.refresh()
+    assert before.token_count >= config.token_trigger
+    assert config.msg_target <= before.message_count
+    assert (before.message_count >= config.msg_threshold) == count_fired
+    events = mem.compress_if_needed()
+    after = mem.refresh()
+    assert after.token_count < config.token_target
+    strategies = {e.strategy for e in events if e.status == "applied"}
+    if count_fired:
+        assert 8 in strategies and strategies - {8}, [(e.strategy, e.status) for e in events]
+        assert after.message_count < config.msg_target
+    else:
+        assert strategies == {8}, [(e.strategy, e.status) for e in events]
+        assert all(e.model is None for e in events)
+        assert after.message_count == before.message_count >= config.msg_target
+        # Not settled over a target it was not asked for: the next trigger calls again.
+        assert not mem.needs_compression()
+    assert_every_original_reachable(mem)
+    assert_totals_match(mem)
