@@ -532,15 +532,14 @@ class Compressor:
             offload = uuid.uuid4()
             if not edit.llm:
                 final = snap.messages[edit.start].final
-                out.append(
-                    Replacement(
-                        edit,
-                        self._prepare(
-                            preview(msgs[0], self.config, offload, edit.preview_chars), final
-                        ),
-                        offload,
-                    )
+                shown = self._prepare(
+                    preview(msgs[0], self.config, offload, edit.preview_chars), final
                 )
+                # A preview near the size floor can cost as many tokens as its original (the
+                # tag's uuid tokenizes differently each time): it would save nothing, and
+                # every applied event saves tokens (docs/design.md §3).
+                if shown.tokens < edit.replaced_tokens:
+                    out.append(Replacement(edit, shown, offload))
                 continue
             if not fallback:
                 state.llm_calls += 1

@@ -173,7 +173,10 @@ def test_two_worker_processes_share_the_sessions_and_never_compress_one_twice_at
     server.reset()
     server.set_default(watch)
     sids = _due(open_memory, "share", 8)
-    workers = [_worker(db_url, server, "--once", "--threads", "2") for _ in range(2)]
+    # One thread each: the first request waits at the rendezvous until the second arrives, which
+    # then can only come from the other process (a process of two threads could meet itself,
+    # and finish every session before a slow-starting other process asks for one).
+    workers = [_worker(db_url, server, "--once", "--threads", "1") for _ in range(2)]
     outputs = [w.communicate(timeout=120) for w in workers]
     for w, (_out, err) in zip(workers, outputs, strict=True):
         assert w.returncode == 0, err
