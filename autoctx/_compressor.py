@@ -89,11 +89,10 @@ _YIELD_TO_FOLD: Final = registry.YIELD_TO_FOLD
 #: turn in a new pass, so the bound never waits on the summarizer.
 _PREVIEWS_YIELD_TO_FOLD: Final = registry.PREVIEWS_YIELD_TO_FOLD
 #: Rungs that give way to S6 when S6's range holds every one of their ranges and their edits
-#: would not land `fold_keep_tokens` under the token target (`_lands_deep`): short of the
-#: target the call goes on to S6 anyway (it acts while the token trigger fired and tokens are
-#: over the target), which takes their summaries into its own; just under it, the next
-#: trigger is a few steps away and S6 then takes them all the same. Paying for them first buys
-#: nothing (S1 here is the long-task case, whose runs lie in the current round).
+#: would leave the tokens over the target: the call then goes on to S6 anyway (it acts while
+#: the token trigger fired and tokens are over the target), which takes their summaries into
+#: its own; paying for them first buys nothing (S1 here is the long-task case, whose runs lie
+#: in the current round).
 _YIELD_TO_S6: Final = registry.YIELD_TO_CURRENT_ROUND
 #: The rungs the offline fallback may use, in ladder order (docs/design.md §2).
 _FALLBACK_STRATEGIES: Final = registry.FALLBACK_STRATEGIES
@@ -128,23 +127,11 @@ def trigger_of(message_count: int, token_count: int, config: AutoContextConfig) 
 
 
 def under_target(
-    message_count: int,
-    token_count: int,
-    config: AutoContextConfig,
-    arriving: int = 0,
-    *,
-    by_count: bool = True,
+    message_count: int, token_count: int, config: AutoContextConfig, arriving: int = 0
 ) -> bool:
     """Whether the context is under the target; with `arriving`, whether it still is once that
-    many more tokens have come in (see `SessionState.arriving`).
-
-    `by_count`: whether the message count is part of the target. A call the token trigger
-    alone fired goes on to the token target only (docs/design.md §3, masking): once masking has
-    brought the tokens under it, summarizing old steps only to lower a message count that
-    fired nothing would pay the summarizer at every token trigger for what the count trigger,
-    when it holds, does in one deeper call (it then takes the whole run at once)."""
-    tokens_under = token_count + arriving < config.token_target
-    return tokens_under and (not by_count or message_count < config.msg_target)
+    many more tokens have come in (see `SessionState.arriving`)."""
+    return token_count + arriving < config.token_target and message_count < config.msg_target
 
 
 def is_due(info: SessionTotals, config: AutoContextConfig) -> bool:
@@ -162,9 +149,6 @@ class _CallState:
     plan: Mapping[str, Any] | None = None
     #: The token trigger fired this call: S5 and S6 may then act until the target is reached.
     by_tokens: bool = False
-    #: The message-count trigger fired this call: the message count is then part of its
-    #: target (`under_target`).
-    by_count: bool = True
     llm_calls: int = 0
     failed: set[tuple[int, ...]] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
@@ -327,7 +311,6 @@ class Compressor:
         state = _CallState(
             plan=info.plan,
             by_tokens=trigger.by_tokens,
-            by_count=trigger.by_count,
             events=[] if events is None else events,
             deadline=time.monotonic() + self.options.compress_deadline_s,
             beside=beside,
@@ -335,20 +318,12 @@ class Compressor:
         )
         for _ in range(self.options.max_passes):
             snap = yield from ask(ReadSnapshot())
+            if under_target(snap.message_count, snap.token_count, cfg, state.arriving):
+                return state.events
             if snap.token_count >= cfg.token_trigger:
                 # Appends that came in while the call summarized (the agent goes on beside a
                 # background compression) fired the token trigger: the call is now one it fired.
                 state.by_tokens = True
-            if snap.message_count >= cfg.msg_threshold:
-                state.by_count = True  # the same for the message-count trigger
-            if under_target(
-                snap.message_count,
-                snap.token_count,
-                cfg,
-                state.arriving,
-                by_count=state.by_count,
-            ):
-                return state.events
             outcome = yield from self._pass(snap, state)
             if outcome == "conflict":
                 state.history_quiet = None  # another writer: nothing known about the new state
@@ -363,7 +338,7 @@ class Compressor:
             # a spent budget), the offline summarizer writes what is left to write.
             yield from self._fallback(state)
             final = yield from ask(ReadTotals())
-        if not under_target(final.message_count, final.token_count, cfg, by_count=state.by_count):
+        if not under_target(final.message_count, final.token_count, cfg):
             if final.token_count >= cfg.max_tokens:
                 yield from self._report_over_window(state)  # an event: the version stays
             yield from ask(Settle(final.version))
@@ -430,7 +405,7 @@ class Compressor:
                 history_found = True
             if (
                 strategy in _YIELD_TO_FOLD
-                and (len(edits) > 1 or not _reaches_target(snap, edits, cfg, state))
+                and (len(edits) > 1 or not _reaches_target(snap, edits, cfg, state.arriving))
                 and planned_by(FOLD)
             ):
                 yielded.add(FOLD)
@@ -438,13 +413,13 @@ class Compressor:
             if strategy in _PREVIEWS_YIELD_TO_FOLD and planned_by(FOLD):
                 kept = _outside(planned_by(FOLD)[0], edits)
                 if len(kept) < len(edits):
-                    if not kept or not _reaches_target(snap, kept, cfg, state):
+                    if not kept or not _reaches_target(snap, kept, cfg, state.arriving):
                         yielded.add(FOLD)
                         continue
                     edits = kept  # near the end, and enough: no summarizer call at all
             if (
                 strategy in _YIELD_TO_S6
-                and not _lands_deep(snap, edits, cfg, state.arriving)
+                and not _reaches_token_target(snap, edits, cfg, state.arriving)
                 and _covered_by(planned_by(registry.CURRENT_ROUND), edits)
             ):
                 yielded.add(registry.CURRENT_ROUND)
@@ -835,27 +810,20 @@ def _budget_margin(budget: int) -> int:
 
 
 def _reaches_target(
-    snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig, state: _CallState
-) -> bool:
-    """Whether applying `edits` would bring the context under the call's target, estimating
-    each summary at a quarter of what it replaces plus its tag, with the call's arriving
-    tokens come in before the commit."""
-    count = snap.message_count - sum(len(e.replaced_ids) - 1 for e in edits)
-    tokens = _tokens_after(snap, edits)
-    return under_target(count, tokens, config, state.arriving, by_count=state.by_count)
-
-
-def _lands_deep(
     snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig, arriving: int
 ) -> bool:
-    """Whether applying `edits` would leave at least `fold_keep_tokens` (a quarter of the token
-    target) of room under the token target: what a rung must gain to go ahead of S6, whose one
-    summary leaves the round at most `fold_budget_tokens` (docs/design.md §3, give-way rules).
-    A rung that lands just under the target leaves the next trigger a few steps away, and
-    each of its calls rewrites the agent's context from its first changed message on (issue
-    13's prompt-cache rule): fewer, deeper edits are cheaper than many shallow ones."""
-    room = config.token_target - config.fold_keep_tokens
-    return _tokens_after(snap, edits) + arriving < room
+    """Whether applying `edits` would bring the context under its target, estimating each
+    summary at a quarter of what it replaces plus its tag, with `arriving` tokens come in
+    before the commit."""
+    count = snap.message_count - sum(len(e.replaced_ids) - 1 for e in edits)
+    return under_target(count, _tokens_after(snap, edits), config, arriving)
+
+
+def _reaches_token_target(
+    snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig, arriving: int
+) -> bool:
+    """`_reaches_target` for tokens alone (what S6 acts on)."""
+    return _tokens_after(snap, edits) + arriving < config.token_target
 
 
 def _tokens_after(snap: Snapshot, edits: Sequence[Edit]) -> int:

@@ -573,15 +573,11 @@ def _medium_long_task(seed: int, steps: int) -> list[Msg]:
         # of the older part cannot bring the call there, and the call would go on to S6 anyway,
         # whose range holds them: S1 gives way to S6, one call instead of several.
         (3_000, [6]),
-        # S1 would reach the target (3,400 tokens after it, the target 5,400), but not
-        # `fold_keep_tokens` (1,350) under it: the next trigger would be a few steps away. S6's
-        # one summary lands far deeper, S1 gives way (fewer, deeper calls: docs/design.md §3).
-        (9_000, [6]),
-        # A target the older part's summary reaches deeply: S1 alone, S6 never runs.
+        # A target the older part's summary reaches: S1 alone, S6 never runs.
         (12_000, [1]),
     ],
 )
-def test_a_long_task_s1_gives_way_to_s6_unless_it_lands_deep_under_the_target(
+def test_a_long_task_s1_gives_way_to_s6_only_when_it_cannot_reach_the_target(
     open_memory: Open, max_tokens: int, first: list[int]
 ) -> None:
     config = dataclasses.replace(SMALL, max_tokens=max_tokens, msg_threshold=10_000)
@@ -879,16 +875,3 @@ def test_an_answer_the_database_cannot_store_is_a_failed_event(
     calls = summarizer.calls
     assert mem.compress_if_needed() == [] and summarizer.calls == calls
     check_all(mem)
-
-
-def test_the_message_count_is_part_of_a_calls_target_only_when_its_trigger_fired() -> None:
-    """Pure: a call the token trigger alone fired is under its target once the tokens are
-    (docs/design.md §3, masking); with the count trigger, the count has to be under its own."""
-    config = SMALL
-    tokens_under, count_over = config.token_target - 1, config.msg_target
-    assert compressor.under_target(count_over - 1, tokens_under, config)
-    assert not compressor.under_target(count_over, tokens_under, config)
-    assert compressor.under_target(count_over, tokens_under, config, by_count=False)
-    assert not compressor.under_target(count_over - 1, config.token_target, config, by_count=False)
-    # Tokens on their way in count as well.
-    assert not compressor.under_target(0, tokens_under, config, 1, by_count=False)
