@@ -13,9 +13,15 @@ made on first use. It lives until `AutoContextClient.close_shared()` closes it (
 memory opened through it) or the process exits; a later open makes a new one. An application
 that wants to decide when connections go away makes its own client and opens memories from it.
 
+A client also keeps what its memories' adapters cache of a session's committed content (the
+Agents SDK session's items by message id), so that a new adapter object of a session reads what
+an earlier one of the same process read already (docs/design.md §5): each cache is keyed by the
+session and checks the session's epoch on every read, so another process's writes are seen.
+
 A process that forks does not share pooled connections with its child (docs/design.md §5):
 in the child, every client forgets the connections it inherited (without closing them: they
-are the parent's) and opens its own on next use, and every memory gets fresh locks.
+are the parent's) and opens its own on next use, every memory gets fresh locks, and the session
+caches start empty.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 
@@ -42,6 +49,47 @@ if TYPE_CHECKING:
     from ._config import AutoContextConfig, RuntimeOptions
     from ._memory import AsyncAutoContextMemory, AutoContextMemory
     from ._summarizers import Summarizer
+
+T = TypeVar("T")
+
+
+class SessionCaches:
+    """The session caches of one client's adapters, least recently used dropped beyond
+    `capacity` sessions: a process that serves many sessions keeps the busy ones' content.
+
+    A cache is made by the adapter that asks first (`get(key, make)`) and is the adapter's own
+    to keep consistent (it checks the session's epoch on each read, docs/design.md §5); the
+    client only holds it, so that every adapter object of a session in the process shares it,
+    and drops them all on `close()` and in a forked child.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._caches: OrderedDict[Hashable, object] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, make: Callable[[], T]) -> T:
+        """The cache of `key` (the adapter's kind and the session), made by `make` if none."""
+        with self._lock:
+            cache = self._caches.get(key)
+            if cache is None:
+                cache = make()
+                self._caches[key] = cache
+                while len(self._caches) > self.capacity:
+                    self._caches.popitem(last=False)
+            else:
+                self._caches.move_to_end(key)
+            return cache  # type: ignore[return-value]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._caches.clear()
+
+    def after_fork_in_child(self) -> None:
+        # A lock another thread held at the fork would stay held; the parent's caches are
+        # dropped with it (cheap to refill, and nothing of them is the child's to trust).
+        self._lock = threading.Lock()
+        self._caches = OrderedDict()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +160,8 @@ class AutoContextClient:
         self._lock = threading.Lock()
         #: The threads of the background compressions of the memories opened here.
         self.runner = BackgroundRunner()
+        #: What adapters cache of their sessions' committed content (see `SessionCaches`).
+        self.session_caches = SessionCaches()
         AutoContextClient._live.add(self)
 
     @classmethod
@@ -221,6 +271,7 @@ class AutoContextClient:
             memories = list(self._memories)
             self._memories.clear()
         self.runner.close()
+        self.session_caches.clear()
         for mem in memories:
             mem.close()
         if engine is not None:
@@ -239,6 +290,7 @@ class AutoContextClient:
             self._engine.dispose(close=False)
         self._lock = threading.Lock()
         self.runner.after_fork_in_child()
+        self.session_caches.after_fork_in_child()
         from ._memory import internals  # the memory module imports this one
 
         for mem in list(self._memories):

@@ -709,14 +709,19 @@ class AutoContextMemory:
         self._check_open()
         ids = _arguments.erasure_ids(message_ids)
         note = _arguments.reason(reason)
-        return lifecycle.erase(
-            self._store,
-            ids,
-            note=note,
-            rewrite=_rewrite_with(self.config, self._counter),
-            config=self.config.to_json(),
-            rewrite_for=functools.partial(_rewrite_for, self.config, self._counter),
-        )
+        try:
+            return lifecycle.erase(
+                self._store,
+                ids,
+                note=note,
+                rewrite=_rewrite_with(self.config, self._counter),
+                config=self.config.to_json(),
+                rewrite_for=functools.partial(_rewrite_for, self.config, self._counter),
+            )
+        finally:
+            # The adapters' caches of this process let go of the erased text now, not at
+            # their next read (which would drop it too: docs/design.md §5, §9).
+            self._client.session_caches.clear()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -799,7 +804,8 @@ class MemoryInternals:
       the loop run in a thread, the session's claim, the working context read as it is;
     - `autoctx worker`: the compression of one call and the lock its steps run under;
     - the Agents SDK session: working ids with their epoch, stored documents, replacing the
-      working context in one transaction, whether the latest append reached the trigger;
+      working context in one transaction, whether the latest append reached the trigger, the
+      client whose session caches it shares;
     - the CLI: the count of stored originals, the latest working id;
     - the client: the at-fork reset.
     """
@@ -845,6 +851,12 @@ class MemoryInternals:
     def working(self) -> list[Msg]:
         """The working context as it is (the window policy is the caller's)."""
         return self._mem._working()
+
+    @property
+    def client(self) -> AutoContextClient:
+        """The client the memory was opened through (its `session_caches` are shared by every
+        adapter object of the process's sessions)."""
+        return self._mem._client
 
     def working_ids(self, limit: int | None = None) -> tuple[tuple[uuid.UUID, int], list[int]]:
         """The epoch of the session's message content and its working message ids (the last

@@ -331,6 +331,90 @@ def test_an_erasure_elsewhere_empties_the_items_cache(
     assert second not in json.dumps(run(session.get_items(limit=2)))
 
 
+_OTHER_PROCESS_WRITES = """
+import asyncio, sys
+from autoctx import AutoContextMemory, OfflineSummarizer
+from autoctx.integrations.openai_agents import AutoContextSession
+
+url, sid, secret = sys.argv[1:4]
+session = AutoContextSession(sid, url, summarizer=OfflineSummarizer(), compress=False)
+asyncio.run(session.add_items([{"role": "user", "content": "written by another process"}]))
+mem = AutoContextMemory.open(sid, url, summarizer=OfflineSummarizer())
+first = next(m for m in mem.messages() if secret in m.text)
+mem.erase([first.id], reason="user request")
+"""
+
+
+def test_a_new_session_object_reads_the_clients_items_cache_and_sees_other_processes(
+    client: AutoContextClient, db_url: str, session_id: str
+) -> None:
+    """Every session object of a session opened through one client shares its items cache
+    (`AutoContextClient.session_caches`): a new object's read fetches no message content it
+    already holds, and still sees what another process appended and erased."""
+    secret = f"cardnumber{uuid.uuid4().hex[:10]}"
+    items = [
+        {"role": "user", "content": f"my card is {secret}"},
+        {"type": "message", "role": "assistant", "content": "noted"},
+    ]
+
+    def new_session() -> AutoContextSession:
+        opened = AutoContextSession(
+            session_id, summarizer=OfflineSummarizer(), compress=False, client=client
+        )
+        opened.memory()  # opening is not part of the reads counted below
+        return opened
+
+    writer = new_session()
+    run(writer.add_items(copy.deepcopy(items)))
+    assert run(writer.get_items()) == items
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    fresh = new_session()
+    sa.event.listen(client.engine, "before_cursor_execute", count)
+    try:
+        assert run(fresh.get_items()) == items
+        # One short query for the working ids and the epoch; no content fetched.
+        assert len(statements) == 1 and "content" not in statements[0]
+
+        # Another process appends, then erases the first message.
+        subprocess.run(
+            [sys.executable, "-c", _OTHER_PROCESS_WRITES, db_url, session_id, secret],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        later = new_session()
+        statements.clear()
+        got = run(later.get_items())
+        assert secret not in json.dumps(got) and "[erased]" in json.dumps(got)
+        assert got[1:] == [*items[1:], {"role": "user", "content": "written by another process"}]
+        # The erasure started the cache over: the content was fetched again.
+        assert any("content" in s for s in statements)
+    finally:
+        sa.event.remove(client.engine, "before_cursor_execute", count)
+
+
+def test_an_erasure_in_this_process_empties_every_items_cache_at_once(
+    client: AutoContextClient, session_id: str
+) -> None:
+    session = AutoContextSession(
+        session_id, summarizer=OfflineSummarizer(), compress=False, client=client
+    )
+    secret = f"cardnumber{uuid.uuid4().hex[:10]}"
+    run(session.add_items([{"role": "user", "content": f"my card is {secret}"}]))
+    assert secret in json.dumps(run(session.get_items()))
+    # The client holds the text now, until the next read or an erasure here.
+    caches = client.session_caches
+    assert any(secret in json.dumps(vars(c)["items"]) for c in caches._caches.values())
+    session.memory().erase([1], reason="user request")
+    assert not any(secret in repr(vars(c)) for c in caches._caches.values())
+    assert secret not in json.dumps(run(session.get_items()))
+
+
 def test_pop_item_pops_one_item_at_a_time_and_keeps_the_originals(
     make_session: Callable[..., AutoContextSession],
 ) -> None:

@@ -519,6 +519,31 @@ def message_items(msg: Msg) -> list[Item]:
 # ---------------------------------------------------------------------------------------------
 
 
+class _ItemCache:
+    """The items of a session's working messages by message id, and their digests (see
+    `_Ledger`), for the epoch of the session's content they belong to (its incarnation and
+    erasure count: a message's items change only when one of them does).
+
+    One per session per client (`AutoContextClient.session_caches`), shared by every
+    `AutoContextSession` object of the session opened through that client: a new object reads
+    what an earlier one read or wrote (docs/design.md §5). Each read checks the epoch first, so
+    another process's appends, pops, clears, compressions and erasures are seen; an erasure in
+    this process empties it at once.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.epoch: Any = None
+        self.items: dict[int, list[Item]] = {}
+        # Computed once per message when a read first needs them: a read of a long history
+        # must not hash all of it again.
+        self.digests: dict[int, list[bytes]] = {}
+
+
+def _item_cache(mem: AutoContextMemory) -> _ItemCache:
+    return internals(mem).client.session_caches.get((META_KEY, mem.session_id), _ItemCache)
+
+
 @dataclass(frozen=True)
 class _OpenArgs:
     client: AutoContextClient | None
@@ -584,14 +609,6 @@ class AutoContextSession:
         self._mem: AutoContextMemory | None = None
         # Opening touches the database; it happens once, in whichever worker thread asks first.
         self._lock = threading.Lock()
-        # Items of working messages by message id (see `get_items_sync`), and the epoch of the
-        # session's content they belong to (its incarnation and erasure count).
-        self._cache: dict[int, list[Item]] = {}
-        # The digests of those items (see `_Ledger`), computed once per message when a read
-        # first needs them: a read of a long history must not hash all of it again.
-        self._digests: dict[int, list[bytes]] = {}
-        self._cache_epoch: Any = None
-        self._cache_lock = threading.Lock()
         # Which items of a run's input the memory holds already (see `call_model_input_filter`).
         self._ledger = _Ledger()
 
@@ -689,12 +706,13 @@ class AutoContextSession:
         """The working context as items (sync).
 
         A message changes only when it is erased, so the items of each working message are kept
-        in memory by message id: a read asks the database only for the working set's message
-        ids (one short query) and for the content of the messages it has not seen yet, whoever
-        wrote them. The cache belongs to the memory's incarnation of the session (message ids
-        start over when a session is deleted and created again under the same id) and to its
-        erasure count, which the same short query returns: after an erasure, by this process or
-        any other, the next read starts the cache over and never serves erased text.
+        in memory by message id, in a cache the client shares among every session object of the
+        session (`_ItemCache`): a read asks the database only for the working set's message
+        ids (one short query) and for the content of the messages no object has seen yet,
+        whoever wrote them. The cache belongs to the session's incarnation (message ids start
+        over when a session is deleted and created again under the same id) and to its erasure
+        count, which the same short query returns: after an erasure, by this process or any
+        other, the next read starts the cache over and never serves erased text.
         """
         return self._read(limit, digests=False)[0]
 
@@ -708,10 +726,11 @@ class AutoContextSession:
         # Every message gives at least one item, so the latest `limit` messages hold the latest
         # `limit` items: the read stays O(limit) on a session of any length.
         epoch, ids = internals(mem).working_ids(limit)
-        with self._cache_lock:
-            if epoch != self._cache_epoch:
-                self._cache_epoch, self._cache, self._digests = epoch, {}, {}
-            cache = self._cache
+        shared = _item_cache(mem)
+        with shared.lock:
+            if epoch != shared.epoch:
+                shared.epoch, shared.items, shared.digests = epoch, {}, {}
+            cache = shared.items
             known = {i: cache[i] for i in ids if i in cache}
         missing = [i for i in ids if i not in known]
         # One pause of the collector for the whole build: a new object's first read makes
@@ -724,37 +743,20 @@ class AutoContextSession:
                     known[msg_id] = [
                         item for item, _ in _items_with_blocks(role, kind, content, metadata)
                     ]
-            with self._cache_lock:
-                if epoch == self._cache_epoch:
+            with shared.lock:
+                if epoch == shared.epoch:
                     if limit is None:
                         # Only the working set stays cached: compressed-away messages go.
-                        self._cache = {i: known[i] for i in ids}
-                        self._digests = {i: self._digests[i] for i in ids if i in self._digests}
+                        shared.items = {i: known[i] for i in ids}
+                        shared.digests = {i: shared.digests[i] for i in ids if i in shared.digests}
                     else:
-                        self._cache.update((i, known[i]) for i in missing)
+                        shared.items.update((i, known[i]) for i in missing)
             items = [item for i in ids for item in known[i]]
             if limit is not None:
                 items = items[-limit:]
             # Copies: a caller that edits what it got must not edit the cache.
             copies = cast(list[TResponseInputItem], [_copy(item) for item in items])
-        return copies, self._digests_of(epoch, ids, known, limit) if digests else []
-
-    def _digests_of(
-        self, epoch: Any, ids: Sequence[int], known: Mapping[int, list[Item]], limit: int | None
-    ) -> list[bytes]:
-        """The digests of the items of `ids`, each message's computed once per epoch (the
-        items of a message id never change within one)."""
-        with self._cache_lock:
-            memo = self._digests if epoch == self._cache_epoch else {}
-            found = {i: memo[i] for i in ids if i in memo}
-        fresh = {i: [_plain_digest(item) for item in known[i]] for i in ids if i not in found}
-        if fresh:
-            with self._cache_lock:
-                if epoch == self._cache_epoch:
-                    self._digests.update(fresh)
-        found.update(fresh)
-        flat = [d for i in ids for d in found[i]]
-        return flat[-limit:] if limit is not None else flat
+        return copies, _digests_of(shared, epoch, ids, known, limit) if digests else []
 
     def add_items_sync(self, items: Sequence[Any]) -> None:
         """Append items (one transaction), then compress if the trigger holds (sync)."""
@@ -776,11 +778,12 @@ class AutoContextSession:
         self._ledger.stored(items)
         # What was just written is known: the next read need not fetch it back. (The epoch
         # is not known here; a read with a new epoch starts the cache over anyway.)
-        with self._cache_lock:
-            if self._cache_epoch is not None:
+        shared = _item_cache(mem)
+        with shared.lock:
+            if shared.epoch is not None:
                 for msg, (_, group) in zip(stored, converted, strict=True):
                     if msg.id is not None:
-                        self._cache[msg.id] = [_copy(dict(item)) for item in group]
+                        shared.items[msg.id] = [_copy(dict(item)) for item in group]
         if self.compress and internals(mem).appended_over_trigger():
             mem.compress_if_needed()
 
@@ -878,6 +881,28 @@ class AutoContextSession:
         return dataclasses.replace(
             base, call_model_input_filter=self.call_model_input_filter, **options
         )
+
+
+def _digests_of(
+    shared: _ItemCache,
+    epoch: Any,
+    ids: Sequence[int],
+    known: Mapping[int, list[Item]],
+    limit: int | None,
+) -> list[bytes]:
+    """The digests of the items of `ids`, each message's computed once per epoch (the items of
+    a message id never change within one) and kept in `shared` for every session object."""
+    with shared.lock:
+        memo = shared.digests if epoch == shared.epoch else {}
+        found = {i: memo[i] for i in ids if i in memo}
+    fresh = {i: [_plain_digest(item) for item in known[i]] for i in ids if i not in found}
+    if fresh:
+        with shared.lock:
+            if epoch == shared.epoch:
+                shared.digests.update(fresh)
+    found.update(fresh)
+    flat = [d for i in ids for d in found[i]]
+    return flat[-limit:] if limit is not None else flat
 
 
 def _remainder(last: Msg, keep: Sequence[int]) -> Msg:
