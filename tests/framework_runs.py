@@ -105,6 +105,15 @@ def assert_each_stored_once(mem: AutoContextMemory, *, prompts: int, calls: int)
     assert len(results) == len(set(results)) == calls
 
 
+def assert_searches_found_the_fact(agent_model: ScriptedAgent, *, later_runs: int) -> None:
+    """The restart tests' agent searches for FACT-0002 once a run: every search the model saw
+    answered found it, except the first run's, made before its second call wrote it (that answer
+    found nothing, and is still in the history when no compression took it out)."""
+    first, *later = answers_to(agent_model, "context_search")
+    assert len(later) >= later_runs and all("FACT-0002" in a for a in later)
+    assert "FACT-0002" in first or first.startswith("No message in this session matches")
+
+
 def assert_reachable(mem: AutoContextMemory, facts: Sequence[int]) -> None:
     """Each tool output is found by the context tools' search and read back whole."""
     for n in facts:

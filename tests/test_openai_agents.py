@@ -1199,12 +1199,7 @@ def test_many_short_runs_and_a_restart_stay_under_the_window(
     assert "Task 12" in first_after_restart
     mem = second.memory()
     assert [e for e in mem.events() if e.status == "applied"]
-    answers = framework_runs.answers_to(agent_model, "context_search")
-    # The first run searched before its second call wrote FACT-0002: its answer found nothing
-    # (it is still in the history when no compression took it out); every later one finds it.
-    first, *later = answers
-    assert len(later) >= 12 and all("FACT-0002" in a for a in later)
-    assert "FACT-0002" in first or first.startswith("No message in this session matches")
+    framework_runs.assert_searches_found_the_fact(agent_model, later_runs=12)
     framework_runs.assert_each_stored_once(mem, prompts=25, calls=75)
     framework_runs.assert_reachable(mem, range(1, work.calls + 1))
 
