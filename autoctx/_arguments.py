@@ -14,6 +14,7 @@ surrogate), which message intake, plans, imports, search queries and names share
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from datetime import timedelta
 from typing import Final
 
 from ._errors import (
+    ConfigError,
     InvalidDuration,
     InvalidErasure,
     InvalidMessageId,
@@ -278,3 +280,18 @@ def role(value: object) -> str:
             "to a role of your own (CREATE ROLE ... LOGIN)"
         )
     return value
+
+
+def seconds(name: str, value: object, *, owner: str) -> float:
+    """A duration in seconds given as a number: positive and finite (`ConfigError` naming
+    `owner.name` otherwise)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigError(
+            f"{owner}.{name} must be a positive, finite number of seconds, got {value!r}"
+        )
+    return float(value)

@@ -21,12 +21,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from . import _arguments
 from ._errors import ConfigError, InvalidStoredConfig
 from ._search import DEFAULT_SEARCH_CONFIG, validate_search_config
 
@@ -407,7 +407,7 @@ class RuntimeOptions:
             _check_int(name, getattr(self, name), minimum=1, owner=_OPTIONS)
         _check_int("max_llm_calls", self.max_llm_calls, minimum=0, owner=_OPTIONS)
         for name in ("summarizer_deadline_s", "compress_deadline_s"):
-            _check_seconds(name, getattr(self, name), owner=_OPTIONS)
+            _arguments.seconds(name, getattr(self, name), owner=_OPTIONS)
         if not isinstance(self.strict, bool):
             raise ConfigError(
                 f"RuntimeOptions.strict must be True or False, got {type(self.strict).__name__}"
@@ -487,18 +487,6 @@ def _check_ratio(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
         raise ConfigError(
             f"AutoContextConfig.{name} must be a number strictly between 0 and 1, got {value!r}"
-        )
-
-
-def _check_seconds(name: str, value: object, *, owner: str = "AutoContextConfig") -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ConfigError(
-            f"{owner}.{name} must be a positive, finite number of seconds, got {value!r}"
         )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
+from .. import _arguments
 from .._errors import ConfigError, SummarizerError
 
 if TYPE_CHECKING:
@@ -673,17 +674,8 @@ def _check_backoff(after: object, first: object, most: object) -> None:
             f"OpenAISummarizer: backoff_after must be an integer >= 1 (failed calls in a row "
             f"before the endpoint is left alone), got {after!r}"
         )
-    for name, value in (("backoff_s", first), ("max_backoff_s", most)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value <= 0
-        ):
-            raise ConfigError(
-                f"OpenAISummarizer: {name} must be a positive number of seconds, got {value!r}"
-            )
-    assert isinstance(first, int | float) and isinstance(most, int | float)
+    first = _arguments.seconds("backoff_s", first, owner="OpenAISummarizer")
+    most = _arguments.seconds("max_backoff_s", most, owner="OpenAISummarizer")
     if most < first:
         raise ConfigError(
             f"OpenAISummarizer: max_backoff_s ({most}) must be at least backoff_s ({first})"
