@@ -45,11 +45,15 @@ Per system and workload: the peak of the model's input (x W) and the model calls
 summarizer calls and tokens in/out (counted by the server, tiktoken o200k_base); the agent's
 input summed over its model calls, and billed with an ideal prompt cache (the longest prefix,
 in whole messages, equal to the previous call's input billed at 10%), and the cached share
-(the tokens of those prefixes over all the agent's input); total cost = agent input
-billed + summarizer input + 4 x summarizer output (in input-token equivalents); the fact
+(the tokens of those prefixes over all the agent's input), and the re-billed tokens (those
+the previous call had sent too but that follow the first message an edit changed, so this call
+pays them in full: what compressions cost the cache besides the new messages); total cost =
+agent input billed + summarizer input + 4 x summarizer output (in input-token equivalents); the fact
 markers verbatim in the final input and, for autoctx, reachable by `mem.reload` of the offload
 ids in it (recursively); wall time. Every input is counted the same way for every system
-(tiktoken o200k_base over each message's text and tool calls, plus 4 per message). For
+(tiktoken o200k_base over each message's text, tool output and tool calls, plus 4 per
+message; a message a system made, such as autoctx's masked outputs, is counted as the model
+reads it). `--autoctx-config JSON` runs autoctx with other config fields than the defaults. For
 autoctx, a line per workload splits its compression events by strategy: applied, failed,
 summarizer calls and their tokens in and out. Against the peers: each system's total cost over
 the cheapest peer that stays under W (a peer with a call over W is shown, never the cheapest),
@@ -165,6 +169,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "seed, sizes and workloads): after a change to autoctx, `--systems autoctx --peers-from "
         "FILE` measures it against the peers without running them again",
     )
+    parser.add_argument(
+        "--autoctx-config",
+        type=_config_fields,
+        default={},
+        metavar="JSON",
+        help="autoctx's AutoContextConfig fields besides max_tokens, as a JSON object (e.g. "
+        "'{\"msg_threshold\": 1000000}'): the default is the defaults",
+    )
     parser.add_argument("--plot", type=Path, help="write the input tokens per call to this PNG")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
@@ -181,6 +193,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"unknown systems {', '.join(bad)}")
     args.names, args.system_names = names, systems
     return args
+
+
+def _config_fields(text: str) -> dict[str, Any]:
+    """--autoctx-config: a JSON object of AutoContextConfig fields, checked by building one."""
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(fields, dict) or "max_tokens" in fields:
+        raise argparse.ArgumentTypeError("a JSON object of fields other than max_tokens")
+    try:
+        AutoContextConfig(max_tokens=32_000, **fields)
+    except (TypeError, ValueError) as exc:  # an unknown field, a bad value
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return fields
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,13 +464,18 @@ class Run:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_autoctx(db: BenchDatabase, server: SummaryServer, w: Workload) -> Run:
-    run = Run("autoctx", note="OpenAISummarizer -> the summary server")
+def run_autoctx(
+    db: BenchDatabase, server: SummaryServer, w: Workload, fields: dict[str, Any] | None = None
+) -> Run:
+    note = "OpenAISummarizer -> the summary server"
+    if fields:
+        note += f", config {json.dumps(fields, sort_keys=True)}"
+    run = Run("autoctx", note=note)
     summarizer = OpenAISummarizer(model="autoctx", base_url=server.base_url, api_key="bench")
     mem = AutoContextMemory.open(
         f"agent-cost-{w.name}",
         database_url=db.url,
-        config=AutoContextConfig(max_tokens=w.window),
+        config=AutoContextConfig(max_tokens=w.window, **(fields or {})),
         summarizer=summarizer,
     )
     index_of: dict[int, int] = {}
@@ -474,7 +506,7 @@ def run_autoctx(db: BenchDatabase, server: SummaryServer, w: Workload) -> Run:
                     keys.append(index_of[m.id])
                 else:
                     key = f"a:{m.id}"
-                    run.made[key] = m.text or ""
+                    run.made[key] = _seen_text(m)
                     keys.append(key)
             run.steps.append(keys)
 
@@ -527,6 +559,25 @@ def _reachable(mem: AutoContextMemory, run: Run) -> set[str]:
             with contextlib.suppress(Exception):  # a uuid in a tool output is not an offload
                 texts.extend(_msg_text(m) for m in mem.reload(uuid))
     return found
+
+
+def _seen_text(m: Msg) -> str:
+    """What the model reads of a message autoctx made (a summary, a preview, a masked tool
+    output), as `Tokens.message` counts an original: its text or tool output, and its tool
+    calls' names and arguments. (`Msg.text` alone leaves a tool output out: a masked output
+    would count as an empty message.)"""
+    from autoctx import to_openai_messages
+
+    parts: list[str] = []
+    for d in to_openai_messages([m]):
+        content = d.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        for call in d.get("tool_calls") or []:
+            parts += [call["function"]["name"], call["function"]["arguments"]]
+    return "\n".join(p for p in parts if p)
 
 
 def _msg_text(m: Msg) -> str:
@@ -995,6 +1046,9 @@ def figures(
     inputs: list[int] = []
     billed = 0.0
     cached = 0
+    # Tokens the previous call had sent too but this one pays in full: the messages after the
+    # first one a compression changed (what an edit costs the cache, besides the new messages).
+    rebilled = 0
     previous: list[int | str] = []
     for keys in run.steps:
         total = sum(count(k) for k in keys)
@@ -1005,6 +1059,8 @@ def figures(
             prefix += count(a)
         billed += CACHED_PRICE * prefix + (total - prefix)
         cached += prefix
+        seen = set(previous)
+        rebilled += total - prefix - sum(count(k) for k in keys if k not in seen)
         inputs.append(total)
         previous = keys
     usage = server.usage.get(run.system)  # each system names its model after itself
@@ -1031,6 +1087,7 @@ def figures(
         "agent_input_tokens": sum(inputs),
         "agent_input_billed": round(billed),
         "cached_share": cached / max(1, sum(inputs)),
+        "rebilled_tokens": rebilled,
         "total_cost": round(billed + s_in + OUTPUT_PRICE * s_out),
         "facts": len(all_facts),
         "facts_verbatim": len(set(FACT_RE.findall(final_text)) & all_facts),
@@ -1097,7 +1154,7 @@ def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
     table = Table(title=f"The agent's context and what it costs ({machine})")
     headers = (
         "workload", "W", "system", "calls", "peak (x W)", "calls > W", "summ. calls",
-        "summ. in / out", "summ. / 10 sat.", "agent input", "cached", "billed (cache)",
+        "summ. in / out", "summ. / 10 sat.", "agent input", "cached", "re-billed", "billed (cache)",
         "total cost", "vs cheapest bounded peer", "facts verbatim", "reachable", "wall",
     )  # fmt: skip
     for header in headers:
@@ -1117,6 +1174,7 @@ def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
                 _per10(f),
                 f"{f['agent_input_tokens']:,}",
                 f"{f['cached_share']:.0%}",
+                "-" if f.get("rebilled_tokens") is None else f"{f['rebilled_tokens']:,}",
                 f"{f['agent_input_billed']:,}",
                 f"{f['total_cost']:,}",
                 _versus(f, res),
@@ -1299,7 +1357,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 # A server per system and workload: its usage is that run's alone.
                 with SummaryServer() as server:
                     if system == "autoctx":
-                        r = run_autoctx(db, server, w)
+                        r = run_autoctx(db, server, w, args.autoctx_config)
                     elif system in ("langchain", "langchain-mask"):
                         r = run_langchain(server, w, tokens, mask=system == "langchain-mask")
                     elif system == "tiered":

@@ -185,3 +185,37 @@ def test_trajectories_cut_short_play_every_model_call_once(admin_url: URL, tmp_p
     for figures in rows.values():
         assert figures["model_calls"] == 9
         assert figures["calls_over_window"] == 0
+
+
+def test_a_message_autoctx_made_is_counted_as_the_model_reads_it() -> None:
+    """The agent's bill counts a message autoctx made (a masked tool output, a preview) as it
+    counts an original with the same content: its tool output included, not its text blocks
+    alone, which would bill a masked output as an empty message."""
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import agent_cost
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    from autoctx import from_openai_messages
+
+    output = "preview of a large tool output ... <!-- CONTEXT_OFFLOAD: uuid=1234 -->\n" * 3
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+        ],
+    }
+    result = {"role": "tool", "tool_call_id": "c1", "content": output}
+    made_call, made_result = from_openai_messages([call, result])
+    tokens = agent_cost.Tokens()
+    assert output.strip() in agent_cost._seen_text(made_result)
+    assert tokens.text(agent_cost._seen_text(made_result)) == tokens.message(result)
+    assert tokens.text(agent_cost._seen_text(made_call)) >= tokens.message(call) - 2
+
+
+def test_autoctx_config_option_refuses_what_is_not_a_config(admin_url: URL) -> None:
+    for bad in ('{"msg_thresold": 10}', '{"max_tokens": 10}', "[1]", "{"):
+        proc = _bench(admin_url, "--systems", "autoctx", "--autoctx-config", bad)
+        assert proc.returncode == 2, bad
+        assert "--autoctx-config" in proc.stderr
