@@ -140,10 +140,15 @@ def test_masking_takes_the_old_part_of_a_long_current_round() -> None:
     h.steps(10, chars=OUTPUT)  # 20 messages after the user message: over last_keep
     config = cfg(mask_keep=1, last_keep=4)
     edits = plan_s8(h.snap(), config, PRESSURE)
-    old_end = len(h) - config.last_keep
-    assert masked(edits) == [i for i in tool_indices(h) if user < i < old_end]
-    # Over the tail but outside the most recent results: still the tail's to keep.
-    assert all(e.end <= old_end for e in edits)
+    # The whole round but its latest result, the `last_keep` tail included: that tail is S1 to
+    # S3's to leave alone, not masking's (a masked output stays reloadable, and a tail kept
+    # whole would be re-sent in full after every masking pass).
+    latest = tool_indices(h)[-1]
+    assert masked(edits) == [i for i in tool_indices(h) if user < i < latest]
+    assert any(e.start >= len(h) - config.last_keep for e in edits)
+    # Three results kept: the tail's older outputs are masked, the three latest are not.
+    kept3 = plan_s8(h.snap(), cfg(mask_keep=3, last_keep=4), PRESSURE)
+    assert masked(kept3) == [i for i in tool_indices(h) if user < i < tool_indices(h)[-3]]
 
 
 def test_masking_never_masks_twice_and_leaves_summaries() -> None:

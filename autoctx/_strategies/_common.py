@@ -56,6 +56,9 @@ class Layout:
     history_end: int
     #: len - last_keep (at least 0): S1 and S2 act only below it.
     tail_start: int
+    #: The current round has more than `last_keep` messages after its user message (the
+    #: long-task rule of docs/design.md §3).
+    long_round: bool
     #: Start of the trailing tool group whose calls are not all answered, if any.
     pending_start: int | None
     #: Running token totals: ``cum_tokens[i]`` is the sum over ``metas[:i]``.
@@ -114,6 +117,7 @@ _EMPTY_LAYOUT = Layout(
     round_start=0,
     history_end=0,
     tail_start=0,
+    long_round=False,
     pending_start=None,
     cum_tokens=(0,),
     large=(),
@@ -232,6 +236,7 @@ def compute_layout(
         round_start=round_start,
         history_end=history_end,
         tail_start=tail_start,
+        long_round=long_task,
         pending_start=pending_start,
         cum_tokens=cum_tokens,
         large=large,

@@ -1,13 +1,13 @@
 """Masking (strategy 8): old tool outputs -> short previews (no LLM), the cheapest rung, first in
 every pass (docs/design.md §3).
 
-Every tool output outside the most recent `mask_keep` tool results, in the history and in the
-older part of a long current round (below H, as for S1 to S3), whose output is longer than
-`mask_min_chars`, becomes a preview of `mask_preview_chars` characters and its offload tag,
-keeping its call ids and tool names: the peers clear old tool results the same way, and lose
-them; here each stays reloadable and searchable through its tag. Every candidate goes in one
-pass (one transaction, one event each), so that the context is rewritten once, deeply, rather
-than a little at every trigger.
+Every tool output outside the most recent `mask_keep` tool results, in the history and in a
+long current round (there outside those results, not only below H as for S1 to S3), whose
+output is longer than `mask_min_chars`, becomes a preview of `mask_preview_chars` characters and
+its offload tag, keeping its call ids and tool names: the peers clear old tool results the same
+way, and lose them; here each stays reloadable and searchable through its tag. Every candidate
+goes in one pass (one transaction, one event each), so that the context is rewritten once,
+deeply, rather than a little at every trigger.
 
 Left alone: pinned groups, the answers of the context tools (an agent that reloaded or searched
 must see what it asked for), a trailing pending call, and anything that is not an original (a
@@ -30,9 +30,13 @@ def plan_s8(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     lay = layout_of(snapshot, config, ctx.layouts)
     if not lay.maskable:
         return []
-    # The history before the current round, and below H the older part of a long (or the
-    # finished part of the) current round.
-    limit = min(max(lay.history_end, lay.round_start), recent_results_start(lay, config.mask_keep))
+    # The history before the current round (and the finished part of the current round, below
+    # its latest final answer); in a long task, the whole round. The `last_keep` tail that S1
+    # to S3 leave to a long task is not masking's to keep: a masked output stays reloadable,
+    # and a tail kept whole is re-sent in full after every masking pass, since each rewrites
+    # the context from its first masked output on (docs/design.md §3).
+    end = len(lay) if lay.long_round else max(lay.history_end, lay.round_start)
+    limit = min(end, recent_results_start(lay, config.mask_keep))
     return [
         make_edit(snapshot, STRATEGY, i, i + 1, "preview", preview_chars=config.mask_preview_chars)
         for i in lay.maskable_in(0, limit)
