@@ -419,7 +419,7 @@ class Compressor:
                     edits = kept  # near the end, and enough: no summarizer call at all
             if (
                 strategy in _YIELD_TO_S6
-                and not _reaches_token_target(snap, edits, cfg, state.arriving)
+                and not _lands_deep(snap, edits, cfg, state.arriving)
                 and _covered_by(planned_by(registry.CURRENT_ROUND), edits)
             ):
                 yielded.add(registry.CURRENT_ROUND)
@@ -819,11 +819,17 @@ def _reaches_target(
     return under_target(count, _tokens_after(snap, edits), config, arriving)
 
 
-def _reaches_token_target(
+def _lands_deep(
     snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig, arriving: int
 ) -> bool:
-    """`_reaches_target` for tokens alone (what S6 acts on)."""
-    return _tokens_after(snap, edits) + arriving < config.token_target
+    """Whether applying `edits` would leave at least `fold_keep_tokens` (a quarter of the token
+    target) of room under the token target: what a rung must gain to go ahead of S6, whose one
+    summary leaves the round at most `fold_budget_tokens` (docs/design.md §3, give-way rules).
+    A rung that lands just under the target leaves the next trigger a few steps away, and each
+    of its calls rewrites the agent's context from its first changed message on: fewer, deeper
+    edits are cheaper than many shallow ones."""
+    room = config.token_target - config.fold_keep_tokens
+    return _tokens_after(snap, edits) + arriving < room
 
 
 def _tokens_after(snap: Snapshot, edits: Sequence[Edit]) -> int:

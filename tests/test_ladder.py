@@ -573,11 +573,15 @@ def _medium_long_task(seed: int, steps: int) -> list[Msg]:
         # of the older part cannot bring the call there, and the call would go on to S6 anyway,
         # whose range holds them: S1 gives way to S6, one call instead of several.
         (3_000, [6]),
-        # A target the older part's summary reaches: S1 alone, S6 never runs.
+        # S1 would reach the target (3,400 tokens after it, the target 5,400), but not
+        # `fold_keep_tokens` (1,350) under it: the next trigger would be a few steps away. S6's
+        # one summary lands far deeper, S1 gives way (fewer, deeper calls: docs/design.md §3).
+        (9_000, [6]),
+        # A target the older part's summary reaches deeply: S1 alone, S6 never runs.
         (12_000, [1]),
     ],
 )
-def test_a_long_task_s1_gives_way_to_s6_only_when_it_cannot_reach_the_target(
+def test_a_long_task_s1_gives_way_to_s6_unless_it_lands_deep_under_the_target(
     open_memory: Open, max_tokens: int, first: list[int]
 ) -> None:
     config = dataclasses.replace(SMALL, max_tokens=max_tokens, msg_threshold=10_000)

@@ -42,7 +42,8 @@ ActsOn: TypeAlias = Literal["history", "current round"]
 #: deeply"): "fold" when it would need more summarizer calls than the fold's one, or would
 #: not reach the target; "fold range" (previews) when the fold's range holds some of its
 #: messages and the others alone would not reach the target; "current round" when S6's range
-#: holds all of its ranges and they alone would leave the tokens over the target.
+#: holds all of its ranges and they alone would not land `fold_keep_tokens` under the token
+#: target (S6's one summary lands deeper).
 GivesWay: TypeAlias = Literal["fold", "fold range", "current round"]
 
 
