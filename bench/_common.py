@@ -30,7 +30,14 @@ from psycopg.conninfo import make_conninfo
 from rich.console import Console
 from sqlalchemy.engine import URL
 
-from autoctx import AutoContextClient, Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from autoctx import (
+    AutoContextClient,
+    AutoContextConfig,
+    Msg,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from autoctx._store.database import (
     ENV_URL,
     create_engine,
@@ -55,6 +62,34 @@ def add_database_argument(parser: argparse.ArgumentParser) -> None:
             f"drop a throwaway one. Default: ${ENV_URL}, else the embedded PostgreSQL."
         ),
     )
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    """--autoctx-config: AutoContextConfig fields besides max_tokens, as a JSON object, checked
+    by building a config (an unknown field or a bad value is refused with the config's own
+    message). Stored as ``args.autoctx_config``, a dict; the default runs the defaults."""
+    parser.add_argument(
+        "--autoctx-config",
+        type=_config_fields,
+        default={},
+        metavar="JSON",
+        help="autoctx's AutoContextConfig fields besides max_tokens, as a JSON object (e.g. "
+        "'{\"target_ratio\": 0.1}'); the default is the defaults",
+    )
+
+
+def _config_fields(text: str) -> dict[str, Any]:
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(fields, dict) or "max_tokens" in fields:
+        raise argparse.ArgumentTypeError("a JSON object of fields other than max_tokens")
+    try:
+        AutoContextConfig(max_tokens=32_000, **fields)
+    except (TypeError, ValueError) as exc:  # an unknown field, a bad value
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return fields
 
 
 def admin_url(database_url: str | None) -> URL:

@@ -93,6 +93,7 @@ from _common import (
     Calls,
     Texts,
     TranscriptGenerator,
+    add_config_argument,
     add_database_argument,
     fresh_database,
     machine_description,
@@ -169,14 +170,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "seed, sizes and workloads): after a change to autoctx, `--systems autoctx --peers-from "
         "FILE` measures it against the peers without running them again",
     )
-    parser.add_argument(
-        "--autoctx-config",
-        type=_config_fields,
-        default={},
-        metavar="JSON",
-        help="autoctx's AutoContextConfig fields besides max_tokens, as a JSON object (e.g. "
-        "'{\"msg_threshold\": 1000000}'): the default is the defaults",
-    )
+    add_config_argument(parser)
     parser.add_argument("--plot", type=Path, help="write the input tokens per call to this PNG")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
@@ -193,21 +187,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"unknown systems {', '.join(bad)}")
     args.names, args.system_names = names, systems
     return args
-
-
-def _config_fields(text: str) -> dict[str, Any]:
-    """--autoctx-config: a JSON object of AutoContextConfig fields, checked by building one."""
-    try:
-        fields = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-    if not isinstance(fields, dict) or "max_tokens" in fields:
-        raise argparse.ArgumentTypeError("a JSON object of fields other than max_tokens")
-    try:
-        AutoContextConfig(max_tokens=32_000, **fields)
-    except (TypeError, ValueError) as exc:  # an unknown field, a bad value
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return fields
 
 
 # ---------------------------------------------------------------------------------------------

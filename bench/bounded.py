@@ -2,8 +2,9 @@
 
 Each workload is fed one message at a time, the way an agent loop uses autoctx: `add()` one
 message, then `compress_if_needed()` (timed), with `AutoContextConfig(max_tokens=W)` and every
-other threshold at its default, the deterministic `OfflineSummarizer` (wrapped to count its
-calls). Seeded: the same flags give the same messages, and the same figures but for the times.
+other threshold at its default (or those of `--autoctx-config JSON`), the deterministic
+`OfflineSummarizer` (wrapped to count its calls). Seeded: the same flags give the same
+messages, and the same figures but for the times.
 
 - `chat`: 3,000 small rounds (user 50-300 tokens, answer 200-1,500 tokens; about one round in
   four makes one tool call, its output 100-600 tokens, before the answer), W = 131,072;
@@ -60,6 +61,7 @@ from _common import (
     Calls,
     Texts,
     TranscriptGenerator,
+    add_config_argument,
     add_database_argument,
     fresh_database,
     machine_description,
@@ -109,6 +111,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_database_argument(parser)
+    add_config_argument(parser)
     parser.add_argument(
         "--workloads",
         default=",".join(WORKLOADS),
@@ -282,11 +285,17 @@ def _new_trace(name: str, config: AutoContextConfig) -> Trace:
     return Trace(name, config.max_tokens, config.token_trigger, config.token_target)
 
 
-def run_memory(db: BenchDatabase, name: str, window: int, msgs: Iterable[MessageInput]) -> Trace:
+def run_memory(
+    db: BenchDatabase,
+    name: str,
+    window: int,
+    msgs: Iterable[MessageInput],
+    fields: dict[str, Any] | None = None,
+) -> Trace:
     """The agent loop: add one message, compress if needed, read the totals."""
     started = time.perf_counter()
     summarizer = CountingSummarizer(OfflineSummarizer())
-    config = AutoContextConfig(max_tokens=window)
+    config = AutoContextConfig(max_tokens=window, **(fields or {}))
     mem = AutoContextMemory.open(
         f"bounded-{name}", database_url=db.url, config=config, summarizer=summarizer
     )
@@ -331,11 +340,15 @@ def _progress(trace: Trace) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_sdk(db: BenchDatabase, seed: int, scale: float) -> Trace:
-    return asyncio.run(_run_sdk(db, seed, scale))
+def run_sdk(
+    db: BenchDatabase, seed: int, scale: float, fields: dict[str, Any] | None = None
+) -> Trace:
+    return asyncio.run(_run_sdk(db, seed, scale, fields))
 
 
-async def _run_sdk(db: BenchDatabase, seed: int, scale: float) -> Trace:
+async def _run_sdk(
+    db: BenchDatabase, seed: int, scale: float, fields: dict[str, Any] | None
+) -> Trace:
     # Imported here: the other workloads do not need the SDK installed.
     from agents import Agent, FunctionTool, Runner, Tool, set_tracing_disabled
     from agents.items import ModelResponse
@@ -417,7 +430,7 @@ async def _run_sdk(db: BenchDatabase, seed: int, scale: float) -> Trace:
     session = AutoContextSession(
         "bounded-sdk-runner",
         db.url,
-        AutoContextConfig(max_tokens=WINDOWS["sdk-runner"]),
+        AutoContextConfig(max_tokens=WINDOWS["sdk-runner"], **(fields or {})),
         summarizer=summarizer,
     )
     mem = session.memory()
@@ -679,9 +692,9 @@ def _workload(args: argparse.Namespace, db: BenchDatabase, name: str) -> Trace:
         "trajectories": lambda: trajectories(args.trajectories),
     }
     if name == "sdk-runner":
-        return run_sdk(db, seed, scale)
+        return run_sdk(db, seed, scale, args.autoctx_config)
     window = args.window if name == "trajectories" else WINDOWS[name]
-    return run_memory(db, name, window, makers[name]())
+    return run_memory(db, name, window, makers[name](), args.autoctx_config)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
