@@ -663,8 +663,6 @@ class Compressor:
 
     # -- the bound -----------------------------------------------------------------------------
 
-    # -- the bound -----------------------------------------------------------------------------
-
     def _fallback(self, state: _CallState) -> Effects[None]:
         """Over the window at the end of a call: the fold, S5 and S6 written by the offline
         summarizer (no network, no LLM budget), recorded with reason 'fallback', until the
