@@ -64,16 +64,23 @@ def _skeleton(text: str) -> str:
 _MARKER_SKELETON: Final = _skeleton(OFFLOAD_MARKER)
 
 
-def check_answer(text: str) -> str:
+def check_answer(text: str, *, shared: bool = False) -> str:
     """The answer, stripped, or `SummarizerError` when it cannot become a summary.
 
-    The compressor applies it to every summarizer's answer, a caller's own included.
+    The compressor applies it to every summarizer's answer, a caller's own included. With
+    `shared` (the answer to a request shared by several messages, docs/design.md §3), only
+    what fails the whole answer is checked, emptiness and a refusal: a tag or a character
+    PostgreSQL cannot store fails only the summary it is in, which the compressor checks as
+    an answer of its own once the answer is split.
     """
     answer = text.strip()
     if not answer:
         raise SummarizerError(
             "empty", f"the answer is {'empty' if not text else 'only whitespace'}"
         )
+    if shared:
+        _check_refusal(answer)
+        return answer
     # An answer is data, never trusted (docs/design.md §6): what the database cannot store
     # becomes a failed event, not a database error at commit. No excerpt of it is quoted.
     if unstorable(answer) is not None:
@@ -88,8 +95,12 @@ def check_answer(text: str) -> str:
             "the answer contains an offload tag or the CONTEXT_OFFLOAD marker (or a look-alike "
             "of it); a summary must not carry one",
         )
+    _check_refusal(answer)
+    return answer
+
+
+def _check_refusal(answer: str) -> None:
     if len(answer) <= _REFUSAL_MAX_CHARS and _REFUSAL_RE.match(answer):
         raise SummarizerError(
             "refusal", f"the answer reads as a refusal ({len(answer)} characters)"
         )
-    return answer

@@ -9,11 +9,12 @@ totals, settle: `autoctx._effects`) and is sent their results. The drivers of
 `autoctx._drivers` execute them against the session's store and the summarizers:
 `Compressor.run` from the calling thread, `Compressor.arun` with its database steps in a worker
 thread and an `AsyncSummarizer` awaited, so that no thread waits on the LLM; both ask the
-summarizer for a batch's ranges (the independent ranges of one pass, one request each)
-concurrently, at most `summarizer_concurrency` at once. The ranges of one pass still commit
-together, in one transaction (docs/design.md §2): concurrency only changes when their
-summaries are written. The offline summarizer that stands in to keep the bound is the
-memory's, handed in (`fallback`).
+summarizer for a batch's requests (the independent ranges of one pass, one request each, or
+several of S5's messages sharing one: docs/design.md §3) concurrently, at most
+`summarizer_concurrency` at once. The ranges of one pass still commit together, in one
+transaction (docs/design.md §2): concurrency only changes when their summaries are written.
+The offline summarizer that stands in to keep the bound is the memory's, handed in
+(`fallback`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ._answers import check_answer
@@ -50,8 +51,15 @@ from ._intake import Prepared, count_tokens
 from ._messages import Msg
 from ._observe import Observer, SummarizerCall
 from ._plans import Edit, PlanContext, Snapshot
-from ._prompts import build_request, clip_for
+from ._prompts import (
+    build_request,
+    build_shared_request,
+    clip_for,
+    shared_input_bound,
+    shares_requests,
+)
 from ._replacements import Replacement, preview, summarized_payload
+from ._shared_requests import group, split_answer
 from ._strategies import plan as plan_strategy
 from ._strategies import registry
 from ._strategies._common import Layouts, layout_of
@@ -398,7 +406,7 @@ class Compressor:
                 continue
             if not self._allowed(strategy, snap, state):
                 continue
-            edits = self._affordable(strategy, planned_by(strategy), state)
+            edits = self._affordable(strategy, planned_by(strategy), state, snap)
             if not edits:
                 continue
             if strategy in HISTORY_STRATEGIES:
@@ -457,15 +465,35 @@ class Compressor:
         self.session.record_arrivals(max(0, first.tokens_before - snap.token_count))
         state.arriving = self.session.arriving(self.config)
 
-    def _affordable(self, strategy: int, edits: list[Edit], state: _CallState) -> list[Edit]:
+    def _affordable(
+        self, strategy: int, edits: list[Edit], state: _CallState, snap: Snapshot
+    ) -> list[Edit]:
         """The edits the call's LLM budget pays for: S1, S4 and S5 plan every candidate, and
-        leave a call for each single-call rung after them (the fold, S6) while they can."""
+        leave a call for each single-call rung after them (the fold, S6) while they can. A
+        request shared by several of S5's messages is one call (`_requests`)."""
         if not edits or not edits[0].llm:
             return edits  # one strategy's edits are all LLM or all previews
         left = self.options.max_llm_calls - state.llm_calls
         if left <= 0 or self._out_of_time(state):
             return []
-        return edits[: max(1, left - _RESERVED_AFTER.get(strategy, 0))]
+        calls = max(1, left - _RESERVED_AFTER.get(strategy, 0))
+        taken = sorted(i for request in self._requests(snap, edits)[:calls] for i in request)
+        return [edits[i] for i in taken]
+
+    def _requests(
+        self, snap: Snapshot, edits: Sequence[Edit], *, fallback: bool = False
+    ) -> list[list[int]]:
+        """The summarizer requests `edits` (one strategy's LLM edits) go out in, as indices
+        into `edits`: one each, but S5's messages share requests as they fit its input bound
+        (docs/design.md §3). The first requests taken whole group again the same way
+        (`autoctx._shared_requests.group`), so the budget's choice is what is sent.
+
+        The offline fallback keeps one request per message: it calls no LLM, so sharing
+        would save nothing, and each of its events then names it (model `offline`)."""
+        if fallback or not edits or not shares_requests(edits[0].strategy, self.config):
+            return [[i] for i in range(len(edits))]
+        sizes = [sum(snap.messages[k].chars for k in e.member_indices) for e in edits]
+        return group(sizes, shared_input_bound(self.config))
 
     def _out_of_time(self, state: _CallState) -> bool:
         """Whether the call's deadline has passed: no summarizer call starts after it; the
@@ -500,8 +528,8 @@ class Compressor:
         originals = yield from ask(LoadMessages(ids))
         out: list[Replacement | None] = []
         # The ranges are independent: their requests go out as one batch, and each answer
-        # comes back to its own range, in edit order.
-        asking: list[tuple[int, _Asking]] = []
+        # comes back to its own range (or ranges, for a shared request), in edit order.
+        summarized: list[tuple[int, Edit, list[Msg], uuid.UUID]] = []
         for edit in edits:
             msgs = [originals[i] for i in edit.replaced_ids]
             offload = uuid.uuid4()
@@ -516,52 +544,126 @@ class Compressor:
                 if shown.tokens < edit.replaced_tokens:
                     out.append(Replacement(edit, shown, offload))
                 continue
-            if not fallback:
-                state.llm_calls += 1
             out.append(None)
-            asking.append((len(out) - 1, self._ask(edit, msgs, offload, state, fallback)))
-        if asking:
-            batch = Summarize(tuple(one.request for _, one in asking), fallback=fallback)
+            summarized.append((len(out) - 1, edit, msgs, offload))
+        requests: list[_Request] = []
+        ranges = [edit for _, edit, _, _ in summarized]
+        for members in self._requests(snap, ranges, fallback=fallback):
+            if not fallback:
+                state.llm_calls += 1  # one call per request, however many ranges share it
+            requests.append(self._ask([summarized[i] for i in members], state, fallback))
+        if requests:
+            batch = Summarize(tuple(r.request for r in requests), fallback=fallback)
             try:
                 answers = yield from ask(batch)
             except GeneratorExit:
-                for _, one in asking:
-                    one.call.failed("abandoned")  # the call was stopped: its answer is not wanted
+                for r in requests:
+                    r.call.failed("abandoned")  # the call was stopped: its answer is not wanted
                 raise
-            for (slot, one), answer in zip(asking, answers, strict=True):
-                out[slot] = yield from self._replacement(snap, one, answer, state, reason)
+            for r, answer in zip(requests, answers, strict=True):
+                for slot, part, (part_answer, paid) in zip(
+                    r.slots, r.parts, self._parts_of(r, answer), strict=True
+                ):
+                    out[slot] = yield from self._replacement(
+                        snap, part, part_answer, state, reason, paid
+                    )
         return [r for r in out if r is not None]
 
     def _ask(
-        self, edit: Edit, msgs: list[Msg], offload: uuid.UUID, state: _CallState, fallback: bool
-    ) -> _Asking:
-        """One range's request to the summarizer (the configured one, or the fallback)."""
-        prefix = ""
-        to_summarize = msgs
-        if edit.verbatim_prefix_id is not None:
-            # Kept verbatim, its own tag included, so the older originals stay reachable.
-            prefix = msgs[0].text.rstrip()
-            to_summarize = msgs[1:]
-        elif edit.strategy == registry.LARGE and msgs[0].role == "user":
-            # The current user message: its head stays verbatim, the rest is summarized.
-            head = msgs[0].text[: self.config.preview_chars]
-            prefix = head + "..."
-            to_summarize = [Msg.user(msgs[0].text[len(head) :])]
-        request = build_request(
-            edit.strategy,
-            to_summarize,
-            prompts=self.config.prompts,
-            char_budget=edit.char_budget,
-            token_budget=edit.token_budget,
-            plan=state.plan,
-            deadline=None if fallback else self._request_deadline(state),
-            clip=clip_for(edit.strategy, self.config),
-            count_tokens=self.counter.count,
-        )
+        self,
+        ranges: Sequence[tuple[int, Edit, list[Msg], uuid.UUID]],
+        state: _CallState,
+        fallback: bool,
+    ) -> _Request:
+        """One request to the summarizer (the configured one, or the fallback): for one range,
+        or for several of S5's messages that share it (each range: its slot in the pass's
+        replacements, its edit, its messages and its offload uuid)."""
+        subjects = [self._subject(edit, msgs) for _, edit, msgs, _ in ranges]
+        first = ranges[0][1]
+        deadline = None if fallback else self._request_deadline(state)
+        clip = clip_for(first.strategy, self.config)
+        if len(ranges) == 1:
+            request = build_request(
+                first.strategy,
+                subjects[0][1],
+                prompts=self.config.prompts,
+                char_budget=first.char_budget,
+                token_budget=first.token_budget,
+                plan=state.plan,
+                deadline=deadline,
+                clip=clip,
+                count_tokens=self.counter.count,
+            )
+        else:
+            request = build_shared_request(
+                [to_summarize for _, to_summarize in subjects],
+                plan=state.plan,
+                deadline=deadline,
+                clip=clip,
+            )
         call = self.observer.summarizer_call(
             self.fallback if fallback else self.summarizer, FALLBACK_MODEL if fallback else None
         )
-        return _Asking(edit, msgs, offload, prefix, request, call, fallback)
+        parts = tuple(
+            _Asking(
+                edit,
+                msgs,
+                offload,
+                prefix,
+                request,
+                call,
+                fallback,
+                shared=len(ranges) > 1,
+                # The call's usage goes on the first range's event only, so that the audit
+                # counts it (and the call) once (docs/design.md §3).
+                usage=k == 0,
+            )
+            for k, ((_, edit, msgs, offload), (prefix, _)) in enumerate(
+                zip(ranges, subjects, strict=True)
+            )
+        )
+        return _Request(tuple(slot for slot, _, _, _ in ranges), parts, request, call)
+
+    def _subject(self, edit: Edit, msgs: list[Msg]) -> tuple[str, list[Msg]]:
+        """What of a range is summarized, and the text kept verbatim before its summary."""
+        if edit.verbatim_prefix_id is not None:
+            # Kept verbatim, its own tag included, so the older originals stay reachable.
+            return msgs[0].text.rstrip(), msgs[1:]
+        if edit.strategy == registry.LARGE and msgs[0].role == "user":
+            # The current user message: its head stays verbatim, the rest is summarized.
+            head = msgs[0].text[: self.config.preview_chars]
+            return head + "...", [Msg.user(msgs[0].text[len(head) :])]
+        return "", msgs
+
+    def _parts_of(
+        self, request: _Request, answer: SummaryResult | Exception
+    ) -> list[tuple[SummaryResult | Exception, Mapping[str, Any]]]:
+        """Each range's answer to `request`, with the usage its `failed` event carries if its
+        part of the answer fails (the shared call's usage on the first range, once).
+
+        A request of one range: its answer as it came. A shared one: its answer split per
+        range (`autoctx._shared_requests.split_answer`), so that a part that is missing, given
+        twice, or fails a check fails only its own range, never writes another's place."""
+        if not request.parts[0].shared:
+            return [(answer, {})]
+        count = len(request.parts)
+        if isinstance(answer, Exception):
+            return [(answer, {})] * count
+        if not request.parts[0].fallback:
+            try:
+                self._check_in_time(request.request)
+            except SummarizerError as exc:
+                return [(exc, {})] * count
+        request.call.answered(answer)
+        usage = _usage_of(answer)
+        out: list[tuple[SummaryResult | Exception, Mapping[str, Any]]] = []
+        for k, text in enumerate(split_answer(answer.text, count)):
+            paid = usage if k == 0 else {}
+            if isinstance(text, Exception):
+                out.append((text, paid))
+            else:
+                out.append((replace(answer, text=text), paid))
+        return out
 
     def _replacement(
         self,
@@ -570,21 +672,24 @@ class Compressor:
         answer: SummaryResult | Exception,
         state: _CallState,
         reason: str,
+        paid: Mapping[str, Any] | None = None,
     ) -> Effects[Replacement | None]:
         """The replacement one range's answer makes, or None (and a `failed` event) when the
-        answer is not a summary of it."""
+        answer is not a summary of it. `paid`: the usage its `failed` event carries when the
+        answer came but fails here (a shared request's, on its first range)."""
         edit, msgs, offload, call = asking.edit, asking.msgs, asking.offload, asking.call
         try:
             if isinstance(answer, Exception):
                 raise answer
             result = answer
-            if not asking.fallback:
+            if not asking.fallback and not asking.shared:
+                # A shared request's answer was checked in time once, before it was split.
                 self._check_in_time(asking.request)
             call.answered(result)
             text = check_answer(result.text)
         except SummarizerError as exc:
             call.failed(exc.reason)
-            yield from self._fail(edit, state, reason, exc.reason, exc.detail)
+            yield from self._fail(edit, state, reason, exc.reason, exc.detail, **(paid or {}))
             return None
         except Exception as exc:  # a caller's summarizer may raise anything
             call.failed("error")
@@ -595,12 +700,9 @@ class Compressor:
                 edit, state, reason, "error", f"the summarizer raised {type(exc).__name__}"
             )
             return None
-        usage: dict[str, Any] = {
-            "model": result.model,
-            "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": result.completion_tokens,
-            "latency_ms": result.latency_ms,
-        }
+        # Of a shared request, only the first range's event carries the call's model and
+        # usage: the others' carry none, so the audit counts the call once.
+        usage = _usage_of(result) if asking.usage else {}
         if edit.token_budget is not None:
             answer_tokens = self.counter.count(text)
             allowed = edit.token_budget + _budget_margin(edit.token_budget)
@@ -640,15 +742,7 @@ class Compressor:
                 **usage,
             )
             return None
-        return Replacement(
-            edit,
-            new,
-            offload,
-            model=result.model,
-            prompt_tokens=result.prompt_tokens,
-            completion_tokens=result.completion_tokens,
-            latency_ms=result.latency_ms,
-        )
+        return Replacement(edit, new, offload, **usage)
 
     def _check_in_time(self, request: SummaryRequest) -> None:
         """An answer that came after its deadline is never a summary, whichever summarizer
@@ -800,6 +894,32 @@ class _Asking:
     request: SummaryRequest
     call: SummarizerCall
     fallback: bool
+    #: The request is shared with other ranges (S5): its answer is split per range.
+    shared: bool = False
+    #: This range's event carries the call's model and usage (of a shared request, the first
+    #: range's only).
+    usage: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """One request of a batch: the ranges it asks for (one, or several of S5's messages), with
+    their slots in the pass's replacements."""
+
+    slots: tuple[int, ...]
+    parts: tuple[_Asking, ...]
+    request: SummaryRequest
+    call: SummarizerCall
+
+
+def _usage_of(result: SummaryResult) -> dict[str, Any]:
+    """What an event records of the call that wrote its answer."""
+    return {
+        "model": result.model,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "latency_ms": result.latency_ms,
+    }
 
 
 def _budget_margin(budget: int) -> int:

@@ -166,8 +166,9 @@ Answers: TypeAlias = list[SummaryResult | Exception]
 
 @dataclass(frozen=True, slots=True)
 class Summarize(Effect[Answers]):
-    """The independent ranges of one pass, one request each, that the summarizer may write at
-    the same time; answered in their order.
+    """The requests for the independent ranges of one pass (one range each, or several of
+    S5's messages sharing one: docs/design.md §3), that the summarizer may answer at the same
+    time; answered in their order.
 
     `fallback`: the offline summarizer the memory injected writes them, in the step itself
     (local and quick: no lock is given up for it), and its answers are recorded under the

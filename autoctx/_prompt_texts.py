@@ -66,6 +66,24 @@ key arguments the message refers to. Drop only repetition, boilerplate and bulk 
 information; say briefly what kind of bulk was dropped (for example "412 similar log lines
 omitted"). Mark with [TRUNCATED] anything the original itself shows as cut off. {FORM}"""
 
+S5_SHARED: Final = f"""\
+You shorten several very large messages from an AI agent's ongoing work, each on its own: tool
+outputs, the arguments of tool calls, or long pieces of text. The agent is still working and
+will rely on your versions instead of the originals. The transcript holds the messages one after
+the other, each under a line of the form "=== MESSAGE 2 of 3 (8000 characters) ===".
+
+Answer with one summary per message, in their order, each under a line that holds only
+"=== SUMMARY " followed by the message's number and " ===" (for example "=== SUMMARY 2 ==="),
+and nothing before the first such line. Every message gets its summary, even a short one; never
+merge two messages, never move a fact from one message's summary to another's: each summary
+replaces only its own message.
+
+Be conservative: in each summary keep every key fact, result and status, every error verbatim,
+every identifier, path, URL, number and setting that could matter, and the tool names, call ids
+and key arguments the message refers to. Drop only repetition, boilerplate and bulk that carries
+no information; say briefly what kind of bulk was dropped (for example "412 similar log lines
+omitted"). Mark with [TRUNCATED] anything the original itself shows as cut off. {FORM}"""
+
 S6_CURRENT_ROUND: Final = f"""\
 You condense the work an AI agent has done so far on the user's current request, so that the
 agent can continue from your text alone. The transcript is the agent's own calls, results and

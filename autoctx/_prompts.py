@@ -16,6 +16,8 @@ from ._agent_plan import plan_hint
 from ._config import AutoContextConfig
 from ._errors import ConfigError
 from ._messages import Msg
+from ._prompt_texts import S5_SHARED
+from ._shared_requests import join_parts
 from ._strategies.registry import DEFAULT_PROMPTS, FOLD, LARGE, LLM_STRATEGIES
 from ._summary import CHARS_PER_BUDGET_TOKEN, SummaryRequest
 from ._tags import offload_tag
@@ -25,8 +27,11 @@ __all__ = [
     "DEFAULT_PROMPTS",
     "RELOAD_SNIPPET",
     "build_request",
+    "build_shared_request",
     "clip_for",
     "prompt_for",
+    "shared_input_bound",
+    "shares_requests",
 ]
 
 #: For the agent's system prompt: what the tags mean and how to get the originals back.
@@ -125,4 +130,44 @@ def build_request(
         token_budget=token_budget,
         deadline=deadline,
         count_tokens=count_tokens if token_budget is not None else None,
+    )
+
+
+def shares_requests(strategy: int, config: AutoContextConfig) -> bool:
+    """Whether the ranges `strategy` plans in one pass may share a summarizer request: S5's
+    messages, under autoctx's own prompt (docs/design.md §3). A caller's S5 prompt speaks of
+    one message and knows nothing of the shared request's headers, so each message then keeps
+    a request of its own."""
+    return strategy == LARGE and not (config.prompts and LARGE in config.prompts)
+
+
+def shared_input_bound(config: AutoContextConfig) -> int:
+    """The input bound of an S5 request, in characters: what one S5 request reads of a single
+    message at most (`clip_for`). Messages share a request while their characters, each
+    counted up to the bound, add up to no more than it, so that a shared request never reads
+    more than the largest single one; a message that alone reaches it goes alone."""
+    return _S5_CLIP_PER_LARGE * config.large_payload_chars
+
+
+def build_shared_request(
+    parts: Sequence[Sequence[Msg]],
+    *,
+    plan: Mapping[str, Any] | None = None,
+    deadline: float | None = None,
+    clip: Clip | None = None,
+) -> SummaryRequest:
+    """One S5 request for several messages, each part the messages one summary is asked for
+    (one message, or what S5 summarizes of the current user message): the shared prompt, the
+    parts' transcripts under their headers (`autoctx._shared_requests`), the plan hint last."""
+    if len(parts) < 2:
+        raise ValueError(f"a shared request holds at least two parts, got {len(parts)}")
+    chars = [original_chars(p) for p in parts]
+    return SummaryRequest(
+        strategy=LARGE,
+        prompt=S5_SHARED,
+        transcript=join_parts([render_transcript(p, clip=clip) for p in parts], chars),
+        input_chars=sum(chars),
+        plan_hint=plan_hint(plan),
+        deadline=deadline,
+        parts=len(parts),
     )

@@ -44,6 +44,12 @@ class SummaryRequest:
     #: the compressor checks the answer): a summarizer that measures its own output, such as
     #: the offline one, keeps to the budget with it. None: no such counting is offered.
     count_tokens: Callable[[str], int] | None = field(default=None, compare=False, repr=False)
+    #: How many messages the request holds when several share it (S5, docs/design.md §3), else
+    #: 0. The transcript then holds each under its ``=== MESSAGE k of n (c characters) ===``
+    #: line, the prompt asks for each summary under its ``=== SUMMARY k ===`` line, and the
+    #: compressor splits the answer and checks each summary as an answer of its own (a
+    #: summarizer checks only what fails the whole answer: `check_answer`'s ``shared``).
+    parts: int = 0
 
     def user_content(self) -> str:
         """The user message an LLM receives: the transcript, then the character budget when
@@ -115,9 +121,11 @@ SUMMARIZER_REASONS: Final[Mapping[str, str]] = {
     "connection": "the connection failed, or a stream ended before the answer was complete",
     "bad_response": "the endpoint answered with something that is not a chat completion",
     "api_error": "the endpoint reported an error inside a stream, or the client failed",
-    "empty": "the answer is empty or only whitespace",
+    "empty": "the answer is empty or only whitespace (of a request shared by several messages: "
+    "this message's summary is missing or empty)",
     "refusal": "the model refused (refusal set, or finish_reason content_filter)",
     "tag_in_answer": "the answer contains an offload tag or the CONTEXT_OFFLOAD marker, or a "
     "look-alike of either (any case, compatibility forms, Cyrillic or Greek look-alike letters)",
-    "bad_answer": "the answer holds what PostgreSQL text cannot store (NUL, a lone surrogate)",
+    "bad_answer": "the answer holds what PostgreSQL text cannot store (NUL, a lone surrogate), "
+    "or, of a request shared by several messages, more than one summary of this message",
 }

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     # The openai package takes about half a second to import; the offline path never needs it.
     pass
 
+from .._shared_requests import join_answers, split_parts
 from .._summary import CHARS_PER_BUDGET_TOKEN, SummaryRequest, SummaryResult
 
 _log = logging.getLogger("autoctx")
@@ -251,6 +252,11 @@ class OfflineSummarizer:
     request's ``char_budget``, or without one within a quarter of the input (between
     `OFFLINE_MIN_CHARS` and `OFFLINE_MAX_CHARS`), so that a large input always shrinks.
     Offload tags it copies become ``[offloaded context <uuid>]``.
+
+    A request shared by several messages (docs/design.md §3; it knows one by its transcript,
+    so that it answers one that came over HTTP too) gets one extract per message, each within
+    a quarter of that message as its header states it, under its ``=== SUMMARY k ===`` line:
+    each extract is the one a request of that message alone would get.
     """
 
     model: str = OFFLINE_MODEL
@@ -263,11 +269,17 @@ class OfflineSummarizer:
             # A quarter of the input, as without a budget, but never over the budget.
             quarter = max(OFFLINE_MIN_CHARS, request.input_chars // 4)
             return max(1, min(quarter, request.token_budget * CHARS_PER_BUDGET_TOKEN))
-        return min(OFFLINE_MAX_CHARS, max(OFFLINE_MIN_CHARS, request.input_chars // 4))
+        return _unbudgeted(request.input_chars)
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         started = time.perf_counter()
         transcript = neutralize_tags(request.transcript)
+        parts = split_parts(transcript)
+        if parts is not None and request.char_budget is None and request.token_budget is None:
+            text = join_answers([_extract(p.transcript, _unbudgeted(p.chars)) for p in parts])
+            return SummaryResult(
+                text=text, model=self.model, latency_ms=(time.perf_counter() - started) * 1000
+            )
         budget = self.budget_for(request)
         text = _extract(transcript, budget)
         count, limit = request.count_tokens, request.token_budget
@@ -286,6 +298,11 @@ class OfflineSummarizer:
             model=self.model,
             latency_ms=(time.perf_counter() - started) * 1000,
         )
+
+
+def _unbudgeted(input_chars: int) -> int:
+    """The characters of a summary whose request states no budget: a quarter of the input."""
+    return min(OFFLINE_MAX_CHARS, max(OFFLINE_MIN_CHARS, input_chars // 4))
 
 
 def _extract(transcript: str, budget: int) -> str:

@@ -368,6 +368,7 @@ class OpenAISummarizer:
             deadline=deadline,
             timeout=timeout,
             attempts=max_retries + 1,
+            shared=request.parts > 0,
         )
 
     def _where(self) -> str:
@@ -397,6 +398,9 @@ class _Call:
     #: The client's timeout of one attempt (a number, an `openai.Timeout` or None).
     timeout: object
     attempts: int
+    #: The request is shared by several messages: its answer is checked whole only for what
+    #: fails it whole (`check_answer`), each summary in it by the compressor.
+    shared: bool = False
     made: int = 0
     #: The running attempt's timeout was cut to the time left before the deadline.
     cut: bool = False
@@ -459,7 +463,7 @@ class _Call:
         self.check()
         text, answered_by, prompt_tokens, completion_tokens = answer
         return SummaryResult(
-            text=check_answer(text),
+            text=check_answer(text, shared=self.shared),
             model=answered_by or model,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
