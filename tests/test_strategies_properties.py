@@ -279,11 +279,13 @@ def check_edits(
             assert e.end <= h
         if strategy == 8:
             # Masking: an old original tool output over its floor, below H or before the
-            # current round, outside the most recent tool results; never a context tool's.
+            # current round (anywhere in a long current round, its tail included), outside
+            # the most recent tool results; never a context tool's.
             m = msgs[e.start]
             assert m.role == "tool" and m.kind == "original"
             assert m.chars > config.mask_min_chars
-            assert e.end <= max(h, user if user is not None else 0) or user is None
+            long_round = user is None or len(msgs) - (user + 1) > config.last_keep
+            assert long_round or e.end <= max(h, user)
             later = sum(len(x.result_ids) for x in msgs[e.start + 1 :] if x.role == "tool")
             assert later >= config.mask_keep, "the most recent tool results stay"
             assert not {RELOAD_TOOL_NAME, "context_search"} & set(m.tool_names)
