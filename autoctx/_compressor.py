@@ -63,7 +63,13 @@ from ._shared_requests import group, split_answer
 from ._strategies import plan as plan_strategy
 from ._strategies import registry
 from ._strategies._common import Layouts, layout_of
-from ._summary import AsyncSummarizer, Summarizer, SummaryRequest, SummaryResult
+from ._summary import (
+    AsyncSummarizer,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+    answers_shared_requests,
+)
 from ._tags import offload_tag
 from ._tokens import TokenCounter
 
@@ -490,7 +496,12 @@ class Compressor:
 
         The offline fallback keeps one request per message: it calls no LLM, so sharing
         would save nothing, and each of its events then names it (model `offline`)."""
-        if fallback or not edits or not shares_requests(edits[0].strategy, self.config):
+        if (
+            fallback
+            or not edits
+            or not shares_requests(edits[0].strategy, self.config)
+            or not answers_shared_requests(self.summarizer)
+        ):
             return [[i] for i in range(len(edits))]
         sizes = [sum(snap.messages[k].chars for k in e.member_indices) for e in edits]
         return group(sizes, shared_input_bound(self.config))

@@ -90,9 +90,22 @@ class SummaryResult:
 class Summarizer(Protocol):
     """Anything with this method can summarize for autoctx. The independent ranges of one pass
     are summarized concurrently (`AutoContextConfig.summarizer_concurrency`), so the method may
-    be called from several threads at once; set that to 1 for one that cannot be."""
+    be called from several threads at once; set that to 1 for one that cannot be.
+
+    A summarizer that answers a request shared by several messages (``request.parts > 0``) as
+    its prompt asks, one summary under each message's header, says so with a class attribute
+    ``answers_shared_requests = True`` (`answers_shared_requests`): S5 then sends several large
+    messages in one request (docs/design.md §3). `OpenAISummarizer` and `OfflineSummarizer` do;
+    any other gets one request per message, as it always did."""
 
     def summarize(self, request: SummaryRequest) -> SummaryResult: ...
+
+
+def answers_shared_requests(summarizer: object) -> bool:
+    """Whether `summarizer` declared that it answers shared requests (see `Summarizer`): a
+    summarizer written before they existed would answer one with a single summary, and every
+    message of it would fail."""
+    return getattr(summarizer, "answers_shared_requests", False) is True
 
 
 @runtime_checkable

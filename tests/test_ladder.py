@@ -44,6 +44,8 @@ Open = Callable[..., AutoContextMemory]
 class CountingSummarizer:
     """The offline summarizer, counting its calls; optionally running a hook mid-call."""
 
+    answers_shared_requests = True  # as the offline summarizer it passes requests to
+
     def __init__(self, hook: Callable[[SummaryRequest], None] | None = None) -> None:
         self.inner = OfflineSummarizer()
         self.calls = 0

@@ -22,6 +22,7 @@ from autoctx import (
     OpenAISummarizer,
     RuntimeOptions,
     SummaryRequest,
+    SummaryResult,
     ToolUseBlock,
 )
 from autoctx._errors import SummarizerError
@@ -208,6 +209,33 @@ def test_a_callers_s5_prompt_keeps_one_request_per_message(open_memory: Open) ->
     assert [e.status for e in events] == ["applied"] * 3
     assert summarizer.calls == 3
     assert all(r.parts == 0 and r.prompt == prompt for r in summarizer.requests)
+
+
+class _OwnSummarizer:
+    """A caller's summarizer written before shared requests: it does not declare
+    `answers_shared_requests`, so S5 sends it one message per request."""
+
+    def __init__(self) -> None:
+        self.inner = OfflineSummarizer()
+        self.requests: list[SummaryRequest] = []
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.requests.append(request)
+        return self.inner.summarize(request)
+
+
+def test_a_summarizer_that_does_not_declare_shared_answers_gets_one_request_each(
+    open_memory: Open,
+) -> None:
+    summarizer = _OwnSummarizer()
+    mem = open_memory(config=CONFIG, summarizer=summarizer)
+    mem.add(_round([46, 50, 54]))
+    events = _s5(mem.compress_if_needed())
+    assert [e.status for e in events] == ["applied"] * 3
+    assert len(summarizer.requests) == 3
+    assert all(r.parts == 0 and r.prompt == S5_PAYLOAD for r in summarizer.requests)
+    # autoctx's own summarizers declare it.
+    assert OfflineSummarizer.answers_shared_requests and OpenAISummarizer.answers_shared_requests
 
 
 def test_max_llm_calls_counts_a_shared_request_once(open_memory: Open) -> None:

@@ -9,7 +9,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from .._tags import neutralize_tags
 
@@ -258,6 +258,8 @@ class OfflineSummarizer:
     a quarter of that message as its header states it, under its ``=== SUMMARY k ===`` line:
     each extract is the one a request of that message alone would get.
     """
+
+    answers_shared_requests: ClassVar[bool] = True
 
     model: str = OFFLINE_MODEL
 

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias
 
 from .. import _arguments
 from .._errors import ConfigError, SummarizerError
@@ -93,6 +93,9 @@ class OpenAISummarizer:
     its detail never quotes the answer, a refusal or an error body (they may echo the
     transcript). Whether the summary is shorter than its input is the compressor's check.
     """
+
+    #: The model reads the shared request's prompt and answers each message under its header.
+    answers_shared_requests: ClassVar[bool] = True
 
     def __init__(
         self,
