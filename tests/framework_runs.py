@@ -17,6 +17,7 @@ import pytest
 
 from autoctx import AutoContextClient, AutoContextMemory, SessionNotFound
 from autoctx._store.database import resolve_url
+from autoctx._strategies.registry import CURRENT_ROUND
 from tests.agent_model import ScriptedAgent, tool_output
 from tests.dbsql import sql
 
@@ -80,8 +81,9 @@ def assert_every_request_ends_with_input(agent_model: ScriptedAgent) -> None:
 
 def assert_current_round_summarized(mem: AutoContextMemory) -> None:
     """The run reached S6 (docs/design.md §3), the rung whose summary used to end the context."""
-    assert any(e.strategy == 6 and e.status == "applied" for e in mem.events()), [
-        (e.strategy, e.status) for e in mem.events()
+    events = mem.events()
+    assert any(e.strategy == CURRENT_ROUND and e.status == "applied" for e in events), [
+        (e.strategy, e.status) for e in events
     ]
 
 

@@ -700,8 +700,8 @@ def test_s5_skips_failed_messages() -> None:
 def test_s5_leaves_a_latest_step_that_fits_and_shrinks_one_that_does_not() -> None:
     """The latest step is what the model is about to read: while it fits under the target after
     S6's summary, it stays whole (its large results too); when it does not, S5 shrinks each of
-    its messages a summary can gain on, large or not (docs/design.md §3, "the latest step"),
-    so that S6 can keep it."""
+    its messages a summary can gain on, large or not, so that S6 can keep it (docs/design.md §3,
+    "the latest step stays last")."""
     config = cfg(max_tokens=10_000, target_ratio=0.6)  # token target 6,000
 
     def round_with_step(third_result_tokens: int) -> tuple[Hist, int, int]:
@@ -771,7 +771,8 @@ def test_s6_summarizes_everything_after_the_user_message_with_a_budget() -> None
 def test_s6_keeps_the_latest_step_after_its_summary() -> None:
     """Mid-task, right before a model call, the context ends with the step whose results the
     model is about to read: S6 summarizes what came before it, so that the context still ends
-    with those results (docs/design.md §3, "the latest step"), with their parallel calls."""
+    with those results, parallel calls and all (docs/design.md §3, "the latest step stays
+    last")."""
     h = Hist()
     u = h.user()
     h.steps(3, chars=100)

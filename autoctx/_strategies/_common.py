@@ -68,7 +68,7 @@ class Layout:
     maskable: tuple[int, ...] = ()
     #: Start of the latest step, when the context ends with it: the trailing tool group whose
     #: calls are all answered, which the model is about to read (docs/design.md §3, "the
-    #: latest step"). None when the context ends otherwise (a user message, an answer, a
+    #: latest step stays last"). None when the context ends otherwise (a user message, an answer, a
     #: pending call).
     step_start: int | None = None
 

@@ -36,7 +36,7 @@ def plan_s5(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     # The latest step is what the model is about to read: it stays whole after S6's summary
     # when it fits under the target, and S5 shrinks it only when it does not, then each of its
     # messages a summary can gain on, not only the large ones (docs/design.md §3, "the latest
-    # step").
+    # step stays last").
     fits = step is not None and latest_step_fits(snapshot, lay, config, ctx.arriving)
     end = step if fits and step is not None else len(lay)
     chosen = {

@@ -3,14 +3,14 @@
 The range is everything after the latest user message and after the last system or pinned
 message of the round, up to (not including) a trailing pending tool call group, or the latest
 step when the context ends with one (the trailing tool group whose results the model is about
-to read) and it fits under the target after the summary: the context then still ends with those
-results, as every framework's agent loop needs (docs/design.md §3, "the latest step"). An earlier S6
-summary at the start of the range is kept verbatim as a prefix, until that prefix alone grows
-past `current_round_ratio` of the token target; then it is summarized too, which keeps a task of
-any length bounded. It is summarized too when keeping it could not bring the context under the
-target (protected messages, such as the system prompts of many tasks, leave little room):
-a call that fires goes on to the target (docs/design.md §2), instead of shaving a few tokens off
-the newest steps at every turn.
+to read) and the step stays (see `current_round_range`): the context then still ends with
+those results, as every framework's agent loop needs (docs/design.md §3, "the latest step stays
+last"). An earlier S6 summary at the start of the range is kept verbatim as a prefix, until that
+prefix alone grows past `current_round_ratio` of the token target; then it is summarized too,
+which keeps a task of any length bounded. It is summarized too when keeping it could not bring
+the context under the target (protected messages, such as the system prompts of many tasks,
+leave little room): a call that fires goes on to the target (docs/design.md §2), instead of
+shaving a few tokens off the newest steps at every turn.
 """
 
 from __future__ import annotations
