@@ -777,14 +777,18 @@ class Compressor:
             snap = yield from ask(ReadSnapshot())
             if snap.token_count < cfg.token_target:
                 return
-            # Ranges that failed with the configured summarizer are exactly what is retried.
-            ctx = PlanContext(
-                token_pressure=True,
-                count_pressure=False,
-                fallback=True,
-                layouts=self.session.layouts,
-            )
             for strategy in _FALLBACK_STRATEGIES:
+                # Ranges that failed with the configured summarizer are exactly what is
+                # retried. What the fallback itself tried, a rung before in this pass too, is
+                # failed for the planners: S6 then takes a latest step that S5 could not
+                # shrink (docs/design.md §3, "the latest step stays last").
+                ctx = PlanContext(
+                    token_pressure=True,
+                    failed=frozenset(ids for _, ids in state.fell_back),
+                    count_pressure=False,
+                    fallback=True,
+                    layouts=self.session.layouts,
+                )
                 edits = plan_strategy(strategy, snap, cfg, ctx)
                 edits = [e for e in edits if (e.strategy, e.replaced_ids) not in state.fell_back]
                 if not edits:

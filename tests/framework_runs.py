@@ -17,6 +17,7 @@ import pytest
 
 from autoctx import AutoContextClient, AutoContextMemory, SessionNotFound
 from autoctx._store.database import resolve_url
+from autoctx._strategies.registry import CURRENT_ROUND
 from tests.agent_model import ScriptedAgent, tool_output
 from tests.dbsql import sql
 
@@ -33,14 +34,16 @@ def output_size(step: int, stride: int = 7_919) -> int:
 
 class Work:
     """The body of the scripted agent's work tool, which each test wraps in its framework's
-    tool: call n returns `tool_output(n, output_size(n))`, so call n's fact is ``FACT-n``."""
+    tool: call n returns `tool_output(n, size(n))` (`output_size` unless told), so call n's fact
+    is ``FACT-n``."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: Callable[[int], int] = output_size) -> None:
         self.calls = 0
+        self.size = size
 
     def __call__(self) -> str:
         self.calls += 1
-        return tool_output(self.calls, output_size(self.calls))
+        return tool_output(self.calls, self.size(self.calls))
 
 
 def work_tool(decorate: Callable[[Callable[[int], str]], T], body: Work) -> T:
@@ -55,9 +58,38 @@ def work_tool(decorate: Callable[[Callable[[int], str]], T], body: Work) -> T:
     return decorate(work)
 
 
-def assert_under_window(agent_model: ScriptedAgent) -> None:
-    """No request the framework sent was over `WINDOW`."""
-    assert agent_model.over(WINDOW) == 0, agent_model.largest_request()
+#: The window of the long-task runs that reach S6 mid-task (a few 2-6 KB outputs fill it): the
+#: context is compressed right before a model call, when it ends with the tool results the model
+#: is about to read.
+SMALL_WINDOW = 6_000
+
+
+def small_output_size(step: int) -> int:
+    """2-6 KB, varying from step to step: a step of `SMALL_WINDOW` runs."""
+    return 2_000 + (step * 7_919) % 4_001
+
+
+def assert_every_request_ends_with_input(agent_model: ScriptedAgent) -> None:
+    """Every request the framework sent ended with what the model has to read (the user's
+    prompt or a tool result), never with an assistant message such as autoctx's own summary:
+    the model would see nothing new after it (Chat Completions), continue it as a prefill
+    (Anthropic), or the framework would refuse it (Pydantic AI)."""
+    ends = [body["messages"][-1]["role"] for body in agent_model.requests]
+    wrong = [k for k, role in enumerate(ends) if role not in ("user", "tool")]
+    assert not wrong, f"requests {wrong} end with {[ends[k] for k in wrong]}"
+
+
+def assert_current_round_summarized(mem: AutoContextMemory) -> None:
+    """The run reached S6 (docs/design.md §3), the rung whose summary used to end the context."""
+    events = mem.events()
+    assert any(e.strategy == CURRENT_ROUND and e.status == "applied" for e in events), [
+        (e.strategy, e.status) for e in events
+    ]
+
+
+def assert_under_window(agent_model: ScriptedAgent, window: int = WINDOW) -> None:
+    """No request the framework sent was over `window`."""
+    assert agent_model.over(window) == 0, agent_model.largest_request()
 
 
 def answers_to(agent_model: ScriptedAgent, name: str) -> list[str]:

@@ -19,6 +19,7 @@ from autoctx import (
     from_anthropic_messages,
 )
 
+from . import framework_runs
 from .agent_model import tool_output
 from .anthropic_server import AnthropicAgent, AnthropicServer, shape_errors
 
@@ -312,7 +313,11 @@ def _size(step: int) -> int:
 
 
 def _run(
-    client: anthropic.Anthropic, mem: AutoContextMemory, task: str, answers: dict[str, str]
+    client: anthropic.Anthropic,
+    mem: AutoContextMemory,
+    task: str,
+    answers: dict[str, str],
+    size: Callable[[int], int] = _size,
 ) -> int:
     """One agent run: the plain Messages API loop over `mem.to_anthropic()`; tool calls made."""
     mem.add({"role": "user", "content": task})
@@ -338,7 +343,7 @@ def _run(
                 out = mem.handle_tool_call(use)
                 answers[f"{use.name}:{calls}"] = out
             else:
-                out = tool_output(int(use.input["step"]), _size(calls))
+                out = tool_output(int(use.input["step"]), size(calls))
             results.append({"type": "tool_result", "tool_use_id": use.id, "content": out})
         mem.add({"role": "user", "content": results})
 
@@ -391,6 +396,24 @@ def test_long_agent_loop_through_the_anthropic_client(open_memory: Opener, sessi
             f"anthropic long run: {len(agent.inputs)} requests, largest "
             f"{agent.largest_request()} / {WINDOW}, {len(events)} compressions"
         )
+
+
+def test_a_long_task_at_a_small_window_sends_its_tool_results_last(open_memory: Opener) -> None:
+    """S6 fires right before a request, when the context ends with the tool results the model is
+    about to read: `to_anthropic()` still ends with that user turn, never with autoctx's summary
+    as an assistant turn (the API would take it as a prefill and the model would continue it)."""
+    mem = open_memory(config=AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW))
+    mem.add(Msg.system("You run steps with run_step and answer when done."))
+    agent = AnthropicAgent(calls_per_run=30)
+    with AnthropicServer(agent) as srv:
+        client = anthropic.Anthropic(base_url=srv.base_url, api_key="test", max_retries=0)
+        assert _run(client, mem, "Run the 30 steps.", {}, framework_runs.small_output_size) == 30
+    assert srv.rejected == []
+    assert agent.over(framework_runs.SMALL_WINDOW) == 0
+    ends = [body["messages"][-1]["role"] for body in agent.requests]
+    assert ends == ["user"] * 31
+    framework_runs.assert_current_round_summarized(mem)
+    framework_runs.assert_reachable(mem, range(30))
 
 
 def test_short_runs_through_the_anthropic_client(open_memory: Opener) -> None:

@@ -16,6 +16,7 @@ from autoctx import (
     OfflineSummarizer,
     SummaryRequest,
     SummaryResult,
+    ToolUseBlock,
 )
 from autoctx._compressor import Compressor
 from autoctx._drivers import drive
@@ -199,3 +200,48 @@ def test_a_stop_while_the_summarizer_writes_discards_its_answers() -> None:
     assert asked
     assert events == session.store.events
     assert not [e for e in session.store.events if e.model is not None]
+
+
+class _NoGainOnLargeMessages:
+    """An offline stand-in whose S5 answers are longer than what they summarize (every one a
+    `no_gain` failure), and whose other answers are the offline summarizer's."""
+
+    def __init__(self) -> None:
+        self.offline = OfflineSummarizer()
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        if request.strategy == 5:
+            return SummaryResult(request.transcript * 2, "no-gain")
+        return self.offline.summarize(request)
+
+
+def test_the_fallback_takes_a_latest_step_it_cannot_shrink() -> None:
+    """The latest step (many parallel results) fills the target on its own and the summarizer
+    is down: the fallback's S5 tries to shrink the step and gains nothing, so the fallback's
+    S6 takes the step with the rest (docs/design.md §3, "the latest step stays last"): the
+    bound comes first."""
+    config = AutoContextConfig(max_tokens=4_000, large_payload_chars=100_000)
+    session = MemorySession(config, Refusing())
+    session.add([Msg.system("Work."), Msg.user("Run every check.")])
+    calls = [f"c{k}" for k in range(20)]
+    words = " ".join(f"check {k} passed with value {k * 7919}" for k in range(90))
+    session.add(
+        [
+            Msg.assistant("", [ToolUseBlock(c, "check", "{}") for c in calls]),
+            *[Msg.tool(c, f"{c}: {words}") for c in calls],
+        ]
+    )
+    assert session.store.token_count >= config.max_tokens
+    events = Compressor(
+        session.store,
+        session.store.session_id,
+        config,
+        session.counter,
+        Refusing(),
+        session.state,
+        fallback=_NoGainOnLargeMessages(),
+    ).run(session.store.totals())
+    fell_back = [(e.strategy, e.status, e.error or "") for e in events if e.reason == "fallback"]
+    assert any(s == 5 and error.startswith("no_gain") for s, _, error in fell_back), fell_back
+    assert [s for s, status, _ in fell_back if status == "applied"] == [6]
+    assert session.store.token_count < config.max_tokens

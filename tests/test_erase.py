@@ -591,8 +591,8 @@ class _Thorough:
 def test_a_rewritten_summary_keeps_what_was_not_erased(open_mem: Opener, secret: str) -> None:
     """Erasing two tool outputs that a large current-round summary covered rewrites it without
     them and keeps the rest: within its own size, not the offline summarizer's default of a
-    quarter of its input (a 9,040-token summary went down to 1,668 tokens before; now 8,800
-    to 7,652)."""
+    quarter of its input (a 9,040-token summary went down to 1,668 tokens before; now about
+    8,000 to 7,000: S6 leaves the latest step out of its summary)."""
     config = AutoContextConfig(
         max_tokens=40000,
         msg_threshold=1000,
@@ -624,7 +624,7 @@ def test_a_rewritten_summary_keeps_what_was_not_erased(open_mem: Opener, secret:
         )
         mem.compress_if_needed()
     (summary,) = [m for m in mem.messages() if m.kind == "current_round_summary"]
-    assert summary.tokens is not None and summary.tokens > 8000
+    assert summary.tokens is not None and summary.tokens > 7000
     assert secret in summary.text and "w2x" in summary.text  # it covers outputs 0 to 2 at least
     done = mem.erase([3, 5], reason="user request")  # the outputs of calls c0 and c1
     assert summary.id in done.rewritten_ids

@@ -69,12 +69,22 @@ def work(step: int) -> str:
     return tool_output(step, framework_runs.output_size(step, stride=3571))
 
 
+def small_work(step: int) -> str:
+    """Run one step of the job.
+
+    Args:
+        step: the step number
+    """
+    return tool_output(step, framework_runs.small_output_size(step))
+
+
 def make_agent(
     srv: OpenAIServer,
     middleware: AutoContextMiddleware | None,
     *,
     context_size: int = 128_000,
     stream: bool = False,
+    tool: Any = work,
 ) -> Agent:
     model = OpenAIChatModel(
         credential=OpenAICredential(api_key="test", base_url=srv.base_url),
@@ -87,7 +97,7 @@ def make_agent(
         name="worker",
         system_prompt="You run the job step by step.",
         model=model,
-        toolkit=Toolkit(tools=[FunctionTool(work, permission=allow)]),
+        toolkit=Toolkit(tools=[FunctionTool(tool, permission=allow)]),
         middlewares=[middleware] if middleware is not None else [],
         # The runtime-state hints are user messages; the scripted model reads a user message
         # last as the start of a new run.
@@ -242,6 +252,31 @@ def test_a_long_run_stays_under_the_window_and_stores_every_output(open_mw: Any)
         await mw.close()
 
     run(go())
+
+
+def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
+    open_mw: Any,
+) -> None:
+    """S6 fires in `on_model_call`, when the context ends with the tool results the model is
+    about to read: the messages the model is called with still end with them."""
+    agent_model = ScriptedAgent(calls_per_run=30)
+
+    async def go() -> None:
+        mw = await open_mw(AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW))
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, mw, tool=small_work)
+            reply = await agent.reply(UserMsg(name="user", content="Run the 30 steps."))
+            assert reply.get_text_content() == agent_model.final_answer
+        framework_runs.assert_every_request_ends_with_input(agent_model)
+        framework_runs.assert_under_window(agent_model, framework_runs.SMALL_WINDOW)
+        await mw.close()
+
+    run(go())
+    assert len(agent_model.inputs) == 31
+    mw = run(open_mw())
+    framework_runs.assert_current_round_summarized(mw.memory.sync)
+    framework_runs.assert_reachable(mw.memory.sync, range(30))
+    run(mw.close())
 
 
 def test_without_the_middleware_the_same_run_overflows(db_url: str) -> None:

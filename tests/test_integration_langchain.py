@@ -29,7 +29,7 @@ from autoctx import (
 from autoctx.integrations._optional import framework_of
 from autoctx.integrations.langchain import AutoContextMiddleware
 from tests import framework_runs
-from tests.agent_model import ScriptedAgent, request_tokens
+from tests.agent_model import ScriptedAgent, request_tokens, tool_output
 from tests.openai_server import OpenAIServer
 
 
@@ -86,6 +86,37 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
     assert len(answers) == 1 and "FACT-0003" in answers[0]
     framework_runs.assert_each_stored_once(mem, prompts=1, calls=48)
     framework_runs.assert_reachable(mem, range(1, work.calls + 1))
+
+
+def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
+    make_middleware: Callable[..., AutoContextMiddleware], session_id: str
+) -> None:
+    """S6 fires in `before_model`, when the state ends with the tool results the model is
+    about to read: the state the model is called with still ends with them."""
+    middleware = make_middleware(config=AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW))
+    agent_model = ScriptedAgent(calls_per_run=30)
+    sizes = framework_runs.small_output_size
+    calls: list[int] = []
+
+    @tool
+    def work(step: int) -> str:
+        """Do one step of the work and return its log."""
+        calls.append(step)
+        return tool_output(step, sizes(len(calls)))
+
+    with OpenAIServer(default=agent_model) as srv:
+        model = ChatOpenAI(model="test-model", base_url=srv.base_url, api_key="test", max_retries=0)
+        agent = create_agent(model, tools=[work], middleware=[middleware])
+        result = agent.invoke(
+            {"messages": [{"role": "user", "content": "Do the 30 steps"}]},
+            {"configurable": {"thread_id": session_id}, "recursion_limit": 500},
+        )
+    assert result["messages"][-1].content == agent_model.final_answer and len(calls) == 30
+    framework_runs.assert_every_request_ends_with_input(agent_model)
+    framework_runs.assert_under_window(agent_model, framework_runs.SMALL_WINDOW)
+    mem = middleware.memory({"configurable": {"thread_id": session_id}})
+    framework_runs.assert_current_round_summarized(mem)
+    framework_runs.assert_reachable(mem, range(30))
 
 
 def test_many_short_runs_and_a_restart_with_a_checkpointer(

@@ -193,6 +193,41 @@ def test_long_run_stays_under_the_window(
     )
 
 
+def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
+    server: tuple[OpenAIServer, ScriptedAgent], db_url: str, session_id: str
+) -> None:
+    """S6 fires right before a model request, when the history ends with the tool returns the
+    model is about to read: the request still ends with them (Pydantic AI refuses a history
+    that does not end with a `ModelRequest`)."""
+    srv, scripted = server
+    scripted.calls_per_run = 30
+    capability = AutoContextCapability(
+        session_id,
+        db_url,
+        AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW),
+        summarizer=OfflineSummarizer(),
+    )
+    model = OpenAIChatModel(
+        "test-model", provider=OpenAIProvider(base_url=srv.base_url, api_key="t")
+    )
+    agent = Agent(model, instructions="Run the steps.", capabilities=[capability])
+    calls: list[int] = []
+
+    @agent.tool_plain
+    def run_step(step: int) -> str:
+        calls.append(step)
+        return tool_output(step, framework_runs.small_output_size(len(calls)))
+
+    result = agent.run_sync("Run the 30 steps.")
+    assert result.output == "All steps are done." and len(calls) == 30
+    framework_runs.assert_every_request_ends_with_input(scripted)
+    framework_runs.assert_under_window(scripted, framework_runs.SMALL_WINDOW)
+    memory = asyncio.run(capability.open())
+    framework_runs.assert_current_round_summarized(memory.sync)
+    framework_runs.assert_reachable(memory.sync, range(30))
+    asyncio.run(capability.aclose())
+
+
 def test_short_runs_through_agent_run(
     server: tuple[OpenAIServer, ScriptedAgent], db_url: str, session_id: str
 ) -> None:

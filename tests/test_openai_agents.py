@@ -1120,6 +1120,33 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
     framework_runs.assert_reachable(mem, range(1, work.calls + 1))
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
+def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
+    make_session: Callable[..., AutoContextSession], stream: bool
+) -> None:
+    """S6 fires in the input filter, when the run's items end with the call outputs the model is
+    about to read: the input of the model call still ends with them."""
+    session = make_session(config=AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW))
+    set_tracing_disabled(True)
+    agent_model = ScriptedAgent(calls_per_run=30)
+    work = framework_runs.Work(framework_runs.small_output_size)
+
+    async def scenario() -> None:
+        with OpenAIServer(default=agent_model) as srv:
+            agent, client = _sdk_agent(srv, session, work)
+            final = await _sdk_run(agent, "Do the 30 steps", session, stream=stream, bounded=True)
+            assert final == agent_model.final_answer
+            await client.close()
+
+    run(scenario())
+    assert work.calls == 30
+    framework_runs.assert_every_request_ends_with_input(agent_model)
+    framework_runs.assert_under_window(agent_model, framework_runs.SMALL_WINDOW)
+    mem = session.memory()
+    framework_runs.assert_current_round_summarized(mem)
+    framework_runs.assert_reachable(mem, range(1, 31))
+
+
 def test_a_given_client_opens_the_memory_and_its_close_closes_it(
     db_url: str, client: AutoContextClient, session_id: str
 ) -> None:

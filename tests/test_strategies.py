@@ -697,6 +697,36 @@ def test_s5_skips_failed_messages() -> None:
     assert starts(s5(h.snap(), cfg(), failed)) == wanted[1:]
 
 
+def test_s5_leaves_a_latest_step_that_fits_and_shrinks_one_that_does_not() -> None:
+    """The latest step is what the model is about to read: while it fits under the target after
+    S6's summary, it stays whole (its large results too); when it does not, S5 shrinks each of
+    its messages a summary can gain on, large or not, so that S6 can keep it (docs/design.md §3,
+    "the latest step stays last")."""
+    config = cfg(max_tokens=10_000, target_ratio=0.6)  # token target 6,000
+
+    def round_with_step(third_result_tokens: int) -> tuple[Hist, int, int]:
+        h = Hist()
+        h.user()
+        early = h.group(chars=BIG)[0] + 1
+        h.steps(3, tokens=500)
+        ids = ("a", "b", "c")
+        step = h.add("assistant", call_ids=ids, tool_names=("shell",) * 3, tokens=100)
+        for call, tokens, chars in (
+            ("a", 400, BIG),
+            ("b", 400, BIG),
+            ("c", third_result_tokens, 500),
+        ):
+            h.add("tool", result_ids=(call,), tool_names=("shell",), tokens=tokens, chars=chars)
+        return h, early, step
+
+    h, early, _ = round_with_step(300)
+    assert starts(s5(h.snap(), config, PRESSURE)) == [early]
+    # A third result that leaves no room under the target: S5 takes every one worth it (the
+    # call message, 100 tokens, is too small to gain on).
+    h, early, step = round_with_step(5_000)
+    assert starts(s5(h.snap(), config, PRESSURE)) == [early, step + 1, step + 2, step + 3]
+
+
 def test_s5_leaves_a_pinned_user_message_whole() -> None:
     h = Hist()
     h.user(chars=BIG, pinned=True)
@@ -729,12 +759,51 @@ def test_s6_summarizes_everything_after_the_user_message_with_a_budget() -> None
     h.answer()
     u = h.user()
     h.steps(3, chars=100)  # 3 x (40 + 100) chars
+    h.answer(chars=140)  # a round that ended: nothing of it is the model's next input
     edits = s6(h.snap(), cfg(current_round_ratio=0.3), PRESSURE)
     assert spans(edits) == [(u + 1, len(h))]
     e = edits[0]
     assert (e.strategy, e.new_kind, e.llm) == (6, "current_round_summary", True)
     assert e.verbatim_prefix_id is None
-    assert e.char_budget == int(0.3 * 420)
+    assert e.char_budget == int(0.3 * 560)
+
+
+def test_s6_keeps_the_latest_step_after_its_summary() -> None:
+    """Mid-task, right before a model call, the context ends with the step whose results the
+    model is about to read: S6 summarizes what came before it, so that the context still ends
+    with those results, parallel calls and all (docs/design.md §3, "the latest step stays
+    last")."""
+    h = Hist()
+    u = h.user()
+    h.steps(3, chars=100)
+    step, _ = h.group(calls=3)
+    edits = s6(h.snap(), cfg(current_round_ratio=0.3), PRESSURE)
+    assert spans(edits) == [(u + 1, step)]
+    assert edits[0].char_budget == int(0.3 * 420)  # the budget is of what it summarizes
+
+
+def test_s6_takes_a_latest_step_that_cannot_fit_and_cannot_shrink() -> None:
+    """A step that leaves no room under the target even after S6's summary, and whose messages
+    are all too small for S5 (or failed with it), is summarized with the rest: the bound first.
+    With a message S5 can still shrink, S6 leaves the step to S5 (see the S5 tests)."""
+    config = cfg(max_tokens=10_000, target_ratio=0.6)  # token target 6,000
+    h = Hist()
+    u = h.user()
+    h.steps(3, tokens=200)
+    h.group(calls=30, tokens=MIN_LLM_RANGE_TOKENS - 1)  # 31 x 255 tokens
+    assert h.snap().token_count - 1_200 + MIN_LLM_RANGE_TOKENS >= config.token_target
+    assert spans(s6(h.snap(), config, PRESSURE)) == [(u + 1, len(h))]
+    # The same step one token larger per message: S5 can shrink it, so S6 leaves it out.
+    big = Hist()
+    big.user()
+    big.steps(3, tokens=200)
+    big_step, _ = big.group(calls=30, tokens=MIN_LLM_RANGE_TOKENS)
+    assert spans(s6(big.snap(), config, PRESSURE)) == [(1, big_step)]
+    # Once S5 failed on all of them, S6 takes the step too.
+    failed = frozenset(big.snap().ids(k, k + 1) for k in range(big_step + 1, len(big)))
+    failed |= {big.snap().ids(big_step, big_step + 1)}
+    ctx = PlanContext(token_pressure=True, failed=failed)
+    assert spans(s6(big.snap(), config, ctx)) == [(1, len(big))]
 
 
 def test_s6_budget_never_leaves_the_summary_over_the_token_target() -> None:
@@ -746,11 +815,12 @@ def test_s6_budget_never_leaves_the_summary_over_the_token_target() -> None:
     h.system(tokens=3_000, chars=12_000)
     h.user(tokens=100, chars=400)
     for _ in range(40):
-        h.group(tokens=1_000, chars=4_000)  # about 40,000 tokens, four times the window
+        h.group(tokens=1_000, chars=4_000)  # 80,000 tokens, eight times the window
+    h.group(tokens=10)  # the latest step, kept after the summary
     config = cfg(max_tokens=10_000, fold_keep_tokens=0, fold_budget_tokens=4_000)
     [e] = s6(h.snap(), config, PRESSURE)
-    body_chars = sum(m.chars for m in h.msgs[2:])
-    room_tokens = config.token_target - 3_100 - 24
+    body_chars = sum(m.chars for m in h.msgs[2:-2])
+    room_tokens = config.token_target - 3_100 - 20 - 24
     assert room_tokens < config.fold_budget_tokens
     assert e.char_budget is not None
     assert e.char_budget < int(0.3 * body_chars)  # the old budget, over the window
@@ -759,7 +829,7 @@ def test_s6_budget_never_leaves_the_summary_over_the_token_target() -> None:
     # A round whose 0.3 fits under the target keeps the design's share exactly.
     small = Hist()
     small.user()
-    small.steps(3, chars=100)
+    small.steps(4, chars=100)
     assert s6(small.snap(), config, PRESSURE)[0].char_budget == int(0.3 * 420)
 
 
@@ -771,12 +841,13 @@ def test_s6_budget_follows_the_token_target_like_the_folds() -> None:
     h.system(tokens=100, chars=400)
     h.user(tokens=100, chars=400)
     for _ in range(12):
-        h.group(tokens=1_000, chars=4_000)  # 12,000 tokens: 0.3 of it is 3,600 tokens
+        h.group(tokens=1_000, chars=4_000)  # 24,000 tokens: 0.3 of it is 7,200 tokens
+    h.group(tokens=10)  # the latest step, kept after the summary
     config = cfg(max_tokens=20_000)
     [e] = s6(h.snap(), config, PRESSURE)
     assert e.char_budget is not None
-    body_chars = sum(m.chars for m in h.msgs[2:])
-    room_tokens = config.token_target - 200 - 24
+    body_chars = sum(m.chars for m in h.msgs[2:-2])
+    room_tokens = config.token_target - 200 - 20 - 24
     deep = int(config.fold_budget_tokens * body_chars / e.replaced_tokens)
     assert config.fold_budget_tokens < min(0.3 * e.replaced_tokens, room_tokens)
     assert e.char_budget == deep
@@ -794,12 +865,13 @@ def test_s6_budget_leaves_room_for_what_arrives_before_it_commits() -> None:
     h.user(tokens=100, chars=400)
     for _ in range(40):
         h.group(tokens=1_000, chars=4_000)
+    h.group(tokens=10)  # the latest step, kept after the summary
     # The fold's budget set above the room, so that the room is what holds the summary.
     config = cfg(max_tokens=10_000, fold_keep_tokens=0, fold_budget_tokens=4_000)
     [alone] = s6(h.snap(), config, PRESSURE)
     [beside] = s6(h.snap(), config, PlanContext(token_pressure=True, arriving=2_000))
-    body_chars = sum(m.chars for m in h.msgs[2:])
-    room_tokens = config.token_target - 3_100 - 2_000 - 24
+    body_chars = sum(m.chars for m in h.msgs[2:-2])
+    room_tokens = config.token_target - 3_100 - 20 - 2_000 - 24
     assert beside.char_budget == int(room_tokens * body_chars / beside.replaced_tokens)
     assert alone.char_budget is not None and beside.char_budget < alone.char_budget
     assert beside.replaced_ids == alone.replaced_ids  # the same range, summarized shorter
@@ -848,8 +920,8 @@ def test_s6_acts_only_after_the_last_system_or_pinned_message(protect: str) -> N
         h.add("assistant", call_ids=("p",))
         h.add("tool", result_ids=("p",), pinned=True)
     after = len(h)
-    h.steps(2)
-    assert spans(s6(h.snap(), cfg(), PRESSURE)) == [(after, len(h))]
+    h.steps(3)
+    assert spans(s6(h.snap(), cfg(), PRESSURE)) == [(after, len(h) - 2)]
 
 
 def test_s6_pinned_pending_call_leaves_nothing() -> None:
@@ -866,9 +938,9 @@ def test_s6_keeps_a_small_earlier_summary_as_verbatim_prefix() -> None:
     h = Hist()
     u = h.user()
     prefix = h.answer(kind="current_round_summary", tokens=100, chars=400)
-    h.steps(2, chars=100)  # 2 x 140 chars
+    h.steps(3, chars=100)  # 2 x 140 chars, and the latest step
     edits = s6(h.snap(), cfg(max_tokens=10_000, target_ratio=0.6), PRESSURE)
-    assert spans(edits) == [(u + 1, len(h))]
+    assert spans(edits) == [(u + 1, len(h) - 2)]
     assert edits[0].verbatim_prefix_id == h.msgs[prefix].id
     assert edits[0].char_budget == int(0.3 * 280)  # the prefix is not counted
 
@@ -881,9 +953,9 @@ def test_s6_summarizes_the_prefix_too_when_keeping_it_cannot_reach_the_target() 
     h.system(tokens=5000)
     u = h.user()
     h.answer(kind="current_round_summary", tokens=900)
-    h.steps(1, tokens=200)
+    h.steps(2, tokens=200)
     (edit,) = s6(h.snap(), config, PRESSURE)
-    assert spans([edit]) == [(u + 1, len(h))] and edit.verbatim_prefix_id is None
+    assert spans([edit]) == [(u + 1, len(h) - 2)] and edit.verbatim_prefix_id is None
     # With room under the target, the same prefix stays verbatim.
     roomy = cfg(max_tokens=20_000, target_ratio=0.6)
     assert s6(h.snap(), roomy, PRESSURE)[0].verbatim_prefix_id == h.msgs[u + 1].id
@@ -902,16 +974,16 @@ def test_s6_summarizes_an_oversized_prefix_too() -> None:
     h = Hist()
     u = h.user()
     h.answer(kind="current_round_summary", tokens=1801, chars=7000)
-    h.steps(1, tokens=200, chars=100)
+    h.steps(2, tokens=200, chars=100)
     edits = s6(h.snap(), config, PRESSURE)
-    assert spans(edits) == [(u + 1, len(h))]
+    assert spans(edits) == [(u + 1, len(h) - 2)]
     assert edits[0].verbatim_prefix_id is None
     assert edits[0].char_budget == int(0.3 * 7140)
     # Exactly at the bound the prefix is still kept.
     h2 = Hist()
     h2.user()
     kept = h2.answer(kind="current_round_summary", tokens=1800)
-    h2.steps(1, tokens=200)
+    h2.steps(2, tokens=200)
     assert s6(h2.snap(), config, PRESSURE)[0].verbatim_prefix_id == h2.msgs[kept].id
 
 
@@ -935,8 +1007,9 @@ def test_s6_single_message_that_is_not_its_own_output_is_enough() -> None:
 def test_s6_skips_a_failed_range() -> None:
     h = Hist()
     u = h.user()
-    h.steps(2)
-    failed = PlanContext(True, frozenset({h.snap().ids(u + 1, len(h))}))
+    h.steps(3)
+    assert spans(s6(h.snap(), cfg(), PRESSURE)) == [(u + 1, len(h) - 2)]
+    failed = PlanContext(True, frozenset({h.snap().ids(u + 1, len(h) - 2)}))
     assert s6(h.snap(), cfg(), failed) == []
 
 
@@ -944,7 +1017,7 @@ def test_s6_without_user_starts_after_the_leading_system_messages() -> None:
     h = Hist()
     h.system()
     h.system()
-    h.steps(2)
+    h.steps(3)
     assert spans(s6(h.snap(), cfg(), PRESSURE)) == [(2, 6)]
 
 
@@ -965,8 +1038,8 @@ def test_long_task_history_part_is_open_to_s1_to_s3_and_the_tail_is_not() -> Non
         edits = planner(h.snap(), config, PRESSURE)
         assert edits
         assert all(e.start > user and e.end <= tail for e in edits)
-    # The LLM strategies of the current round still see the whole round.
-    assert spans(s6(h.snap(), config, PRESSURE)) == [(user + 1, len(h))]
+    # The LLM strategies of the current round still see the whole round, but the latest step.
+    assert spans(s6(h.snap(), config, PRESSURE)) == [(user + 1, len(h) - 2)]
 
 
 def test_planners_are_deterministic() -> None:

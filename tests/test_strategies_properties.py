@@ -225,6 +225,45 @@ def pending_start(msgs: tuple[MsgMeta, ...]) -> int:
     return tool_group_spans(msgs)[-1][0] if pending_call_ids(msgs) else len(msgs)
 
 
+def latest_step(msgs: tuple[MsgMeta, ...]) -> int | None:
+    """Start of the trailing answered tool group when the context ends with one."""
+    if not msgs or msgs[-1].role != "tool" or pending_call_ids(msgs):
+        return None
+    return tool_group_spans(msgs)[-1][0]
+
+
+def step_fits(msgs: tuple[MsgMeta, ...], step: int, config: AutoContextConfig) -> bool:
+    """Whether the latest step leaves room under the target for the smallest S6 summary of what
+    comes before it in the current round (after its user message and its last protected one)."""
+    user = latest_user_index(msgs)
+    start = user + 1 if user is not None else 0
+    while user is None and start < len(msgs) and msgs[start].role == "system":
+        start += 1
+    pinned = effective_pinned(msgs)
+    protected = [k for k in range(start, len(msgs)) if msgs[k].role == "system" or pinned[k]]
+    if protected:
+        start = protected[-1] + 1
+    before = sum(m.tokens for m in msgs[min(start, step) : step])
+    total = sum(m.tokens for m in msgs)
+    return total - before + MIN_LLM_RANGE_TOKENS < config.token_target
+
+
+def step_shrinkable(msgs: tuple[MsgMeta, ...], step: int, ctx: PlanContext) -> list[int]:
+    """The latest step's messages S5 could still summarize."""
+    return [
+        k
+        for k in range(step, len(msgs))
+        if msgs[k].kind == "original"
+        and msgs[k].tokens >= MIN_LLM_RANGE_TOKENS
+        and not (
+            msgs[k].role == "tool"
+            and {RELOAD_TOOL_NAME, "context_search"} & set(msgs[k].tool_names)
+        )
+        and not msgs[k].pinned
+        and (msgs[k].id,) not in ctx.failed
+    ]
+
+
 def check_edits(
     strategy: int,
     edits: list[Edit],
@@ -239,6 +278,8 @@ def check_edits(
     user = latest_user_index(msgs)
     h = history_end(msgs, config)
     pend = pending_start(msgs)
+    step = latest_step(msgs)
+    fits = step is not None and step_fits(msgs, step, config)
     previous_end = 0
     for e in edits:
         assert (e.strategy, e.new_kind) == (strategy, NEW_KIND[strategy])
@@ -256,6 +297,11 @@ def check_edits(
         assert e.replaced_tokens == sum(msgs[k].tokens for k in members)
         assert e.replaced_ids not in ctx.failed
         assert e.end <= pend, "the trailing pending call is never touched"
+        if step is not None and e.end > step and strategy not in PER_MESSAGE:
+            # A context that ends with the results the model is about to read still does;
+            # only S6 takes the latest step, when it cannot fit and S5 can shrink it no more.
+            assert strategy == 6 and not fits, "the latest step is kept"
+            assert not step_shrinkable(msgs, step, ctx), "S5 shrinks the latest step first"
         rng = members
         assert all(msgs[k].role != "system" and not pinned[k] for k in rng)
         if strategy == 5 and user in rng:
@@ -296,7 +342,14 @@ def check_edits(
             m = msgs[e.start]
             assert e.end == e.start + 1
             floor = config.mask_min_chars if strategy == 8 else config.large_payload_chars
-            assert m.kind == "original" and m.chars > floor
+            in_step = step is not None and e.start >= step
+            if strategy == 5 and in_step:
+                # The latest step: left whole while it fits, each message worth it otherwise.
+                assert not fits
+                assert m.chars > floor or m.tokens >= MIN_LLM_RANGE_TOKENS
+            else:
+                assert m.chars > floor
+            assert m.kind == "original"
             if strategy != 5:
                 assert not m.call_ids, "a tool_use message is never previewed"
             else:

@@ -69,6 +69,11 @@ class Layout:
     #: Indices of the original tool messages over `mask_min_chars`, in order: masking's
     #: candidates before its other rules.
     maskable: tuple[int, ...] = ()
+    #: Start of the latest step, when the context ends with it: the trailing tool group whose
+    #: calls are all answered, which the model is about to read (docs/design.md §3, "the
+    #: latest step stays last"). None when the context ends otherwise (a user message, an answer, a
+    #: pending call).
+    step_start: int | None = None
 
     def __len__(self) -> int:
         return len(self.metas)
@@ -228,6 +233,10 @@ def compute_layout(
         if m.role == "tool" and m.kind == "original" and m.chars > config.mask_min_chars
     )
     pending_start = spans[-1][0] if pending_call_ids(metas, spans) else None
+    step_start = None
+    if pending_start is None and spans and metas[-1].role == "tool":
+        # A tool message always closes the group of its call (the shape rules of add()).
+        step_start = spans[-1][0]
     return Layout(
         metas=metas,
         spans=spans,
@@ -241,6 +250,7 @@ def compute_layout(
         cum_tokens=cum_tokens,
         large=large,
         maskable=maskable,
+        step_start=step_start,
     )
 
 
@@ -248,6 +258,62 @@ def compute_layout(
 #: summary and its offload tag (about 25 tokens), so that a summary of it can gain and
 #: `no_gain` failures stay rare events, not a per-turn cost (docs/design.md §2).
 MIN_LLM_RANGE_TOKENS: Final = 256
+
+
+def current_round_body_start(lay: Layout) -> int:
+    """Where what S6 may summarize begins: after the latest user message (after the leading
+    system messages when there is none), and after the last system or pinned message of the
+    round, even one inside the trailing pending group: those messages keep their place after
+    everything before them."""
+    start = lay.latest_user + 1 if lay.latest_user is not None else lay.round_start
+    for k in range(len(lay) - 1, start - 1, -1):
+        if lay.is_protected(k):
+            return k + 1
+    return start
+
+
+def latest_step_fits(
+    snapshot: Snapshot, lay: Layout, config: AutoContextConfig, arriving: int = 0
+) -> bool:
+    """Whether the latest step (`Layout.step_start`) can stay, whole and after S6's summary,
+    with the context under the token target: everything but what S6 would summarize before it,
+    plus a summary of the smallest range worth sending, is under the target (with the
+    `arriving` tokens come in)."""
+    step = lay.step_start
+    assert step is not None
+    before = lay.tokens(min(current_round_body_start(lay), step), step)
+    return snapshot.token_count + arriving - before + MIN_LLM_RANGE_TOKENS < config.token_target
+
+
+def step_shrinkable(snapshot: Snapshot, lay: Layout, ctx: PlanContext) -> tuple[int, ...]:
+    """The messages of the latest step that S5 may still summarize when the step does not fit
+    (`latest_step_fits`): each one S5 may summarize alone, large enough for a summary to gain,
+    and not failed in this call."""
+    step = lay.step_start
+    assert step is not None
+    return tuple(
+        i
+        for i in range(step, len(lay))
+        if lay.metas[i].tokens >= MIN_LLM_RANGE_TOKENS
+        and summarizable_alone(lay, i)
+        and not has_failed(snapshot, ctx, i, i + 1)
+    )
+
+
+def summarizable_alone(lay: Layout, i: int) -> bool:
+    """Whether S5 may summarize message `i` of the current round on its own (its size aside)."""
+    m = lay.metas[i]
+    return (
+        # Previews and summaries of every kind are never summarized alone again.
+        m.kind == "original"
+        # The current user message is protected from every other rule; S5 may shorten it
+        # (docs/design.md §3), unless the caller pinned it.
+        and (not lay.is_protected(i) or (i == lay.latest_user and not lay.pinned[i]))
+        # An agent that just reloaded an offload (or searched for what it knew) must not see
+        # the answer compressed straight back.
+        and not (m.role == "tool" and CONTEXT_TOOL_NAMES.intersection(m.tool_names))
+        and not lay.touches_pending(i, i + 1)
+    )
 
 
 def token_floor(config: AutoContextConfig, ctx: PlanContext) -> int:

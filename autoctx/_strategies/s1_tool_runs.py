@@ -30,6 +30,11 @@ def plan_s1(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     floor = token_floor(config, ctx)
     edits: list[Edit] = []
     limit = min(lay.history_end, lay.tail_start)
+    if lay.step_start is not None:
+        # With `last_keep` 0 a run could reach the latest step, which the model is about to
+        # read: the context keeps ending with its results (docs/design.md §3, "the latest
+        # step stays last").
+        limit = min(limit, lay.step_start)
     for start, end in tool_runs(lay, limit, longer_than=config.min_tool_run):
         # A run of nothing but previews and summaries was compressed once already; summarizing
         # it again would mostly re-word earlier output.

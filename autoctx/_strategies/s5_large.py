@@ -13,35 +13,37 @@ from typing import Final
 
 from .._config import AutoContextConfig
 from .._plans import Edit, PlanContext, Snapshot
-from ._common import CONTEXT_TOOL_NAMES, Layout, has_failed, layout_of, make_edit
+from ._common import (
+    has_failed,
+    latest_step_fits,
+    layout_of,
+    make_edit,
+    step_shrinkable,
+    summarizable_alone,
+)
 
 STRATEGY: Final = 5
 
 
 def plan_s5(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> list[Edit]:
-    """One edit per large original message after the latest user message."""
+    """One edit per large original message after the latest user message; the latest step's
+    messages only when the step does not fit (then each one a summary can gain on)."""
     if not ctx.token_pressure:
         return []
     lay = layout_of(snapshot, config, ctx.layouts)
     first = lay.latest_user if lay.latest_user is not None else lay.round_start
-    return [
-        make_edit(snapshot, STRATEGY, i, i + 1, "large_summary")
-        for i in lay.large_in(first, len(lay))
-        if _summarizable(lay, i) and not has_failed(snapshot, ctx, i, i + 1)
-    ]
-
-
-def _summarizable(lay: Layout, i: int) -> bool:
-    """Whether large message `i` may be summarized alone."""
-    m = lay.metas[i]
-    return (
-        # Previews and summaries of every kind are never summarized alone again.
-        m.kind == "original"
-        # The current user message is protected from every other rule; S5 may shorten it
-        # (docs/design.md §3), unless the caller pinned it.
-        and (not lay.is_protected(i) or (i == lay.latest_user and not lay.pinned[i]))
-        # An agent that just reloaded an offload (or searched for what it knew) must not see
-        # the answer compressed straight back.
-        and not (m.role == "tool" and CONTEXT_TOOL_NAMES.intersection(m.tool_names))
-        and not lay.touches_pending(i, i + 1)
-    )
+    step = lay.step_start
+    # The latest step is what the model is about to read: it stays whole after S6's summary
+    # when it fits under the target, and S5 shrinks it only when it does not, then each of its
+    # messages a summary can gain on, not only the large ones (docs/design.md §3, "the latest
+    # step stays last").
+    fits = step is not None and latest_step_fits(snapshot, lay, config, ctx.arriving)
+    end = step if fits and step is not None else len(lay)
+    chosen = {
+        i
+        for i in lay.large_in(first, end)
+        if summarizable_alone(lay, i) and not has_failed(snapshot, ctx, i, i + 1)
+    }
+    if step is not None and not fits:
+        chosen.update(step_shrinkable(snapshot, lay, ctx))
+    return [make_edit(snapshot, STRATEGY, i, i + 1, "large_summary") for i in sorted(chosen)]

@@ -1,13 +1,16 @@
 """S6: the whole current round -> one first-person summary (LLM), last resort.
 
 The range is everything after the latest user message and after the last system or pinned
-message of the round, up to (not including) a trailing pending tool call group. An earlier S6
-summary at the start of the range is kept verbatim as a prefix, until that prefix alone grows
-past `current_round_ratio` of the token target; then it is summarized too, which keeps a task of
-any length bounded. It is summarized too when keeping it could not bring the context under the
-target (protected messages, such as the system prompts of many tasks, leave little room):
-a call that fires goes on to the target (docs/design.md §2), instead of shaving a few tokens off
-the newest steps at every turn.
+message of the round, up to (not including) a trailing pending tool call group, or the latest
+step when the context ends with one (the trailing tool group whose results the model is about
+to read) and the step stays (see `current_round_range`): the context then still ends with
+those results, as every framework's agent loop needs (docs/design.md §3, "the latest step stays
+last"). An earlier S6 summary at the start of the range is kept verbatim as a prefix, until that
+prefix alone grows past `current_round_ratio` of the token target; then it is summarized too,
+which keeps a task of any length bounded. It is summarized too when keeping it could not bring
+the context under the target (protected messages, such as the system prompts of many tasks,
+leave little room): a call that fires goes on to the target (docs/design.md §2), instead of
+shaving a few tokens off the newest steps at every turn.
 """
 
 from __future__ import annotations
@@ -16,7 +19,17 @@ from typing import Final
 
 from .._config import AutoContextConfig
 from .._plans import Edit, PlanContext, Snapshot
-from ._common import MIN_LLM_RANGE_TOKENS, Layout, has_failed, layout_of, make_edit, only_kind
+from ._common import (
+    MIN_LLM_RANGE_TOKENS,
+    Layout,
+    current_round_body_start,
+    has_failed,
+    latest_step_fits,
+    layout_of,
+    make_edit,
+    only_kind,
+    step_shrinkable,
+)
 
 STRATEGY: Final = 6
 
@@ -26,7 +39,7 @@ def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     if not ctx.token_pressure:
         return []
     lay = layout_of(snapshot, config, ctx.layouts)
-    start, end = current_round_range(lay)
+    start, end = current_round_range(snapshot, lay, config, ctx)
     if end <= start:
         return []
     prefix = _verbatim_prefix(lay, start, config)
@@ -93,15 +106,27 @@ def char_budget(
     return max(1, min(share, max(config.preview_chars, min(deep, room))))
 
 
-def current_round_range(lay: Layout) -> tuple[int, int]:
-    """[start, end) of what S6 may summarize; empty when end <= start."""
-    start = lay.latest_user + 1 if lay.latest_user is not None else lay.round_start
-    # S6 acts only after the last system or pinned message of the round, even one inside the
-    # trailing pending group: those messages keep their place after everything before them.
-    for k in range(len(lay) - 1, start - 1, -1):
-        if lay.is_protected(k):
-            start = k + 1
-            break
+def current_round_range(
+    snapshot: Snapshot, lay: Layout, config: AutoContextConfig, ctx: PlanContext
+) -> tuple[int, int]:
+    """[start, end) of what S6 may summarize; empty when end <= start.
+
+    It ends before a trailing pending call, and before the latest step when the context ends
+    with one and the step stays: when it fits under the target after the summary, or when it
+    does not but S5 can still shrink it (S5 then runs first, as S6's range does not hold its
+    edits). Only a step too large to fit that S5 can shrink no more is summarized with the rest,
+    so that the bound holds."""
+    start = current_round_body_start(lay)
+    step = lay.step_start
+    if (
+        step is not None
+        and step >= start
+        and (
+            latest_step_fits(snapshot, lay, config, ctx.arriving)
+            or step_shrinkable(snapshot, lay, ctx)
+        )
+    ):
+        return start, step
     end = lay.pending_start if lay.pending_start is not None else len(lay)
     return start, end
 
