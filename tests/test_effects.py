@@ -28,7 +28,7 @@ from autoctx._effects import (
     Summarize,
 )
 from autoctx._errors import SessionNotFound
-from tests.histories import SMALL, multi_round
+from tests.histories import NO_MASKING, SMALL, multi_round
 from tests.memory_store import MemorySession, MemoryStore
 
 
@@ -220,7 +220,9 @@ def test_the_fallback_takes_a_latest_step_it_cannot_shrink() -> None:
     is down: the fallback's S5 tries to shrink the step and gains nothing, so the fallback's
     S6 takes the step with the rest (docs/design.md §3, "the latest step stays last"): the
     bound comes first."""
-    config = AutoContextConfig(max_tokens=4_000, large_payload_chars=100_000)
+    # No masking: it would shrink the step without a summarizer (the case of
+    # test_masking::test_masking_shrinks_a_latest_step_that_does_not_fit).
+    config = AutoContextConfig(max_tokens=4_000, large_payload_chars=100_000, **NO_MASKING)
     session = MemorySession(config, Refusing())
     session.add([Msg.system("Work."), Msg.user("Run every check.")])
     calls = [f"c{k}" for k in range(20)]

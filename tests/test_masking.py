@@ -278,3 +278,30 @@ def test_a_long_tool_chat_masks_in_one_transaction_and_reloads_every_original(
     assert [(r.strategy, r.n) for r in rows] == [(8, len(masks))]
     # A second call with nothing new does nothing.
     assert mem.compress_if_needed() == []
+
+
+def test_masking_leaves_the_latest_step_whole_while_it_fits() -> None:
+    """The latest step (an answered call the model is about to read) is left whole while it
+    fits under the target, as S5 and S6 leave it (docs/design.md §3, "the latest step stays
+    last"): its results are not masked, even those outside the most recent `mask_keep`."""
+    h = Hist()
+    h.system()
+    user = h.user()
+    h.steps(10, chars=OUTPUT)  # a long current round
+    step, _ = h.group(calls=6, chars=OUTPUT)
+    edits = plan_s8(h.snap(), cfg(mask_keep=3, last_keep=4), PRESSURE)
+    assert masked(edits) == [i for i in tool_indices(h) if user < i < step]
+
+
+def test_masking_shrinks_a_latest_step_that_does_not_fit() -> None:
+    """A latest step over the target on its own: masking its results outside the most recent
+    `mask_keep` is the cheapest way to shrink it (no summarizer, every output reloadable)."""
+    h = Hist()
+    h.system()
+    h.user()
+    h.steps(10, chars=OUTPUT)
+    step, end = h.group(calls=6, chars=OUTPUT, tokens=1_500)
+    config = cfg(mask_keep=3, last_keep=4)
+    assert sum(m.tokens for m in h.msgs[step:end]) > config.token_target
+    edits = plan_s8(h.snap(), config, PRESSURE)
+    assert [i for i in masked(edits) if i >= step] == tool_indices(h)[-6:-3]

@@ -332,6 +332,8 @@ def check_edits(
             assert m.chars > config.mask_min_chars
             long_round = user is None or len(msgs) - (user + 1) > config.last_keep
             assert long_round or e.end <= max(h, user)
+            # The latest step only when it does not fit (it is what the model reads next).
+            assert step is None or e.start < step or not fits, "the latest step is kept"
             later = sum(len(x.result_ids) for x in msgs[e.start + 1 :] if x.role == "tool")
             assert later >= config.mask_keep, "the most recent tool results stay"
             assert not {RELOAD_TOOL_NAME, "context_search"} & set(m.tool_names)

@@ -20,7 +20,14 @@ from typing import Final
 
 from .._config import AutoContextConfig
 from .._plans import Edit, PlanContext, Snapshot
-from ._common import CONTEXT_TOOL_NAMES, Layout, has_failed, layout_of, make_edit
+from ._common import (
+    CONTEXT_TOOL_NAMES,
+    Layout,
+    has_failed,
+    latest_step_fits,
+    layout_of,
+    make_edit,
+)
 
 STRATEGY: Final = 8
 
@@ -37,6 +44,12 @@ def plan_s8(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     # the context from its first masked output on (docs/design.md §3).
     end = len(lay) if lay.long_round else max(lay.history_end, lay.round_start)
     limit = min(end, recent_results_start(lay, config.mask_keep))
+    # The latest step is what the model is about to read: it stays whole while it fits under
+    # the target, as it does for S5 and S6 (docs/design.md §3, "the latest step stays last");
+    # when it does not, masking its older results is the cheapest way to shrink it.
+    step = lay.step_start
+    if step is not None and latest_step_fits(snapshot, lay, config, ctx.arriving):
+        limit = min(limit, step)
     return [
         make_edit(snapshot, STRATEGY, i, i + 1, "preview", preview_chars=config.mask_preview_chars)
         for i in lay.maskable_in(0, limit)
