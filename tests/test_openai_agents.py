@@ -1083,6 +1083,28 @@ async def _sdk_run(
     return result.final_output
 
 
+def _run_once(
+    session: AutoContextSession,
+    agent_model: ScriptedAgent,
+    work: framework_runs.Work,
+    prompt: str,
+    *,
+    stream: bool,
+    bounded: bool,
+) -> Any:
+    """One run of the SDK agent against a local server scripted by `agent_model`; its final
+    output."""
+
+    async def scenario() -> Any:
+        with OpenAIServer(default=agent_model) as srv:
+            agent, client = _sdk_agent(srv, session, work)
+            final = await _sdk_run(agent, prompt, session, stream=stream, bounded=bounded)
+            await client.close()
+            return final
+
+    return run(scenario())
+
+
 def _window_config() -> AutoContextConfig:
     return AutoContextConfig(max_tokens=framework_runs.WINDOW)
 
@@ -1097,15 +1119,8 @@ def test_every_model_call_of_a_long_run_stays_under_the_window(
         calls_per_run=48, context_calls={40: ("context_search", {"query": '"FACT-0003"'})}
     )
     work = framework_runs.Work()
-
-    async def scenario() -> None:
-        with OpenAIServer(default=agent_model) as srv:
-            agent, client = _sdk_agent(srv, session, work)
-            final = await _sdk_run(agent, "Do the work", session, stream=stream, bounded=True)
-            assert final == agent_model.final_answer
-            await client.close()
-
-    run(scenario())
+    final = _run_once(session, agent_model, work, "Do the work", stream=stream, bounded=True)
+    assert final == agent_model.final_answer
     assert work.calls == 47
     assert len(agent_model.inputs) == 49
     framework_runs.assert_under_window(agent_model)
@@ -1130,15 +1145,8 @@ def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(calls_per_run=30)
     work = framework_runs.Work(framework_runs.small_output_size)
-
-    async def scenario() -> None:
-        with OpenAIServer(default=agent_model) as srv:
-            agent, client = _sdk_agent(srv, session, work)
-            final = await _sdk_run(agent, "Do the 30 steps", session, stream=stream, bounded=True)
-            assert final == agent_model.final_answer
-            await client.close()
-
-    run(scenario())
+    final = _run_once(session, agent_model, work, "Do the 30 steps", stream=stream, bounded=True)
+    assert final == agent_model.final_answer
     assert work.calls == 30
     framework_runs.assert_every_request_ends_with_input(agent_model)
     framework_runs.assert_under_window(agent_model, framework_runs.SMALL_WINDOW)
@@ -1181,14 +1189,7 @@ def test_without_the_filter_a_long_run_goes_over_the_window(
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(calls_per_run=48)
     work = framework_runs.Work()
-
-    async def scenario() -> None:
-        with OpenAIServer(default=agent_model) as srv:
-            agent, client = _sdk_agent(srv, session, work)
-            await _sdk_run(agent, "Do the work", session, stream=False, bounded=False)
-            await client.close()
-
-    run(scenario())
+    _run_once(session, agent_model, work, "Do the work", stream=False, bounded=False)
     assert [e for e in session.memory().events() if e.status == "applied"]
     assert agent_model.largest_request() > 5 * framework_runs.WINDOW
     assert agent_model.over(framework_runs.WINDOW) > 30

@@ -369,6 +369,9 @@ def test_a_malformed_shared_answer_fails_only_its_parts(
     outputs = [m for m in added if m.role == "tool"]
     for original in outputs[1:]:
         assert working[original.id].kind == "original"  # untouched, in its place
+    # A failed range is retried only after the session changes: a second call with nothing
+    # new asks the endpoint nothing and records nothing.
+    assert mem.compress_if_needed() == [] and len(server.requests) == 1
 
 
 def test_a_part_no_shorter_than_its_message_fails_and_still_carries_the_calls_usage(

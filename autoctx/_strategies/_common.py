@@ -285,6 +285,18 @@ def latest_step_fits(
     return snapshot.token_count + arriving - before + MIN_LLM_RANGE_TOKENS < config.token_target
 
 
+def kept_step_start(
+    snapshot: Snapshot, lay: Layout, config: AutoContextConfig, ctx: PlanContext
+) -> int:
+    """Where the rungs that leave the latest step whole while it fits (masking, S5) stop: the
+    step's start when the context ends with one that fits (`latest_step_fits`), else the end
+    of the context."""
+    step = lay.step_start
+    if step is not None and latest_step_fits(snapshot, lay, config, ctx.arriving):
+        return step
+    return len(lay)
+
+
 def step_shrinkable(snapshot: Snapshot, lay: Layout, ctx: PlanContext) -> tuple[int, ...]:
     """The messages of the latest step that S5 may still summarize when the step does not fit
     (`latest_step_fits`): each one S5 may summarize alone, large enough for a summary to gain,

@@ -15,7 +15,7 @@ from .._config import AutoContextConfig
 from .._plans import Edit, PlanContext, Snapshot
 from ._common import (
     has_failed,
-    latest_step_fits,
+    kept_step_start,
     layout_of,
     make_edit,
     step_shrinkable,
@@ -32,18 +32,16 @@ def plan_s5(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
         return []
     lay = layout_of(snapshot, config, ctx.layouts)
     first = lay.latest_user if lay.latest_user is not None else lay.round_start
-    step = lay.step_start
     # The latest step is what the model is about to read: it stays whole after S6's summary
     # when it fits under the target, and S5 shrinks it only when it does not, then each of its
     # messages a summary can gain on, not only the large ones (docs/design.md §3, "the latest
     # step stays last").
-    fits = step is not None and latest_step_fits(snapshot, lay, config, ctx.arriving)
-    end = step if fits and step is not None else len(lay)
+    end = kept_step_start(snapshot, lay, config, ctx)
     chosen = {
         i
         for i in lay.large_in(first, end)
         if summarizable_alone(lay, i) and not has_failed(snapshot, ctx, i, i + 1)
     }
-    if step is not None and not fits:
+    if lay.step_start is not None and end == len(lay):
         chosen.update(step_shrinkable(snapshot, lay, ctx))
     return [make_edit(snapshot, STRATEGY, i, i + 1, "large_summary") for i in sorted(chosen)]

@@ -24,7 +24,7 @@ from ._common import (
     CONTEXT_TOOL_NAMES,
     Layout,
     has_failed,
-    latest_step_fits,
+    kept_step_start,
     layout_of,
     make_edit,
 )
@@ -43,13 +43,14 @@ def plan_s8(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     # and a tail kept whole is re-sent in full after every masking pass, since each rewrites
     # the context from its first masked output on (docs/design.md §3).
     end = len(lay) if lay.long_round else max(lay.history_end, lay.round_start)
-    limit = min(end, recent_results_start(lay, config.mask_keep))
     # The latest step is what the model is about to read: it stays whole while it fits under
     # the target, as it does for S5 and S6 (docs/design.md §3, "the latest step stays last");
     # when it does not, masking its older results is the cheapest way to shrink it.
-    step = lay.step_start
-    if step is not None and latest_step_fits(snapshot, lay, config, ctx.arriving):
-        limit = min(limit, step)
+    limit = min(
+        end,
+        recent_results_start(lay, config.mask_keep),
+        kept_step_start(snapshot, lay, config, ctx),
+    )
     return [
         make_edit(snapshot, STRATEGY, i, i + 1, "preview", preview_chars=config.mask_preview_chars)
         for i in lay.maskable_in(0, limit)
