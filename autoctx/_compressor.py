@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from ._answers import check_answer
 from ._config import AutoContextConfig, RuntimeOptions
@@ -182,6 +182,9 @@ class _CallState:
     out_of_time: bool = False
     #: The call runs beside the caller's appends (`Compressor.steps`).
     beside: bool = False
+    #: The summarizer said it cannot be used now (a wrong model, a refused key, a back-off):
+    #: the call asks it nothing more, and its failure is one event (docs/design.md §6).
+    unavailable: bool = False
     #: Tokens expected to come in while one pass summarizes: 0 unless `beside` (see
     #: `SessionState.arriving`).
     arriving: int = 0
@@ -480,7 +483,7 @@ class Compressor:
         if not edits or not edits[0].llm:
             return edits  # one strategy's edits are all LLM or all previews
         left = self.options.max_llm_calls - state.llm_calls
-        if left <= 0 or self._out_of_time(state):
+        if left <= 0 or state.unavailable or self._out_of_time(state):
             return []
         calls = max(1, left - _RESERVED_AFTER.get(strategy, 0))
         taken = sorted(i for request in self._requests(snap, edits)[:calls] for i in request)
@@ -572,6 +575,11 @@ class Compressor:
                     r.call.failed("abandoned")  # the call was stopped: its answer is not wanted
                 raise
             for r, answer in zip(requests, answers, strict=True):
+                if not fallback and _unavailable(answer):
+                    if state.unavailable:  # said by the batch's first such answer
+                        self._not_summarized(r, answer, state)
+                        continue
+                    state.unavailable = True
                 for slot, part, (part_answer, paid) in zip(
                     r.slots, r.parts, self._parts_of(r, answer), strict=True
                 ):
@@ -634,6 +642,16 @@ class Compressor:
             )
         )
         return _Request(tuple(slot for slot, _, _, _ in ranges), parts, request, call)
+
+    def _not_summarized(
+        self, request: _Request, answer: SummarizerError, state: _CallState
+    ) -> None:
+        """A request of the batch that met the same unavailable summarizer as an earlier one:
+        its ranges are failed for this call (the fallback may take them) without an event of
+        their own, since the first one said why."""
+        request.call.failed(answer.reason)
+        for part in request.parts:
+            state.failed.add(part.edit.replaced_ids)
 
     def _subject(self, edit: Edit, msgs: list[Msg]) -> tuple[str, list[Msg]]:
         """What of a range is summarized, and the text kept verbatim before its summary."""
@@ -925,6 +943,14 @@ class _Request:
     parts: tuple[_Asking, ...]
     request: SummaryRequest
     call: SummarizerCall
+
+
+#: Failures that say the summarizer cannot be used at all for now, whatever it is asked.
+_UNAVAILABLE: Final = frozenset({"model_not_found", "auth", "backoff"})
+
+
+def _unavailable(answer: object) -> TypeGuard[SummarizerError]:
+    return isinstance(answer, SummarizerError) and answer.reason in _UNAVAILABLE
 
 
 def _usage_of(result: SummaryResult) -> dict[str, Any]:
