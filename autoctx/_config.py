@@ -116,6 +116,12 @@ class AutoContextConfig:
     Invalid values and combinations raise `ConfigError` naming the field, when the config is
     built, so that a bad config never reaches a session. ``AutoContextConfig(max_tokens=16_000)``
     alone is a sound config: the sizes relative to the window follow it.
+
+    The latest open wins: opening a session with a config records it as the session's (every
+    process that compresses the session, a worker included, reads it from then on), and when
+    it differs from the recorded one a warning names each field it changes (``max_tokens
+    16000 -> 64000``). Open without a config to use the recorded one. The model and the search
+    configuration are the exceptions: they are fixed when the session is created.
     """
 
     #: Compress when the working context holds at least this many messages.
@@ -361,6 +367,27 @@ class AutoContextConfig:
         if "prompts" in kwargs:
             kwargs["prompts"] = {int(k): v for k, v in kwargs["prompts"].items()}
         return cls(**kwargs)
+
+
+def config_changes(stored: object, config: AutoContextConfig) -> list[str]:
+    """What `config` changes of the config recorded on a session (`stored`, its JSON), one
+    ``name old -> new`` per field the caller's open changes, for the warning of
+    docs/design.md §8 (a prompt is named, never quoted). Empty when nothing changes, or when
+    the record is not a config (it is then repaired, not changed)."""
+    if not isinstance(stored, Mapping):
+        return []
+    new = config.to_json()
+    # A size derived on both sides follows a field that is itself named, if it moved.
+    followed = set(new["derived"]) & set(stored.get("derived", ()))
+    changes = []
+    for name, value in new.items():
+        if name in ("derived", *followed) or name not in stored or stored[name] == value:
+            continue
+        if name == "prompts":
+            changes.append("prompts")
+        else:
+            changes.append(f"{name} {stored[name]!r} -> {value!r}")
+    return changes
 
 
 def config_argument(config: object) -> AutoContextConfig | None:

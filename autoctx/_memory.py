@@ -46,6 +46,7 @@ from ._config import (
     AutoContextConfig,
     RuntimeOptions,
     config_argument,
+    config_changes,
     options_argument,
     stored_config,
 )
@@ -946,7 +947,17 @@ def open_memory(
     if indexed is not None and stored_search_config(config.search_config) != indexed:
         config = _with_search_config(config, info)
     if config.to_json() != info.config:
-        # The thresholds in force are recorded on the session (and on each event).
+        # The thresholds in force are recorded on the session (and on each event): the latest
+        # open wins, and says what it changed (docs/design.md §8).
+        changes = config_changes(info.config, config)
+        if changes:
+            logger.warning(
+                "autoctx: session %r: the config given to open changes the recorded one "
+                "(%s); it is recorded and used from now on (open without config= to keep the "
+                "recorded one)",
+                session_id,
+                ", ".join(changes),
+            )
         store.set_config(config.to_json())
     chosen = summarizer if summarizer is not None else default_summarizer()
     logger.log(
