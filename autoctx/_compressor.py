@@ -350,13 +350,13 @@ class Compressor:
             if outcome == "stalled":
                 break
         final = yield from ask(ReadTotals())
-        if final.token_count >= cfg.max_tokens:
+        if final.token_count >= cfg.message_window:
             # The bound (docs/design.md §2): whatever stopped the ladder (a failing summarizer,
             # a spent budget), the offline summarizer writes what is left to write.
             yield from self._fallback(state)
             final = yield from ask(ReadTotals())
         if not under_target(final.message_count, final.token_count, cfg):
-            if final.token_count >= cfg.max_tokens:
+            if final.token_count >= cfg.message_window:
                 yield from self._report_over_window(state)  # an event: the version stays
             yield from ask(Settle(final.version))
         return state.events
@@ -846,7 +846,7 @@ class Compressor:
         )
         detail = (
             f"over_window: {snap.token_count} working tokens, over the window of "
-            f"{cfg.max_tokens}; the protected messages (system, pinned, the current user "
+            f"{cfg.message_window}; the protected messages (system, pinned, the current user "
             f"message, a pending tool call) hold {protected} of them and nothing else is left "
             "to compress: shorten or unpin them"
         )

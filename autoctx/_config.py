@@ -89,6 +89,7 @@ _UNSET_RATIO: Final = _DerivedRatio(0.0)
 
 #: The fields whose defaults are derived, in the order they are derived.
 DERIVED_FIELDS: Final = (
+    "reserve_tokens",
     "last_keep",
     "token_ratio",
     "target_ratio",
@@ -128,6 +129,12 @@ class AutoContextConfig:
     msg_threshold: int = 100
     #: The model's context window, in tokens.
     max_tokens: int = 131072
+    #: Tokens of each model call that are not the working context: the tool definitions, the
+    #: instructions and the room for the answer. They come off the window for every trigger,
+    #: target and bound (`message_window`). When not set, it is what an integration measures
+    #: of the tools and instructions it sends (`AutoContextMemory.reserve_for`), recorded with
+    #: the session; 0 until something is measured. At most half of `max_tokens`.
+    reserve_tokens: int = _UNSET
     #: Compress when working tokens reach ``max_tokens * token_ratio`` (default 0.75; above
     #: a `target_ratio` the caller set at 0.75 or more, halfway from it to 1).
     token_ratio: float = _UNSET_RATIO
@@ -191,6 +198,18 @@ class AutoContextConfig:
         for name in ("min_tool_run", "mask_keep"):
             _check_int(name, getattr(self, name), minimum=0)
         _check_ratio("current_round_ratio", self.current_round_ratio)
+        _check_int("reserve_tokens", self.reserve_tokens, minimum=0)
+        if self.reserve_tokens > self.max_tokens // 2:
+            what = (
+                "AutoContextConfig.reserve_tokens"
+                if _given(self.reserve_tokens)
+                else ("AutoContextConfig: the measured tools and instructions")
+            )
+            raise ConfigError(
+                f"{what} ({self.reserve_tokens}) must be at most half of max_tokens "
+                f"({self.max_tokens}): the messages need the rest of the window; raise max_tokens "
+                "or send fewer tool definitions"
+            )
         self._derive_ratios()
         self._derive_payload_sizes()
         self._derive_mask_sizes()
@@ -326,14 +345,20 @@ class AutoContextConfig:
     # -- what the thresholds mean ---------------------------------------------------------------
 
     @property
+    def message_window(self) -> int:
+        """The window less `reserve_tokens`: what the working context may fill. The bound
+        keeps the working context under it; the triggers and targets are shares of it."""
+        return self.max_tokens - self.reserve_tokens
+
+    @property
     def token_trigger(self) -> int:
         """Working tokens at which compression starts."""
-        return int(self.max_tokens * self.token_ratio)
+        return int(self.message_window * self.token_ratio)
 
     @property
     def token_target(self) -> int:
         """Working tokens under which compression stops."""
-        return int(self.max_tokens * self.target_ratio)
+        return int(self.message_window * self.target_ratio)
 
     @property
     def msg_target(self) -> int:
@@ -364,6 +389,10 @@ class AutoContextConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         derived = set(data.get("derived", ()))
         kwargs = {k: v for k, v in data.items() if k in known and k not in derived}
+        measured = data.get("reserve_tokens")
+        if "reserve_tokens" in derived and isinstance(measured, int):
+            # Derived from a measure (`reserve_for`), not from other fields: kept as measured.
+            kwargs["reserve_tokens"] = _Derived(measured)
         if "prompts" in kwargs:
             kwargs["prompts"] = {int(k): v for k, v in kwargs["prompts"].items()}
         return cls(**kwargs)
