@@ -883,6 +883,11 @@ class MemoryInternals:
         """The working context as it is (the window policy is the caller's)."""
         return self._mem._working()
 
+    def for_model(self, msgs: list[Msg]) -> list[Msg]:
+        """`msgs`, read for a model call: checked against the window (a warning, or
+        `ContextOverWindow` for a strict memory)."""
+        return self._mem._for_model(msgs)
+
     @property
     def client(self) -> AutoContextClient:
         """The client the memory was opened through (its `session_caches` are shared by every
@@ -1094,7 +1099,7 @@ class AsyncAutoContextMemory:
     async def to_openai(self) -> list[dict[str, Any]]:
         await self._before_read()
         return await asyncio.to_thread(
-            lambda: to_openai_messages(self.sync._for_model(self._inner.working()))
+            lambda: to_openai_messages(self._inner.for_model(self._inner.working()))
         )
 
     async def token_count(self) -> int:
@@ -1300,7 +1305,7 @@ class AsyncAutoContextMemory:
     async def to_anthropic(self) -> tuple[str, list[dict[str, Any]]]:
         await self._before_read()
         return await asyncio.to_thread(
-            lambda: to_anthropic(self.sync._for_model(self._inner.working()))
+            lambda: to_anthropic(self._inner.for_model(self._inner.working()))
         )
 
     async def reserve_for(
