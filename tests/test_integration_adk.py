@@ -23,8 +23,11 @@ own namespace. What is not ported, and why:
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -659,3 +662,23 @@ def test_without_adk_the_import_error_names_the_extra() -> None:
     message = framework_runs.import_error_without("autoctx.integrations.adk", "google")
     assert "needs Google ADK" in message
     framework_runs.assert_names_the_extra(message, "adk")
+
+
+def test_the_example_runs_against_the_local_endpoint(db_url: str) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "adk_agent.py"
+    agent = AnthropicAgent(calls_per_run=4)
+    with AnthropicServer(agent) as srv:
+        out = subprocess.run(
+            [sys.executable, str(example), "--base-url", srv.base_url, "--database-url", db_url],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert srv.rejected == []
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert agent.final_answer in out.stdout
+    assert [t["name"] for t in agent.requests[0]["tools"]] == [
+        "run_step",
+        "context_reload",
+        "context_search",
+    ]

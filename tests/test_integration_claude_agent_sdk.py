@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -179,3 +182,15 @@ def test_without_the_sdk_the_import_error_names_the_extra() -> None:
     )
     assert "needs the Claude Agent SDK" in message
     framework_runs.assert_names_the_extra(message, "claude-agent-sdk")
+
+
+def test_the_example_runs(db_url: str) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "claude_agent_sdk_store.py"
+    out = subprocess.run(
+        [sys.executable, str(example), "--database-url", db_url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "compact boundary: event 1 (clear), 2 entries behind it" in out.stdout
