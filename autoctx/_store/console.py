@@ -167,7 +167,11 @@ def _read(store: TenantScope) -> Iterator[Connection]:
 
 
 def _in_scope(store: TenantScope, alias: str = "s") -> str:
-    return f"{alias}.tenant = %(tenant)s" if store.tenant is not None else f"{alias}.tenant IS NULL"
+    return _tenant_scope(store.tenant, alias)
+
+
+def _tenant_scope(tenant: str | None, alias: str = "s") -> str:
+    return f"{alias}.tenant = %(tenant)s" if tenant is not None else f"{alias}.tenant IS NULL"
 
 
 def _params(store: TenantScope, **values: Any) -> dict[str, Any]:
@@ -240,7 +244,7 @@ def sessions_page(
     page ranks the tenant's sessions: one probe of `compression_events`' primary key
     (session_id, id) each. A cursor session that no longer exists gives an empty page.
     """
-    sql = sessions_sql(store, sort, after=after, before=before)
+    sql = sessions_sql(store.tenant, sort, after=after, before=before)
     params = _params(store, limit=limit, cursor=after if after is not None else before)
     with _read(store) as conn:
         rows = [_session_row(r) for r in conn.exec_driver_sql(sql, params)]
@@ -253,7 +257,7 @@ def sessions_page(
 
 
 def sessions_sql(
-    store: TenantScope, sort: SessionSort, *, after: str | None, before: str | None
+    tenant: str | None, sort: SessionSort, *, after: str | None, before: str | None
 ) -> str:
     """The statement of a page of `sessions_page` (bench/console.py sends it raw)."""
     backwards = before is not None
@@ -263,7 +267,7 @@ def sessions_sql(
         else _CURSOR.format(cmp=">" if backwards else "<", tie_cmp="<" if backwards else ">")
     )
     return _RANKED.format(
-        sessions=_SESSIONS.format(where=_in_scope(store)),
+        sessions=_SESSIONS.format(where=_tenant_scope(tenant)),
         key=_SORT_KEY[sort],
         cursor=cursor,
         direction="ASC" if backwards else "DESC",
