@@ -112,8 +112,6 @@ _YIELD_TO_S6: Final = registry.YIELD_TO_CURRENT_ROUND
 _FALLBACK_STRATEGIES: Final = registry.FALLBACK_STRATEGIES
 #: Rungs that save tokens only (previews): they act while tokens are over the target.
 _TOKENS_ONLY: Final = registry.TOKENS_ONLY_STRATEGIES
-#: Tokens of an offload tag and its newline, for the estimate of what a summary costs.
-_TAG_TOKENS: Final = 24
 #: Passes whose arrivals `SessionState.arriving` averages: a few, so that it follows a change
 #: of the agent's pace, and more than one, so that one large tool output does not set it.
 _ARRIVALS_KEPT: Final = 4
@@ -992,9 +990,7 @@ def _lands_deep(
 
 
 def _tokens_after(snap: Snapshot, edits: Sequence[Edit]) -> int:
-    return snap.token_count - sum(
-        e.replaced_tokens - (e.replaced_tokens // 4 + _TAG_TOKENS) for e in edits
-    )
+    return snap.token_count - sum(e.estimated_gain for e in edits)
 
 
 def _outside(outer: Edit, edits: Sequence[Edit]) -> list[Edit]:

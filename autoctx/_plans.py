@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypeVar
 
 from ._messages import Kind
 from ._structure import MsgMeta
@@ -60,6 +60,10 @@ class Snapshot:
         )
 
 
+#: The tokens of an offload tag and its newline, as a plan estimates them.
+ESTIMATED_TAG_TOKENS: Final = 24
+
+
 @dataclass(frozen=True, slots=True)
 class Edit:
     """Replace working messages of ``snapshot.messages[start:end]`` by one new message.
@@ -97,6 +101,13 @@ class Edit:
     #: Previews only: the characters the preview keeps when not `preview_chars` (masking's
     #: `mask_preview_chars`, docs/design.md §3).
     preview_chars: int | None = None
+
+    @property
+    def estimated_gain(self) -> int:
+        """The tokens the edit is expected to save before it is made: a summary is estimated
+        at a quarter of what it replaces, plus its offload tag (what the give-way rules and
+        S5's choice plan with, docs/design.md §3)."""
+        return self.replaced_tokens - (self.replaced_tokens // 4 + ESTIMATED_TAG_TOKENS)
 
     @property
     def member_indices(self) -> tuple[int, ...]:
