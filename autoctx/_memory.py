@@ -991,6 +991,8 @@ def open_memory(
     indexed = _indexed_with(info)
     if indexed is not None and stored_search_config(config.search_config) != indexed:
         config = _with_search_config(config, info)
+    if given is not None:
+        config = _reserve.kept_measure(config, info.config)
     if config.to_json() != info.config:
         # The thresholds in force are recorded on the session (and on each event): the latest
         # open wins, and says what it changed (docs/design.md §8).

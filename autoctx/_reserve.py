@@ -29,6 +29,20 @@ def measure(
     return total
 
 
+def kept_measure(config: AutoContextConfig, stored: object) -> AutoContextConfig:
+    """`config`, given to open a session, with the reserve measured for the session before
+    when the caller did not set one: the measure stays until an integration measures again
+    (a worker reading the record in between keeps the room)."""
+    if _given(config.reserve_tokens) or not isinstance(stored, Mapping):
+        return config
+    measured = stored.get("reserve_tokens")
+    if "reserve_tokens" not in stored.get("derived", ()) or not isinstance(measured, int):
+        return config
+    if isinstance(measured, bool) or not 0 <= measured <= config.max_tokens // 2:
+        return config  # a window changed under it: measured again at the next model call
+    return dataclasses.replace(config, reserve_tokens=_Derived(measured))
+
+
 def with_measured(config: AutoContextConfig, measured: int) -> AutoContextConfig | None:
     """`config` with `measured` as its reserve, or None when nothing changes (the caller set
     the reserve, or the measure is the one recorded)."""

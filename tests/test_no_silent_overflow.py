@@ -135,9 +135,11 @@ def test_a_measured_reserve_is_recorded_and_a_set_one_wins(
     assert mem.config.reserve_tokens == measured
     assert mem.config.token_trigger == int((6000 - measured) * mem.config.token_ratio)
     assert mem.reserve_for(tools, instructions="You are a careful coding agent. " * 20) == measured
-    # Recorded with the session: a reopen without config (a worker) keeps it.
+    # Recorded with the session: a reopen without config (a worker) keeps it, and so does a
+    # reopen with a config that does not set it (until the integration measures again).
     again = open_memory(session_id, config=None)
     assert again.config.reserve_tokens == measured
+    assert open_memory(session_id, config=CONFIG).config.reserve_tokens == measured
     # A reserve the caller set is not replaced by a measure.
     fixed = open_memory(
         f"{session_id}-fixed", config=dataclasses.replace(CONFIG, reserve_tokens=100)
