@@ -200,11 +200,9 @@ class AutoContextConfig:
         _check_ratio("current_round_ratio", self.current_round_ratio)
         _check_int("reserve_tokens", self.reserve_tokens, minimum=0)
         if self.reserve_tokens > self.max_tokens // 2:
-            what = (
-                "AutoContextConfig.reserve_tokens"
-                if _given(self.reserve_tokens)
-                else ("AutoContextConfig: the measured tools and instructions")
-            )
+            what = "AutoContextConfig.reserve_tokens"
+            if not _given(self.reserve_tokens):
+                what = "AutoContextConfig: the measured tools and instructions"
             raise ConfigError(
                 f"{what} ({self.reserve_tokens}) must be at most half of max_tokens "
                 f"({self.max_tokens}): the messages need the rest of the window; raise max_tokens "
@@ -390,7 +388,7 @@ class AutoContextConfig:
         derived = set(data.get("derived", ()))
         kwargs = {k: v for k, v in data.items() if k in known and k not in derived}
         measured = data.get("reserve_tokens")
-        if "reserve_tokens" in derived and isinstance(measured, int):
+        if "reserve_tokens" in derived and type(measured) is int:
             # Derived from a measure (`reserve_for`), not from other fields: kept as measured.
             kwargs["reserve_tokens"] = _Derived(measured)
         if "prompts" in kwargs:
@@ -455,7 +453,9 @@ class RuntimeOptions:
     #: strategy (S1's runs, S4's rounds, S5's messages) are summarized concurrently, up to
     #: this many at a time (1: one after the other), and still commit in one transaction.
     summarizer_concurrency: int = 4
-    #: Raise summarizer failures instead of recording them as `failed` events.
+    #: Raise summarizer failures instead of recording them as `failed` events, and make
+    #: `to_openai()` / `to_anthropic()` of a context over its window raise
+    #: `ContextOverWindow` instead of logging a warning (docs/design.md §2).
     strict: bool = False
 
     def __post_init__(self) -> None:
