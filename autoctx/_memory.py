@@ -78,7 +78,7 @@ from ._search import (
 from ._sessions import SessionInfo
 from ._store import lifecycle
 from ._store import search as search_store
-from ._store.claims import SessionClaim, claimed
+from ._store.claims import SessionClaim, aclaimed, claimed
 from ._store.rows import search_config_of
 from ._store.store import SessionStore
 from ._summarizers import (
@@ -1104,19 +1104,18 @@ class AsyncAutoContextMemory:
                     await asyncio.wait([running])
                 return None
             case window.Compress(over_window=over_window, claim=claim, hand_over=hand_over):
-                held = self._inner.claim() if claim else None
-                if held is not None:
-                    await asyncio.to_thread(held.acquire, self.sync.options.compress_deadline_s)
-                try:
+                async with contextlib.AsyncExitStack() as held:
+                    if claim:
+                        # Taken and released in one guarded region: a cancellation anywhere
+                        # leaves the claim free at once (docs/design.md §5).
+                        wait_s = self.sync.options.compress_deadline_s
+                        await held.enter_async_context(aclaimed(self._inner.claim(), wait_s))
                     # Compressions of this memory run one at a time (the loop's lock; a
                     # background task holds it too), so none pays the summarizer for a range
                     # another one already replaced.
                     async with self._compress_lock():
                         await self._compress_now(over_window=over_window)
                         return background.take(raise_errors=True) if hand_over else []
-                finally:
-                    if held is not None:
-                        await asyncio.to_thread(held.release)
             case window.TakeEvents():
                 return background.take(raise_errors=True)
 
@@ -1157,24 +1156,21 @@ class AsyncAutoContextMemory:
         sink: list[Event] = []
         inner = self._inner
         # The claim `autoctx worker` takes (as the sync memory's background thread does).
-        claim = inner.claim()
-        if not await asyncio.to_thread(claim.acquire):
-            return sink  # a worker is compressing the session
         try:
-            async with self._compress_lock():
-                summarizer = self.sync.summarizer
-                background = inner.background
-                guard, stop = background.guard(inner.lock), background.stop
-                if isinstance(summarizer, AsyncSummarizer):
-                    await compressor.arun(info, summarizer, guard, stop=stop, events=sink)
-                else:
-                    await asyncio.to_thread(compressor.run, info, guard, stop, sink)
+            async with aclaimed(inner.claim(), 0.0) as held:
+                if not held:
+                    return sink  # a worker is compressing the session
+                async with self._compress_lock():
+                    summarizer = self.sync.summarizer
+                    background = inner.background
+                    guard, stop = background.guard(inner.lock), background.stop
+                    if isinstance(summarizer, AsyncSummarizer):
+                        await compressor.arun(info, summarizer, guard, stop=stop, events=sink)
+                    else:
+                        await asyncio.to_thread(compressor.run, info, guard, stop, sink)
         except asyncio.CancelledError:
             inner.background.keep(sink)  # what committed before the cancellation
             raise
-        finally:
-            # At once, not in a thread: a second cancellation must not skip it.
-            claim.release()
         return sink
 
     async def _compress_now(self, *, over_window: bool) -> None:
