@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -76,7 +77,7 @@ from ._search import (
     validate_scope,
 )
 from ._sessions import SessionInfo
-from ._store import lifecycle
+from ._store import lifecycle, locks
 from ._store import search as search_store
 from ._store.claims import SessionClaim, aclaimed, claimed
 from ._store.rows import search_config_of
@@ -143,12 +144,28 @@ def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepa
 
 
 def _serialized(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Run the method under its memory's lock (reentrant: public methods call each other)."""
+    """Run the method under its memory's lock (reentrant: public methods call each other).
+
+    The outermost call is tried again when it met a foreign lock past PostgreSQL's
+    `lock_timeout` (its transaction rolled back, so nothing of it was written), and raises that
+    `Conflict` when the lock is still held (autoctx._store.locks)."""
 
     @functools.wraps(method)
     def locked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with args[0]._lock:  # type: ignore[attr-defined]
-            return method(*args, **kwargs)
+        mem: AutoContextMemory = args[0]  # type: ignore[assignment]
+        with mem._lock:
+            if mem._depth:
+                return method(*args, **kwargs)
+            mem._depth += 1
+            try:
+                for _ in range(locks.RETRIES):
+                    try:
+                        return method(*args, **kwargs)
+                    except locks.LockWaitTimeout:
+                        time.sleep(locks.RETRY_PAUSE_S)
+                return method(*args, **kwargs)
+            finally:
+                mem._depth -= 1
 
     return locked
 
@@ -190,6 +207,9 @@ class AutoContextMemory:
         self._info = info
         self._closed = False
         self._lock = threading.RLock()
+        #: How deep in `_serialized` calls the thread holding `_lock` is (the outermost one
+        #: retries a lock wait that timed out).
+        self._depth = 0
         self._session = SessionState()
         self._background_mode = validate_background(background)
         self._background = BackgroundState(info.session_id)
@@ -242,20 +262,26 @@ class AutoContextMemory:
     # -- writing ----------------------------------------------------------------------------
 
     @_serialized
-    def add(self, messages: MessageInput) -> list[Msg]:
+    def add(self, messages: MessageInput, *, idempotency_key: str | None = None) -> list[Msg]:
         """Validate, count and append messages atomically; returns them as stored.
 
         Accepts a `Msg`, an OpenAI chat message dict, the `openai` client's own message object
         (`response.choices[0].message`), an Anthropic message (a dict, or the `anthropic`
         client's response), or a list mixing them. A rejected list stores none of
         its messages. Never compresses (call `compress_if_needed()`).
+
+        With `idempotency_key` (a framework's message id, say), an add that the session
+        already stored under that key (one that committed before a timeout, a cancellation
+        or a lost connection reached the caller) returns the messages it stored and stores
+        nothing again; the same key with other messages is a `Conflict`.
         """
         self._check_open()
+        key = _arguments.add_key(idempotency_key)
         msgs = coerce_messages(messages)
         prepared = prepare(
             msgs, self._counter, max_chars=self.config.max_message_chars, session_id=self.session_id
         )
-        return self._store.append(prepared)
+        return self._store.append(prepared, add_key=key)
 
     def compress_if_needed(self) -> list[Event]:
         """Run the compression loop if the trigger holds; returns this call's events, and
@@ -748,6 +774,7 @@ class AutoContextMemory:
     def _after_fork_in_child(self) -> None:
         # A lock another thread of the parent held at the fork would stay held in the child.
         self._lock = threading.RLock()
+        self._depth = 0
         # The parent's background compression goes on in the parent only.
         self._background.after_fork_in_child()
         self._running = None
@@ -1008,7 +1035,19 @@ class AsyncAutoContextMemory:
 
     The window policy is the sync memory's (`autoctx._window`), awaited; in background mode
     its compressions run as asyncio tasks (`compress_in_background`). It drives the sync
-    memory through its public methods and its named internal API (`MemoryInternals`)."""
+    memory through its public methods and its named internal API (`MemoryInternals`).
+
+    What a cancellation means (a timeout of `asyncio.wait_for`, a cancelled task): the awaiting
+    coroutine stops at once, but the database work it started in a worker thread runs to its
+    end, and each of its transactions commits whole or not at all, never half. So a cancelled
+    write may have happened: `add()` may have stored its messages (retry it with the same
+    `idempotency_key` to store them once), `pop_last()`, `clear()`, `set_plan()`, `fork()`,
+    `erase()` and `delete()` may have committed (read the session to know). A cancelled
+    `compress_if_needed()` keeps every compression step that committed (each is one
+    transaction); the claim it held on the session is free when the cancellation reaches the
+    caller, and a summarizer answer that had not been applied is dropped. A cancelled read
+    changes nothing.
+    """
 
     def __init__(self, sync: AutoContextMemory) -> None:
         self.sync = sync
@@ -1043,8 +1082,11 @@ class AsyncAutoContextMemory:
         )
         return cls(await asyncio.to_thread(open_shared, database_url, auto_upgrade, args))
 
-    async def add(self, messages: MessageInput) -> list[Msg]:
-        return await asyncio.to_thread(self.sync.add, messages)
+    async def add(self, messages: MessageInput, *, idempotency_key: str | None = None) -> list[Msg]:
+        """As `AutoContextMemory.add`. Cancelled (a timeout of `asyncio.wait_for`, say), the
+        add may still commit: pass `idempotency_key` and retry with the same key to store the
+        messages once (see the class's note on cancellation)."""
+        return await asyncio.to_thread(self.sync.add, messages, idempotency_key=idempotency_key)
 
     async def messages(self) -> list[Msg]:
         await self._before_read()
