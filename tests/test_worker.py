@@ -348,15 +348,17 @@ def test_the_worker_fills_the_search_vectors_the_appends_left(db_url: str) -> No
     """The append path computes no search vector (migration 0013); a worker with nothing due
     fills them, a batch per transaction, so searches (the read-only console's included) read
     the index instead of computing them per query (issue 33)."""
+    tenant = f"vectors-{random.randrange(10**9)}"  # apart from the other tests' sessions
     mem = AutoContextMemory.open(
         f"w-vectors-{random.randrange(10**9)}",
         db_url,
         AutoContextConfig(max_tokens=1_000_000, msg_threshold=100_000),
         summarizer=OfflineSummarizer(),
+        tenant=tenant,
     )
     mem.add([Msg.user(f"the deploy of build {k} failed") for k in range(2_500)])
     assert _waiting_vectors(db_url, mem.session_id) == 2_500
-    with AutoContextWorker(db_url, summarizer=OfflineSummarizer()) as worker:
+    with AutoContextWorker(db_url, summarizer=OfflineSummarizer(), tenant=tenant) as worker:
         assert worker.run(once=True) == 0  # nothing was due: it only filled vectors
     assert _waiting_vectors(db_url, mem.session_id) == 0
     mem.add([Msg.user("one more build 2500")])
