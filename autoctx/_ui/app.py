@@ -358,7 +358,7 @@ class Console:
             detail=detail,
             msg=detail.msg,
             parts=parts(detail.msg),
-            stored_json=json.dumps(detail.msg.to_openai(), ensure_ascii=False, indent=2),
+            stored_json=json.dumps(detail.msg.stored_json(), ensure_ascii=False, indent=2),
             children=children,
             after=after,
             next_key=children[-1].key if children and more else None,
