@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import html
+import itertools
+import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -22,14 +25,14 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import markupsafe
 import pytest
 import sqlalchemy as sa
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from typer.testing import CliRunner
 
 import autoctx
@@ -38,7 +41,9 @@ from autoctx._cli import app
 from autoctx._store import console as db
 from autoctx._store.inspect import lineage_edges
 from autoctx._store.store import SessionStore
-from autoctx._ui.app import make_server, parts
+from autoctx._ui import timeline
+from autoctx._ui.app import parts
+from autoctx._ui.server import ConsoleServer, make_server
 from tests.histories import SMALL, multi_round
 from tests.test_tenants import Role, login_role
 
@@ -140,17 +145,28 @@ def world(db_url: str) -> Iterator[World]:
 
 
 class Served:
-    """A console server in a thread of this process."""
+    """A console server in a thread of this process; `get` signs in with its token's cookie."""
 
-    def __init__(self, server: ThreadingHTTPServer) -> None:
+    def __init__(self, server: ConsoleServer) -> None:
         self.server = server
         host, port = server.server_address[:2]
+        self.host, self.port = str(host), int(port)
         self.base = f"http://{host!s}:{port}"
+        self.token = server.access.token
+        self.cookie = f"{server.access.cookie}={self.token}" if self.token else ""
         self.thread = threading.Thread(target=server.serve_forever, daemon=True)
         self.thread.start()
 
+    def signed(self, path: str) -> str:
+        """The URL of `path` with the token, as `autoctx ui` prints it (to open in a browser)."""
+        if self.token is None:
+            return self.base + path
+        return self.base + path + ("&" if "?" in path else "?") + f"token={self.token}"
+
     def get(self, path: str, method: str = "GET") -> tuple[int, str]:
         request = urllib.request.Request(self.base + path, method=method)
+        if self.cookie:
+            request.add_header("Cookie", self.cookie)
         try:
             with urllib.request.urlopen(request, timeout=30) as answer:
                 return answer.status, answer.read().decode()
@@ -163,10 +179,14 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(url: str, tenant: str | None) -> Iterator[Served]:
+def serve(url: str, tenant: str | None, **options: Any) -> Iterator[Served]:
     served = Served(
         make_server(
-            AutoContextClient.shared(url, auto_upgrade=False).engine, tenant, "127.0.0.1", 0
+            AutoContextClient.shared(url, auto_upgrade=False).engine,
+            tenant,
+            "127.0.0.1",
+            0,
+            **options,
         )
     )
     try:
@@ -217,7 +237,7 @@ def test_every_page_answers_and_nothing_writes(ui: Served, world: World, db_url:
     for path in (
         "/",
         "/?sort=cost",
-        "/?sort=failures&page=0",
+        "/?sort=failures",
         "/?sort=updated",
         f"/s/{s}",
         f"/s/{s}/events",
@@ -272,7 +292,7 @@ def test_the_session_page_draws_the_timeline_with_limits_and_marks(
 ) -> None:
     status, body = ui.get(f"/s/{_q(world.main)}")
     assert status == 200
-    svg = body[body.index("<svg") : body.index("</svg>")]
+    svg = _timeline_svg(body)
     for limit in ("window", "trigger", "target"):
         assert f"limit-{limit}" in svg
     assert "window 20,000" in svg
@@ -282,9 +302,130 @@ def test_the_session_page_draws_the_timeline_with_limits_and_marks(
     ).events()
     assert marks == sorted(e.strategy for e in events if e.status != "failed")
     for e in events:  # each mark links to its event's row
-        assert f"/events?after={e.id - 1}#e{e.id}" in svg
+        assert f"/events?after={max(e.id - 6, 0)}#e{e.id}" in svg
     status, body = ui.get(f"/s/{_q(world.failing)}")
     assert body.count('class="mark mark-failed"') == 3
+
+
+def _timeline_svg(body: str) -> str:
+    start = body.index('<svg xmlns="http://www.w3.org/2000/svg" class="timeline"')
+    return body[start : body.index("</svg>", start)]
+
+
+def _path_points(svg: str, cls: str) -> list[tuple[float, float]]:
+    """The points of the SVG path of class `cls` (M, H and V commands only: anything else, a
+    diagonal, fails here)."""
+    found = re.search(rf'<path class="{cls}" d="([^"]*)"', svg)
+    if found is None:
+        return []
+    points: list[tuple[float, float]] = []
+    for command, args in re.findall(r"([A-Za-z])([^A-Za-z]*)", found.group(1)):
+        assert command in "MHV", f"{cls} draws a {command} segment: not a step"
+        if command == "M":
+            a, b = args.split(",")
+            points.append((float(a), float(b)))
+        elif command == "H":
+            points.append((float(args), points[-1][1]))
+        else:
+            points.append((points[-1][0], float(args)))
+    return points
+
+
+def _limit_y(svg: str, name: str) -> float:
+    found = re.search(rf'class="limit limit-{name}"[^>]*y1="([\d.]+)"', svg)
+    assert found is not None
+    return float(found.group(1))
+
+
+def test_the_timeline_states_put_each_append_and_event_in_its_step() -> None:
+    """Pure: appends summed between events, a rung's input marked as compressed before any
+    read (also between two passes), a failed attempt on the total it found, and a pop (strategy
+    0) acting on a total that was read."""
+    at = datetime.now(UTC)
+    points = [
+        db.TimelinePoint(1, 4, "applied", "tokens", 100, 40, 3, at),
+        db.TimelinePoint(2, 7, "applied", "tokens", 40, 20, 4, at),
+        db.TimelinePoint(3, 4, "failed", "tokens", 50, 50, 4, at),
+        db.TimelinePoint(4, 0, "applied", "manual", 50, 30, 6, at),
+    ]
+    growth = [db.Growth(0, 2, 100), db.Growth(2, 1, 30)]
+    drawing = timeline.states(points, growth)
+    assert [(s.x, s.tokens, s.compressed) for s in drawing.states] == [
+        (0, 0, False),
+        (2, 100, True),
+        (3, 40, True),
+        (4, 20, False),
+        (5, 50, False),
+        (6, 30, False),
+    ]
+    assert drawing.marks == {1: (3, 40), 2: (4, 20), 3: (5, 50), 4: (6, 30)}
+    svg = timeline.render(
+        points,
+        growth,
+        tokens_now=30,
+        version_now=6,
+        limits=timeline.Limits(80, 60, 40),
+        event_href="/e?after={after}#e{id}",
+    )
+    # The stored total of 100 is over the window of 80 before the first compression: drawn
+    # as stored, and no overflow.
+    assert 'class="overflow"' not in svg
+    assert min(y for _, y in _path_points(svg, "stored")) < _limit_y(svg, "window")
+
+
+def test_the_timeline_is_drawn_in_steps(ui: Served, world: World, db_url: str) -> None:
+    """Each append is a rise and each compression a drop: no straight join between two events
+    (issue 33)."""
+    svg = _timeline_svg(ui.get(f"/s/{_q(world.main)}")[1])
+    assert "<polyline" not in svg
+    sent = _path_points(svg, "sent")
+    events = SessionStore(
+        AutoContextClient.shared(db_url, auto_upgrade=False).engine, world.main
+    ).events()
+    applied = [e for e in events if e.status == "applied"]
+    rises = sum(1 for a, b in itertools.pairwise(sent) if b[1] < a[1])
+    drops = sum(1 for a, b in itertools.pairwise(sent) if b[1] > a[1])
+    # The world adds its history in 12-message steps (one append each) and compresses
+    # between them: a rise for every append the solid line shows, a drop for every compression.
+    assert drops == len(applied)
+    assert rises >= len(applied)
+    assert sent[0][0] < sent[-1][0]
+
+
+def test_a_total_stored_over_the_window_before_a_compression_is_not_an_overflow(
+    db_url: str,
+) -> None:
+    """An append can take the stored total past the window just before the compression that
+    brings it back: that total is drawn as stored (dotted), never as what the model was sent
+    and never as an overflow (issue 32). A total over the window that nothing compressed is."""
+    tag = _tag()
+    tenant = f"timeline-{tag}"  # apart from the world's sessions (the sort tests rank them)
+    history = multi_round(5, rounds=8, steps=8)
+    mem = AutoContextMemory.open(
+        f"ui-spike-{tag}", db_url, SMALL, summarizer=OfflineSummarizer(), tenant=tenant
+    )
+    over = []
+    for start in range(0, len(history), 45):
+        mem.add(history[start : start + 45])
+        over += [e for e in mem.compress_if_needed() if e.tokens_before > 20_000]
+    assert over, "an append took the stored total past the window before a compression"
+    with serve(db_url, tenant) as ui:
+        svg = _timeline_svg(ui.get(f"/s/{_q(mem.session_id)}")[1])
+    window = _limit_y(svg, "window")
+    stored = _path_points(svg, "stored")
+    assert min(y for _, y in stored) < window  # drawn above the window line, as stored
+    assert min(y for _, y in _path_points(svg, "sent")) > window  # what was sent stayed under
+    assert 'class="overflow"' not in svg
+    # An agent that never compresses: over the window, then another append. An overflow.
+    careless = AutoContextMemory.open(
+        f"ui-careless-{tag}", db_url, SMALL, summarizer=OfflineSummarizer(), tenant=tenant
+    )
+    for start in range(0, 135, 45):
+        careless.add(history[start : start + 45])
+    with serve(db_url, tenant) as ui:
+        svg = _timeline_svg(ui.get(f"/s/{_q(careless.session_id)}")[1])
+    assert 'class="overflow"' in svg
+    assert min(y for _, y in _path_points(svg, "sent")) < _limit_y(svg, "window")
 
 
 def _working_numbers(body: str) -> list[int]:
@@ -399,7 +540,7 @@ def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None
     s = _q(world.main)
     cases = {
         "/?sort=cheapest": (400, "&#39;sort&#39; takes one of window, cost, failures, updated"),
-        "/?page=-1": (400, "&#39;page&#39; takes a number from 0 to"),
+        "/?page=1": (400, "takes no URL parameter &#39;page&#39;"),
         f"/s/{s}/working?after={2**64}": (400, "&#39;after&#39; takes a number from 0 to"),
         f"/s/{s}/m/{2**64}": (400, "no message id is larger than"),
         f"/s/{s}/events?after=x": (400, "&#39;after&#39; takes a whole number"),
@@ -418,6 +559,222 @@ def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None
 
 
 # ---------------------------------------------------------------------------------------------
+# The access rule over raw sockets (issue 34): Host, token, bodies, headers, bad parameters
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def _exchange(
+    served: Served, data: bytes, *, quiet_s: float = 0.5, head_first: bool = False
+) -> list[Answer]:
+    """Send `data` on one connection and read every answer until the server closes it or
+    stays quiet for `quiet_s`; the answers, parsed by their Content-Length (the first has no
+    body when it answers a HEAD)."""
+    received = b""
+    with socket.create_connection((served.host, served.port), timeout=10) as sock:
+        sock.sendall(data)
+        sock.settimeout(quiet_s)
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    answers = []
+    while received:
+        head, _, rest = received.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        size = 0 if head_first and not answers else int(headers.get("content-length", "0"))
+        answers.append(Answer(int(lines[0].split()[1]), headers, rest[:size]))
+        received = rest[size:]
+    return answers
+
+
+def _request(
+    served: Served,
+    path: str,
+    *,
+    method: str = "GET",
+    host: str | None = None,
+    cookie: bool = True,
+    body: bytes = b"",
+    extra: str = "",
+) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1"]
+    if host != "":
+        lines.append(f"Host: {host or f'127.0.0.1:{served.port}'}")
+    if cookie and served.cookie:
+        lines.append(f"Cookie: {served.cookie}")
+    if body:
+        lines.append(f"Content-Length: {len(body)}")
+    text = "\r\n".join(lines) + "\r\n" + extra + "\r\n"
+    return text.encode("latin-1") + body
+
+
+def test_only_the_hosts_it_serves_are_answered(ui: Served, world: World, db_url: str) -> None:
+    path = f"/s/{_q(world.main)}/working"
+    for host in ("attacker.example", f"attacker.example:{ui.port}", "127.0.0.2", ""):
+        (answer,) = _exchange(ui, _request(ui, path, host=host))
+        assert answer.status == 403, host
+        assert b"Host" in answer.body and MARKER.encode() not in answer.body
+        assert world.main.encode() not in answer.body
+        assert "content-security-policy" in answer.headers
+    for host in (f"127.0.0.1:{ui.port}", "127.0.0.1", f"localhost:{ui.port}", "LOCALHOST"):
+        (answer,) = _exchange(ui, _request(ui, path, host=host))
+        assert answer.status == 200, host
+    with serve(db_url, None, allow_hosts=["box.internal"]) as allowed:
+        (answer,) = _exchange(allowed, _request(allowed, path, host="box.internal:80"))
+        assert answer.status == 200
+        (answer,) = _exchange(allowed, _request(allowed, path, host="other.internal"))
+        assert answer.status == 403
+
+
+def test_every_page_needs_the_token(ui: Served, world: World, db_url: str) -> None:
+    path = f"/s/{_q(world.main)}/working"
+    (answer,) = _exchange(ui, _request(ui, path, cookie=False))
+    assert answer.status == 403 and b"token" in answer.body
+    assert world.main.encode() not in answer.body
+    (answer,) = _exchange(ui, _request(ui, path + "?token=not-the-token", cookie=False))
+    assert answer.status == 403
+    wrong = f"Cookie: {ui.server.access.cookie}=not-the-token\r\n"
+    (answer,) = _exchange(ui, _request(ui, path, cookie=False, extra=wrong))
+    assert answer.status == 403
+    # The token URL: a cookie, and the same URL without the token.
+    signed = ui.signed(f"/s/{_q(world.main)}/working?after=5")[len(ui.base) :]
+    (answer,) = _exchange(ui, _request(ui, signed, cookie=False))
+    assert answer.status == 303
+    assert answer.headers["location"] == f"/s/{_q(world.main)}/working?after=5"
+    cookie = answer.headers["set-cookie"]
+    assert cookie.startswith(f"{ui.server.access.cookie}={ui.token};")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    (answer,) = _exchange(ui, _request(ui, "//elsewhere.example/x?token=" + str(ui.token)))
+    assert answer.headers["location"] == "/elsewhere.example/x"
+    (answer,) = _exchange(ui, _request(ui, path))
+    assert answer.status == 200 and world.main.encode() in answer.body
+    # Off only when asked, and only on a loopback address.
+    with serve(db_url, None, token=False) as open_:
+        (answer,) = _exchange(open_, _request(open_, path, cookie=False))
+        assert answer.status == 200
+    with pytest.raises(autoctx.ConfigError, match="only on a loopback address"):
+        make_server(
+            AutoContextClient.shared(db_url, auto_upgrade=False).engine,
+            None,
+            "0.0.0.0",
+            0,
+            token=False,
+        )
+
+
+def test_a_refused_request_body_is_never_read_as_a_second_request(ui: Served, world: World) -> None:
+    # A body that is itself a request: answered as one would make two answers.
+    inner = f"GET /s/{_q(world.main)}/working HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "GET", "HEAD"):
+        follow = _request(ui, "/")
+        answers = _exchange(
+            ui, _request(ui, "/", method=method, body=inner) + follow, head_first=method == "HEAD"
+        )
+        expected = 405 if method not in ("GET", "HEAD") else 200
+        # One answer for the request with the body, one for the request after it, on the
+        # same kept-alive connection.
+        assert [a.status for a in answers] == [expected, 200], method
+        assert MARKER.encode() not in b"".join(a.body for a in answers)
+    # A body the console will not read whole (chunked, or over its limit): one answer, then
+    # the connection closes.
+    chunked = _request(ui, "/", method="POST", extra="Transfer-Encoding: chunked\r\n")
+    answers = _exchange(ui, chunked + b"2b\r\n" + inner + b"\r\n0\r\n\r\n")
+    assert [a.status for a in answers] == [405]
+    assert answers[0].headers["connection"] == "close"
+    big = b"x" * (64 * 1024 + 1)
+    answers = _exchange(ui, _request(ui, "/", method="POST", body=big) + _request(ui, "/"))
+    assert [a.status for a in answers] == [405]
+
+
+def test_every_status_carries_the_content_security_policy(ui: Served, world: World) -> None:
+    requests = {
+        200: _request(ui, "/"),
+        303: _request(ui, f"/?token={ui.token}", cookie=False),
+        400: _request(ui, "/?sort=cheapest"),
+        403: _request(ui, "/", cookie=False),
+        404: _request(ui, "/nowhere"),
+        405: _request(ui, "/", method="POST", body=b"x=1"),
+        501: _request(ui, "/", method="BREW"),
+        505: b"GET / HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n",
+    }
+    for status, data in requests.items():
+        answers = _exchange(ui, data)
+        assert [a.status for a in answers] == [status]
+        headers = answers[0].headers
+        assert headers.get("content-security-policy", "").startswith("default-src 'none'"), status
+        assert headers.get("x-content-type-options") == "nosniff", status
+    (answer,) = _exchange(ui, _request(ui, "/", method="POST"))
+    assert answer.headers["allow"] == "GET, HEAD"
+
+
+HOSTILE = ["", "x", "-1", "0", str(2**63 - 1), str(2**63), str(2**64), "%00", "a%00b", "1e3"]
+
+
+def test_malformed_parameters_are_400_or_404_and_the_log_prints_no_sql(
+    ui: Served, world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = _q(world.main)
+    named = {
+        "/?page=9223372036854775807": 400,
+        "/s/%00x": 400,
+        "/s/a%00b/working": 400,
+        f"/search?q=report&session={s}%00": 400,
+        "/search?q=report&session=%00": 400,
+        "/search?q=a%00b": 400,
+        f"/s/{s}?x=%00": 400,
+        f"/s/{'x' * 300}": 400,
+        f"/s/{s}/events?after=1&after=2": 400,
+        "/?after=no-such-session": 200,
+    }
+    paths = dict(named)
+    for template in (
+        "/?sort=window&after={v}",
+        "/?before={v}",
+        f"/s/{s}/events?after={{v}}",
+        f"/s/{s}/events?before={{v}}",
+        f"/s/{s}/working?after={{v}}",
+        f"/s/{s}/working?before={{v}}",
+        f"/s/{s}/m/{world.summary_id}?after={{v}}",
+        f"/s/{s}/m/{{v}}",
+        f"/s/{s}/o/{world.offload}?page={{v}}",
+        f"/s/{s}/o/{world.offload}?view=originals&after={{v}}",
+        f"/s/{s}/o/{{v}}",
+        "/search?q={v}",
+        "/search?q=report&session={v}",
+    ):
+        for value in HOSTILE:
+            paths.setdefault(template.format(v=value), 0)
+    caplog.set_level(logging.DEBUG, logger="autoctx")
+    for path, expected in paths.items():
+        status, body = ui.get(path)
+        assert status in (200, 400, 404), (path, status, body[-600:])
+        if expected:
+            assert status == expected, (path, body[-600:])
+        if status == 400:
+            message = re.search(r'<p class="error">(.*?)</p>', body, re.S)
+            assert message and len(message.group(1)) < 400, path
+        assert "SELECT" not in body and "psycopg" not in body, path
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "SELECT" not in logged and "%(" not in logged and "\\x00" not in logged
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], logged[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------
 # Paging stays on indexes (checked with EXPLAIN; seq scans off, so a plan without an index
 # path would still show a Seq Scan)
 # ---------------------------------------------------------------------------------------------
@@ -425,13 +782,22 @@ def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None
 
 def test_the_paged_queries_use_indexes(db_url: str, world: World) -> None:
     engine = sa.create_engine(db_url, poolclass=sa.NullPool)
-    params = {"sid": world.main, "tenant": None, "key": 0, "limit": 101, "mid": 1, "after": 0}
+    params = {
+        "sid": world.main,
+        "tenant": None,
+        "key": 0,
+        "limit": 101,
+        "mid": 1,
+        "after": 0,
+        "buckets": 896,
+    }
     queries = {
         "events": db._EVENTS.format(scope="s.tenant IS NULL", op=">", direction="ASC"),
         "working": db._WORKING.format(scope="s.tenant IS NULL", op=">", direction="ASC"),
         "children": db._CHILDREN.format(scope="s.tenant IS NULL"),
         "covering": db._COVERING.format(scope="s.tenant IS NULL"),
         "timeline": db._TIMELINE.format(scope="s.tenant IS NULL"),
+        "growth": db._GROWTH.format(scope="s.tenant IS NULL"),
     }
     with engine.begin() as conn:
         conn.execute(sa.text("set local enable_seqscan = off"))
@@ -492,11 +858,17 @@ def test_autoctx_ui_serves_the_console_from_the_command_line(db_url: str, world:
     try:
         assert child.stdout is not None
         line = child.stdout.readline()
-        found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]{40,})", line)
         assert found, line
-        with urllib.request.urlopen(found.group(0), timeout=30) as answer:
+        plain = found.group(0).split("?")[0]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(plain, timeout=30)
+        assert refused.value.code == 403
+        # As a browser: the token URL sets the cookie and redirects to the plain URL.
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+        with opener.open(found.group(0), timeout=30) as answer:
             body = answer.read().decode()
-        assert answer.status == 200 and world.main in body
+            assert answer.status == 200 and answer.url == plain and world.main in body
     finally:
         child.terminate()
         child.wait(timeout=30)
@@ -507,6 +879,18 @@ def test_the_cli_command_is_registered_and_refuses_a_bad_tenant() -> None:
     assert result.exit_code == 0 and "read-only" in result.output
     result = CliRunner().invoke(app, ["ui", "--tenant", ""])
     assert result.exit_code != 0
+    assert (
+        "--allow-host" in CliRunner().invoke(app, ["ui", "--help"], env={"COLUMNS": "200"}).output
+    )
+
+
+def test_the_cli_refuses_no_token_off_the_loopback(db_url: str) -> None:
+    result = CliRunner().invoke(
+        app, ["ui", "--host", "0.0.0.0", "--port", "0", "--no-token", "--database-url", db_url]
+    )
+    assert result.exit_code != 0
+    assert "without a token only on a loopback address" in result.output
+    assert "Traceback" not in result.output
 
 
 # ---------------------------------------------------------------------------------------------
@@ -524,15 +908,20 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+def playwright_() -> Iterator[Playwright]:
     if not Path(CHROMIUM).exists():
         pytest.skip(
             f"the browser tests drive Debian's chromium at {CHROMIUM}: apt-get install chromium"
         )
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+        yield playwright
+
+
+@pytest.fixture(scope="module")
+def browser(playwright_: Playwright) -> Iterator[Browser]:
+    launched = playwright_.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield launched
+    launched.close()
 
 
 @pytest.fixture(scope="module")
@@ -564,7 +953,7 @@ def page(browser: Browser) -> Iterator[Page]:
 def test_browser_sessions_sort_and_navigation(
     page: Page, ui: Served, world: World, shots: Path
 ) -> None:
-    page.goto(ui.base + "/")
+    page.goto(ui.signed("/"))
     first = page.locator("#sessions tbody tr td.id a").first
     assert first.inner_text() == world.main  # nearest the window by default
     page.screenshot(path=shots / "sessions.png")
@@ -590,7 +979,7 @@ def test_browser_sessions_sort_and_navigation(
 def test_browser_lineage_click_through_reaches_an_original(
     page: Page, ui: Served, world: World, shots: Path
 ) -> None:
-    page.goto(f"{ui.base}/s/{_q(world.main)}/working")
+    page.goto(ui.signed(f"/s/{_q(world.main)}/working"))
     # The first working message some compression wrote.
     page.locator("#working tbody tr", has=page.locator("td.kind")).first.locator("td.id a").click()
     assert page.locator("#kind").inner_text() != "original"
@@ -613,7 +1002,7 @@ def test_browser_lineage_click_through_reaches_an_original(
 def test_browser_offload_shows_the_originals_exactly(
     page: Page, ui: Served, world: World, shots: Path, db_url: str
 ) -> None:
-    page.goto(f"{ui.base}/s/{_q(world.main)}/events")
+    page.goto(ui.signed(f"/s/{_q(world.main)}/events"))
     page.locator(f"#events a[href$='/o/{world.offload}']").click()
     assert page.url.endswith(f"/o/{world.offload}")
     expected = AutoContextMemory.open(
@@ -634,7 +1023,7 @@ def test_browser_offload_shows_the_originals_exactly(
 
 
 def test_browser_search_finds_a_message(page: Page, ui: Served, world: World, shots: Path) -> None:
-    page.goto(ui.base + "/")
+    page.goto(ui.signed("/"))
     page.fill("header input[name=q]", MARKER)
     page.press("header input[name=q]", "Enter")
     hit = page.locator("#hits tbody tr")
@@ -646,7 +1035,7 @@ def test_browser_search_finds_a_message(page: Page, ui: Served, world: World, sh
 
 
 def test_browser_markup_stays_text(page: Page, ui: Served, world: World, shots: Path) -> None:
-    page.goto(f"{ui.base}/s/{_q(world.main)}/m/{world.script_id}")
+    page.goto(ui.signed(f"/s/{_q(world.main)}/m/{world.script_id}"))
     assert page.locator("#content pre.stored").first.text_content() == SCRIPT
     assert page.evaluate("document.querySelectorAll('script, main b').length") == 0
     assert page.title() != "owned"
@@ -657,9 +1046,138 @@ def test_browser_a_tenant_role_sees_its_tenant(
     page: Page, world: World, acme_role: Role, shots: Path
 ) -> None:
     with serve(acme_role.url, "acme") as acme:
-        page.goto(acme.base + "/")
+        page.goto(acme.signed("/"))
         ids = page.locator("#sessions tbody tr td.id a").all_inner_texts()
         assert world.acme in ids and world.globex not in ids and world.main not in ids
         page.screenshot(path=shots / "tenant.png")
         page.goto(f"{acme.base}/s/{_q(world.globex)}")
         assert "404" in page.title()
+
+
+def test_browser_the_token_url_signs_in_and_leaves_the_plain_url(
+    page: Page, ui: Served, world: World, shots: Path
+) -> None:
+    answer = page.goto(ui.base + "/")
+    assert answer is not None and answer.status == 403
+    assert "403" in page.title() and world.main not in page.content()
+    page.screenshot(path=shots / "token-needed.png")
+    path = f"/s/{_q(world.main)}/events"
+    answer = page.goto(ui.signed(path))
+    assert answer is not None and answer.status == 200
+    assert page.url == ui.base + path  # the token is gone from the address bar
+    assert page.locator("#events tbody tr").count() >= 1
+    page.click("text=working context (")  # the cookie carries on
+    assert page.locator("#working tbody tr").count() >= 1
+    (cookie,) = page.context.cookies()
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+
+def test_browser_a_name_rebound_to_the_console_gets_nothing(
+    playwright_: Playwright, ui: Served, world: World, shots: Path
+) -> None:
+    """DNS rebinding: a name of another site that resolves to the console's address (the
+    browser's resolver maps it) reaches the server, whose Host check answers 403."""
+    rule = "--host-resolver-rules=MAP attacker.example 127.0.0.1"
+    rebinding = playwright_.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, rule])
+    try:
+        opened = rebinding.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        for url in (
+            f"http://attacker.example:{ui.port}/s/{_q(world.main)}/working",
+            f"http://attacker.example:{ui.port}/?token={ui.token}",
+        ):
+            answer = opened.goto(url)
+            assert answer is not None and answer.status == 403, url
+            assert world.main not in opened.content()
+            assert answer.headers.get("set-cookie") is None
+        opened.screenshot(path=shots / "rebound-host.png")
+        # The same browser by the console's own address is answered.
+        answer = opened.goto(ui.signed("/"))
+        assert answer is not None and answer.status == 200 and world.main in opened.content()
+    finally:
+        rebinding.close()
+
+
+def test_browser_a_post_from_another_page_is_405_with_the_csp(
+    page: Page, ui: Served, world: World
+) -> None:
+    page.goto(ui.signed("/"))  # signed in: the cookie is there, and still a POST is refused
+    page.set_content(
+        f'<form method="post" action="{ui.base}/s/{_q(world.main)}/working">'
+        '<input name="x" value="GET / HTTP/1.1"></form>'
+    )
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        page.evaluate("document.forms[0].submit()")
+    answer = posted.value
+    assert answer.status == 405
+    assert answer.headers["content-security-policy"].startswith("default-src 'none'")
+    assert answer.headers["allow"] == "GET, HEAD"
+    page.wait_for_load_state()
+    assert "read-only" in page.inner_text("main")
+
+
+def test_browser_malformed_urls_get_a_plain_400_or_404(
+    page: Page, ui: Served, world: World, shots: Path
+) -> None:
+    page.goto(ui.signed("/"))
+    for path, status in (
+        ("/?page=9223372036854775807", 400),
+        ("/s/%00x", 400),
+        (f"/search?q=report&session={_q(world.main)}%00", 400),
+        ("/s/no-such-session/events", 404),
+    ):
+        answer = page.goto(ui.base + path)
+        assert answer is not None and answer.status == status, path
+        assert answer.headers["content-security-policy"].startswith("default-src 'none'")
+        text = page.locator("p.error").inner_text()
+        assert text and "SELECT" not in text and "Traceback" not in page.content()
+    page.screenshot(path=shots / "bad-url.png")
+
+
+def _fits(page: Page) -> None:
+    """Nothing wider than the window: no sideways scroll at 1,280 pixels."""
+    width, inner, scrolled = page.evaluate(
+        "[document.documentElement.scrollWidth, window.innerWidth, window.scrollX]"
+    )
+    assert (width, scrolled) == (inner, 0), page.url
+
+
+def test_browser_every_page_fits_a_1280_pixel_window(
+    page: Page, ui: Served, world: World, shots: Path
+) -> None:
+    s = _q(world.main)
+    page.goto(ui.signed("/"))
+    for name, path in (
+        ("sessions", "/"),
+        ("session", f"/s/{s}"),
+        ("events", f"/s/{s}/events"),
+        ("events-failed", f"/s/{_q(world.failing)}/events"),
+        ("working", f"/s/{s}/working"),
+        ("summary", f"/s/{s}/m/{world.summary_id}"),
+        ("offload", f"/s/{s}/o/{world.offload}"),
+        ("originals", f"/s/{s}/o/{world.offload}?view=originals"),
+        ("search", f"/search?q={MARKER}"),
+    ):
+        page.goto(ui.base + path)
+        _fits(page)
+        page.screenshot(path=shots / f"fit-{name}.png", full_page=True)
+
+
+def test_browser_a_timeline_mark_opens_its_event_among_its_neighbours(
+    page: Page, ui: Served, world: World, db_url: str, shots: Path
+) -> None:
+    events = SessionStore(
+        AutoContextClient.shared(db_url, auto_upgrade=False).engine, world.main
+    ).events()
+    last = max(e.id for e in events)
+    page.goto(ui.signed(f"/s/{_q(world.main)}"))
+    # The latest event's mark: the one that used to open a page of that one row.
+    page.locator(f"svg.timeline a[href$='#e{last}']").click()
+    assert page.url.endswith(f"#e{last}")
+    rows = page.locator("#events tbody tr")
+    assert rows.count() == min(len(events), 6)
+    assert page.locator(f"#e{last}").is_visible()
+    assert page.evaluate("getComputedStyle(document.querySelector(':target')).backgroundColor") in (
+        "rgb(255, 243, 196)",
+    )
+    _fits(page)
+    page.screenshot(path=shots / "mark-to-event.png")
