@@ -277,7 +277,7 @@ def parse_document(doc: Any, *, now: datetime | None = None) -> SessionRows:
 
 def _with_handles(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     """A document exported before offload handles (no `session.next_handle`, no offload
-    `handle`), with the handles migration 0014 gives a stored session's offloads: 1, 2, ... by
+    `handle`), with the handles migration 0015 gives a stored session's offloads: 1, 2, ... by
     event, then uuid. Any other document as it is (a partial one is refused by the checks)."""
     session, offloads = doc.get("session"), doc.get("offloads")
     if not isinstance(session, dict) or "next_handle" in session or not isinstance(offloads, list):

@@ -1,6 +1,6 @@
 """Offload handles (docs/design.md §4): the short number an offload tag shows the model, given
 per session in the transaction that applies the compression, accepted wherever an offload id
-is, and given to the offloads of sessions written before handles by migration 0014."""
+is, and given to the offloads of sessions written before handles by migration 0015."""
 
 from __future__ import annotations
 
@@ -256,7 +256,7 @@ def test_the_cli_and_the_audit_query_take_a_handle(open_memory: Opener, db_url: 
 
 
 # ---------------------------------------------------------------------------------------------
-# Sessions written before handles (migration 0014)
+# Sessions written before handles (migration 0015)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -328,7 +328,7 @@ def test_a_session_written_before_handles_reloads_its_uuid_tags_and_gets_handles
         uuid_of = {r.handle: r.uuid for r in _offloads(mem)}
         order = [r.uuid for r in _offloads(mem)]
         mem.close()
-        _migrate(engine, "0013")
+        _migrate(engine, "0014")
         assert _write_uuid_tags(engine, "old", uuid_of) > 0
         upgrade(engine)
         mem = AutoContextMemory.open("old", empty_db_url, CONFIG, summarizer=OfflineSummarizer())

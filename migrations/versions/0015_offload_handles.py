@@ -12,13 +12,14 @@ an alias, unique within the session.
   which still reload.
 - `sessions.next_handle`: the next handle the session gives, past every handle in use, as
   `next_message_id` is for message ids. A compression takes its handles from it in the
-  transaction that applies it.
+  transaction that applies it. The roles granted a tenant get UPDATE on it, as on every other
+  column of `sessions` (0014).
 
 The downgrade drops both: the tags written with handles no longer name anything reloadable
 after it (their offloads stay, by uuid).
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-04
 """
 
@@ -27,8 +28,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014"
-down_revision = "0013"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
@@ -55,6 +56,16 @@ def upgrade() -> None:
         FROM (SELECT session_id, max(handle) AS top FROM offloads GROUP BY session_id) m
         WHERE s.session_id = m.session_id
         """
+    )
+    # A role granted a tenant updates `sessions` column by column (0014): it moves the counter.
+    op.execute(
+        """
+        DO $do$ DECLARE r record; BEGIN
+            FOR r IN SELECT DISTINCT g.grantee FROM autoctx_tenant_grants g
+                     JOIN pg_catalog.pg_roles o ON o.rolname = g.grantee LOOP
+                EXECUTE format('GRANT UPDATE (next_handle) ON sessions TO %I', r.grantee);
+            END LOOP;
+        END $do$"""
     )
     op.alter_column("offloads", "handle", nullable=False)
     op.create_unique_constraint("offloads_handle_key", "offloads", ["session_id", "handle"])
