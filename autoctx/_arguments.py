@@ -23,6 +23,7 @@ from typing import Final
 
 from ._errors import (
     ConfigError,
+    InvalidArgument,
     InvalidDuration,
     InvalidErasure,
     InvalidMessageId,
@@ -40,6 +41,8 @@ MAX_SESSION_ID: Final = 255
 MAX_TENANT: Final = 255
 #: The largest message id (ids are PostgreSQL bigints).
 MAX_MESSAGE_ID: Final = 2**63 - 1
+#: The longest idempotency key of an add (a framework's message id is far shorter).
+MAX_ADD_KEY: Final = 255
 #: Characters of an erasure's reason: it is an audit note, not a document.
 MAX_REASON: Final = 1000
 #: Ids one erasure may name (each is a row it rewrites in one transaction).
@@ -128,6 +131,22 @@ def _check_name(error: type[Exception], what: str, name: str, limit: int) -> Non
         raise error(f"{what} {problem}")
 
 
+def add_key(value: object) -> str | None:
+    """An add's idempotency key: None, or a non-empty string of at most `MAX_ADD_KEY`
+    characters PostgreSQL can store; `InvalidArgument` otherwise (never repeated)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(
+            f"idempotency_key must be a string or None, got {type(value).__name__}; pass an id "
+            "of the add such as the framework's message id"
+        )
+    if not value:
+        raise InvalidArgument("idempotency_key is empty; pass a non-empty string or None")
+    _check_name(InvalidArgument, "idempotency_key", value, MAX_ADD_KEY)
+    return value
+
+
 def message_id(value: object, what: str = "message_id") -> int:
     """A message id: an int (not a bool) a bigint can hold, at least 1. The same malformed id
     is `InvalidMessageId` in every call that takes one; an id of the right form that the
@@ -142,30 +161,57 @@ def message_id(value: object, what: str = "message_id") -> int:
     return value
 
 
-def offload_id(value: object) -> uuid.UUID:
-    """An offload id: a `uuid.UUID`, or its canonical text (as an offload tag shows it);
-    `InvalidOffloadId` for an empty or malformed one (never quoted: a model may pass any text
-    of the conversation here)."""
+#: What names an offload: its uuid (its key), or its handle (the number its tag shows the
+#: model, docs/design.md §4).
+OffloadRef = uuid.UUID | int
+
+#: A handle as a caller may pass it: the number, optionally after "#" or "offload", or the
+#: whole tag copied (a model often copies more than the number).
+_HANDLE_TEXT: Final = re.compile(
+    r"(?:<!--\s*)?(?:offload\s*[#:=]?\s*|#)?(?P<n>[0-9]{1,19})(?:\s*-->)?", re.IGNORECASE
+)
+
+
+def offload_id(value: object) -> OffloadRef:
+    """An offload id: its handle (an int, or its text as the tag shows it: ``12``, ``#12``,
+    ``offload 12``, the tag itself), or its uuid (a `uuid.UUID` or its canonical text, as tags
+    written before handles show it). `InvalidOffloadId` for an empty or malformed one (never
+    quoted: a model may pass any text of the conversation here)."""
     if isinstance(value, uuid.UUID):
         return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _handle(value)
     if not isinstance(value, str):
         raise InvalidOffloadId(
-            f"the offload id must be a string (the uuid from an offload tag), got "
-            f"{type(value).__name__}"
+            f"the offload id must be the number in an offload tag (an int or a string) or an "
+            f"offload uuid (a string), got {type(value).__name__}"
         )
     text = value.strip()
     if not text:
-        raise InvalidOffloadId("the offload id is empty; pass the uuid from an offload tag")
+        raise InvalidOffloadId("the offload id is empty; pass the number from an offload tag")
+    handle = _HANDLE_TEXT.fullmatch(text)
+    if handle is not None:
+        return _handle(int(handle.group("n")))
     try:
         parsed = uuid.UUID(text)
     except ValueError:
         raise InvalidOffloadId(
-            f"the value given ({len(text)} characters) is not an offload id (expected a uuid "
-            "such as '123e4567-e89b-12d3-a456-426614174000', from an offload tag)"
+            f"the value given ({len(text)} characters) is not an offload id (expected the "
+            "number from an offload tag, such as 12, or an offload uuid such as "
+            "'123e4567-e89b-12d3-a456-426614174000')"
         ) from None
     if str(parsed) != text.lower() and parsed.hex != text.lower():
         raise InvalidOffloadId("the offload id is not a canonical uuid; copy it from the tag")
     return parsed
+
+
+def _handle(value: int) -> int:
+    if not 1 <= value <= MAX_MESSAGE_ID:
+        raise InvalidOffloadId(
+            "an offload handle is the positive number in an offload tag (at most "
+            f"{MAX_MESSAGE_ID}); copy it from the tag"
+        )
+    return value
 
 
 def page(offset: object, limit: object, where: str = "reload") -> tuple[int, int | None]:

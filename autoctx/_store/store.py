@@ -27,14 +27,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 
+from .._arguments import OffloadRef
 from .._config import AutoContextConfig
 from .._errors import InvalidMessage, OffloadNotFound, SessionNotFound
 from .._events import MANUAL, Event
 from .._gc import paused_gc
+from .._idempotency import check_same_add
 from .._intake import OpenCalls, Prepared, bind, open_calls_at_tail
 from .._messages import Msg, json_text
 from .._plans import Edit, Snapshot, splice
-from .._replacements import ApplyOutcome, Replacement
+from .._replacements import ApplyOutcome, Replacement, next_handle_after
 from .._structure import MsgMeta, meta_of
 from .rows import (
     SessionInfo,
@@ -51,14 +53,17 @@ from .rows import (
 )
 from .scope import TenantScope
 from .sql import (
+    ADDED_WITH_KEY,
     APPEND_AT_VERSION,
     CHECK_RANGES,
+    DELETE_SESSION,
     DOCUMENTS_BY_ID,
     LAST_WORKING,
     LOAD_WORKING,
     ORIGINALS,
     SNAPSHOT,
     TAIL_CALLS,
+    UNLINK_WORKING,
     WORKING_IDS,
     avoid_nested_loops,
     messages_by_id,
@@ -89,6 +94,27 @@ class _Appended:
 
 #: PostgreSQL's SQLSTATE for a row a row-level security policy refuses (and other missing rights).
 _INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def _conflict(erased: bool, moved: bool) -> str:
+    """Why a planned replacement cannot apply (its `conflict` event's error)."""
+    if erased:
+        return "an erasure rewrote messages since the snapshot"
+    if moved:
+        return "the working set changed since the snapshot (another writer compressed it)"
+    # Its range is intact, but its handle was numbered from the snapshot's counter and an
+    # offload made since took it: planned again, it gets the next free one.
+    return (
+        "the working set changed since the snapshot (another offload took the planned handle: "
+        "another writer compressed or cleared the session)"
+    )
+
+
+def offload_named(offload: OffloadRef) -> sa.ColumnElement[bool]:
+    """The condition on `offloads` of the offload a uuid or a handle names."""
+    if isinstance(offload, int):
+        return offloads.c.handle == offload
+    return offloads.c.uuid == offload
 
 
 def session_gone(session_id: str) -> SessionNotFound:
@@ -219,6 +245,10 @@ class SessionStore(TenantScope):
         if not conn.execute(sa.select(self.alive_condition())).scalar_one():
             raise session_gone(self.session_id)
 
+    @property
+    def subject(self) -> str:
+        return f"session {self.session_id!r}"
+
     def row_condition(self) -> Any:
         """The session row of the incarnation this store works on."""
         return sa.and_(
@@ -290,13 +320,11 @@ class SessionStore(TenantScope):
         """Delete the session and everything of it (the foreign keys cascade): the incarnation
         this store works on, never one created since under the same id (`SessionNotFound`
         when it is already gone)."""
-        where = self.row_condition()
-        if self.tenant is not None:
-            where = sa.and_(where, sessions.c.tenant == self.tenant)
+        params = {"sid": self.session_id, "inc": self.incarnation(), "tenant": self.tenant}
         with self.transaction() as conn:
-            result = conn.execute(sa.delete(sessions).where(where))
+            deleted = conn.exec_driver_sql(DELETE_SESSION, params).all()
         self._tail = self._snapshot = self._appended = None
-        if not result.rowcount:
+        if not deleted:
             raise session_gone(self.session_id)
 
     def _update_session(self, **values: Any) -> None:
@@ -324,7 +352,7 @@ class SessionStore(TenantScope):
 
     # -- append and load ------------------------------------------------------------------------
 
-    def append(self, prepared: Sequence[Prepared]) -> list[Msg]:
+    def append(self, prepared: Sequence[Prepared], *, add_key: str | None = None) -> list[Msg]:
         """Append validated messages atomically; returns them with ids and tokens.
 
         The append is one statement (`APPEND_AT_VERSION`): it updates the session row only if
@@ -336,9 +364,15 @@ class SessionStore(TenantScope):
         another writer came in between) the store first locks the session row to learn its
         version and open calls, validates the batch against them, and runs the same statement
         in that transaction.
+
+        With `add_key`, always the locked path: under the session row's lock, the messages an
+        earlier append with the same key stored are returned instead (`Conflict` when they
+        are not the same messages), so that a retried add stores nothing twice.
         """
         if not prepared:
             return []
+        if add_key is not None:
+            return self._append_once(prepared, add_key)
         tail, self._tail = self._tail, None
         if tail is not None:
             version, calls = tail
@@ -361,6 +395,22 @@ class SessionStore(TenantScope):
         self._appended_committed(row.version, open_calls, done)
         return done.msgs
 
+    def _append_once(self, prepared: Sequence[Prepared], add_key: str) -> list[Msg]:
+        """`append` with an idempotency key (docs/design.md §5)."""
+        self._tail = None
+        params = {"sid": self.session_id, "inc": self.incarnation(), "key": add_key}
+        with self.transaction() as conn:
+            row = self.lock_row(conn)
+            earlier = [msg_from_columns(*r) for r in conn.exec_driver_sql(ADDED_WITH_KEY, params)]
+            if earlier:
+                check_same_add(self.session_id, add_key, earlier, prepared)
+                return earlier
+            open_calls = OpenCalls(row.open_calls)
+            done = self._append_at(conn, row.version, open_calls, prepared, add_key)
+            assert done is not None  # the row is locked at that version
+        self._appended_committed(row.version, open_calls, done)
+        return done.msgs
+
     def _appended_committed(self, version: int, open_calls: OpenCalls, done: _Appended) -> None:
         self._tail = (version + 1, open_calls.to_json())
         self._appended = (done.message_count, done.token_count)
@@ -371,6 +421,7 @@ class SessionStore(TenantScope):
         version: int,
         open_calls: OpenCalls,
         prepared: Sequence[Prepared],
+        add_key: str | None = None,
     ) -> _Appended | None:
         """Bind the batch's tool results to `open_calls` (advancing them to the calls it leaves
         open; `InvalidMessage` for a result of no open call) and run the one-statement append
@@ -384,6 +435,7 @@ class SessionStore(TenantScope):
             "n": len(bound),
             "added_tokens": sum(p.tokens for p in bound),
             "open_calls": json_text(open_calls.to_json()),
+            "add_key": add_key,
             **_columns(self.session_id, bound),
         }
         claimed = conn.exec_driver_sql(APPEND_AT_VERSION, params).one_or_none()
@@ -450,6 +502,7 @@ class SessionStore(TenantScope):
                     sessions.c.token_count,
                     sessions.c.next_event_id,
                     sessions.c.incarnation,
+                    sessions.c.next_handle,
                 ).where(self.row_condition())
             ).one_or_none()
             if info is None:
@@ -480,7 +533,14 @@ class SessionStore(TenantScope):
         if usable and cached is not None:
             positions = cached.positions + positions
             metas = cached.snapshot.messages + metas
-        snap = Snapshot(self.session_id, info.version, metas, info.token_count, info.message_count)
+        snap = Snapshot(
+            self.session_id,
+            info.version,
+            metas,
+            info.token_count,
+            info.message_count,
+            info.next_handle,
+        )
         self._snapshot = _CachedSnapshot(snap, positions, info.next_event_id, info.incarnation)
         return snap
 
@@ -554,11 +614,10 @@ class SessionStore(TenantScope):
             rest = remainder(popped, bool(last_final))
             event_id, version = srow.next_event_id, srow.version + 1
             rest_id = srow.next_message_id if rest is not None else None
-            conn.execute(
-                sa.delete(working_set).where(
-                    working_set.c.session_id == self.session_id, working_set.c.position == position
-                )
-            )
+            unlinked = conn.exec_driver_sql(
+                UNLINK_WORKING, {"sid": self.session_id, "ids": [last_id]}
+            ).all()
+            assert [tuple(r) for r in unlinked] == [(position, last_id)]
             popped_tokens = popped.tokens or 0
             count_after = srow.message_count - (0 if rest is not None else 1)
             tokens_after = srow.token_count - popped_tokens + (rest.tokens if rest else 0)
@@ -656,13 +715,10 @@ class SessionStore(TenantScope):
     ) -> tuple[Row[Any], int]:
         """The writes of `clear`, in the caller's transaction on the locked session `row`;
         returns the event's row and the session's new version."""
-        removed = conn.execute(
-            sa.delete(working_set)
-            .where(working_set.c.session_id == self.session_id)
-            .returning(working_set.c.position, working_set.c.message_id)
-        ).all()
+        removed = conn.exec_driver_sql(UNLINK_WORKING, {"sid": self.session_id, "ids": None}).all()
         replaced = [message_id for _, message_id in sorted(removed)]
         offload_uuid = uuid_mod.uuid4() if replaced else None
+        next_handle = row.next_handle + (1 if replaced else 0)
         version = row.version + 1
         created = conn.execute(
             sa.insert(compression_events)
@@ -689,6 +745,7 @@ class SessionStore(TenantScope):
                 sa.insert(offloads).values(
                     session_id=self.session_id,
                     uuid=offload_uuid,
+                    handle=row.next_handle,
                     event_id=row.next_event_id,
                     message_ids=replaced,
                 )
@@ -698,6 +755,7 @@ class SessionStore(TenantScope):
             .where(self.row_condition())
             .values(
                 next_event_id=row.next_event_id + 1,
+                next_handle=next_handle,
                 message_count=0,
                 token_count=0,
                 version=version,
@@ -747,8 +805,13 @@ class SessionStore(TenantScope):
             row = self.lock_row(conn)
             positions = self._check_ranges(conn, [r.edit for r in replacements])
             erased = seen_version is not None and _erased_since(conn, self.session_id, seen_version)
+            # The handles were numbered from the snapshot's counter: another offload since (by
+            # a writer that compressed another range, or a clear) took them.
+            taken = min(r.handle for r in replacements) < row.next_handle
             conflicts = [
-                r for r, pos in zip(replacements, positions, strict=True) if pos is None or erased
+                (r, _conflict(erased, pos is None))
+                for r, pos in zip(replacements, positions, strict=True)
+                if pos is None or erased or taken
             ]
             if not conflicts:
                 applied = self._write(conn, row, replacements, positions, reason, config)
@@ -763,14 +826,10 @@ class SessionStore(TenantScope):
                 status="conflict",
                 reason=reason,
                 replaced_ids=r.edit.replaced_ids,
-                error=(
-                    "an erasure rewrote messages since the snapshot"
-                    if erased
-                    else "the working set changed since the snapshot (another writer compressed it)"
-                ),
+                error=error,
                 config=config,
             )
-            for r in conflicts
+            for r, error in conflicts
         ]
         return ApplyOutcome(events, True)
 
@@ -800,7 +859,9 @@ class SessionStore(TenantScope):
             )
             changes.append((r.edit, new))
         try:
-            snapshot = cached.snapshot.apply(changes)
+            snapshot = cached.snapshot.apply(
+                changes, next_handle_after(row.next_handle, replacements)
+            )
         except ValueError:
             return  # planned on another snapshot than the cached one: the next read refreshes it
         # The new message takes the working-set position of the last message it replaces.
@@ -885,6 +946,7 @@ class SessionStore(TenantScope):
                 {
                     "session_id": self.session_id,
                     "uuid": r.offload_uuid,
+                    "handle": r.handle,
                     "event_id": event_id,
                     "message_ids": list(replaced),
                 }
@@ -907,13 +969,7 @@ class SessionStore(TenantScope):
         conn.execute(sa.insert(messages), msg_rows)
         conn.execute(sa.insert(offloads), offload_rows)
         conn.execute(sa.insert(lineage), lineage_rows)
-        conn.execute(
-            sa.delete(working_set).where(
-                working_set.c.session_id == self.session_id,
-                working_set.c.message_id
-                == sa.any_(sa.cast(sa.literal(removed_ids), sa.ARRAY(sa.BigInteger))),
-            )
-        )
+        conn.exec_driver_sql(UNLINK_WORKING, {"sid": self.session_id, "ids": removed_ids})
         conn.execute(sa.insert(working_set), working_rows)
         conn.execute(
             sa.update(sessions)
@@ -921,6 +977,7 @@ class SessionStore(TenantScope):
             .values(
                 next_message_id=next_msg,
                 next_event_id=next_event,
+                next_handle=next_handle_after(row.next_handle, replacements),
                 message_count=count,
                 token_count=tokens,
                 version=version,
@@ -974,21 +1031,22 @@ class SessionStore(TenantScope):
 
     # -- reload and audit ----------------------------------------------------------------------
 
-    def reload(self, offload_uuid: uuid_mod.UUID, *, originals: bool = False) -> list[Msg]:
-        """The messages an offload removed, in order (one level deep); with `originals`, the
-        originals behind them, lineage followed down through nested summaries."""
+    def reload(self, offload: OffloadRef, *, originals: bool = False) -> list[Msg]:
+        """The messages an offload (by uuid or handle) removed, in order (one level deep); with
+        `originals`, the originals behind them, lineage followed down through nested
+        summaries."""
         with self.connection() as conn:
             ids = conn.execute(
                 sa.select(offloads.c.message_ids).where(
                     offloads.c.session_id == self.session_id,
-                    offloads.c.uuid == offload_uuid,
+                    offload_named(offload),
                     self.alive_condition(),
                 )
             ).scalar_one_or_none()
             if ids is None:
                 self.check_alive(conn)
                 raise OffloadNotFound(
-                    f"no offloaded context with id {offload_uuid} in session {self.session_id!r}"
+                    f"no offloaded context with id {offload} in session {self.session_id!r}"
                 )
             ids = originals_below(conn, self.session_id, list(ids)) if originals else list(ids)
             by_id = messages_by_id(conn, self.session_id, self.incarnation(), ids)

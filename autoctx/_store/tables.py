@@ -58,6 +58,8 @@ sessions = sa.Table(
     sa.Column("erasures", sa.BigInteger, nullable=False, server_default="0"),
     # The incarnations a fork descends from, the root first and its parent last (0010).
     sa.Column("fork_ancestry", pg.ARRAY(pg.UUID), nullable=False, server_default="{}"),
+    # The next offload handle the session gives (0015): past every handle in use.
+    sa.Column("next_handle", sa.BigInteger, nullable=False, server_default="1"),
     sa.Index("sessions_tenant_idx", "session_id", "tenant"),
 )
 
@@ -89,7 +91,16 @@ messages = sa.Table(
     #: it, and by a trigger on every UPDATE of the row (the function `autoctx_search_vector`,
     #: migration 0013). Read and filled by `autoctx._store.search`.
     sa.Column("search_tsv", pg.TSVECTOR, nullable=True),
+    #: The idempotency key the `add()` that stored the message was given, on each message of
+    #: that add (NULL without one): a retried add finds them (migration 0014).
+    sa.Column("add_key", sa.Text, nullable=True),
     _session_fk(),
+    sa.Index(
+        "messages_add_key_idx",
+        "session_id",
+        "add_key",
+        postgresql_where=sa.text("add_key IS NOT NULL"),
+    ),
     sa.Index(
         "messages_search_idx",
         "session_id",
@@ -169,6 +180,9 @@ offloads = sa.Table(
     sa.Column("event_id", sa.BigInteger, nullable=False),
     sa.Column("message_ids", pg.ARRAY(sa.BigInteger), nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    #: The offload's handle (0015): the short, per-session name its tag shows the model.
+    sa.Column("handle", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("session_id", "handle", name="offloads_handle_key"),
     sa.ForeignKeyConstraint(
         ["session_id", "event_id"],
         ["compression_events.session_id", "compression_events.id"],
