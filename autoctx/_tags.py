@@ -24,6 +24,12 @@ def offload_tag(uuid: str) -> str:
     return f"<!-- {OFFLOAD_MARKER}: uuid={uuid} -->"
 
 
+def offload_reference(offload_id: str) -> str:
+    """How a text other than the tag names an offload (the fact check's index line): by the
+    id its tag carries, which `context_reload` takes."""
+    return f"offload {offload_id}"
+
+
 def neutralize_tags(text: str) -> str:
     """Replace offload tags by ``[offloaded context <uuid>]`` and drop any stray marker.
 

@@ -123,6 +123,13 @@ EVENT_COLUMNS = (
     "config",
     "created_at",
     "note",
+    "facts_found",
+    "facts_kept",
+    "facts_repaired",
+    "facts_listed",
+    "facts_dropped",
+    "dropped_facts",
+    "facts_repair_calls",
     "inherited",
 )
 OFFLOAD_COLUMNS = ("uuid", "event_id", "message_ids", "created_at")
