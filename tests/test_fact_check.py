@@ -5,8 +5,10 @@ cap, and what a summary left out, asked for later (`dropped`)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import re
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -14,6 +16,8 @@ import pytest
 
 from autoctx import (
     AutoContextMemory,
+    EventNotFound,
+    InvalidEventId,
     Msg,
     OfflineSummarizer,
     OpenAISummarizer,
@@ -259,3 +263,108 @@ def test_a_random_history_keeps_the_counts_consistent(open_memory: Open) -> None
         mem.compress_if_needed()
     check_counts(mem)
     assert summaries(mem)
+
+
+# -- what a compression left out, asked later ---------------------------------------------------
+
+SECRET = "sk-live-4f9a8b7c6d5e"
+
+
+class Lossy:
+    """Keeps no fact at all (the lossy stub of the bench)."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        return SummaryResult(lossy(request.transcript), "lossy")
+
+
+def secret_history() -> list[Msg]:
+    msgs = planted_history()
+    first_user = next(k for k, m in enumerate(msgs) if m.role == "user")
+    msgs[first_user] = Msg.user(msgs[first_user].text + f" The deploy key is {SECRET}.")
+    return msgs
+
+
+def test_dropped_lists_what_the_working_context_lacks_for_every_compression(
+    open_memory: Open,
+) -> None:
+    config = dataclasses.replace(SMALL, fact_index_ratio=0.0)  # no index line: all dropped
+    mem = open_memory(config=config, summarizer=Lossy())
+    mem.add(secret_history())
+    mem.compress_if_needed()
+    compressions = [e for e in mem.events() if e.status == "applied" and e.offload_uuid]
+    assert compressions
+    holding = [e for e in summaries(mem) if SECRET in e.facts.dropped_facts]
+    assert holding, "the lossy summary dropped the secret, and the event says so"
+    for event in compressions:
+        facts = mem.dropped(event.id)
+        working = normalize(visible(mem))
+        assert all(normalize(f) not in working for f in facts)
+    assert SECRET in mem.dropped(holding[-1].id)
+    # The agent asks through the context tool, by the offload id.
+    answer = mem.handle_tool_call(
+        {
+            "id": "c",
+            "type": "function",
+            "function": {
+                "name": "context_reload",
+                "arguments": json.dumps({"uuid": str(holding[-1].offload_uuid), "dropped": True}),
+            },
+        }
+    )
+    assert SECRET in answer and "originals=true" in answer
+    # Once the agent's context shows a fact again, it is no longer dropped.
+    mem.add(Msg.user(f"Remember {SECRET}."))
+    assert SECRET not in mem.dropped(holding[-1].id)
+
+
+def test_dropped_refuses_what_is_not_a_compression(open_memory: Open) -> None:
+    mem = open_memory(config=SMALL)
+    mem.add(planted_history())
+    mem.compress_if_needed()
+    with pytest.raises(InvalidEventId):
+        mem.dropped(0)
+    with pytest.raises(InvalidEventId):
+        mem.dropped("3")  # type: ignore[arg-type]
+    with pytest.raises(EventNotFound) as caught:
+        mem.dropped(10_000)
+    assert mem.session_id in str(caught.value)
+    answer = mem.handle_tool_call(
+        {
+            "id": "c",
+            "type": "function",
+            "function": {
+                "name": "context_reload",
+                "arguments": json.dumps({"uuid": str(uuid.uuid4()), "dropped": True}),
+            },
+        }
+    )
+    assert answer == "No offloaded context with that id in this session."
+
+
+def test_erasure_scrubs_a_secret_that_is_a_dropped_fact(open_memory: Open) -> None:
+    config = dataclasses.replace(SMALL, fact_index_ratio=0.0)
+    mem = open_memory(config=config, summarizer=Lossy())
+    added = mem.add(secret_history())
+    mem.compress_if_needed()
+    assert any(SECRET in e.facts.dropped_facts for e in summaries(mem))
+    holder = next(m for m in added if SECRET in m.text)
+    before = {e.id: e.facts for e in summaries(mem)}
+    assert holder.id is not None
+    mem.erase([holder.id], reason="leaked key")
+    leaks = sql(
+        mem,
+        "SELECT id FROM compression_events WHERE session_id = :sid "
+        "AND array_to_string(dropped_facts, ' ') LIKE :pat",
+        sid=mem.session_id,
+        pat=f"%{SECRET}%",
+    )
+    assert leaks == []
+    for event in summaries(mem):
+        f = event.facts
+        assert f.found == f.kept + f.repaired + f.listed + f.dropped
+        old = before[event.id]
+        # Only the erased facts left the list: the others stay, as stored.
+        assert set(f.dropped_facts) <= set(old.dropped_facts)
+        assert len(old.dropped_facts) - len(f.dropped_facts) == old.found - f.found
+    for event in summaries(mem):
+        assert SECRET not in mem.dropped(event.id)
