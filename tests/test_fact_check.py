@@ -4,6 +4,7 @@ cap, and what a summary left out, asked for later (`dropped`)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import random
@@ -18,12 +19,15 @@ from autoctx import (
     AutoContextMemory,
     EventNotFound,
     InvalidEventId,
+    InvalidExport,
     Msg,
     OfflineSummarizer,
     OpenAISummarizer,
     RuntimeOptions,
     SummaryRequest,
     SummaryResult,
+    export_session,
+    import_session,
 )
 from autoctx._strategies.facts import normalize
 from autoctx._tags import OFFLOAD_TAG_RE
@@ -368,3 +372,33 @@ def test_erasure_scrubs_a_secret_that_is_a_dropped_fact(open_memory: Open) -> No
         assert len(old.dropped_facts) - len(f.dropped_facts) == old.found - f.found
     for event in summaries(mem):
         assert SECRET not in mem.dropped(event.id)
+
+
+def test_export_and_import_carry_the_fact_check(open_memory: Open, db_url: str) -> None:
+    """The counts and dropped facts travel in an export; a document written before they
+    existed imports with none recorded; counts that do not add up are refused whole."""
+    config = dataclasses.replace(SMALL, fact_index_ratio=0.0)
+    mem = open_memory(f"facts-export-{uuid.uuid4().hex[:8]}", config=config, summarizer=Lossy())
+    mem.add(secret_history())
+    mem.compress_if_needed()
+    expected = [e.facts for e in mem.events()]
+    assert any(f is not None and f.dropped_facts for f in expected)
+    document = export_session(mem.session_id, db_url)
+    mem.delete()
+    import_session(document, db_url)
+    again = AutoContextMemory.open(mem.session_id, db_url, create=False)
+    assert [e.facts for e in again.events()] == expected
+    again.delete()
+    older = copy.deepcopy(document)
+    for event in older["events"]:
+        for key in [k for k in event if k.startswith("facts_") or k == "dropped_facts"]:
+            del event[key]
+    import_session(older, db_url)
+    oldest = AutoContextMemory.open(mem.session_id, db_url, create=False)
+    assert all(e.facts is None for e in oldest.events())
+    oldest.delete()
+    broken = copy.deepcopy(document)
+    event = next(e for e in broken["events"] if e["facts_found"] is not None)
+    event["facts_found"] += 1
+    with pytest.raises(InvalidExport, match="facts_found"):
+        import_session(broken, db_url)
