@@ -527,6 +527,16 @@ class AutoContextMemory:
         originals = self._store.reload(offload, originals=True)
         return dropped_facts(originals, self._store.load_working())
 
+    @_serialized
+    def originals(self, offset: int = 0, limit: int | None = None) -> list[Msg]:
+        """Every message the session was given, as given and in the order appended, whatever
+        its compressions did since (a page of them with `offset` and `limit`): the record a
+        framework reads back as its own history, where `messages()` is what the model reads.
+        A message `pop_last()` or `clear()` took out of the working context is still here."""
+        self._check_open()
+        offset, limit = _arguments.page(offset, limit, "originals")
+        return self._store.load_originals(offset, limit)
+
     # -- reload -----------------------------------------------------------------------------
 
     @_serialized
@@ -1238,6 +1248,9 @@ class AsyncAutoContextMemory:
 
     async def dropped(self, event_id: int) -> list[str]:
         return await asyncio.to_thread(self.sync.dropped, event_id)
+
+    async def originals(self, offset: int = 0, limit: int | None = None) -> list[Msg]:
+        return await asyncio.to_thread(self.sync.originals, offset, limit)
 
     async def reload(
         self,
