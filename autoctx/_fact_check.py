@@ -39,8 +39,10 @@ BudgetMargin = Callable[[int], int]
 #: How the summary's tokens are counted (the session's encoding).
 CountTokens = Callable[[str], int]
 
+#: How the index line begins (what a reader, or the bench, finds it by).
+INDEX_PREFIX: Final = "Not in this summary"
 #: The opening of the index line, and the separator of its facts.
-_INDEX_OPENING: Final = "Not in this summary, reload {ref} for:"
+_INDEX_OPENING: Final = INDEX_PREFIX + ", reload {ref} for:"
 _INDEX_SEPARATOR: Final = " | "
 
 
