@@ -348,6 +348,21 @@ def _as_list(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
+def _leading_reasoning(blocks: list[dict[str, Any]]) -> int:
+    k = 0
+    while k < len(blocks) and blocks[k].get("type") in ("thinking", "redacted_thinking"):
+        k += 1
+    return k
+
+
+def _joined(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two adjacent turns of one role as one. Only a compression puts a summary beside an
+    assistant reply; the reply's leading thinking then stays first in the turn, where the
+    API wants it when extended thinking is on."""
+    lead = _leading_reasoning(second) if not _leading_reasoning(first) else 0
+    return [*second[:lead], *first, *second[lead:]]
+
+
 def _list_form(msg: Msg) -> bool:
     meta = msg.metadata
     return (meta.get(ANTHROPIC_META) or {}).get("content") == "list" or (
@@ -383,7 +398,7 @@ def to_anthropic(messages: Sequence[Msg]) -> tuple[str, list[dict[str, Any]]]:
             content = blocks[0]["text"]
         if turns and turns[-1]["role"] == role:
             previous = cast("str | list[dict[str, Any]]", turns[-1]["content"])
-            turns[-1]["content"] = _as_list(previous) + _as_list(content)
+            turns[-1]["content"] = _joined(_as_list(previous), _as_list(content))
         else:
             turns.append({"role": role, "content": content})
     if turns and turns[0]["role"] == "assistant":
