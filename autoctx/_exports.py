@@ -186,7 +186,7 @@ _TYPES: Final[dict[str, tuple[Check, str, bool]]] = {
 }
 
 #: Event columns a document written before they existed lacks, with what such an event holds
-#: (the fact check, migration 0014: no check recorded).
+#: (the fact check, migration 0015: no check recorded).
 _LATER_EVENT_COLUMNS: Final[dict[str, Any]] = {
     "facts_found": None,
     "facts_kept": None,

@@ -49,7 +49,7 @@ _INT4_COLUMNS: Final = frozenset(
     {"message_count", "tokens", "chars", "messages_before", "messages_after"}
     | {"prompt_tokens", "completion_tokens", "ordinal"}
 )
-#: The fact check's counts of an event (migration 0014): null, or adding up.
+#: The fact check's counts of an event (migration 0015): null, or adding up.
 _FACT_COUNTS: Final = (
     "facts_found",
     "facts_kept",

@@ -30,7 +30,7 @@ AUDIT_VIEWS = (
 )
 #: The view of forks migration 0009 creates (docs/audit.md, "Forks and erasures").
 LIFECYCLE_VIEWS = ("autoctx_forks",)
-#: The view of the fact check migration 0014 creates (docs/audit.md, "What summaries left out").
+#: The view of the fact check migration 0015 creates (docs/audit.md, "What summaries left out").
 FACT_VIEWS = ("autoctx_fact_checks",)
 
 

@@ -166,7 +166,7 @@ compression_events = sa.Table(
     sa.Column("note", sa.Text, nullable=True),
     #: Copied from the parent by a fork: counted in the session that paid for it (0009).
     sa.Column("inherited", sa.Boolean, nullable=False, server_default=sa.false()),
-    # The fact check of the summary the event wrote (migration 0014, docs/design.md §6): NULL
+    # The fact check of the summary the event wrote (migration 0015, docs/design.md §6): NULL
     # where no summary was checked; the dropped facts as the check found them.
     sa.Column("facts_found", sa.Integer, nullable=True),
     sa.Column("facts_kept", sa.Integer, nullable=True),

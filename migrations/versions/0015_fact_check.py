@@ -13,8 +13,8 @@ call of its own, recorded on the event it repaired (`facts_repair_calls`, its to
 event's): `autoctx_session_cost` counts it in `llm_calls`, and shows it apart in a new last
 column, `fact_repair_calls`.
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-04
 """
 
@@ -24,8 +24,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-revision = "0014"
-down_revision = "0013"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
