@@ -58,7 +58,7 @@ class Subject:
     #: What stays verbatim before the answer (S6's earlier summary, S5's head of a user
     #: message): its facts count as kept.
     prefix: str
-    #: The offload the summary's tag will name (what the index line points at).
+    #: The handle of the offload the summary's tag will name (what the index line points at).
     offload: str
     #: Written by the offline summarizer (the fallback): no repair is asked.
     fallback: bool

@@ -49,7 +49,7 @@ _INT4_COLUMNS: Final = frozenset(
     {"message_count", "tokens", "chars", "messages_before", "messages_after"}
     | {"prompt_tokens", "completion_tokens", "ordinal"}
 )
-#: The fact check's counts of an event (migration 0015): null, or adding up.
+#: The fact check's counts of an event (migration 0016): null, or adding up.
 _FACT_COUNTS: Final = (
     "facts_found",
     "facts_kept",
@@ -433,6 +433,7 @@ def _check_counters(rows: SessionRows) -> None:
         "next_message_id": [m["id"] for m in rows.messages],
         "next_position": [w["position"] for w in rows.working_set],
         "next_event_id": [e["id"] for e in rows.events],
+        "next_handle": [o["handle"] for o in rows.offloads],
     }
     for key, used in in_use.items():
         if session[key] < 1 or session[key] <= max(used, default=0):
@@ -481,6 +482,12 @@ def _check_events(rows: SessionRows, by_id: Mapping[int, Msg], event_ids: set[in
     uuids = [o["uuid"] for o in rows.offloads]
     if len(set(uuids)) != len(uuids):
         raise refused("offloads", "hold the same uuid twice")
+    handles = [o["handle"] for o in rows.offloads]
+    if len(set(handles)) != len(handles):
+        raise refused("offloads", "hold the same handle twice")
+    for k, o in enumerate(rows.offloads):
+        if o["handle"] < 1:
+            raise refused(f"offloads[{k}].handle", "must be positive")
     for k, o in enumerate(rows.offloads):
         if o["event_id"] not in event_ids:
             raise refused(f"offloads[{k}].event_id", "names no event of the document")

@@ -158,8 +158,11 @@ def test_without_the_repair_the_index_line_lists_the_facts_and_names_the_offload
     for event in shown:
         lines = texts[event.summary_message_id].splitlines()
         # The tag stays the last line; the index line is right before it and names the offload.
-        assert OFFLOAD_TAG_RE.fullmatch(lines[-1])
-        assert lines[-2].startswith(f"Not in this summary, reload offload {event.offload_uuid}")
+        tag = OFFLOAD_TAG_RE.fullmatch(lines[-1])
+        assert tag and tag.group("handle")
+        assert lines[-2].startswith(f"Not in this summary, reload offload {tag.group('handle')} ")
+        # The model reloads by what the line names: the same offload as the event's.
+        assert mem.reload(int(tag.group("handle"))) == mem.reload(event.offload_uuid)
     working = visible(mem)
     assert normalize(PLANTED[0]) in normalize(working)  # the constraint, ranked first
 

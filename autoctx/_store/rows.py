@@ -121,7 +121,7 @@ def event_of(values: Mapping[Any, Any]) -> Event:
     )
 
 
-#: The fact check's columns of `compression_events` (migration 0015), as `FactCheck` names them.
+#: The fact check's columns of `compression_events` (migration 0016), as `FactCheck` names them.
 FACT_COLUMNS = ("facts_found", "facts_kept", "facts_repaired", "facts_listed", "facts_dropped")
 
 

@@ -58,6 +58,8 @@ sessions = sa.Table(
     sa.Column("erasures", sa.BigInteger, nullable=False, server_default="0"),
     # The incarnations a fork descends from, the root first and its parent last (0010).
     sa.Column("fork_ancestry", pg.ARRAY(pg.UUID), nullable=False, server_default="{}"),
+    # The next offload handle the session gives (0015): past every handle in use.
+    sa.Column("next_handle", sa.BigInteger, nullable=False, server_default="1"),
     sa.Index("sessions_tenant_idx", "session_id", "tenant"),
 )
 
@@ -166,7 +168,7 @@ compression_events = sa.Table(
     sa.Column("note", sa.Text, nullable=True),
     #: Copied from the parent by a fork: counted in the session that paid for it (0009).
     sa.Column("inherited", sa.Boolean, nullable=False, server_default=sa.false()),
-    # The fact check of the summary the event wrote (migration 0015, docs/design.md §6): NULL
+    # The fact check of the summary the event wrote (migration 0016, docs/design.md §6): NULL
     # where no summary was checked; the dropped facts as the check found them.
     sa.Column("facts_found", sa.Integer, nullable=True),
     sa.Column("facts_kept", sa.Integer, nullable=True),
@@ -187,6 +189,9 @@ offloads = sa.Table(
     sa.Column("event_id", sa.BigInteger, nullable=False),
     sa.Column("message_ids", pg.ARRAY(sa.BigInteger), nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    #: The offload's handle (0015): the short, per-session name its tag shows the model.
+    sa.Column("handle", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("session_id", "handle", name="offloads_handle_key"),
     sa.ForeignKeyConstraint(
         ["session_id", "event_id"],
         ["compression_events.session_id", "compression_events.id"],

@@ -167,6 +167,8 @@ class Console:
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_TEMPLATES),
             autoescape=True,
+            # The templates ship with the package: no stat of each file on every page.
+            auto_reload=False,
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
@@ -203,7 +205,8 @@ class Console:
                     args = [unquote(g) for g in match.groups()]
                     if args:
                         args[0] = _session_id(args[0])
-                    return view(query, *args)
+                    with db.one_transaction(self.store):
+                        return view(query, *args)
                 except (SessionNotFound, MessageNotFound, OffloadNotFound) as exc:
                     return self.error_page(HTTPStatus.NOT_FOUND, str(exc))
                 except (
@@ -372,9 +375,11 @@ class Console:
             offload_id = parse_offload_id(text)
         except InvalidOffloadId:
             raise ConsoleRequestError(
-                "an offload page takes the offload's full uuid, as the events page links it"
+                "an offload page takes the offload's handle (the number in its tag) or its "
+                "full uuid, as the events page links it"
             ) from None
         found = db.offload_info(self.store, session_id, offload_id)
+        offload_id = found.uuid
         view = _text(query, "view") or "removed"
         if view == "originals":
             # Every original behind it, down through nested summaries, keyset-paged by id.

@@ -13,8 +13,8 @@ call of its own, recorded on the event it repaired (`facts_repair_calls`, its to
 event's): `autoctx_session_cost` counts it in `llm_calls`, and shows it apart in a new last
 column, `fact_repair_calls`.
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-04
 """
 
@@ -24,8 +24,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-revision = "0015"
-down_revision = "0014"
+revision = "0016"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
