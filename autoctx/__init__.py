@@ -23,9 +23,11 @@ from ._errors import (
     ContextOverWindow,
     DatabaseUnavailable,
     ErasureNotPermitted,
+    EventNotFound,
     InvalidArgument,
     InvalidDuration,
     InvalidErasure,
+    InvalidEventId,
     InvalidExport,
     InvalidMessage,
     InvalidMessageId,
@@ -45,7 +47,7 @@ from ._errors import (
     SummarizerError,
     TenantGrantError,
 )
-from ._events import Event
+from ._events import Event, FactCheck
 from ._memory import AsyncAutoContextMemory, AutoContextMemory, MessageInput, ToolFormat
 from ._messages import (
     Msg,
@@ -130,9 +132,12 @@ __all__ = [
     "DatabaseUnavailable",
     "ErasureNotPermitted",
     "Event",
+    "EventNotFound",
+    "FactCheck",
     "InvalidArgument",
     "InvalidDuration",
     "InvalidErasure",
+    "InvalidEventId",
     "InvalidExport",
     "InvalidMessage",
     "InvalidMessageId",

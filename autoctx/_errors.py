@@ -11,6 +11,7 @@ a base to handle a family; each class also keeps the built-in base it has always
     │   ├── InvalidMessage (TypeError too)
     │   ├── InvalidSessionId
     │   ├── InvalidMessageId
+    │   ├── InvalidEventId
     │   ├── InvalidOffloadId
     │   ├── InvalidPlan
     │   ├── InvalidErasure
@@ -23,6 +24,7 @@ a base to handle a family; each class also keeps the built-in base it has always
     ├── NotFound (LookupError)              well-formed, but no such thing (for this tenant)
     │   ├── SessionNotFound
     │   ├── MessageNotFound
+    │   ├── EventNotFound
     │   └── OffloadNotFound
     ├── Conflict                            what is stored does not allow the call
     │   ├── SessionExists (ValueError)
@@ -190,3 +192,12 @@ class ContextOverWindow(Conflict):
     """`to_openai()` or `to_anthropic()` of a strict memory (`RuntimeOptions(strict=True)`)
     found the working context at or over its window (`max_tokens` less `reserve_tokens`):
     call `compress_if_needed()` after `add()` and before reading it for a model call."""
+
+
+class InvalidEventId(InvalidArgument):
+    """An event id is malformed (not an integer, or not a positive bigint), in every call that
+    takes one (`undo`, `autoctx undo`, `dropped`, `autoctx dropped`)."""
+
+
+class EventNotFound(NotFound):
+    """No event with that id exists in that session (`undo`, `dropped`)."""
