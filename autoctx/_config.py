@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from . import _arguments
 from ._errors import ConfigError, InvalidStoredConfig
+from ._llm_rungs import LLM_STRATEGIES
 from ._search import DEFAULT_SEARCH_CONFIG, validate_search_config
 
 #: The window the fixed defaults of docs/design.md §3 are stated for.
@@ -229,9 +230,6 @@ class AutoContextConfig:
             raise ConfigError("AutoContextConfig.model must be a non-empty model name")
         if not isinstance(self.prompts, Mapping):
             raise ConfigError("AutoContextConfig.prompts must be a mapping of strategy -> prompt")
-        # The registry imports the planners, which import this module.
-        from ._strategies.registry import LLM_STRATEGIES
-
         for key, prompt in self.prompts.items():
             if key not in LLM_STRATEGIES:
                 raise ConfigError(

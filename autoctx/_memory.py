@@ -42,6 +42,7 @@ from ._background import (
     validate_background,
 )
 from ._client import AutoContextClient, OpenArguments, open_shared
+from ._coerce import coerce_messages
 from ._compressor import Compressor, SessionState, is_due, trigger_of
 from ._config import (
     AutoContextConfig,
@@ -65,7 +66,7 @@ from ._errors import (
 )
 from ._events import Event
 from ._intake import Prepared, prepare, stand_in
-from ._messages import Msg, coerce_messages, to_openai_messages
+from ._messages import Msg, to_openai_messages
 from ._observe import CompressionHooks, Observer
 from ._prompts import RELOAD_SNIPPET
 from ._read_check import ReadCheck

@@ -8,17 +8,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar
 
 from ._messages import Kind
 from ._structure import MsgMeta
 from ._tags import TAG_TOKENS
 
-if TYPE_CHECKING:  # the planners import this module: no cycle at runtime
-    from ._strategies._common import Layouts
+if TYPE_CHECKING:
+    from ._config import AutoContextConfig
 
 Reason: TypeAlias = Literal["count", "tokens"]
 _T = TypeVar("_T")
+_L_co = TypeVar("_L_co", covariant=True)
+
+
+class LayoutCache(Protocol[_L_co]):
+    """What a caller keeps of a session's layouts between passes (`strategies._common.Layouts`
+    is the one kind): named here by what it does, so that this module, which the planners
+    import, imports no planner."""
+
+    def of(self, snapshot: Snapshot, config: AutoContextConfig) -> _L_co: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +172,7 @@ class PlanContext:
     fallback: bool = False
     #: The session's latest layout, the base of this snapshot's (see `strategies._common`):
     #: the caller's own, so the planners keep no state of their own.
-    layouts: Layouts | None = field(default=None, compare=False, repr=False)
+    layouts: LayoutCache[Any] | None = field(default=None, compare=False, repr=False)
     #: Tokens expected to come in before the plan commits (a compression that runs beside the
     #: caller's appends): a plan sized to land under the target lands under it with them.
     arriving: int = 0

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autoctx import AutoContextConfig, AutoContextMemory, Event, Msg, OfflineSummarizer, Summarizer
+from autoctx._coerce import coerce_messages
 from autoctx._compressor import Compressor, SessionState
 from autoctx._intake import OpenCalls, Prepared, bind, count_tokens, prepare
-from autoctx._messages import coerce_messages, to_openai_messages
+from autoctx._messages import to_openai_messages
 from autoctx._plans import Snapshot
 from autoctx._replacements import ApplyOutcome, Replacement, next_handle_after
 from autoctx._structure import MsgMeta, meta_of

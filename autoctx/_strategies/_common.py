@@ -17,7 +17,7 @@ from typing import Final, TypeAlias
 
 from .._config import AutoContextConfig
 from .._messages import Kind
-from .._plans import Edit, PlanContext, Snapshot
+from .._plans import Edit, LayoutCache, PlanContext, Snapshot
 from .._structure import (
     MsgMeta,
     current_round_start,
@@ -161,7 +161,9 @@ class Layouts:
         return layout
 
 
-def layout_of(snapshot: Snapshot, config: AutoContextConfig, layouts: Layouts | None) -> Layout:
+def layout_of(
+    snapshot: Snapshot, config: AutoContextConfig, layouts: LayoutCache[Layout] | None
+) -> Layout:
     """The layout of `snapshot`, through the caller's `layouts` when it keeps one."""
     if layouts is None:
         return compute_layout(snapshot, config)

@@ -22,6 +22,7 @@ from typing import Final, Literal, TypeAlias
 
 from .. import _prompt_texts as texts
 from .._events import MANUAL
+from .._llm_rungs import LLM_STRATEGIES as LLM_STRATEGIES  # its owner is the leaf
 from .._messages import Kind
 from . import (
     s1_tool_runs,
@@ -60,8 +61,6 @@ class Rung:
     #: The kind of the message that replaces what it compresses (a preview is the only one no
     #: LLM writes).
     writes: Kind
-    #: Whether the summarizer writes its replacements (it then has a prompt).
-    llm: bool
     acts_on: ActsOn
     #: It plans at most one range a pass (the fold, S6): the rungs before it leave it a call.
     one_range: bool
@@ -72,6 +71,11 @@ class Rung:
     fallback: bool = False
     #: autoctx's own prompt (LLM rungs only); a caller replaces it by number.
     prompt: str | None = None
+
+    @property
+    def llm(self) -> bool:
+        """Whether the summarizer writes its replacements (it then has a prompt)."""
+        return self.number in LLM_STRATEGIES
 
 
 #: The ladder, in the order of a pass (docs/design.md §3). Masking (8) comes first: it needs
@@ -84,7 +88,6 @@ LADDER: Final[tuple[Rung, ...]] = (
         "#999999",
         s8_mask.plan_s8,
         writes="preview",
-        llm=False,
         acts_on="history",
         one_range=False,
         tokens_only=True,
@@ -95,7 +98,6 @@ LADDER: Final[tuple[Rung, ...]] = (
         "#0072B2",
         s1_tool_runs.plan_s1,
         writes="tool_run_summary",
-        llm=True,
         acts_on="history",
         one_range=False,
         gives_way=frozenset({"fold", "current round"}),
@@ -107,7 +109,6 @@ LADDER: Final[tuple[Rung, ...]] = (
         "#E69F00",
         s2_previews.plan_s2,
         writes="preview",
-        llm=False,
         acts_on="history",
         one_range=False,
         tokens_only=True,
@@ -119,7 +120,6 @@ LADDER: Final[tuple[Rung, ...]] = (
         "#F0E442",
         s3_tail_previews.plan_s3,
         writes="preview",
-        llm=False,
         acts_on="history",
         one_range=False,
         tokens_only=True,
@@ -131,7 +131,6 @@ LADDER: Final[tuple[Rung, ...]] = (
         "#009E73",
         s4_rounds.plan_s4,
         writes="round_summary",
-        llm=True,
         acts_on="history",
         one_range=False,
         gives_way=frozenset({"fold"}),
@@ -143,7 +142,6 @@ LADDER: Final[tuple[Rung, ...]] = (
         "#56B4E9",
         s7_fold.plan_s7,
         writes="history_summary",
-        llm=True,
         acts_on="history",
         one_range=True,
         fallback=True,
@@ -155,7 +153,6 @@ LADDER: Final[tuple[Rung, ...]] = (
         "#CC79A7",
         s5_large.plan_s5,
         writes="large_summary",
-        llm=True,
         acts_on="current round",
         one_range=False,
         gives_way=frozenset({"current round"}),
@@ -168,7 +165,6 @@ LADDER: Final[tuple[Rung, ...]] = (
         "#D55E00",
         s6_current_round.plan_s6,
         writes="current_round_summary",
-        llm=True,
         acts_on="current round",
         one_range=True,
         fallback=True,
@@ -188,8 +184,6 @@ ORDER: Final[tuple[int, ...]] = tuple(rung.number for rung in LADDER)
 #: The rungs that act on what precedes the current round (the others rewrite only what follows
 #: the latest user message, the current user message included).
 HISTORY_STRATEGIES: Final = frozenset(r.number for r in LADDER if r.acts_on == "history")
-#: The rungs whose replacements an LLM writes, by number; their prompts are replaceable.
-LLM_STRATEGIES: Final[tuple[int, ...]] = tuple(sorted(r.number for r in LADDER if r.llm))
 #: autoctx's own prompt of each LLM rung, by number.
 DEFAULT_PROMPTS: Final[Mapping[int, str]] = {
     n: prompt for n in LLM_STRATEGIES if (prompt := RUNGS[n].prompt) is not None
