@@ -39,6 +39,7 @@ from ._effects import (
     LoadMessages,
     ReadSnapshot,
     ReadTotals,
+    ReadUndone,
     RecordEvent,
     SessionTotals,
     Settle,
@@ -330,6 +331,10 @@ class Compressor:
             beside=beside,
             arriving=self.session.arriving(cfg) if beside else 0,
         )
+        # What an undo took back is not planned again, by any rung, in any call: the next
+        # call chooses again rather than redo what the undo took back (docs/design.md §7).
+        # The fallback, which keeps the bound, is not held to it.
+        state.failed.update((yield from ask(ReadUndone())))
         for _ in range(self.options.max_passes):
             snap = yield from ask(ReadSnapshot())
             if under_target(snap.message_count, snap.token_count, cfg, state.arriving):

@@ -11,6 +11,7 @@ a base to handle a family; each class also keeps the built-in base it has always
     │   ├── InvalidMessage (TypeError too)
     │   ├── InvalidSessionId
     │   ├── InvalidMessageId
+    │   ├── InvalidEventId
     │   ├── InvalidOffloadId
     │   ├── InvalidPlan
     │   ├── InvalidErasure
@@ -23,10 +24,12 @@ a base to handle a family; each class also keeps the built-in base it has always
     ├── NotFound (LookupError)              well-formed, but no such thing (for this tenant)
     │   ├── SessionNotFound
     │   ├── MessageNotFound
+    │   ├── EventNotFound
     │   └── OffloadNotFound
     ├── Conflict                            what is stored does not allow the call
     │   ├── SessionExists (ValueError)
-    │   └── ErasureNotPermitted (PermissionError)
+    │   ├── ErasureNotPermitted (PermissionError)
+    │   └── UndoRefused                     `.reason` says which rule refused it
     └── BackendError                        the database or the summarizer failed
         ├── DatabaseUnavailable (ConnectionError)
         ├── SchemaError (RuntimeError)
@@ -183,3 +186,28 @@ class InvalidTenant(InvalidSessionId, TenantGrantError):
 
     It is both an `InvalidSessionId` (what `open` raised for a bad tenant before this class)
     and a `TenantGrantError` (what `grant_tenant` raised), so older `except` clauses hold."""
+
+
+class InvalidEventId(InvalidArgument):
+    """An event id is malformed (not an integer, or not a positive bigint), in every call that
+    takes one (`undo`, `autoctx undo`)."""
+
+
+class EventNotFound(NotFound):
+    """No event with that id exists in that session (`undo`)."""
+
+
+class UndoRefused(Conflict):
+    """An undo that the session does not allow; nothing was changed (docs/design.md §7).
+
+    `reason` is one of 'over_window' (the working context would reach the window: make room,
+    or pass `force=True`), 'moved' (the compression's replacement is no longer in the working
+    context: the message names the event that holds it now), 'erased' (what it replaced was
+    erased), 'not_a_compression' (a pop, a clear, a fork, an erasure or an undo),
+    'not_applied' (a failed, skipped or conflict attempt), 'busy' (the session kept changing
+    while the undo was planned: try again) or 'pairing' (a defect: please report it).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

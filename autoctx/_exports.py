@@ -138,6 +138,9 @@ def _num(v: Any) -> bool:
 
 
 Check = Callable[[Any], bool]
+#: Nullable columns added since the format was fixed: an export without them is read as NULL
+#: (`undoes`, migration 0014: what an undo took back).
+_ADDED_LATER: Final = ("undoes",)
 _TYPES: Final[dict[str, tuple[Check, str, bool]]] = {
     # column: (check, what it must be, may be null)
     "session_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 255, "a session id", False),
@@ -175,6 +178,7 @@ _TYPES: Final[dict[str, tuple[Check, str, bool]]] = {
     "latency_ms": (_num, "a number", True),
     "error": (lambda v: isinstance(v, str), "a string", True),
     "note": (lambda v: isinstance(v, str), "a string", True),
+    "undoes": (_int, "an integer", True),
 }
 
 
@@ -208,6 +212,8 @@ def _column(where: str, key: str, value: Any, *, event: bool = False) -> Any:
 def _row(where: str, data: Any, columns: Sequence[str], *, event: bool = False) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise _fail(where, "must be an object")
+    # A column added after the format was fixed may be absent from an older export.
+    data = {**{c: None for c in _ADDED_LATER if c in columns}, **data}
     missing = [c for c in columns if c not in data]
     if missing:
         raise _fail(where, f"lacks {', '.join(missing)}")

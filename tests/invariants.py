@@ -29,7 +29,7 @@ AUDIT_VIEWS = (
     "autoctx_problem_sessions",
 )
 #: The view of forks migration 0009 creates (docs/audit.md, "Forks and erasures").
-LIFECYCLE_VIEWS = ("autoctx_forks",)
+LIFECYCLE_VIEWS = ("autoctx_forks", "autoctx_undos")
 
 
 def assert_valid_openai_chat(openai_messages: Sequence[dict[str, Any]]) -> None:

@@ -123,6 +123,7 @@ EVENT_COLUMNS = (
     "config",
     "created_at",
     "note",
+    "undoes",
     "inherited",
 )
 OFFLOAD_COLUMNS = ("uuid", "event_id", "message_ids", "created_at")

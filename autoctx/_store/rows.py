@@ -117,6 +117,7 @@ def event_of(values: Mapping[Any, Any]) -> Event:
         created_at=values.get("created_at"),
         note=values.get("note"),
         inherited=bool(values.get("inherited", False)),
+        undoes=values.get("undoes"),
     )
 
 
@@ -141,6 +142,7 @@ def event_row(
     latency_ms: float | None = None,
     error: str | None = None,
     note: str | None = None,
+    undoes: int | None = None,
 ) -> dict[str, Any]:
     """The `compression_events` row of one event: every writer of events (an apply, a recorded
     attempt, a pop, a clear, a fork, an erasure) builds it here, so that the columns an audit
@@ -168,6 +170,7 @@ def event_row(
         "session_version": session_version,
         "config": dict(config),
         "note": note,
+        "undoes": undoes,
     }
 
 

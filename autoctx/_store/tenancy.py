@@ -53,6 +53,7 @@ READ_ONLY: Final = (
     "autoctx_coverage",
     "autoctx_problem_sessions",
     "autoctx_forks",
+    "autoctx_undos",
     GRANTS,
 )
 

@@ -1,0 +1,280 @@
+"""The SQL of an undo (docs/design.md §7): what it reads to be planned, and its write.
+
+The plan is pure (`autoctx._undo`); `SessionStore.restore` applies it as one unit of work,
+like every plan: it locks the session row, checks that the span is still where the plan saw
+it (and that nothing else was written since the snapshot, so that the window check of the plan
+is exact), writes, commits. The write:
+
+- the working-set rows of the span leave, and the restored messages take positions from the
+  span's first: the gaps that compressions leave between positions are used first, and the
+  positions after the span move on only by what does not fit (O(what follows), once);
+- one applied event: strategy 0, reason 'undo', `replaced_ids` the replacement that left the
+  working context, `undoes` the compression taken back (whose offload and lineage rows name
+  what came back), `note` set when the undo was forced over the window;
+- the session's totals and version move on; its open calls do not change (a compression never
+  takes a pending call, so neither does its undo).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from .._events import MANUAL, Event
+from .._structure import MsgMeta
+from .rows import event_from_row, event_of, event_row
+from .sql import ALIVE, COVERING_CHAIN
+from .tables import compression_events, sessions, working_set
+
+if TYPE_CHECKING:  # the store applies a plan; it does not make one
+    from .._undo import Restoration
+    from .store import SessionStore
+
+#: The messages an undo puts back: their metadata, the erasure that rewrote each (if any), and
+#: each one's oldest original by lineage (itself for an original), which orders a fold's kept
+#: messages among them (`autoctx._undo`).
+_RESTORED = f"""
+WITH RECURSIVE down(root, id) AS (
+    SELECT u.id, u.id FROM unnest(%(ids)s::bigint[]) AS u(id)
+  UNION
+    SELECT d.root, l.replaced_id FROM down d
+    JOIN lineage l ON l.session_id = %(sid)s AND l.summary_id = d.id
+    WHERE %(keys)s
+)
+SELECT m.id, m.role, m.kind, m.final, m.pinned, m.tokens, m.chars, m.call_ids, m.result_ids,
+       m.tool_names, m.erased_by, k.key
+FROM (SELECT root, min(id) AS key FROM down GROUP BY root) k
+JOIN messages m ON m.session_id = %(sid)s AND m.id = k.root
+WHERE {ALIVE}
+"""
+
+#: The ranges of the compressions the session's undos took back: what the compressor does not
+#: plan again (docs/design.md §7). Through the partial index on the undo events.
+_UNDONE = """
+SELECT c.replaced_ids
+FROM compression_events u
+JOIN compression_events c ON c.session_id = u.session_id AND c.id = u.undoes
+WHERE u.session_id = %(sid)s AND u.reason = 'undo' AND u.status = 'applied'
+"""
+
+#: The latest applied event that took a message out of the working context.
+_REMOVED_BY = """
+SELECT * FROM compression_events
+WHERE session_id = %(sid)s AND status = 'applied' AND %(mid)s = ANY(replaced_ids)
+ORDER BY id DESC LIMIT 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What the plan of an undo needs of the messages it puts back."""
+
+    metas: dict[int, MsgMeta]
+    #: id -> the erasure event that tombstoned or rewrote it.
+    erased: dict[int, int]
+    #: id -> its order key (see `_RESTORED`); empty unless asked for.
+    order_keys: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Whereabouts:
+    """Where a message that left the working context went."""
+
+    #: The latest applied event that took it out (a compression, a pop, a clear, an undo).
+    removed_by: Event | None
+    #: The summaries that stand for it now, nearest first, down to one in the working context:
+    #: (message id, the event that made it); empty when nothing in the working context does.
+    chain: tuple[tuple[int, int | None], ...]
+
+
+def find_event(store: SessionStore, event_id: int) -> Event | None:
+    """The session's event with that id, or None."""
+    with store.statement() as conn:
+        row = conn.execute(
+            sa.select(compression_events).where(
+                compression_events.c.session_id == store.session_id,
+                compression_events.c.id == event_id,
+                store.alive_condition(),
+            )
+        ).one_or_none()
+        if row is None:
+            store.check_alive(conn)
+    return None if row is None else event_from_row(row)
+
+
+def restored(store: SessionStore, ids: Sequence[int], *, order_keys: bool) -> Restored:
+    """The messages an undo puts back (see `Restored`)."""
+    params = {
+        "sid": store.session_id,
+        "inc": store.incarnation(),
+        "ids": list(ids),
+        "keys": order_keys,
+    }
+    with store.statement() as conn:
+        rows = conn.exec_driver_sql(_RESTORED, params).all()
+        if not rows:
+            store.check_alive(conn)
+    metas: dict[int, MsgMeta] = {}
+    erased: dict[int, int] = {}
+    keys: dict[int, int] = {}
+    for id_, role, kind, final, pinned, tokens, chars, calls, results, names, by, key in rows:
+        metas[id_] = MsgMeta(
+            id_,
+            role,
+            kind,
+            final,
+            pinned,
+            tokens,
+            chars,
+            tuple(calls),
+            tuple(results),
+            tuple(names),
+        )
+        if by is not None:
+            erased[id_] = by
+        if order_keys:
+            keys[id_] = key
+    return Restored(metas, erased, keys)
+
+
+def whereabouts(store: SessionStore, message_id: int) -> Whereabouts:
+    """Where `message_id` went (see `Whereabouts`)."""
+    params = {"sid": store.session_id, "mid": message_id}
+    with store.statement() as conn:
+        row = conn.exec_driver_sql(_REMOVED_BY, params).one_or_none()
+        ups = [r[0] for r in conn.exec_driver_sql(COVERING_CHAIN, params)]
+        found: dict[int, int | None] = {}
+        working: set[int] = set()
+        if ups:
+            found = {
+                r.id: r.event_id
+                for r in conn.execute(
+                    sa.text(
+                        "SELECT id, event_id FROM messages "
+                        "WHERE session_id = :sid AND id = ANY(:ids)"
+                    ),
+                    {"sid": store.session_id, "ids": ups},
+                )
+            }
+            working = set(
+                conn.execute(
+                    sa.select(working_set.c.message_id).where(
+                        working_set.c.session_id == store.session_id,
+                        working_set.c.message_id
+                        == sa.any_(sa.literal(ups, sa.ARRAY(sa.BigInteger))),
+                    )
+                ).scalars()
+            )
+    chain: list[tuple[int, int | None]] = []
+    for up in ups:
+        chain.append((up, found.get(up)))
+        if up in working:
+            break
+    else:
+        chain = []  # nothing in the working context stands for it
+    return Whereabouts(None if row is None else event_from_row(row), tuple(chain))
+
+
+def undone_ranges(store: SessionStore) -> frozenset[tuple[int, ...]]:
+    """The ranges the session's undos took back (see `_UNDONE`)."""
+    with store.statement() as conn:
+        rows = conn.exec_driver_sql(_UNDONE, {"sid": store.session_id}).all()
+    return frozenset(tuple(r[0]) for r in rows)
+
+
+def write_restoration(
+    conn: Connection,
+    store: SessionStore,
+    row: Row[Any],
+    plan: Restoration,
+    *,
+    note: str | None,
+    config: Mapping[str, Any],
+) -> Event:
+    """The writes of an undo, in the caller's transaction on the locked session `row`, whose
+    span the caller checked (see the module docstring)."""
+    sid = store.session_id
+    span = list(plan.edit.replaced_ids)
+    positions = dict(
+        conn.execute(
+            sa.select(working_set.c.message_id, working_set.c.position).where(
+                working_set.c.session_id == sid,
+                working_set.c.message_id == sa.any_(sa.literal(span, sa.ARRAY(sa.BigInteger))),
+            )
+        ).all()
+    )
+    first, last = positions[span[0]], positions[span[-1]]
+    following = conn.execute(
+        sa.select(sa.func.min(working_set.c.position)).where(
+            working_set.c.session_id == sid, working_set.c.position > last
+        )
+    ).scalar_one()
+    end = following if following is not None else row.next_position
+    need = max(first + len(plan.sequence) - end, 0)
+    if need and following is not None:
+        # Two steps, through negative positions: a one-step shift could collide with the
+        # primary key row by row.
+        conn.exec_driver_sql(
+            "UPDATE working_set SET position = -(position + %(n)s) "
+            "WHERE session_id = %(sid)s AND position >= %(p)s",
+            {"sid": sid, "n": need, "p": following},
+        )
+        conn.exec_driver_sql(
+            "UPDATE working_set SET position = -position "
+            "WHERE session_id = %(sid)s AND position < 0",
+            {"sid": sid},
+        )
+    next_position = max(
+        row.next_position + (need if following is not None else 0), first + len(plan.sequence)
+    )
+    conn.execute(
+        sa.delete(working_set).where(
+            working_set.c.session_id == sid,
+            working_set.c.message_id == sa.any_(sa.literal(span, sa.ARRAY(sa.BigInteger))),
+        )
+    )
+    conn.execute(
+        sa.insert(working_set),
+        [
+            {"session_id": sid, "position": first + k, "message_id": mid}
+            for k, mid in enumerate(plan.sequence)
+        ],
+    )
+    removed_tokens = conn.execute(
+        sa.text("SELECT tokens FROM messages WHERE session_id = :sid AND id = :id"),
+        {"sid": sid, "id": plan.removed},
+    ).scalar_one()
+    version = row.version + 1
+    values = event_row(
+        sid,
+        row.next_event_id,
+        strategy=MANUAL,
+        status="applied",
+        reason="undo",
+        messages=(row.message_count, plan.messages_after),
+        tokens=(row.token_count, plan.tokens_after),
+        replaced_ids=[plan.removed],
+        replaced_tokens=removed_tokens,
+        session_version=version,
+        config=config,
+        note=note,
+        undoes=plan.undone,
+    )
+    conn.execute(sa.insert(compression_events).values(values))
+    conn.execute(
+        sa.update(sessions)
+        .where(store.row_condition())
+        .values(
+            next_event_id=row.next_event_id + 1,
+            next_position=next_position,
+            message_count=plan.messages_after,
+            token_count=plan.tokens_after,
+            version=version,
+            updated_at=sa.func.now(),
+        )
+    )
+    return event_of(values)
