@@ -44,7 +44,8 @@ from rich.table import Table
 from autoctx import AutoContextClient, AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
 from autoctx._store import console as db
 from autoctx._store import search as search_store
-from autoctx._ui.app import CHILDREN_PAGE, EVENTS_PAGE, OFFLOAD_PAGE, WORKING_PAGE, make_server
+from autoctx._ui.app import CHILDREN_PAGE, EVENTS_PAGE, OFFLOAD_PAGE, SESSIONS_PAGE, WORKING_PAGE
+from autoctx._ui.server import make_server
 
 console = Console(width=150)
 SCOPE = "s.tenant IS NULL"
@@ -119,9 +120,10 @@ def timed(fn: Callable[[], Any], repeats: int) -> float:
     return median(runs)
 
 
-def fetch(base: str, path: str) -> Callable[[], int]:
+def fetch(base: str, path: str, cookie: str) -> Callable[[], int]:
     def get() -> int:
-        with urllib.request.urlopen(base + path, timeout=120) as answer:
+        request = urllib.request.Request(base + path, headers={"Cookie": cookie})
+        with urllib.request.urlopen(request, timeout=120) as answer:
             body = answer.read()
             assert answer.status == 200, path
             return len(body)
@@ -230,14 +232,14 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
     )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
+    # Signed in as a browser is after opening the printed URL: the token's cookie.
+    cookie = f"{server.access.cookie}={server.access.token}"
     t = {"tenant": None}
 
     def p(**values: Any) -> dict[str, Any]:
         return {**t, **values}
 
-    sessions_sql = db._SESSIONS.format(where=SCOPE) + (
-        " ORDER BY fill DESC NULLS LAST, s.session_id LIMIT %(limit)s OFFSET %(offset)s"
-    )
+    sessions_sql = db.sessions_sql(None, "window", after=None, before=None)
     one_session = db._SESSIONS.format(where=f"s.session_id = %(sid)s AND {SCOPE}")
     events_fwd = db._EVENTS.format(scope=SCOPE, op=">", direction="ASC")
     events_back = db._EVENTS.format(scope=SCOPE, op="<", direction="DESC")
@@ -257,7 +259,11 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
     )
     assert search_store  # the console's search is the library's (search_tenant)
     pages: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
-        ("sessions (nearest the window)", "/?sort=window", [(sessions_sql, p(limit=50, offset=0))]),
+        (
+            "sessions (nearest the window)",
+            "/?sort=window",
+            [(sessions_sql, p(limit=SESSIONS_PAGE + 1, cursor=None))],
+        ),
         (
             "timeline of `compressed`",
             "/s/compressed",
@@ -353,8 +359,8 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
         conn.execute("SET jit = off")  # as the console's transactions run
         conn.commit()
         for name, path, statements in pages:
-            page_s = timed(fetch(base, path), args.repeats)
-            size = fetch(base, path)()
+            page_s = timed(fetch(base, path, cookie), args.repeats)
+            size = fetch(base, path, cookie)()
             sql_s = timed(raw(conn, statements), args.repeats)
             main_sql, main_params = statements[-1] if len(statements) == 1 else statements[1]
             scans = seq_scans(conn, main_sql, main_params)

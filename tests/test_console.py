@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import html
+import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -22,14 +24,13 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import markupsafe
 import pytest
 import sqlalchemy as sa
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from typer.testing import CliRunner
 
 import autoctx
@@ -38,7 +39,8 @@ from autoctx._cli import app
 from autoctx._store import console as db
 from autoctx._store.inspect import lineage_edges
 from autoctx._store.store import SessionStore
-from autoctx._ui.app import make_server, parts
+from autoctx._ui.app import parts
+from autoctx._ui.server import ConsoleServer, make_server
 from tests.histories import SMALL, multi_round
 from tests.test_tenants import Role, login_role
 
@@ -140,17 +142,28 @@ def world(db_url: str) -> Iterator[World]:
 
 
 class Served:
-    """A console server in a thread of this process."""
+    """A console server in a thread of this process; `get` signs in with its token's cookie."""
 
-    def __init__(self, server: ThreadingHTTPServer) -> None:
+    def __init__(self, server: ConsoleServer) -> None:
         self.server = server
         host, port = server.server_address[:2]
+        self.host, self.port = str(host), int(port)
         self.base = f"http://{host!s}:{port}"
+        self.token = server.access.token
+        self.cookie = f"{server.access.cookie}={self.token}" if self.token else ""
         self.thread = threading.Thread(target=server.serve_forever, daemon=True)
         self.thread.start()
 
+    def signed(self, path: str) -> str:
+        """The URL of `path` with the token, as `autoctx ui` prints it (to open in a browser)."""
+        if self.token is None:
+            return self.base + path
+        return self.base + path + ("&" if "?" in path else "?") + f"token={self.token}"
+
     def get(self, path: str, method: str = "GET") -> tuple[int, str]:
         request = urllib.request.Request(self.base + path, method=method)
+        if self.cookie:
+            request.add_header("Cookie", self.cookie)
         try:
             with urllib.request.urlopen(request, timeout=30) as answer:
                 return answer.status, answer.read().decode()
@@ -163,10 +176,14 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(url: str, tenant: str | None) -> Iterator[Served]:
+def serve(url: str, tenant: str | None, **options: Any) -> Iterator[Served]:
     served = Served(
         make_server(
-            AutoContextClient.shared(url, auto_upgrade=False).engine, tenant, "127.0.0.1", 0
+            AutoContextClient.shared(url, auto_upgrade=False).engine,
+            tenant,
+            "127.0.0.1",
+            0,
+            **options,
         )
     )
     try:
@@ -217,7 +234,7 @@ def test_every_page_answers_and_nothing_writes(ui: Served, world: World, db_url:
     for path in (
         "/",
         "/?sort=cost",
-        "/?sort=failures&page=0",
+        "/?sort=failures",
         "/?sort=updated",
         f"/s/{s}",
         f"/s/{s}/events",
@@ -382,7 +399,7 @@ def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None
     s = _q(world.main)
     cases = {
         "/?sort=cheapest": (400, "&#39;sort&#39; takes one of window, cost, failures, updated"),
-        "/?page=-1": (400, "&#39;page&#39; takes a number from 0 to"),
+        "/?page=1": (400, "takes no URL parameter &#39;page&#39;"),
         f"/s/{s}/working?after={2**64}": (400, "&#39;after&#39; takes a number from 0 to"),
         f"/s/{s}/m/{2**64}": (400, "no message id is larger than"),
         f"/s/{s}/events?after=x": (400, "&#39;after&#39; takes a whole number"),
@@ -398,6 +415,222 @@ def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None
         status, body = ui.get(path)
         assert (status, text in body) == (code, True), (path, status, body[-800:])
         assert MARKER not in body
+
+
+# ---------------------------------------------------------------------------------------------
+# The access rule over raw sockets (issue 34): Host, token, bodies, headers, bad parameters
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def _exchange(
+    served: Served, data: bytes, *, quiet_s: float = 0.5, head_first: bool = False
+) -> list[Answer]:
+    """Send `data` on one connection and read every answer until the server closes it or
+    stays quiet for `quiet_s`; the answers, parsed by their Content-Length (the first has no
+    body when it answers a HEAD)."""
+    received = b""
+    with socket.create_connection((served.host, served.port), timeout=10) as sock:
+        sock.sendall(data)
+        sock.settimeout(quiet_s)
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    answers = []
+    while received:
+        head, _, rest = received.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        size = 0 if head_first and not answers else int(headers.get("content-length", "0"))
+        answers.append(Answer(int(lines[0].split()[1]), headers, rest[:size]))
+        received = rest[size:]
+    return answers
+
+
+def _request(
+    served: Served,
+    path: str,
+    *,
+    method: str = "GET",
+    host: str | None = None,
+    cookie: bool = True,
+    body: bytes = b"",
+    extra: str = "",
+) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1"]
+    if host != "":
+        lines.append(f"Host: {host or f'127.0.0.1:{served.port}'}")
+    if cookie and served.cookie:
+        lines.append(f"Cookie: {served.cookie}")
+    if body:
+        lines.append(f"Content-Length: {len(body)}")
+    text = "\r\n".join(lines) + "\r\n" + extra + "\r\n"
+    return text.encode("latin-1") + body
+
+
+def test_only_the_hosts_it_serves_are_answered(ui: Served, world: World, db_url: str) -> None:
+    path = f"/s/{_q(world.main)}/working"
+    for host in ("attacker.example", f"attacker.example:{ui.port}", "127.0.0.2", ""):
+        (answer,) = _exchange(ui, _request(ui, path, host=host))
+        assert answer.status == 403, host
+        assert b"Host" in answer.body and MARKER.encode() not in answer.body
+        assert world.main.encode() not in answer.body
+        assert "content-security-policy" in answer.headers
+    for host in (f"127.0.0.1:{ui.port}", "127.0.0.1", f"localhost:{ui.port}", "LOCALHOST"):
+        (answer,) = _exchange(ui, _request(ui, path, host=host))
+        assert answer.status == 200, host
+    with serve(db_url, None, allow_hosts=["box.internal"]) as allowed:
+        (answer,) = _exchange(allowed, _request(allowed, path, host="box.internal:80"))
+        assert answer.status == 200
+        (answer,) = _exchange(allowed, _request(allowed, path, host="other.internal"))
+        assert answer.status == 403
+
+
+def test_every_page_needs_the_token(ui: Served, world: World, db_url: str) -> None:
+    path = f"/s/{_q(world.main)}/working"
+    (answer,) = _exchange(ui, _request(ui, path, cookie=False))
+    assert answer.status == 403 and b"token" in answer.body
+    assert world.main.encode() not in answer.body
+    (answer,) = _exchange(ui, _request(ui, path + "?token=not-the-token", cookie=False))
+    assert answer.status == 403
+    wrong = f"Cookie: {ui.server.access.cookie}=not-the-token\r\n"
+    (answer,) = _exchange(ui, _request(ui, path, cookie=False, extra=wrong))
+    assert answer.status == 403
+    # The token URL: a cookie, and the same URL without the token.
+    signed = ui.signed(f"/s/{_q(world.main)}/working?after=5")[len(ui.base) :]
+    (answer,) = _exchange(ui, _request(ui, signed, cookie=False))
+    assert answer.status == 303
+    assert answer.headers["location"] == f"/s/{_q(world.main)}/working?after=5"
+    cookie = answer.headers["set-cookie"]
+    assert cookie.startswith(f"{ui.server.access.cookie}={ui.token};")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    (answer,) = _exchange(ui, _request(ui, "//elsewhere.example/x?token=" + str(ui.token)))
+    assert answer.headers["location"] == "/elsewhere.example/x"
+    (answer,) = _exchange(ui, _request(ui, path))
+    assert answer.status == 200 and world.main.encode() in answer.body
+    # Off only when asked, and only on a loopback address.
+    with serve(db_url, None, token=False) as open_:
+        (answer,) = _exchange(open_, _request(open_, path, cookie=False))
+        assert answer.status == 200
+    with pytest.raises(autoctx.ConfigError, match="only on a loopback address"):
+        make_server(
+            AutoContextClient.shared(db_url, auto_upgrade=False).engine,
+            None,
+            "0.0.0.0",
+            0,
+            token=False,
+        )
+
+
+def test_a_refused_request_body_is_never_read_as_a_second_request(ui: Served, world: World) -> None:
+    # A body that is itself a request: answered as one would make two answers.
+    inner = f"GET /s/{_q(world.main)}/working HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "GET", "HEAD"):
+        follow = _request(ui, "/")
+        answers = _exchange(
+            ui, _request(ui, "/", method=method, body=inner) + follow, head_first=method == "HEAD"
+        )
+        expected = 405 if method not in ("GET", "HEAD") else 200
+        # One answer for the request with the body, one for the request after it, on the
+        # same kept-alive connection.
+        assert [a.status for a in answers] == [expected, 200], method
+        assert MARKER.encode() not in b"".join(a.body for a in answers)
+    # A body the console will not read whole (chunked, or over its limit): one answer, then
+    # the connection closes.
+    chunked = _request(ui, "/", method="POST", extra="Transfer-Encoding: chunked\r\n")
+    answers = _exchange(ui, chunked + b"2b\r\n" + inner + b"\r\n0\r\n\r\n")
+    assert [a.status for a in answers] == [405]
+    assert answers[0].headers["connection"] == "close"
+    big = b"x" * (64 * 1024 + 1)
+    answers = _exchange(ui, _request(ui, "/", method="POST", body=big) + _request(ui, "/"))
+    assert [a.status for a in answers] == [405]
+
+
+def test_every_status_carries_the_content_security_policy(ui: Served, world: World) -> None:
+    requests = {
+        200: _request(ui, "/"),
+        303: _request(ui, f"/?token={ui.token}", cookie=False),
+        400: _request(ui, "/?sort=cheapest"),
+        403: _request(ui, "/", cookie=False),
+        404: _request(ui, "/nowhere"),
+        405: _request(ui, "/", method="POST", body=b"x=1"),
+        501: _request(ui, "/", method="BREW"),
+        505: b"GET / HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n",
+    }
+    for status, data in requests.items():
+        answers = _exchange(ui, data)
+        assert [a.status for a in answers] == [status]
+        headers = answers[0].headers
+        assert headers.get("content-security-policy", "").startswith("default-src 'none'"), status
+        assert headers.get("x-content-type-options") == "nosniff", status
+    (answer,) = _exchange(ui, _request(ui, "/", method="POST"))
+    assert answer.headers["allow"] == "GET, HEAD"
+
+
+HOSTILE = ["", "x", "-1", "0", str(2**63 - 1), str(2**63), str(2**64), "%00", "a%00b", "1e3"]
+
+
+def test_malformed_parameters_are_400_or_404_and_the_log_prints_no_sql(
+    ui: Served, world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = _q(world.main)
+    named = {
+        "/?page=9223372036854775807": 400,
+        "/s/%00x": 400,
+        "/s/a%00b/working": 400,
+        f"/search?q=report&session={s}%00": 400,
+        "/search?q=report&session=%00": 400,
+        "/search?q=a%00b": 400,
+        f"/s/{s}?x=%00": 400,
+        f"/s/{'x' * 300}": 400,
+        f"/s/{s}/events?after=1&after=2": 400,
+        "/?after=no-such-session": 200,
+    }
+    paths = dict(named)
+    for template in (
+        "/?sort=window&after={v}",
+        "/?before={v}",
+        f"/s/{s}/events?after={{v}}",
+        f"/s/{s}/events?before={{v}}",
+        f"/s/{s}/working?after={{v}}",
+        f"/s/{s}/working?before={{v}}",
+        f"/s/{s}/m/{world.summary_id}?after={{v}}",
+        f"/s/{s}/m/{{v}}",
+        f"/s/{s}/o/{world.offload}?page={{v}}",
+        f"/s/{s}/o/{world.offload}?view=originals&after={{v}}",
+        f"/s/{s}/o/{{v}}",
+        "/search?q={v}",
+        "/search?q=report&session={v}",
+    ):
+        for value in HOSTILE:
+            paths.setdefault(template.format(v=value), 0)
+    caplog.set_level(logging.DEBUG, logger="autoctx")
+    for path, expected in paths.items():
+        status, body = ui.get(path)
+        assert status in (200, 400, 404), (path, status, body[-600:])
+        if expected:
+            assert status == expected, (path, body[-600:])
+        if status == 400:
+            message = re.search(r'<p class="error">(.*?)</p>', body, re.S)
+            assert message and len(message.group(1)) < 400, path
+        assert "SELECT" not in body and "psycopg" not in body, path
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "SELECT" not in logged and "%(" not in logged and "\\x00" not in logged
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], logged[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,11 +708,17 @@ def test_autoctx_ui_serves_the_console_from_the_command_line(db_url: str, world:
     try:
         assert child.stdout is not None
         line = child.stdout.readline()
-        found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]{40,})", line)
         assert found, line
-        with urllib.request.urlopen(found.group(0), timeout=30) as answer:
+        plain = found.group(0).split("?")[0]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(plain, timeout=30)
+        assert refused.value.code == 403
+        # As a browser: the token URL sets the cookie and redirects to the plain URL.
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+        with opener.open(found.group(0), timeout=30) as answer:
             body = answer.read().decode()
-        assert answer.status == 200 and world.main in body
+            assert answer.status == 200 and answer.url == plain and world.main in body
     finally:
         child.terminate()
         child.wait(timeout=30)
@@ -490,6 +729,18 @@ def test_the_cli_command_is_registered_and_refuses_a_bad_tenant() -> None:
     assert result.exit_code == 0 and "read-only" in result.output
     result = CliRunner().invoke(app, ["ui", "--tenant", ""])
     assert result.exit_code != 0
+    assert (
+        "--allow-host" in CliRunner().invoke(app, ["ui", "--help"], env={"COLUMNS": "200"}).output
+    )
+
+
+def test_the_cli_refuses_no_token_off_the_loopback(db_url: str) -> None:
+    result = CliRunner().invoke(
+        app, ["ui", "--host", "0.0.0.0", "--port", "0", "--no-token", "--database-url", db_url]
+    )
+    assert result.exit_code != 0
+    assert "without a token only on a loopback address" in result.output
+    assert "Traceback" not in result.output
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,15 +758,20 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+def playwright_() -> Iterator[Playwright]:
     if not Path(CHROMIUM).exists():
         pytest.skip(
             f"the browser tests drive Debian's chromium at {CHROMIUM}: apt-get install chromium"
         )
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+        yield playwright
+
+
+@pytest.fixture(scope="module")
+def browser(playwright_: Playwright) -> Iterator[Browser]:
+    launched = playwright_.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield launched
+    launched.close()
 
 
 @pytest.fixture(scope="module")
@@ -547,7 +803,7 @@ def page(browser: Browser) -> Iterator[Page]:
 def test_browser_sessions_sort_and_navigation(
     page: Page, ui: Served, world: World, shots: Path
 ) -> None:
-    page.goto(ui.base + "/")
+    page.goto(ui.signed("/"))
     first = page.locator("#sessions tbody tr td.id a").first
     assert first.inner_text() == world.main  # nearest the window by default
     page.screenshot(path=shots / "sessions.png")
@@ -573,7 +829,7 @@ def test_browser_sessions_sort_and_navigation(
 def test_browser_lineage_click_through_reaches_an_original(
     page: Page, ui: Served, world: World, shots: Path
 ) -> None:
-    page.goto(f"{ui.base}/s/{_q(world.main)}/working")
+    page.goto(ui.signed(f"/s/{_q(world.main)}/working"))
     # The first working message some compression wrote.
     page.locator("#working tbody tr", has=page.locator("td.kind")).first.locator("td.id a").click()
     assert page.locator("#kind").inner_text() != "original"
@@ -596,7 +852,7 @@ def test_browser_lineage_click_through_reaches_an_original(
 def test_browser_offload_shows_the_originals_exactly(
     page: Page, ui: Served, world: World, shots: Path, db_url: str
 ) -> None:
-    page.goto(f"{ui.base}/s/{_q(world.main)}/events")
+    page.goto(ui.signed(f"/s/{_q(world.main)}/events"))
     page.locator(f"#events a[href$='/o/{world.offload}']").click()
     assert page.url.endswith(f"/o/{world.offload}")
     expected = AutoContextMemory.open(
@@ -617,7 +873,7 @@ def test_browser_offload_shows_the_originals_exactly(
 
 
 def test_browser_search_finds_a_message(page: Page, ui: Served, world: World, shots: Path) -> None:
-    page.goto(ui.base + "/")
+    page.goto(ui.signed("/"))
     page.fill("header input[name=q]", MARKER)
     page.press("header input[name=q]", "Enter")
     hit = page.locator("#hits tbody tr")
@@ -629,7 +885,7 @@ def test_browser_search_finds_a_message(page: Page, ui: Served, world: World, sh
 
 
 def test_browser_markup_stays_text(page: Page, ui: Served, world: World, shots: Path) -> None:
-    page.goto(f"{ui.base}/s/{_q(world.main)}/m/{world.script_id}")
+    page.goto(ui.signed(f"/s/{_q(world.main)}/m/{world.script_id}"))
     assert page.locator("#content pre.stored").first.text_content() == SCRIPT
     assert page.evaluate("document.querySelectorAll('script, main b').length") == 0
     assert page.title() != "owned"
@@ -640,9 +896,88 @@ def test_browser_a_tenant_role_sees_its_tenant(
     page: Page, world: World, acme_role: Role, shots: Path
 ) -> None:
     with serve(acme_role.url, "acme") as acme:
-        page.goto(acme.base + "/")
+        page.goto(acme.signed("/"))
         ids = page.locator("#sessions tbody tr td.id a").all_inner_texts()
         assert world.acme in ids and world.globex not in ids and world.main not in ids
         page.screenshot(path=shots / "tenant.png")
         page.goto(f"{acme.base}/s/{_q(world.globex)}")
         assert "404" in page.title()
+
+
+def test_browser_the_token_url_signs_in_and_leaves_the_plain_url(
+    page: Page, ui: Served, world: World, shots: Path
+) -> None:
+    answer = page.goto(ui.base + "/")
+    assert answer is not None and answer.status == 403
+    assert "403" in page.title() and world.main not in page.content()
+    page.screenshot(path=shots / "token-needed.png")
+    path = f"/s/{_q(world.main)}/events"
+    answer = page.goto(ui.signed(path))
+    assert answer is not None and answer.status == 200
+    assert page.url == ui.base + path  # the token is gone from the address bar
+    assert page.locator("#events tbody tr").count() >= 1
+    page.click("text=working context (")  # the cookie carries on
+    assert page.locator("#working tbody tr").count() >= 1
+    (cookie,) = page.context.cookies()
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+
+def test_browser_a_name_rebound_to_the_console_gets_nothing(
+    playwright_: Playwright, ui: Served, world: World, shots: Path
+) -> None:
+    """DNS rebinding: a name of another site that resolves to the console's address (the
+    browser's resolver maps it) reaches the server, whose Host check answers 403."""
+    rule = "--host-resolver-rules=MAP attacker.example 127.0.0.1"
+    rebinding = playwright_.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, rule])
+    try:
+        opened = rebinding.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        for url in (
+            f"http://attacker.example:{ui.port}/s/{_q(world.main)}/working",
+            f"http://attacker.example:{ui.port}/?token={ui.token}",
+        ):
+            answer = opened.goto(url)
+            assert answer is not None and answer.status == 403, url
+            assert world.main not in opened.content()
+            assert answer.headers.get("set-cookie") is None
+        opened.screenshot(path=shots / "rebound-host.png")
+        # The same browser by the console's own address is answered.
+        answer = opened.goto(ui.signed("/"))
+        assert answer is not None and answer.status == 200 and world.main in opened.content()
+    finally:
+        rebinding.close()
+
+
+def test_browser_a_post_from_another_page_is_405_with_the_csp(
+    page: Page, ui: Served, world: World
+) -> None:
+    page.goto(ui.signed("/"))  # signed in: the cookie is there, and still a POST is refused
+    page.set_content(
+        f'<form method="post" action="{ui.base}/s/{_q(world.main)}/working">'
+        '<input name="x" value="GET / HTTP/1.1"></form>'
+    )
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        page.evaluate("document.forms[0].submit()")
+    answer = posted.value
+    assert answer.status == 405
+    assert answer.headers["content-security-policy"].startswith("default-src 'none'")
+    assert answer.headers["allow"] == "GET, HEAD"
+    page.wait_for_load_state()
+    assert "read-only" in page.inner_text("main")
+
+
+def test_browser_malformed_urls_get_a_plain_400_or_404(
+    page: Page, ui: Served, world: World, shots: Path
+) -> None:
+    page.goto(ui.signed("/"))
+    for path, status in (
+        ("/?page=9223372036854775807", 400),
+        ("/s/%00x", 400),
+        (f"/search?q=report&session={_q(world.main)}%00", 400),
+        ("/s/no-such-session/events", 404),
+    ):
+        answer = page.goto(ui.base + path)
+        assert answer is not None and answer.status == status, path
+        assert answer.headers["content-security-policy"].startswith("default-src 'none'")
+        text = page.locator("p.error").inner_text()
+        assert text and "SELECT" not in text and "Traceback" not in page.content()
+    page.screenshot(path=shots / "bad-url.png")

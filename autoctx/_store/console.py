@@ -6,9 +6,9 @@ transaction sets the tenant scope the row-level security policies check, so a da
 granted one tenant sees that tenant only whatever the console asks. A session outside the scope
 looks exactly like an unknown one (`SessionNotFound`, `MessageNotFound`, `OffloadNotFound`).
 
-Nothing here loads a whole session: each page is a keyset (or, for the session list, an offset)
-read on an index that exists (the primary keys of the session tables), at most `limit` rows; the
-token timeline reads the compression events' numeric columns only. Every transaction is
+Nothing here loads a whole session: each page is a keyset read on an index that exists (the
+primary keys of the session tables), at most `limit` rows, with no OFFSET; the session list
+ranks the tenant's sessions by an aggregate and pages after a cursor session. Every transaction is
 `READ ONLY` (see `read_only`), so the console cannot write even by mistake.
 """
 
@@ -56,11 +56,13 @@ SessionSort = Literal["window", "cost", "failures", "updated"]
 #: `autoctx_session_cost` view counts them), most failures, most recently updated.
 SESSION_SORTS: Final[tuple[SessionSort, ...]] = ("window", "cost", "failures", "updated")
 
-_ORDER: Final[dict[SessionSort, str]] = {
-    "window": "fill DESC NULLS LAST",
-    "cost": "cost DESC",
-    "failures": "failures DESC",
-    "updated": "s.updated_at DESC",
+#: Each order's key, never NULL (a session without a window has fill -1, after every other),
+#: highest first; ties go by session id.
+_SORT_KEY: Final[dict[SessionSort, str]] = {
+    "window": "coalesce(fill, -1)",
+    "cost": "cost",
+    "failures": "failures",
+    "updated": "updated_at",
 }
 
 #: Characters of a message's text a list shows (the message's own page shows all of it).
@@ -165,7 +167,11 @@ def _read(store: TenantScope) -> Iterator[Connection]:
 
 
 def _in_scope(store: TenantScope, alias: str = "s") -> str:
-    return f"{alias}.tenant = %(tenant)s" if store.tenant is not None else f"{alias}.tenant IS NULL"
+    return _tenant_scope(store.tenant, alias)
+
+
+def _tenant_scope(tenant: str | None, alias: str = "s") -> str:
+    return f"{alias}.tenant = %(tenant)s" if tenant is not None else f"{alias}.tenant IS NULL"
 
 
 def _params(store: TenantScope, **values: Any) -> dict[str, Any]:
@@ -208,26 +214,65 @@ def _session_row(r: Any) -> SessionRow:
     )
 
 
-def sessions_page(
-    store: TenantScope, sort: SessionSort, offset: int, limit: int
-) -> tuple[list[SessionRow], int]:
-    """One page of the tenant's sessions in `sort` order, and how many sessions there are.
+_RANKED = """
+WITH ranked AS ({sessions}), keyed AS (SELECT r.*, {key} AS k FROM ranked r)
+SELECT r.* FROM keyed r {cursor}
+ORDER BY r.k {direction}, r.session_id {tie} LIMIT %(limit)s
+"""
+#: A keyset page: the sessions after (or before) the cursor session in the order "k DESC,
+#: session_id ASC". The cursor's key is read from the same ranking, so the URL carries its id
+#: only.
+_CURSOR = (
+    "JOIN keyed c ON c.session_id = %(cursor)s "
+    "AND (r.k {cmp} c.k OR (r.k = c.k AND r.session_id {tie_cmp} c.session_id))"
+)
 
-    An offset page: the orders are by aggregates (summarizer tokens, failures) that no index
-    holds, so every session of the tenant is ranked; each one's aggregate is one probe of
-    `compression_events`' primary key (session_id, id).
+
+def sessions_page(
+    store: TenantScope,
+    sort: SessionSort,
+    *,
+    after: str | None = None,
+    before: str | None = None,
+    limit: int,
+) -> tuple[list[SessionRow], int]:
+    """Up to `limit` of the tenant's sessions in `sort` order (highest first, then by id):
+    the first ones, those after the session `after`, or those before the session `before`
+    (a keyset page: no offset, whatever the page); and how many sessions there are.
+
+    The orders are by aggregates (summarizer tokens, failures) that no index holds, so each
+    page ranks the tenant's sessions: one probe of `compression_events`' primary key
+    (session_id, id) each. A cursor session that no longer exists gives an empty page.
     """
-    sql = (
-        _SESSIONS.format(where=_in_scope(store))
-        + f" ORDER BY {_ORDER[sort]}, s.session_id LIMIT %(limit)s OFFSET %(offset)s"
-    )
-    params = _params(store, limit=limit, offset=offset)
+    sql = sessions_sql(store.tenant, sort, after=after, before=before)
+    params = _params(store, limit=limit, cursor=after if after is not None else before)
     with _read(store) as conn:
         rows = [_session_row(r) for r in conn.exec_driver_sql(sql, params)]
         total = conn.exec_driver_sql(
             f"SELECT count(*) FROM sessions s WHERE {_in_scope(store)}", params
         ).scalar_one()
+    if before is not None:
+        rows.reverse()
     return rows, int(total)
+
+
+def sessions_sql(
+    tenant: str | None, sort: SessionSort, *, after: str | None, before: str | None
+) -> str:
+    """The statement of a page of `sessions_page` (bench/console.py sends it raw)."""
+    backwards = before is not None
+    cursor = (
+        ""
+        if after is None and before is None
+        else _CURSOR.format(cmp=">" if backwards else "<", tie_cmp="<" if backwards else ">")
+    )
+    return _RANKED.format(
+        sessions=_SESSIONS.format(where=_tenant_scope(tenant)),
+        key=_SORT_KEY[sort],
+        cursor=cursor,
+        direction="ASC" if backwards else "DESC",
+        tie="DESC" if backwards else "ASC",
+    )
 
 
 def session_row(store: TenantScope, session_id: str) -> SessionRow:

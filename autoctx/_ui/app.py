@@ -1,4 +1,4 @@
-"""The console's pages, served by the standard library's threaded HTTP server.
+"""The console's pages (`autoctx._ui.server` serves them over HTTP and keeps the access rule).
 
 Why this stack: the store is synchronous and the console is a local, read-only page for one
 operator, so a thread per request over the store's connection pool is all it needs; the
@@ -7,20 +7,20 @@ well-kept dependency with MarkupSafe) renders the templates with autoescaping on
 of agent text reaches the browser as text. No script, no font, no stylesheet from elsewhere:
 the pages work with no network.
 
-Only GET and HEAD are answered; every other method is 405. Every read goes through
-`autoctx._store.console` (tenant-scoped, READ ONLY transactions) or the library's search.
+Every read goes through `autoctx._store.console` (tenant-scoped, READ ONLY transactions) or the
+library's search. A URL is checked before any read: each page takes the parameters it names and
+no other, and a session id, a number or a text that PostgreSQL could not take is a 400 with a
+plain message, never a database error.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -28,6 +28,8 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from sqlalchemy.engine import Engine
 
 from .._arguments import offload_id as parse_offload_id
+from .._arguments import session_id as valid_session_id
+from .._arguments import unstorable
 from .._errors import (
     AutoContextError,
     InvalidOffloadId,
@@ -50,9 +52,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     jinja2 = None  # type: ignore[assignment]
 
-__all__ = ["ConsoleRequestError", "make_server"]
-
-log = logging.getLogger("autoctx.ui")
+__all__ = ["Console", "ConsoleRequestError", "Page"]
 
 #: Rows per page of each list.
 SESSIONS_PAGE: Final = 50
@@ -113,6 +113,30 @@ def _int(query: Mapping[str, list[str]], name: str, *, minimum: int = 0) -> int 
     return value
 
 
+def _query(text: str, takes: tuple[str, ...]) -> dict[str, list[str]]:
+    """The URL's parameters, each one the page takes, given once, as text PostgreSQL can hold;
+    `ConsoleRequestError` naming the parameter otherwise."""
+    query = parse_qs(text, keep_blank_values=True)
+    for name, values in query.items():
+        if name not in takes:
+            allowed = ", ".join(takes) if takes else "none"
+            raise ConsoleRequestError(
+                f"this page takes no URL parameter {name[:40]!r} (it takes: {allowed}); remove it"
+            )
+        if len(values) > 1:
+            raise ConsoleRequestError(f"the URL parameter {name!r} is given twice; give it once")
+        if (problem := unstorable(values[0])) is not None:
+            raise ConsoleRequestError(f"the URL parameter {name!r} {problem}")
+    return query
+
+
+def _session_id(text: str) -> str:
+    try:
+        return valid_session_id(text)
+    except InvalidSessionId as exc:
+        raise ConsoleRequestError(f"the URL's {exc}") from None
+
+
 def _text(query: Mapping[str, list[str]], name: str) -> str | None:
     values = query.get(name)
     return values[0] if values and values[0] != "" else None
@@ -156,43 +180,46 @@ class Console:
             event_kind=registry.event_kind,
             tenant=tenant,
         )
-        self.routes: list[tuple[re.Pattern[str], Callable[..., Page]]] = [
-            (re.compile(r"/"), self.sessions),
-            (re.compile(r"/search"), self.search),
-            (re.compile(r"/s/([^/]+)"), self.session),
-            (re.compile(r"/s/([^/]+)/events"), self.events),
-            (re.compile(r"/s/([^/]+)/working"), self.working),
-            (re.compile(r"/s/([^/]+)/m/(\d+)"), self.message),
-            (re.compile(r"/s/([^/]+)/o/([^/]+)"), self.offload),
+        #: Each page: its path, its view, and the URL parameters it takes (no other).
+        self.routes: list[tuple[re.Pattern[str], Callable[..., Page], tuple[str, ...]]] = [
+            (re.compile(r"/"), self.sessions, ("sort", "after", "before")),
+            (re.compile(r"/search"), self.search, ("q", "session")),
+            (re.compile(r"/s/([^/]+)"), self.session, ()),
+            (re.compile(r"/s/([^/]+)/events"), self.events, ("after", "before")),
+            (re.compile(r"/s/([^/]+)/working"), self.working, ("after", "before")),
+            (re.compile(r"/s/([^/]+)/m/(\d+)"), self.message, ("after",)),
+            (re.compile(r"/s/([^/]+)/o/([^/]+)"), self.offload, ("view", "after", "page")),
         ]
 
     # -- dispatch -----------------------------------------------------------------------------
 
     def handle(self, target: str) -> Page:
         parts_ = urlsplit(target)
-        query = parse_qs(parts_.query, keep_blank_values=True)
-        for pattern, view in self.routes:
+        for pattern, view, takes in self.routes:
             match = pattern.fullmatch(parts_.path)
             if match:
-                args = [unquote(g) for g in match.groups()]
                 try:
+                    query = _query(parts_.query, takes)
+                    args = [unquote(g) for g in match.groups()]
+                    if args:
+                        args[0] = _session_id(args[0])
                     return view(query, *args)
                 except (SessionNotFound, MessageNotFound, OffloadNotFound) as exc:
-                    return self._error(HTTPStatus.NOT_FOUND, str(exc))
+                    return self.error_page(HTTPStatus.NOT_FOUND, str(exc))
                 except (
                     ConsoleRequestError,
                     InvalidSearch,
                     InvalidSessionId,
                     InvalidOffloadId,
                 ) as exc:
-                    return self._error(HTTPStatus.BAD_REQUEST, str(exc))
-        return self._error(HTTPStatus.NOT_FOUND, f"no console page at {parts_.path}")
+                    return self.error_page(HTTPStatus.BAD_REQUEST, str(exc))
+        return self.error_page(HTTPStatus.NOT_FOUND, "no console page at that address")
 
     def _render(self, name: str, **values: Any) -> Page:
         html = self.env.get_template(name).render(**values)
         return Page(HTTPStatus.OK, html.encode())
 
-    def _error(self, status: HTTPStatus, text: str) -> Page:
+    def error_page(self, status: HTTPStatus, text: str) -> Page:
         html = self.env.get_template("error.html").render(status=status, text=text)
         return Page(status, html.encode())
 
@@ -205,21 +232,29 @@ class Console:
             raise ConsoleRequestError(
                 f"the URL parameter 'sort' takes one of {', '.join(db.SESSION_SORTS)}"
             )
-        page = _int(query, "page") or 0
+        after, before = _text(query, "after"), _text(query, "before")
+        if after is not None and before is not None:
+            raise ConsoleRequestError("give the URL parameter 'after' or 'before', not both")
+        for cursor in (after, before):
+            if cursor is not None:
+                _session_id(cursor)
         rows, total = db.sessions_page(
-            self.store,
-            sort,
-            page * SESSIONS_PAGE,
-            SESSIONS_PAGE,
+            self.store, sort, after=after, before=before, limit=SESSIONS_PAGE + 1
         )
+        if before is not None:
+            has_prev, has_next = len(rows) > SESSIONS_PAGE, True
+            rows = rows[-SESSIONS_PAGE:]
+        else:
+            has_prev, has_next = after is not None, len(rows) > SESSIONS_PAGE
+            rows = rows[:SESSIONS_PAGE]
         return self._render(
             "sessions.html",
             rows=rows,
             total=total,
             sort=sort,
             sorts=db.SESSION_SORTS,
-            page=page,
-            more=(page + 1) * SESSIONS_PAGE < total,
+            prev_key=rows[0].session_id if rows and has_prev else None,
+            next_key=rows[-1].session_id if rows and has_next else None,
         )
 
     def _header(self, session_id: str) -> db.SessionRow:
@@ -382,6 +417,8 @@ class Console:
     def search(self, query: Mapping[str, list[str]]) -> Page:
         text = _text(query, "q")
         session_id = _text(query, "session")
+        if session_id is not None:
+            session_id = _session_id(session_id)
         hits: list[Any] = []
         if text is not None:
             words = validate_query(text)
@@ -413,70 +450,3 @@ def _marked(snippet: str) -> list[tuple[str, bool]]:
         last = match.end()
     out.append((snippet[last:], False))
     return out
-
-
-def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "autoctx-ui"
-        protocol_version = "HTTP/1.1"
-
-        def _send(self, page: Page, *, body: bool) -> None:
-            self.send_response(page.status)
-            self.send_header("Content-Type", page.content_type)
-            self.send_header("Content-Length", str(len(page.body)))
-            # Nothing from elsewhere, no script, no framing: the page is text and images only.
-            self.send_header(
-                "Content-Security-Policy",
-                "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
-                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-            )
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Referrer-Policy", "no-referrer")
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            if body:
-                self.wfile.write(page.body)
-
-        def _serve(self, *, body: bool) -> None:
-            try:
-                page = console.handle(self.path)
-            except Exception:
-                # Logged without the request's query (it may carry search words).
-                log.exception("console page %s failed", urlsplit(self.path).path)
-                page = console._error(
-                    HTTPStatus.INTERNAL_SERVER_ERROR,
-                    "the page failed; the console's log (run with -v) says why",
-                )
-            self._send(page, body=body)
-
-        def do_GET(self) -> None:
-            self._serve(body=True)
-
-        def do_HEAD(self) -> None:
-            self._serve(body=False)
-
-        def _refuse(self) -> None:
-            page = console._error(
-                HTTPStatus.METHOD_NOT_ALLOWED, "the console is read-only: GET and HEAD only"
-            )
-            self.send_response(page.status)
-            self.send_header("Allow", "GET, HEAD")
-            self.send_header("Content-Type", page.content_type)
-            self.send_header("Content-Length", str(len(page.body)))
-            self.end_headers()
-            self.wfile.write(page.body)
-
-        do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.info("%s %s", self.command, urlsplit(self.path).path)
-
-    return Handler
-
-
-def make_server(engine: Engine, tenant: str | None, host: str, port: int) -> ThreadingHTTPServer:
-    """A server for the console (not started: call `serve_forever`)."""
-    console = Console(engine, tenant)
-    server = ThreadingHTTPServer((host, port), _handler(console))
-    server.daemon_threads = True
-    return server
