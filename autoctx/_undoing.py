@@ -17,7 +17,7 @@ from ._errors import EventNotFound, UndoRefused
 from ._events import Event
 from ._store import undo as sql
 from ._store.store import SessionStore
-from ._strategies.registry import event_label
+from ._strategies.registry import FOLD, event_label
 from ._undo import not_undoable, plan_restoration
 
 #: How many times an undo plans again when the session moved on between its snapshot and its
@@ -40,18 +40,20 @@ def undo(store: SessionStore, event_id: int, *, config: AutoContextConfig, force
     if refused is not None:
         raise refused
     assert event.summary_message_id is not None
-    back = sql.restored(store, event.replaced_ids, order_keys=event.strategy == 7)
-    if back.erased:
-        first = min(back.erased)
-        raise UndoRefused(
-            "erased",
-            f"event {event.id} of session {sid!r} cannot be undone: message {first} (one of "
-            f"the {len(event.replaced_ids)} it replaced) was erased by event "
-            f"{back.erased[first]}; what the erasure left is all there is, and the "
-            "replacement stays",
-        )
     for _ in range(_ATTEMPTS):
+        # The snapshot first: an erasure that commits after it moves the version on, and the
+        # apply then refuses the plan, which is made again with what the erasure left.
         snapshot = store.snapshot()
+        back = sql.restored(store, event.replaced_ids, order_keys=event.strategy == FOLD)
+        if back.erased:
+            first = min(back.erased)
+            raise UndoRefused(
+                "erased",
+                f"event {event.id} of session {sid!r} cannot be undone: message {first} (one of "
+                f"the {len(event.replaced_ids)} it replaced) was erased by event "
+                f"{back.erased[first]}; what the erasure left is all there is, and the "
+                "replacement stays",
+            )
         plan = plan_restoration(
             snapshot,
             event,

@@ -105,8 +105,8 @@ def test_the_loop_asks_for_each_read_and_write_as_an_effect() -> None:
             else:
                 raise AssertionError(f"unexpected effect {effect!r}")
             assert (store.version, len(store.events)) == (version, events)  # a read
-    # The call first reads what undos took back (not planned again), then a snapshot.
-    assert seen[:2] == [ReadUndone, ReadSnapshot] and LoadMessages in seen and Summarize in seen
+    # Each pass reads a snapshot, then what undos took back (not planned again).
+    assert seen[:2] == [ReadSnapshot, ReadUndone] and LoadMessages in seen and Summarize in seen
     assert ApplyReplacements in seen
     assert done.value.value == recorded == store.events
     assert store.token_count < SMALL.token_target

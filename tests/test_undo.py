@@ -413,8 +413,6 @@ def _install_pauses(engine: sa.Engine, phase: str) -> None:
 
     def before(conn: object, cursor: object, statement: str, *args: object) -> None:
         s = " ".join(statement.split()).upper()
-        if phase == "shifted" and s.startswith("UPDATE WORKING_SET SET POSITION = -POSITION"):
-            _pause(phase)  # the first of the two steps of the shift is written
         if phase == "rows_replaced" and s.startswith("INSERT INTO COMPRESSION_EVENTS"):
             _pause(phase)  # the working set rewritten, no event yet
 
@@ -422,6 +420,8 @@ def _install_pauses(engine: sa.Engine, phase: str) -> None:
         s = " ".join(statement.split()).upper()
         if s.endswith("FOR UPDATE") and "FROM SESSIONS" in s and phase == "after_lock":
             _pause(phase)
+        if phase == "shifted" and s.startswith("WITH MOVED AS (DELETE FROM WORKING_SET"):
+            _pause(phase)  # the positions after the span moved on, nothing else written
         if s.startswith("INSERT INTO COMPRESSION_EVENTS"):
             state["undo"] = True
 

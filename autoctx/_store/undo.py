@@ -7,7 +7,8 @@ is exact), writes, commits. The write:
 
 - the working-set rows of the span leave, and the restored messages take positions from the
   span's first: the gaps that compressions leave between positions are used first, and the
-  positions after the span move on only by what does not fit (O(what follows), once);
+  positions after the span move on only by what does not fit (O(what follows), once, with
+  INSERT and DELETE, which is all a granted role may do to the working set);
 - one applied event: strategy 0, reason 'undo', `replaced_ids` the replacement that left the
   working context, `undoes` the compression taken back (whose offload and lineage rows name
   what came back), `note` set when the undo was forced over the window;
@@ -59,6 +60,16 @@ SELECT c.replaced_ids
 FROM compression_events u
 JOIN compression_events c ON c.session_id = u.session_id AND c.id = u.undoes
 WHERE u.session_id = %(sid)s AND u.reason = 'undo' AND u.status = 'applied'
+"""
+
+#: The working-set rows from position `p` on, `n` positions further on, in one statement.
+_SHIFT = """
+WITH moved AS (
+    DELETE FROM working_set WHERE session_id = %(sid)s AND position >= %(p)s
+    RETURNING position, message_id
+)
+INSERT INTO working_set (session_id, position, message_id)
+SELECT %(sid)s, position + %(n)s, message_id FROM moved
 """
 
 #: The latest applied event that took a message out of the working context.
@@ -216,18 +227,10 @@ def write_restoration(
     end = following if following is not None else row.next_position
     need = max(first + len(plan.sequence) - end, 0)
     if need and following is not None:
-        # Two steps, through negative positions: a one-step shift could collide with the
-        # primary key row by row.
-        conn.exec_driver_sql(
-            "UPDATE working_set SET position = -(position + %(n)s) "
-            "WHERE session_id = %(sid)s AND position >= %(p)s",
-            {"sid": sid, "n": need, "p": following},
-        )
-        conn.exec_driver_sql(
-            "UPDATE working_set SET position = -position "
-            "WHERE session_id = %(sid)s AND position < 0",
-            {"sid": sid},
-        )
+        # Deleted and inserted again rather than updated: a granted role splices the working
+        # set with INSERT and DELETE only (autoctx._store.tenancy), and a one-step UPDATE of
+        # the positions could collide with the primary key row by row.
+        conn.exec_driver_sql(_SHIFT, {"sid": sid, "n": need, "p": following})
     next_position = max(
         row.next_position + (need if following is not None else 0), first + len(plan.sequence)
     )
