@@ -420,7 +420,7 @@ def _install_pauses(engine: sa.Engine, phase: str) -> None:
         s = " ".join(statement.split()).upper()
         if s.endswith("FOR UPDATE") and "FROM SESSIONS" in s and phase == "after_lock":
             _pause(phase)
-        if phase == "shifted" and s.startswith("WITH MOVED AS (DELETE FROM WORKING_SET"):
+        if phase == "shifted" and s.startswith("INSERT INTO WORKING_SET") and "UNNEST" in s:
             _pause(phase)  # the positions after the span moved on, nothing else written
         if s.startswith("INSERT INTO COMPRESSION_EVENTS"):
             state["undo"] = True

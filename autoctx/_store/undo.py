@@ -62,14 +62,16 @@ JOIN compression_events c ON c.session_id = u.session_id AND c.id = u.undoes
 WHERE u.session_id = %(sid)s AND u.reason = 'undo' AND u.status = 'applied'
 """
 
-#: The working-set rows from position `p` on, `n` positions further on, in one statement.
-_SHIFT = """
-WITH moved AS (
-    DELETE FROM working_set WHERE session_id = %(sid)s AND position >= %(p)s
-    RETURNING position, message_id
-)
+#: The working-set rows from position `p` on, taken out to be put back further on (`_MOVED`):
+#: two statements, since one that deletes and inserts the same keys collides with them.
+_TAIL = """
+DELETE FROM working_set WHERE session_id = %(sid)s AND position >= %(p)s
+RETURNING position, message_id
+"""
+_MOVED = """
 INSERT INTO working_set (session_id, position, message_id)
-SELECT %(sid)s, position + %(n)s, message_id FROM moved
+SELECT %(sid)s, u.position, u.message_id
+FROM unnest(%(positions)s::bigint[], %(ids)s::bigint[]) AS u(position, message_id)
 """
 
 #: The latest applied event that took a message out of the working context.
@@ -230,7 +232,15 @@ def write_restoration(
         # Deleted and inserted again rather than updated: a granted role splices the working
         # set with INSERT and DELETE only (autoctx._store.tenancy), and a one-step UPDATE of
         # the positions could collide with the primary key row by row.
-        conn.exec_driver_sql(_SHIFT, {"sid": sid, "n": need, "p": following})
+        moved = conn.exec_driver_sql(_TAIL, {"sid": sid, "p": following}).all()
+        conn.exec_driver_sql(
+            _MOVED,
+            {
+                "sid": sid,
+                "positions": [p + need for p, _ in moved],
+                "ids": [m for _, m in moved],
+            },
+        )
     next_position = max(
         row.next_position + (need if following is not None else 0), first + len(plan.sequence)
     )
