@@ -183,17 +183,17 @@ def offload_id(value: object) -> uuid.UUID:
     return parsed
 
 
-def page(offset: object, limit: object) -> tuple[int, int | None]:
-    """A page of a reload: `offset` an int >= 0 (the first message), `limit` a positive int
-    or None (all); `InvalidPage` otherwise."""
+def page(offset: object, limit: object, where: str = "reload") -> tuple[int, int | None]:
+    """A page of a reload (or of what `where` names): `offset` an int >= 0 (the first
+    message), `limit` a positive int or None (all); `InvalidPage` otherwise."""
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise InvalidPage(
-            f"reload: offset must be an integer >= 0 (the first message of the page), got "
+            f"{where}: offset must be an integer >= 0 (the first message of the page), got "
             f"{_shown(offset)}"
         )
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidPage(
-            f"reload: limit must be a positive integer (messages in the page) or None for "
+            f"{where}: limit must be a positive integer (messages in the page) or None for "
             f"all, got {_shown(limit)}"
         )
     return offset, limit

@@ -41,7 +41,9 @@ from sqlalchemy.engine import URL, Engine
 from . import _arguments
 from ._background import BackgroundRunner, validate_background
 from ._config import config_argument, options_argument
+from ._errors import InvalidArgument
 from ._observe import CompressionHooks, hooks_of
+from ._sessions import SessionInfo
 from ._store.database import check_connection, create_engine, ensure_schema, resolve_url
 
 if TYPE_CHECKING:
@@ -248,6 +250,22 @@ class AutoContextClient:
             session_id, config, options, tenant, summarizer, create, background, hooks
         )
         return AsyncAutoContextMemory(await asyncio.to_thread(self._open, args))
+
+    def sessions(
+        self, *, tenant: str | None = None, prefix: str | None = None
+    ) -> list[SessionInfo]:
+        """The sessions of the database (of `tenant` only, when given; whose ids start with
+        `prefix`, when given), the most recently updated first: what an integration that keeps
+        a framework's many sessions (its users', its apps') lists them by. Opens none."""
+        from ._store.catalog import Catalog
+
+        tenant = _arguments.tenant(tenant)
+        if prefix is not None and not isinstance(prefix, str):
+            raise InvalidArgument(
+                f"sessions: prefix must be a string (the start of the ids), got "
+                f"{type(prefix).__name__}"
+            )
+        return Catalog(self.engine, tenant).list_sessions(tenant, prefix)
 
     def _open(self, args: OpenArguments) -> AutoContextMemory:
         """What every way of opening a memory comes to: open it, with this client's hooks

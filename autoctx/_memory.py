@@ -516,6 +516,16 @@ class AutoContextMemory:
         self._check_open()
         return self._store.events()
 
+    @_serialized
+    def originals(self, offset: int = 0, limit: int | None = None) -> list[Msg]:
+        """Every message the session was given, as given and in the order appended, whatever
+        its compressions did since (a page of them with `offset` and `limit`): the record a
+        framework reads back as its own history, where `messages()` is what the model reads.
+        A message `pop_last()` or `clear()` took out of the working context is still here."""
+        self._check_open()
+        offset, limit = _arguments.page(offset, limit, "originals")
+        return self._store.load_originals(offset, limit)
+
     # -- reload -----------------------------------------------------------------------------
 
     @_serialized
@@ -1223,6 +1233,9 @@ class AsyncAutoContextMemory:
 
     async def events(self) -> list[Event]:
         return await asyncio.to_thread(self.sync.events)
+
+    async def originals(self, offset: int = 0, limit: int | None = None) -> list[Msg]:
+        return await asyncio.to_thread(self.sync.originals, offset, limit)
 
     async def reload(
         self,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import itertools
 import logging
 import os
 import re
@@ -24,6 +25,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ from autoctx._cli import app
 from autoctx._store import console as db
 from autoctx._store.inspect import lineage_edges
 from autoctx._store.store import SessionStore
+from autoctx._ui import timeline
 from autoctx._ui.app import parts
 from autoctx._ui.server import ConsoleServer, make_server
 from tests.histories import SMALL, multi_round
@@ -289,7 +292,7 @@ def test_the_session_page_draws_the_timeline_with_limits_and_marks(
 ) -> None:
     status, body = ui.get(f"/s/{_q(world.main)}")
     assert status == 200
-    svg = body[body.index("<svg") : body.index("</svg>")]
+    svg = _timeline_svg(body)
     for limit in ("window", "trigger", "target"):
         assert f"limit-{limit}" in svg
     assert "window 20,000" in svg
@@ -299,9 +302,130 @@ def test_the_session_page_draws_the_timeline_with_limits_and_marks(
     ).events()
     assert marks == sorted(e.strategy for e in events if e.status != "failed")
     for e in events:  # each mark links to its event's row
-        assert f"/events?after={e.id - 1}#e{e.id}" in svg
+        assert f"/events?after={max(e.id - 6, 0)}#e{e.id}" in svg
     status, body = ui.get(f"/s/{_q(world.failing)}")
     assert body.count('class="mark mark-failed"') == 3
+
+
+def _timeline_svg(body: str) -> str:
+    start = body.index('<svg xmlns="http://www.w3.org/2000/svg" class="timeline"')
+    return body[start : body.index("</svg>", start)]
+
+
+def _path_points(svg: str, cls: str) -> list[tuple[float, float]]:
+    """The points of the SVG path of class `cls` (M, H and V commands only: anything else, a
+    diagonal, fails here)."""
+    found = re.search(rf'<path class="{cls}" d="([^"]*)"', svg)
+    if found is None:
+        return []
+    points: list[tuple[float, float]] = []
+    for command, args in re.findall(r"([A-Za-z])([^A-Za-z]*)", found.group(1)):
+        assert command in "MHV", f"{cls} draws a {command} segment: not a step"
+        if command == "M":
+            a, b = args.split(",")
+            points.append((float(a), float(b)))
+        elif command == "H":
+            points.append((float(args), points[-1][1]))
+        else:
+            points.append((points[-1][0], float(args)))
+    return points
+
+
+def _limit_y(svg: str, name: str) -> float:
+    found = re.search(rf'class="limit limit-{name}"[^>]*y1="([\d.]+)"', svg)
+    assert found is not None
+    return float(found.group(1))
+
+
+def test_the_timeline_states_put_each_append_and_event_in_its_step() -> None:
+    """Pure: appends summed between events, a rung's input marked as compressed before any
+    read (also between two passes), a failed attempt on the total it found, and a pop (strategy
+    0) acting on a total that was read."""
+    at = datetime.now(UTC)
+    points = [
+        db.TimelinePoint(1, 4, "applied", "tokens", 100, 40, 3, at),
+        db.TimelinePoint(2, 7, "applied", "tokens", 40, 20, 4, at),
+        db.TimelinePoint(3, 4, "failed", "tokens", 50, 50, 4, at),
+        db.TimelinePoint(4, 0, "applied", "manual", 50, 30, 6, at),
+    ]
+    growth = [db.Growth(0, 2, 100), db.Growth(2, 1, 30)]
+    drawing = timeline.states(points, growth)
+    assert [(s.x, s.tokens, s.compressed) for s in drawing.states] == [
+        (0, 0, False),
+        (2, 100, True),
+        (3, 40, True),
+        (4, 20, False),
+        (5, 50, False),
+        (6, 30, False),
+    ]
+    assert drawing.marks == {1: (3, 40), 2: (4, 20), 3: (5, 50), 4: (6, 30)}
+    svg = timeline.render(
+        points,
+        growth,
+        tokens_now=30,
+        version_now=6,
+        limits=timeline.Limits(80, 60, 40),
+        event_href="/e?after={after}#e{id}",
+    )
+    # The stored total of 100 is over the window of 80 before the first compression: drawn
+    # as stored, and no overflow.
+    assert 'class="overflow"' not in svg
+    assert min(y for _, y in _path_points(svg, "stored")) < _limit_y(svg, "window")
+
+
+def test_the_timeline_is_drawn_in_steps(ui: Served, world: World, db_url: str) -> None:
+    """Each append is a rise and each compression a drop: no straight join between two events
+    (issue 33)."""
+    svg = _timeline_svg(ui.get(f"/s/{_q(world.main)}")[1])
+    assert "<polyline" not in svg
+    sent = _path_points(svg, "sent")
+    events = SessionStore(
+        AutoContextClient.shared(db_url, auto_upgrade=False).engine, world.main
+    ).events()
+    applied = [e for e in events if e.status == "applied"]
+    rises = sum(1 for a, b in itertools.pairwise(sent) if b[1] < a[1])
+    drops = sum(1 for a, b in itertools.pairwise(sent) if b[1] > a[1])
+    # The world adds its history in 12-message steps (one append each) and compresses
+    # between them: a rise for every append the solid line shows, a drop for every compression.
+    assert drops == len(applied)
+    assert rises >= len(applied)
+    assert sent[0][0] < sent[-1][0]
+
+
+def test_a_total_stored_over_the_window_before_a_compression_is_not_an_overflow(
+    db_url: str,
+) -> None:
+    """An append can take the stored total past the window just before the compression that
+    brings it back: that total is drawn as stored (dotted), never as what the model was sent
+    and never as an overflow (issue 32). A total over the window that nothing compressed is."""
+    tag = _tag()
+    tenant = f"timeline-{tag}"  # apart from the world's sessions (the sort tests rank them)
+    history = multi_round(5, rounds=8, steps=8)
+    mem = AutoContextMemory.open(
+        f"ui-spike-{tag}", db_url, SMALL, summarizer=OfflineSummarizer(), tenant=tenant
+    )
+    over = []
+    for start in range(0, len(history), 45):
+        mem.add(history[start : start + 45])
+        over += [e for e in mem.compress_if_needed() if e.tokens_before > 20_000]
+    assert over, "an append took the stored total past the window before a compression"
+    with serve(db_url, tenant) as ui:
+        svg = _timeline_svg(ui.get(f"/s/{_q(mem.session_id)}")[1])
+    window = _limit_y(svg, "window")
+    stored = _path_points(svg, "stored")
+    assert min(y for _, y in stored) < window  # drawn above the window line, as stored
+    assert min(y for _, y in _path_points(svg, "sent")) > window  # what was sent stayed under
+    assert 'class="overflow"' not in svg
+    # An agent that never compresses: over the window, then another append. An overflow.
+    careless = AutoContextMemory.open(
+        f"ui-careless-{tag}", db_url, SMALL, summarizer=OfflineSummarizer(), tenant=tenant
+    )
+    for start in range(0, 135, 45):
+        careless.add(history[start : start + 45])
+    with serve(db_url, tenant) as ui:
+        svg = _timeline_svg(ui.get(f"/s/{_q(careless.session_id)}")[1])
+    assert 'class="overflow"' in svg
+    assert min(y for _, y in _path_points(svg, "sent")) < _limit_y(svg, "window")
 
 
 def _working_numbers(body: str) -> list[int]:
@@ -641,13 +765,22 @@ def test_malformed_parameters_are_400_or_404_and_the_log_prints_no_sql(
 
 def test_the_paged_queries_use_indexes(db_url: str, world: World) -> None:
     engine = sa.create_engine(db_url, poolclass=sa.NullPool)
-    params = {"sid": world.main, "tenant": None, "key": 0, "limit": 101, "mid": 1, "after": 0}
+    params = {
+        "sid": world.main,
+        "tenant": None,
+        "key": 0,
+        "limit": 101,
+        "mid": 1,
+        "after": 0,
+        "buckets": 896,
+    }
     queries = {
         "events": db._EVENTS.format(scope="s.tenant IS NULL", op=">", direction="ASC"),
         "working": db._WORKING.format(scope="s.tenant IS NULL", op=">", direction="ASC"),
         "children": db._CHILDREN.format(scope="s.tenant IS NULL"),
         "covering": db._COVERING.format(scope="s.tenant IS NULL"),
         "timeline": db._TIMELINE.format(scope="s.tenant IS NULL"),
+        "growth": db._GROWTH.format(scope="s.tenant IS NULL"),
     }
     with engine.begin() as conn:
         conn.execute(sa.text("set local enable_seqscan = off"))
@@ -981,3 +1114,53 @@ def test_browser_malformed_urls_get_a_plain_400_or_404(
         text = page.locator("p.error").inner_text()
         assert text and "SELECT" not in text and "Traceback" not in page.content()
     page.screenshot(path=shots / "bad-url.png")
+
+
+def _fits(page: Page) -> None:
+    """Nothing wider than the window: no sideways scroll at 1,280 pixels."""
+    width, inner, scrolled = page.evaluate(
+        "[document.documentElement.scrollWidth, window.innerWidth, window.scrollX]"
+    )
+    assert (width, scrolled) == (inner, 0), page.url
+
+
+def test_browser_every_page_fits_a_1280_pixel_window(
+    page: Page, ui: Served, world: World, shots: Path
+) -> None:
+    s = _q(world.main)
+    page.goto(ui.signed("/"))
+    for name, path in (
+        ("sessions", "/"),
+        ("session", f"/s/{s}"),
+        ("events", f"/s/{s}/events"),
+        ("events-failed", f"/s/{_q(world.failing)}/events"),
+        ("working", f"/s/{s}/working"),
+        ("summary", f"/s/{s}/m/{world.summary_id}"),
+        ("offload", f"/s/{s}/o/{world.offload}"),
+        ("originals", f"/s/{s}/o/{world.offload}?view=originals"),
+        ("search", f"/search?q={MARKER}"),
+    ):
+        page.goto(ui.base + path)
+        _fits(page)
+        page.screenshot(path=shots / f"fit-{name}.png", full_page=True)
+
+
+def test_browser_a_timeline_mark_opens_its_event_among_its_neighbours(
+    page: Page, ui: Served, world: World, db_url: str, shots: Path
+) -> None:
+    events = SessionStore(
+        AutoContextClient.shared(db_url, auto_upgrade=False).engine, world.main
+    ).events()
+    last = max(e.id for e in events)
+    page.goto(ui.signed(f"/s/{_q(world.main)}"))
+    # The latest event's mark: the one that used to open a page of that one row.
+    page.locator(f"svg.timeline a[href$='#e{last}']").click()
+    assert page.url.endswith(f"#e{last}")
+    rows = page.locator("#events tbody tr")
+    assert rows.count() == min(len(events), 6)
+    assert page.locator(f"#e{last}").is_visible()
+    assert page.evaluate("getComputedStyle(document.querySelector(':target')).backgroundColor") in (
+        "rgb(255, 243, 196)",
+    )
+    _fits(page)
+    page.screenshot(path=shots / "mark-to-event.png")

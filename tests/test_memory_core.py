@@ -14,14 +14,18 @@ import sqlalchemy as sa
 
 from autoctx import (
     AsyncAutoContextMemory,
+    AutoContextClient,
     AutoContextConfig,
     AutoContextMemory,
     ConfigError,
     DatabaseUnavailable,
+    InvalidArgument,
     InvalidMessage,
+    InvalidPage,
     InvalidSessionId,
     InvalidTenant,
     Msg,
+    OfflineSummarizer,
     SessionNotFound,
     ToolUseBlock,
 )
@@ -400,3 +404,29 @@ def test_a_big_batch_after_its_own_write_is_one_statement(open_memory: Open) -> 
     assert [m.text for m in back] == ["first", tricky * 2_000, "b" * 40_000]
     assert back[-1].metadata == {"k": tricky}
     assert mem.token_count() == recount(mem)
+
+
+def test_originals_are_every_message_as_given_in_order(
+    open_memory: Open, db_url: str, session_id: str
+) -> None:
+    """`originals()` is the record a framework reads back as its history: every message as
+    given, in order, whatever a compression, a pop or a clear did to the working context."""
+    mem = open_memory(config=AutoContextConfig(max_tokens=2_000), summarizer=OfflineSummarizer())
+    given = [Msg.user(f"note {n}: " + "detail " * 60) for n in range(12)]
+    for msg in given:
+        mem.add(msg)
+    mem.compress_if_needed()
+    mem.clear()
+    mem.add(Msg.user("after the clear"))
+    assert mem.events() and len(mem.messages()) == 1
+    texts = [m.text for m in mem.originals()]
+    assert texts == [m.text for m in given] + ["after the clear"]
+    assert [m.text for m in mem.originals(offset=11, limit=1)] == [given[11].text]
+    with pytest.raises(InvalidPage, match="originals: limit"):
+        mem.originals(limit=0)
+    # And the client lists sessions by tenant and id prefix.
+    client = AutoContextClient.shared(db_url)
+    assert [i.session_id for i in client.sessions(prefix=session_id)] == [session_id]
+    assert client.sessions(tenant="nobody-here", prefix=session_id) == []
+    with pytest.raises(InvalidArgument, match="prefix must be a string"):
+        client.sessions(prefix=3)  # type: ignore[arg-type]

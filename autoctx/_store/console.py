@@ -31,6 +31,7 @@ from .scope import TenantScope
 
 __all__ = [
     "SESSION_SORTS",
+    "Growth",
     "MessageDetail",
     "MessageRow",
     "OffloadInfo",
@@ -298,13 +299,56 @@ ORDER BY e.id
 """
 
 
-def timeline(store: TenantScope, session_id: str) -> list[TimelinePoint]:
-    """Every compression event's numbers (no text), oldest first: the token timeline."""
-    sql = _TIMELINE.format(scope=_in_scope(store))
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """Appends of originals between two events, as the timeline draws them: `appends` appends
+    (each one a step of the session), adding `tokens`, after the first `events` events."""
+
+    events: int
+    appends: int
+    tokens: int
+
+
+#: The session's appends of originals (one append is one transaction, so one `created_at`),
+#: placed among its events by time and summed into at most `buckets` steps, none across an
+#: event: the timeline draws the steps the working context took between compressions.
+_GROWTH = """
+WITH appends AS (
+    SELECT m.created_at AS at, sum(m.tokens)::bigint AS tokens
+    FROM messages m JOIN sessions s ON s.session_id = m.session_id
+    WHERE m.session_id = %(sid)s AND m.kind = 'original' AND {scope}
+    GROUP BY m.created_at
+), steps AS (
+    SELECT a.at, a.tokens, 0 AS ev FROM appends a
+  UNION ALL
+    SELECT e.created_at, 0, 1 FROM compression_events e WHERE e.session_id = %(sid)s
+), ordered AS (
+    SELECT st.*, sum(st.ev) OVER w AS events, row_number() OVER w AS k, count(*) OVER () AS n
+    FROM steps st WINDOW w AS (ORDER BY st.at, st.ev ROWS UNBOUNDED PRECEDING)
+)
+SELECT o.events, count(*) AS appends, sum(o.tokens)::bigint AS tokens
+FROM ordered o WHERE o.ev = 0
+GROUP BY o.events, (o.k - 1) * %(buckets)s / o.n
+ORDER BY min(o.k)
+"""
+
+
+def timeline(
+    store: TenantScope, session_id: str, *, buckets: int
+) -> tuple[list[TimelinePoint], list[Growth]]:
+    """Every compression event's numbers (no text), oldest first, and the appends between
+    them in at most `buckets` (+ one per event) steps: the token timeline, in one transaction."""
+    params = _params(store, sid=session_id, buckets=buckets)
     with _read(store) as conn:
-        return [
-            TimelinePoint(*r) for r in conn.exec_driver_sql(sql, _params(store, sid=session_id))
+        points = [
+            TimelinePoint(*r)
+            for r in conn.exec_driver_sql(_TIMELINE.format(scope=_in_scope(store)), params)
         ]
+        growth = [
+            Growth(int(r[0]), int(r[1]), int(r[2]))
+            for r in conn.exec_driver_sql(_GROWTH.format(scope=_in_scope(store)), params)
+        ]
+    return points, growth
 
 
 _EVENTS = """

@@ -85,6 +85,15 @@ SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
 FROM unnest(%(ids)s::bigint[]) AS u(id) JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
 WHERE {ALIVE}
 """
+#: The session's originals as appended (not a compression's writing, nor a popped message's
+#: stand-in), in append order, a page of them (all from the offset when the limit is NULL).
+ORIGINALS = f"""
+SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens
+FROM messages m
+WHERE m.session_id = %(sid)s AND m.kind = 'original' AND m.event_id IS NULL AND {ALIVE}
+ORDER BY m.id
+OFFSET %(offset)s LIMIT %(limit)s
+"""
 #: The documents as JSON text (an empty metadata as NULL), which `rows.documents` parses in one
 #: call: a parse per value costs more in calls than in parsing on a whole-history read.
 DOCUMENTS_BY_ID = f"""

@@ -57,6 +57,7 @@ from .sql import (
     DOCUMENTS_BY_ID,
     LAST_WORKING,
     LOAD_WORKING,
+    ORIGINALS,
     SNAPSHOT,
     TAIL_CALLS,
     WORKING_IDS,
@@ -497,6 +498,16 @@ class SessionStore(TenantScope):
             if not found:
                 self.check_alive(conn)
         return found
+
+    def load_originals(self, offset: int, limit: int | None) -> list[Msg]:
+        """The originals as appended, in order, a page of them (`AutoContextMemory.originals`)."""
+        params = {"sid": self.session_id, "inc": self.incarnation(), "offset": offset}
+        with paused_gc():
+            with self.statement() as conn:
+                rows = conn.exec_driver_sql(ORIGINALS, {**params, "limit": limit}).all()
+                if not rows:
+                    self.check_alive(conn)
+            return [msg_from_columns(*r) for r in rows]
 
     def message_documents(self, ids: Sequence[int]) -> list[tuple[int, str, str, Any, Any]]:
         """(id, role, kind, content JSON, metadata JSON) of stored messages, for integrations

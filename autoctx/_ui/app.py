@@ -262,7 +262,7 @@ class Console:
 
     def session(self, query: Mapping[str, list[str]], session_id: str) -> Page:
         info = self._header(session_id)
-        points = db.timeline(self.store, session_id)
+        points, growth = db.timeline(self.store, session_id, buckets=timeline.BUCKETS)
         window = info.max_tokens
         trigger = target = None
         if window:
@@ -271,10 +271,11 @@ class Console:
         base = f"/s/{quote(session_id, safe='')}"
         svg = timeline.render(
             points,
+            growth,
             tokens_now=info.token_count,
             version_now=info.version,
             limits=timeline.Limits(window, trigger, target),
-            event_href=base + "/events?after={prev}#e{id}",
+            event_href=base + "/events?after={after}#e{id}",
         )
         applied = sum(1 for p in points if p.status == "applied")
         return self._render(
