@@ -24,11 +24,15 @@ from autoctx import (
     AsyncAutoContextMemory,
     AutoContextConfig,
     AutoContextMemory,
+    Event,
     EventNotFound,
     InvalidEventId,
+    InvalidExport,
     Msg,
     OfflineSummarizer,
     UndoRefused,
+    export_session,
+    import_session,
 )
 from autoctx._cli import app
 from tests.crash_child import _read_until
@@ -264,6 +268,35 @@ def test_an_undo_of_a_replacement_compressed_further_names_the_event_that_holds_
     assert again.value.reason == "moved" and "already undid" in str(again.value)
 
 
+def _until_taken(mem: AutoContextMemory, message_id: int, seed: int) -> Event:
+    """Add rounds and compress until an applied compression takes `message_id` in."""
+    for k in range(30):
+        mem.add(multi_round(seed + k, rounds=1, steps=3)[1:])
+        for e in mem.compress_if_needed():
+            if e.status == "applied" and message_id in e.replaced_ids:
+                return e
+    raise AssertionError(f"no compression took message {message_id} in")
+
+
+def test_a_replacement_compressed_again_after_an_undo_names_the_compression_that_holds_it(
+    open_memory: Open,
+) -> None:
+    """The summary of S4 is folded, the fold undone, and the summary compressed again: of its
+    two summaries, the refusal names the one that leads to the working context."""
+    mem = open_memory(config=S4)
+    mem.add(one_heavy_round(4))
+    (s4,) = [e for e in mem.compress_if_needed() if e.strategy == 4 and e.status == "applied"]
+    first = _until_taken(mem, s4.summary_message_id, 100)
+    mem.undo(first.id, force=True)
+    again = _until_taken(mem, s4.summary_message_id, 200)
+    assert again.id != first.id and again.replaced_ids != first.replaced_ids
+    with pytest.raises(UndoRefused) as refused:
+        mem.undo(s4.id)
+    text = str(refused.value)
+    assert refused.value.reason == "moved"
+    assert f"event {again.id}" in text and f"event {first.id}" not in text, text
+
+
 def test_an_undo_of_erased_originals_is_refused(open_memory: Open) -> None:
     mem = open_memory(config=S4)
     mem.add(one_heavy_round(4))
@@ -330,6 +363,39 @@ def test_a_fork_undoes_a_compression_its_parent_made(open_memory: Open, session_
         c=child.session_id,
     )
     assert [r.session_id for r in rows] == [child.session_id]
+
+
+def test_an_export_carries_the_undo_and_one_made_before_it_still_imports(
+    open_memory: Open, db_url: str
+) -> None:
+    mem = open_memory(config=S4)
+    mem.add(one_heavy_round(4))
+    (s4,) = [e for e in mem.compress_if_needed() if e.strategy == 4 and e.status == "applied"]
+    assert mem.undo(s4.id).undoes == s4.id
+    document = export_session(mem.session_id, db_url)
+    mem.delete()
+    import_session(json.dumps(document), db_url)
+    again = AutoContextMemory.open(mem.session_id, db_url, create=False)
+    assert again.events()[-1].undoes == s4.id
+    assert export_session(again.session_id, db_url) == document
+    # The undo counts in the compressor of the imported session too: S4 is not planned again.
+    assert all(e.replaced_ids != s4.replaced_ids for e in again.compress_if_needed())
+    # A document of an earlier version has no `undoes` key: it imports, read as none.
+    plain = open_memory(f"{mem.session_id}-plain", config=S4)
+    plain.add(one_heavy_round(5))
+    assert plain.compress_if_needed()
+    older = export_session(plain.session_id, db_url)
+    plain.delete()
+    for event in older["events"]:
+        del event["undoes"]
+    import_session(older, db_url)
+    back = AutoContextMemory.open(f"{mem.session_id}-plain", db_url, create=False)
+    assert back.events() and all(e.undoes is None for e in back.events())
+    # ... and a document that names an event it does not hold is refused, naming the field.
+    bad = json.loads(json.dumps(document))
+    bad["events"][-1]["undoes"] = 999
+    with pytest.raises(InvalidExport, match=r"events\[\d+\]\.undoes"):
+        import_session(bad, db_url)
 
 
 def test_the_async_memory_undoes_too(db_url: str, session_id: str) -> None:

@@ -28,8 +28,8 @@ from sqlalchemy.engine import Connection, Row
 from .._events import MANUAL, Event
 from .._structure import MsgMeta
 from .rows import event_from_row, event_of, event_row
-from .sql import ALIVE, COVERING_CHAIN
-from .tables import compression_events, sessions, working_set
+from .sql import ALIVE
+from .tables import compression_events, messages, sessions, working_set
 
 if TYPE_CHECKING:  # the store applies a plan; it does not make one
     from .._undo import Restoration
@@ -72,6 +72,26 @@ _MOVED = """
 INSERT INTO working_set (session_id, position, message_id)
 SELECT %(sid)s, u.position, u.message_id
 FROM unnest(%(positions)s::bigint[], %(ids)s::bigint[]) AS u(position, message_id)
+"""
+
+#: The summaries from a message up to the working message that stands for it now, nearest
+#: first: lineage walked up only through messages that left the working context (a message
+#: compressed, put back by an undo and compressed again has a summary of each time; only one
+#: of them leads to the working context).
+_HOLDER_PATH = """
+WITH RECURSIVE up(id, path) AS (
+    SELECT l.summary_id, ARRAY[l.summary_id]
+    FROM lineage l WHERE l.session_id = %(sid)s AND l.replaced_id = %(mid)s
+  UNION ALL
+    SELECT l.summary_id, u.path || l.summary_id
+    FROM up u JOIN lineage l ON l.session_id = %(sid)s AND l.replaced_id = u.id
+    WHERE NOT EXISTS (
+        SELECT 1 FROM working_set w WHERE w.session_id = %(sid)s AND w.message_id = u.id
+    )
+)
+SELECT u.path FROM up u
+JOIN working_set w ON w.session_id = %(sid)s AND w.message_id = u.id
+LIMIT 1
 """
 
 #: The latest applied event that took a message out of the working context.
@@ -159,37 +179,17 @@ def whereabouts(store: SessionStore, message_id: int) -> Whereabouts:
     params = {"sid": store.session_id, "mid": message_id}
     with store.statement() as conn:
         row = conn.exec_driver_sql(_REMOVED_BY, params).one_or_none()
-        ups = [r[0] for r in conn.exec_driver_sql(COVERING_CHAIN, params)]
-        found: dict[int, int | None] = {}
-        working: set[int] = set()
-        if ups:
-            found = {
-                r.id: r.event_id
-                for r in conn.execute(
-                    sa.text(
-                        "SELECT id, event_id FROM messages "
-                        "WHERE session_id = :sid AND id = ANY(:ids)"
-                    ),
-                    {"sid": store.session_id, "ids": ups},
+        path = conn.exec_driver_sql(_HOLDER_PATH, params).scalar_one_or_none() or []
+        made_by = dict(
+            conn.execute(
+                sa.select(messages.c.id, messages.c.event_id).where(
+                    messages.c.session_id == store.session_id,
+                    messages.c.id == sa.any_(sa.literal(list(path), sa.ARRAY(sa.BigInteger))),
                 )
-            }
-            working = set(
-                conn.execute(
-                    sa.select(working_set.c.message_id).where(
-                        working_set.c.session_id == store.session_id,
-                        working_set.c.message_id
-                        == sa.any_(sa.literal(ups, sa.ARRAY(sa.BigInteger))),
-                    )
-                ).scalars()
-            )
-    chain: list[tuple[int, int | None]] = []
-    for up in ups:
-        chain.append((up, found.get(up)))
-        if up in working:
-            break
-    else:
-        chain = []  # nothing in the working context stands for it
-    return Whereabouts(None if row is None else event_from_row(row), tuple(chain))
+            ).all()
+        )
+    chain = tuple((mid, made_by.get(mid)) for mid in path)
+    return Whereabouts(None if row is None else event_from_row(row), chain)
 
 
 def undone_ranges(store: SessionStore) -> frozenset[tuple[int, ...]]:
