@@ -21,6 +21,7 @@ alike.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
@@ -29,6 +30,7 @@ from ._messages import (
     ANTHROPIC_META,
     ANTHROPIC_ONLY_TYPES,
     OPENAI_META,
+    REASONING_TYPES,
     Block,
     Msg,
     OpaqueBlock,
@@ -37,6 +39,8 @@ from ._messages import (
     ToolUseBlock,
     as_openai_dict,
     json_text,
+    log_omitted,
+    opaque_type,
 )
 
 #: Block types that only the Anthropic format has: a message dict holding one is read as
@@ -252,6 +256,27 @@ def _image_from_openai(part: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {"type": "image", "source": {"type": "url", "url": url}}
 
 
+def _reasoning_out(block: OpaqueBlock) -> dict[str, Any] | None:
+    """A reasoning block as the Messages API takes it, or None where it cannot: Anthropic's
+    own thinking (Pydantic AI's thinking parts of an Anthropic model too, their own keys left
+    off); not another provider's reasoning, whose signature Anthropic cannot verify, nor
+    reasoning without a signature, which the API refuses."""
+    data = block.data
+    kind = data.get("type")
+    if data.get("provider_name") not in (None, "anthropic"):
+        return None
+    keys: tuple[str, ...]
+    if kind == "thinking" and isinstance(data.get("signature"), str):
+        keys = ("type", "thinking", "signature")
+    elif kind == "redacted_thinking" and isinstance(data.get("data"), str):
+        keys = ("type", "data")
+    else:
+        return None
+    if set(data) <= set(keys):
+        return dict(data)  # as it came in, byte for byte
+    return {k: data[k] for k in keys if k in data}
+
+
 def _opaque_out(block: OpaqueBlock, where: str) -> dict[str, Any]:
     kind = block.data.get("type")
     if kind in ANTHROPIC_ONLY_TYPES or kind == "text":
@@ -262,8 +287,8 @@ def _opaque_out(block: OpaqueBlock, where: str) -> dict[str, Any]:
     if kind == "refusal" and isinstance(block.data.get("refusal"), str):
         return {"type": "text", "text": block.data["refusal"]}
     raise InvalidMessage(
-        f"{where} holds a {kind!r} block, which the Anthropic Messages format cannot carry; "
-        "read this session with to_openai()"
+        f"{where} holds a {opaque_type(block)!r} block, which the Anthropic Messages format "
+        "cannot carry; read this session with to_openai()"
     )
 
 
@@ -295,9 +320,18 @@ def _tool_result_out(result: ToolResultBlock, where: str) -> dict[str, Any]:
     return out
 
 
-def _blocks_out(msg: Msg, where: str) -> list[dict[str, Any]]:
+def _blocks_out(msg: Msg, where: str, omitted: Counter[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for block in msg.content:
+        if isinstance(block, OpaqueBlock) and opaque_type(block) in REASONING_TYPES:
+            # Per block, never the whole message (docs/design.md §1): reasoning of another
+            # provider stays stored and in the export, and out of this view.
+            kept = _reasoning_out(block)
+            if kept is None:
+                omitted[opaque_type(block)] += 1
+            else:
+                out.append(kept)
+            continue
         if isinstance(block, TextBlock):
             if block.text:  # the API refuses empty text blocks (OpenAI writes "" beside calls)
                 out.append({"type": "text", "text": block.text})
@@ -314,6 +348,21 @@ def _as_list(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
+def _leading_reasoning(blocks: list[dict[str, Any]]) -> int:
+    k = 0
+    while k < len(blocks) and blocks[k].get("type") in ("thinking", "redacted_thinking"):
+        k += 1
+    return k
+
+
+def _joined(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two adjacent turns of one role as one. Only a compression puts a summary beside an
+    assistant reply; the reply's leading thinking then stays first in the turn, where the
+    API wants it when extended thinking is on."""
+    lead = _leading_reasoning(second) if not _leading_reasoning(first) else 0
+    return [*second[:lead], *first, *second[lead:]]
+
+
 def _list_form(msg: Msg) -> bool:
     meta = msg.metadata
     return (meta.get(ANTHROPIC_META) or {}).get("content") == "list" or (
@@ -326,13 +375,17 @@ def to_anthropic(messages: Sequence[Msg]) -> tuple[str, list[dict[str, Any]]]:
     cannot carry (such as an OpenAI audio part)."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
+    omitted: Counter[str] = Counter()
+    touched = 0
     for msg in messages:
         where = f"message {msg.id} ({msg.role})"
         if msg.role == "system" and not turns:
             system.append(msg.text)
             continue
         role = "assistant" if msg.role == "assistant" else "user"
-        blocks = _blocks_out(msg, where)
+        before = omitted.total()
+        blocks = _blocks_out(msg, where, omitted)
+        touched += omitted.total() > before
         if not blocks:
             continue
         content: str | list[dict[str, Any]] = blocks
@@ -345,11 +398,12 @@ def to_anthropic(messages: Sequence[Msg]) -> tuple[str, list[dict[str, Any]]]:
             content = blocks[0]["text"]
         if turns and turns[-1]["role"] == role:
             previous = cast("str | list[dict[str, Any]]", turns[-1]["content"])
-            turns[-1]["content"] = _as_list(previous) + _as_list(content)
+            turns[-1]["content"] = _joined(_as_list(previous), _as_list(content))
         else:
             turns.append({"role": role, "content": content})
     if turns and turns[0]["role"] == "assistant":
         turns.insert(0, {"role": "user", "content": CONTINUATION_TEXT})
+    log_omitted(omitted, touched, view="to_anthropic()")
     return "\n\n".join(system), turns
 
 

@@ -23,6 +23,7 @@ from typing import Final
 
 from ._errors import (
     ConfigError,
+    InvalidArgument,
     InvalidDuration,
     InvalidErasure,
     InvalidEventId,
@@ -41,6 +42,8 @@ MAX_SESSION_ID: Final = 255
 MAX_TENANT: Final = 255
 #: The largest message id (ids are PostgreSQL bigints).
 MAX_MESSAGE_ID: Final = 2**63 - 1
+#: The longest idempotency key of an add (a framework's message id is far shorter).
+MAX_ADD_KEY: Final = 255
 #: Characters of an erasure's reason: it is an audit note, not a document.
 MAX_REASON: Final = 1000
 #: Ids one erasure may name (each is a row it rewrites in one transaction).
@@ -127,6 +130,22 @@ def _check_name(error: type[Exception], what: str, name: str, limit: int) -> Non
         raise error(f"{what} is {len(name)} characters long; the limit is {limit}")
     if (problem := unstorable(name)) is not None:
         raise error(f"{what} {problem}")
+
+
+def add_key(value: object) -> str | None:
+    """An add's idempotency key: None, or a non-empty string of at most `MAX_ADD_KEY`
+    characters PostgreSQL can store; `InvalidArgument` otherwise (never repeated)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(
+            f"idempotency_key must be a string or None, got {type(value).__name__}; pass an id "
+            "of the add such as the framework's message id"
+        )
+    if not value:
+        raise InvalidArgument("idempotency_key is empty; pass a non-empty string or None")
+    _check_name(InvalidArgument, "idempotency_key", value, MAX_ADD_KEY)
+    return value
 
 
 def message_id(value: object, what: str = "message_id") -> int:

@@ -6,12 +6,14 @@ Format ``autoctx-export/2`` (docs/operations.md documents every key):
 
 - ``session``: the session row, every column but the incarnation (an identity of one database's
   row: an imported session is a new incarnation);
-- ``working_context``: the working context in OpenAI format, and ``working_messages``: each
+- ``working_context``: the working context in OpenAI format (a view for readers: it leaves out
+  what Chat Completions cannot carry, such as reasoning), and ``working_messages``: each
   working message's position, id, role, kind, pinned flag, tokens and offload uuid;
 - ``events``: every event, every column; ``offloads``: each with the messages it holds (in
   OpenAI format, for readers);
 - ``messages``: every stored message in autoctx's storage form (content blocks, metadata, kind,
   counts, the event that made it, the erasure that rewrote it, time), and ``lineage``: every row.
+  These are what import reads: every block, reasoning included, whatever format it came in.
 
 Times are ISO 8601 in UTC, uuids are strings. Version 1 had no ``messages`` and ``lineage``
 (so it could not restore a session): import refuses it. Export, import and export again give
@@ -27,7 +29,7 @@ from typing import Any, Final
 
 from ._errors import InvalidExport
 from ._import_checks import check_json, check_rows, refused
-from ._messages import block_from_json, to_openai_messages
+from ._messages import block_from_json, openai_view
 from ._store.lifecycle import (
     EVENT_COLUMNS,
     LINEAGE_COLUMNS,
@@ -73,7 +75,7 @@ def build_document(rows: SessionRows) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "session": _json_row(rows.session),
-        "working_context": to_openai_messages(working),
+        "working_context": openai_view(working)[0],
         "working_messages": [
             {
                 "index": k,
@@ -96,7 +98,7 @@ def build_document(rows: SessionRows) -> dict[str, Any]:
                     {
                         "id": i,
                         "kind": by_id[i]["kind"],
-                        "message": msg_from_mapping(by_id[i]).to_openai(),
+                        "message": openai_view([msg_from_mapping(by_id[i])])[0][0],
                     }
                     for i in o["message_ids"]
                 ],

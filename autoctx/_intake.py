@@ -27,6 +27,7 @@ from ._messages import (
     ToolUseBlock,
     json_text,
     json_value,
+    jsonb_order,
 )
 from ._structure import is_final_answer
 from ._tokens import TOKENS_PER_MESSAGE, TOKENS_PER_NAME, TokenCounter
@@ -339,6 +340,12 @@ def check_stored(msg: Msg, where: str) -> None:
     _check_blocks(msg if msg.kind == "original" else msg.with_(kind="original"), where)
 
 
+def _opaque_json(block: OpaqueBlock) -> str:
+    # In jsonb's key order: the count of a message read back from the database (an import
+    # checks it) must equal its count when added, whatever order its keys were given in.
+    return json.dumps(jsonb_order(block.data), ensure_ascii=False)
+
+
 def count_tokens(msg: Msg, counter: TokenCounter) -> int:
     """Tokens of one message, as documented in `autoctx._tokens`."""
     total = TOKENS_PER_MESSAGE + (TOKENS_PER_NAME if msg.name else 0)
@@ -349,9 +356,11 @@ def count_tokens(msg: Msg, counter: TokenCounter) -> int:
             total += counter.count(block.name) + counter.count(block.arguments)
         elif isinstance(block, ToolResultBlock):
             total += counter.count(block.output_text)
-            total += sum(counter.count(part) for part in block.output_parts_json)
+            for part in block.output:
+                if isinstance(part, OpaqueBlock):
+                    total += counter.count(json_text(jsonb_order(part.data)))
         else:
-            total += counter.count(json.dumps(dict(block.data), ensure_ascii=False))
+            total += counter.count(_opaque_json(block))
     return total
 
 

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -77,9 +78,9 @@ from ._search import (
     validate_scope,
 )
 from ._sessions import SessionInfo
-from ._store import lifecycle
+from ._store import lifecycle, locks
 from ._store import search as search_store
-from ._store.claims import SessionClaim, claimed
+from ._store.claims import SessionClaim, aclaimed, claimed
 from ._store.rows import search_config_of
 from ._store.store import SessionStore
 from ._summarizers import (
@@ -144,12 +145,28 @@ def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepa
 
 
 def _serialized(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Run the method under its memory's lock (reentrant: public methods call each other)."""
+    """Run the method under its memory's lock (reentrant: public methods call each other).
+
+    The outermost call is tried again when it met a foreign lock past PostgreSQL's
+    `lock_timeout` (its transaction rolled back, so nothing of it was written), and raises that
+    `Conflict` when the lock is still held (autoctx._store.locks)."""
 
     @functools.wraps(method)
     def locked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with args[0]._lock:  # type: ignore[attr-defined]
-            return method(*args, **kwargs)
+        mem: AutoContextMemory = args[0]  # type: ignore[assignment]
+        with mem._lock:
+            if mem._depth:
+                return method(*args, **kwargs)
+            mem._depth += 1
+            try:
+                for _ in range(locks.RETRIES):
+                    try:
+                        return method(*args, **kwargs)
+                    except locks.LockWaitTimeout:
+                        time.sleep(locks.RETRY_PAUSE_S)
+                return method(*args, **kwargs)
+            finally:
+                mem._depth -= 1
 
     return locked
 
@@ -191,6 +208,9 @@ class AutoContextMemory:
         self._info = info
         self._closed = False
         self._lock = threading.RLock()
+        #: How deep in `_serialized` calls the thread holding `_lock` is (the outermost one
+        #: retries a lock wait that timed out).
+        self._depth = 0
         self._session = SessionState()
         self._background_mode = validate_background(background)
         self._background = BackgroundState(info.session_id)
@@ -243,20 +263,26 @@ class AutoContextMemory:
     # -- writing ----------------------------------------------------------------------------
 
     @_serialized
-    def add(self, messages: MessageInput) -> list[Msg]:
+    def add(self, messages: MessageInput, *, idempotency_key: str | None = None) -> list[Msg]:
         """Validate, count and append messages atomically; returns them as stored.
 
         Accepts a `Msg`, an OpenAI chat message dict, the `openai` client's own message object
         (`response.choices[0].message`), an Anthropic message (a dict, or the `anthropic`
         client's response), or a list mixing them. A rejected list stores none of
         its messages. Never compresses (call `compress_if_needed()`).
+
+        With `idempotency_key` (a framework's message id, say), an add that the session
+        already stored under that key (one that committed before a timeout, a cancellation
+        or a lost connection reached the caller) returns the messages it stored and stores
+        nothing again; the same key with other messages is a `Conflict`.
         """
         self._check_open()
+        key = _arguments.add_key(idempotency_key)
         msgs = coerce_messages(messages)
         prepared = prepare(
             msgs, self._counter, max_chars=self.config.max_message_chars, session_id=self.session_id
         )
-        return self._store.append(prepared)
+        return self._store.append(prepared, add_key=key)
 
     def compress_if_needed(self) -> list[Event]:
         """Run the compression loop if the trigger holds; returns this call's events, and
@@ -776,6 +802,7 @@ class AutoContextMemory:
     def _after_fork_in_child(self) -> None:
         # A lock another thread of the parent held at the fork would stay held in the child.
         self._lock = threading.RLock()
+        self._depth = 0
         # The parent's background compression goes on in the parent only.
         self._background.after_fork_in_child()
         self._running = None
@@ -1036,7 +1063,19 @@ class AsyncAutoContextMemory:
 
     The window policy is the sync memory's (`autoctx._window`), awaited; in background mode
     its compressions run as asyncio tasks (`compress_in_background`). It drives the sync
-    memory through its public methods and its named internal API (`MemoryInternals`)."""
+    memory through its public methods and its named internal API (`MemoryInternals`).
+
+    What a cancellation means (a timeout of `asyncio.wait_for`, a cancelled task): the awaiting
+    coroutine stops at once, but the database work it started in a worker thread runs to its
+    end, and each of its transactions commits whole or not at all, never half. So a cancelled
+    write may have happened: `add()` may have stored its messages (retry it with the same
+    `idempotency_key` to store them once), `pop_last()`, `clear()`, `set_plan()`, `fork()`,
+    `erase()` and `delete()` may have committed (read the session to know). A cancelled
+    `compress_if_needed()` keeps every compression step that committed (each is one
+    transaction); the claim it held on the session is free when the cancellation reaches the
+    caller, and a summarizer answer that had not been applied is dropped. A cancelled read
+    changes nothing.
+    """
 
     def __init__(self, sync: AutoContextMemory) -> None:
         self.sync = sync
@@ -1071,8 +1110,11 @@ class AsyncAutoContextMemory:
         )
         return cls(await asyncio.to_thread(open_shared, database_url, auto_upgrade, args))
 
-    async def add(self, messages: MessageInput) -> list[Msg]:
-        return await asyncio.to_thread(self.sync.add, messages)
+    async def add(self, messages: MessageInput, *, idempotency_key: str | None = None) -> list[Msg]:
+        """As `AutoContextMemory.add`. Cancelled (a timeout of `asyncio.wait_for`, say), the
+        add may still commit: pass `idempotency_key` and retry with the same key to store the
+        messages once (see the class's note on cancellation)."""
+        return await asyncio.to_thread(self.sync.add, messages, idempotency_key=idempotency_key)
 
     async def messages(self) -> list[Msg]:
         await self._before_read()
@@ -1132,19 +1174,18 @@ class AsyncAutoContextMemory:
                     await asyncio.wait([running])
                 return None
             case window.Compress(over_window=over_window, claim=claim, hand_over=hand_over):
-                held = self._inner.claim() if claim else None
-                if held is not None:
-                    await asyncio.to_thread(held.acquire, self.sync.options.compress_deadline_s)
-                try:
+                async with contextlib.AsyncExitStack() as held:
+                    if claim:
+                        # Taken and released in one guarded region: a cancellation anywhere
+                        # leaves the claim free at once (docs/design.md §5).
+                        wait_s = self.sync.options.compress_deadline_s
+                        await held.enter_async_context(aclaimed(self._inner.claim(), wait_s))
                     # Compressions of this memory run one at a time (the loop's lock; a
                     # background task holds it too), so none pays the summarizer for a range
                     # another one already replaced.
                     async with self._compress_lock():
                         await self._compress_now(over_window=over_window)
                         return background.take(raise_errors=True) if hand_over else []
-                finally:
-                    if held is not None:
-                        await asyncio.to_thread(held.release)
             case window.TakeEvents():
                 return background.take(raise_errors=True)
 
@@ -1185,24 +1226,21 @@ class AsyncAutoContextMemory:
         sink: list[Event] = []
         inner = self._inner
         # The claim `autoctx worker` takes (as the sync memory's background thread does).
-        claim = inner.claim()
-        if not await asyncio.to_thread(claim.acquire):
-            return sink  # a worker is compressing the session
         try:
-            async with self._compress_lock():
-                summarizer = self.sync.summarizer
-                background = inner.background
-                guard, stop = background.guard(inner.lock), background.stop
-                if isinstance(summarizer, AsyncSummarizer):
-                    await compressor.arun(info, summarizer, guard, stop=stop, events=sink)
-                else:
-                    await asyncio.to_thread(compressor.run, info, guard, stop, sink)
+            async with aclaimed(inner.claim(), 0.0) as held:
+                if not held:
+                    return sink  # a worker is compressing the session
+                async with self._compress_lock():
+                    summarizer = self.sync.summarizer
+                    background = inner.background
+                    guard, stop = background.guard(inner.lock), background.stop
+                    if isinstance(summarizer, AsyncSummarizer):
+                        await compressor.arun(info, summarizer, guard, stop=stop, events=sink)
+                    else:
+                        await asyncio.to_thread(compressor.run, info, guard, stop, sink)
         except asyncio.CancelledError:
             inner.background.keep(sink)  # what committed before the cancellation
             raise
-        finally:
-            # At once, not in a thread: a second cancellation must not skip it.
-            claim.release()
         return sink
 
     async def _compress_now(self, *, over_window: bool) -> None:

@@ -6,17 +6,25 @@ caller pinned it, and once stored its per-session `id` and token count.
 
 OpenAI conversion is lossless: whatever autoctx does not model (unknown keys, the choice between
 string content and content parts, the `developer` role) is kept under the reserved metadata key
-``"openai"`` and given back by `Msg.to_openai()`.
+``"openai"`` and given back by `Msg.to_openai()`. A block that came in another format (an
+Anthropic image, a thinking block, a Responses reasoning item) is mapped to the Chat Completions
+part that carries it where there is one, and left out of the OpenAI view where there is none
+(reasoning, above all: Chat Completions has no place for it); it stays stored, and
+`to_openai_messages` logs how many blocks of each type it left out (docs/design.md §1).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias, cast
 
 from ._errors import InvalidMessage
+
+_log = logging.getLogger("autoctx")
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 Kind: TypeAlias = Literal[
@@ -188,13 +196,29 @@ class Msg:
         return _from_openai(message, index)
 
     def to_openai(self) -> dict[str, Any]:
-        """This message as an OpenAI Chat Completions message."""
-        return _to_openai(self)
+        """This message as an OpenAI Chat Completions message. A block the format cannot
+        carry (reasoning) is left out of it and logged; the message itself keeps it."""
+        omitted: Counter[str] = Counter()
+        out = _to_openai(self, omitted)
+        log_omitted(omitted, 1)
+        return out
 
     # -- storage form -------------------------------------------------------------------------
 
     def content_json(self) -> list[dict[str, Any]]:
         return [block_to_json(b) for b in self.content]
+
+    def stored_json(self) -> dict[str, Any]:
+        """The message as autoctx stores it: every block (reasoning, images, signatures) and
+        the metadata, whatever format it came in; what the CLI and the console show beside
+        the OpenAI view, which cannot carry reasoning."""
+        out: dict[str, Any] = {"role": self.role}
+        if self.name is not None:
+            out["name"] = self.name
+        out["content"] = self.content_json()
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        return out
 
 
 def json_text(value: Any) -> str:
@@ -204,6 +228,18 @@ def json_text(value: Any) -> str:
     `add()` refuses them before anything is written.
     """
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def jsonb_order(value: Any) -> Any:
+    """A JSON value with every object's keys in the order PostgreSQL's jsonb keeps them
+    (shorter keys first, then bytewise), so that what is counted when a message is added is
+    what is counted again when it is read back or imported (`autoctx._intake.count_tokens`)."""
+    if isinstance(value, Mapping):
+        keys = sorted(value, key=lambda k: (len(str(k).encode()), str(k).encode()))
+        return {k: jsonb_order(value[k]) for k in keys}
+    if isinstance(value, list | tuple):
+        return [jsonb_order(v) for v in value]
+    return value
 
 
 class NonJsonNumber(ValueError):
@@ -290,8 +326,13 @@ def block_from_json(data: Mapping[str, Any]) -> Block:
 
 #: The Chat Completions content part types (the others are refused at intake).
 OPENAI_PART_TYPES = ("text", "image_url", "input_audio", "file", "refusal")
-#: Opaque blocks that only the Anthropic Messages format carries: `to_openai()` refuses them.
+#: Opaque blocks that only the Anthropic Messages format carries (`add()` reads a message that
+#: holds one as Anthropic).
 ANTHROPIC_ONLY_TYPES = frozenset({"image", "document", "thinking", "redacted_thinking"})
+#: A model's reasoning, in each format autoctx stores it: Anthropic's thinking blocks (and Pydantic
+#: AI's thinking parts, which take their shape) and the Responses API's reasoning items. Chat
+#: Completions has no place for any of them: the OpenAI view leaves them out.
+REASONING_TYPES = frozenset({"thinking", "redacted_thinking", "reasoning"})
 
 _ROLE_KEYS = {
     "system": {"role", "content", "name"},
@@ -438,7 +479,77 @@ def _from_openai(message: Mapping[str, Any], index: int | None) -> Msg:
     return Msg(cast(Role, role), blocks, name=name, metadata=metadata)
 
 
-def _to_openai(msg: Msg) -> dict[str, Any]:
+def opaque_type(block: OpaqueBlock) -> str:
+    """The type of an opaque block, for counts and logs (an AgentScope block's own type)."""
+    kind = block.data.get("type")
+    if isinstance(kind, str):
+        return kind
+    for value in block.data.values():
+        if isinstance(value, Mapping) and isinstance(value.get("type"), str):
+            return str(value["type"])
+    return "unknown"
+
+
+def _image_url_part(source: Any) -> dict[str, Any] | None:
+    if not isinstance(source, Mapping):
+        return None
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        url = f"data:{source.get('media_type', 'image/png')};base64,{source['data']}"
+        return {"type": "image_url", "image_url": {"url": url}}
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return {"type": "image_url", "image_url": {"url": source["url"]}}
+    return None
+
+
+def openai_part(block: OpaqueBlock) -> dict[str, Any] | None:
+    """The Chat Completions content part that carries an opaque block, or None when the format
+    has none (reasoning; a document it cannot name; a block of an unknown type)."""
+    data = block.data
+    kind = data.get("type")
+    if kind in OPENAI_PART_TYPES:
+        # An OpenAI part, given back as it came in (a text part with extra keys too; so is an
+        # Anthropic text block with citations, as before).
+        return dict(data)
+    if kind in ("input_text", "output_text") and isinstance(data.get("text"), str):
+        return {"type": "text", "text": data["text"]}  # Responses text: the text is the part
+    if kind == "image":  # Anthropic
+        return _image_url_part(data.get("source"))
+    if kind == "input_image" and isinstance(data.get("image_url"), str):  # Responses
+        return {"type": "image_url", "image_url": {"url": data["image_url"]}}
+    if kind == "document":  # Anthropic: a PDF as a file part, a text document as text
+        source = data.get("source")
+        if not isinstance(source, Mapping):
+            return None
+        if source.get("type") == "text" and isinstance(source.get("data"), str):
+            return {"type": "text", "text": source["data"]}
+        media = source.get("media_type")
+        if source.get("type") == "base64" and media == "application/pdf":
+            file: dict[str, Any] = {"file_data": f"data:{media};base64,{source.get('data')}"}
+            if isinstance(data.get("title"), str):
+                file["filename"] = data["title"]
+            return {"type": "file", "file": file}
+    return None
+
+
+def log_omitted(omitted: Counter[str], messages: int, *, view: str = "to_openai()") -> None:
+    """Log (at INFO, no content) the blocks a view left out, by type."""
+    if not omitted:
+        return
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(omitted.items()))
+    other = "to_anthropic()" if view == "to_openai()" else "to_openai()"
+    _log.info(
+        "%s: left out %d block(s) the %s format cannot carry (%s) in %d message(s); they "
+        "stay stored, and the export carries them (as %s does what it can)",
+        view,
+        sum(omitted.values()),
+        "Chat Completions" if view == "to_openai()" else "Anthropic Messages",
+        kinds,
+        messages,
+        other,
+    )
+
+
+def _to_openai(msg: Msg, omitted: Counter[str]) -> dict[str, Any]:
     meta: Mapping[str, Any] = msg.metadata.get(OPENAI_META) or {}
     out: dict[str, Any] = {"role": meta.get("role", msg.role)}
     if msg.role == "tool":
@@ -451,48 +562,48 @@ def _to_openai(msg: Msg) -> dict[str, Any]:
                 "to_openai_messages(), which gives one OpenAI tool message per result"
             )
         result = results[0]
-        if not isinstance(result.output, str) and not all(
-            isinstance(p, TextBlock) for p in result.output
-        ):
-            raise InvalidMessage(
-                f"message {msg.id} (tool): the result of call {result.tool_use_id!r} holds an "
-                "image, which a Chat Completions tool message cannot carry; read this session "
-                "with to_anthropic()"
-            )
         # `is_error` has no place in Chat Completions: the output text is what the model reads.
-        out["content"] = (
-            result.output
-            if isinstance(result.output, str)
-            else [
-                {"type": "text", "text": p.text} for p in result.output if isinstance(p, TextBlock)
-            ]
-        )
-        out["tool_call_id"] = result.tool_use_id
-    else:
-        content_blocks = [b for b in msg.content if not isinstance(b, ToolUseBlock)]
-        for b in content_blocks:
-            if isinstance(b, OpaqueBlock) and b.data.get("type") in ANTHROPIC_ONLY_TYPES:
-                # Converting would drop or rewrite what was stored (a thinking block's
-                # signature only verifies against Anthropic's own models): refuse instead.
-                raise InvalidMessage(
-                    f"message {msg.id} ({msg.role}) holds an Anthropic {b.data['type']!r} "
-                    "block, which the Chat Completions format cannot carry; read this session "
-                    "with to_anthropic()"
-                )
-        form = meta.get("content")
-        if form is None and len(content_blocks) == 1 and isinstance(content_blocks[0], TextBlock):
-            out["content"] = content_blocks[0].text
-        elif not content_blocks and form in (None, "none"):
-            out["content"] = None
+        # Nor has an image: a tool message holds text parts only, so the image is left out.
+        if isinstance(result.output, str):
+            out["content"] = result.output
         else:
             out["content"] = [
-                {"type": "text", "text": b.text} if isinstance(b, TextBlock) else dict(b.data)
-                for b in content_blocks
-                if isinstance(b, TextBlock | OpaqueBlock)
+                {"type": "text", "text": p.text} for p in result.output if isinstance(p, TextBlock)
             ]
+            for part in result.output:
+                if isinstance(part, OpaqueBlock):
+                    omitted[opaque_type(part)] += 1
+        out["tool_call_id"] = result.tool_use_id
+    else:
+        content_blocks: list[TextBlock | OpaqueBlock] = []
+        parts: list[dict[str, Any]] = []
+        for b in msg.content:
+            if isinstance(b, TextBlock):
+                content_blocks.append(b)
+                parts.append({"type": "text", "text": b.text})
+            elif isinstance(b, OpaqueBlock):
+                mapped = openai_part(b)
+                if mapped is None:
+                    # Per block, never the whole message: a thinking block's signature verifies
+                    # only against its own provider's models, and Chat Completions has no field
+                    # for reasoning. The block stays stored; `to_anthropic()` gives it back.
+                    omitted[opaque_type(b)] += 1
+                else:
+                    content_blocks.append(b)
+                    parts.append(mapped)
+        form = meta.get("content")
+        calls = msg.tool_uses
+        if form is None and len(content_blocks) == 1 and isinstance(content_blocks[0], TextBlock):
+            out["content"] = content_blocks[0].text
+        elif not content_blocks and (form in (None, "none") or len(msg.content) > len(calls)):
+            # Nothing (left) to show: null, as the API writes it beside calls; empty text for
+            # a message whose every block was left out, as it has neither calls nor content.
+            left_out_all = len(msg.content) > len(calls) and not calls
+            out["content"] = "" if left_out_all else None
+        else:
+            out["content"] = parts
         if msg.name is not None:
             out["name"] = msg.name
-        calls = msg.tool_uses
         if calls or meta.get("empty_tool_calls"):
             out["tool_calls"] = [_call_to_openai(c) for c in calls]
     for key, value in (meta.get("extra") or {}).items():
@@ -517,16 +628,29 @@ def from_openai_messages(messages: Iterable[Mapping[str, Any]]) -> list[Msg]:
     return [Msg.from_openai(m, index=i) for i, m in enumerate(messages)]
 
 
-def to_openai_messages(messages: Iterable[Msg]) -> list[dict[str, Any]]:
-    """Convert messages to OpenAI chat messages; a message with several tool results (which
-    autoctx's own format allows) becomes one tool message per result."""
+def openai_view(messages: Iterable[Msg]) -> tuple[list[dict[str, Any]], Counter[str], int]:
+    """Messages as OpenAI chat messages, how many blocks of each type the format could not
+    carry and were left out, and in how many messages. A message with several tool results
+    (which autoctx's own format allows) becomes one tool message per result."""
     out: list[dict[str, Any]] = []
+    omitted: Counter[str] = Counter()
+    touched = 0
     for m in messages:
+        before = omitted.total()
         if m.role == "tool" and len(m.tool_results) > 1:
             for r in m.tool_results:
-                out.append(_to_openai(m.with_(content=(r,))))
+                out.append(_to_openai(m.with_(content=(r,)), omitted))
         else:
-            out.append(_to_openai(m))
+            out.append(_to_openai(m, omitted))
+        touched += omitted.total() > before
+    return out, omitted, touched
+
+
+def to_openai_messages(messages: Iterable[Msg]) -> list[dict[str, Any]]:
+    """Convert messages to OpenAI chat messages (see `openai_view`); what the format cannot
+    carry (reasoning) is left out, block by block, and the count logged."""
+    out, omitted, touched = openai_view(messages)
+    log_omitted(omitted, touched)
     return out
 
 

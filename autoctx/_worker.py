@@ -11,6 +11,10 @@ their memories with ``background="worker"``: they never compress at the trigger,
 window they wait for the worker's compression (its claim) before compressing what is still
 over themselves.
 
+With no session due, a worker thread fills the search vectors the appends left (a batch per
+short transaction, `autoctx._store.search.fill_waiting_vectors`): the append path never
+computes them (migration 0013), and with a worker running no search computes them either.
+
 The summarizer is the process's: `OPENAI_BASE_URL` / `OPENAI_API_KEY` (and
 `AUTOCTX_SUMMARY_MODEL`) as everywhere else in autoctx, the offline one without them (or with
 ``--offline``). A stop (`stop()`, or SIGTERM / SIGINT under `run_until_signalled`) lets no
@@ -37,6 +41,7 @@ from ._events import Event
 from ._memory import internals
 from ._observe import CompressionHooks
 from ._store.claims import DueSession, SessionClaim, claim_due
+from ._store.search import FILL_BATCH, fill_waiting_vectors
 from ._summarizers import Summarizer, default_summarizer, describe_summarizer
 
 logger = logging.getLogger("autoctx")
@@ -197,6 +202,9 @@ class AutoContextWorker:
                 if once:
                     return
             if claimed is None:
+                # Nothing due: fill search vectors (a batch at a time), then look again.
+                if self._fill() == FILL_BATCH:
+                    continue
                 if once:
                     return
                 self._stop.wait(self.poll_s)
@@ -206,6 +214,16 @@ class AutoContextWorker:
                 self._compress(due)
             finally:
                 claim.release()
+
+    def _fill(self) -> int:
+        """One batch of the search vectors still waiting (the append path leaves them to
+        whoever searches first, or to the worker when it has nothing due); 0 on a failure,
+        logged with its type only."""
+        try:
+            return fill_waiting_vectors(self.client.engine, tenant=self.tenant)
+        except Exception as exc:
+            logger.warning("autoctx worker: filling search vectors failed (%s)", type(exc).__name__)
+            return 0
 
     def _claim(self) -> tuple[DueSession, SessionClaim] | None:
         with self._lock:

@@ -20,11 +20,12 @@ sequential scans of the session tables.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -42,10 +43,20 @@ from rich.console import Console
 from rich.table import Table
 
 from autoctx import AutoContextClient, AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
+from autoctx._search import websearch_text
 from autoctx._store import console as db
 from autoctx._store import search as search_store
-from autoctx._ui.app import CHILDREN_PAGE, EVENTS_PAGE, OFFLOAD_PAGE, SESSIONS_PAGE, WORKING_PAGE
+from autoctx._store.store import SessionStore
+from autoctx._ui.app import (
+    CHILDREN_PAGE,
+    EVENTS_PAGE,
+    OFFLOAD_PAGE,
+    SEARCH_LIMIT,
+    SESSIONS_PAGE,
+    WORKING_PAGE,
+)
 from autoctx._ui.server import make_server
+from autoctx._ui.timeline import BUCKETS
 
 console = Console(width=150)
 SCOPE = "s.tenant IS NULL"
@@ -110,6 +121,40 @@ def build(
     return time.perf_counter() - started
 
 
+def build_fleet(url: Any, tenant: str, sessions: int) -> float:
+    """`sessions` short sessions of one tenant: 4 to 40 steps each, every 7th over a small
+    window so that it compresses, every 11th with a failed attempt recorded, so that the
+    session list's orders (window, cost, failures) have something to rank."""
+    small = AutoContextConfig(max_tokens=2_000)
+    started = time.perf_counter()
+    client = AutoContextClient.shared(url, auto_upgrade=False)
+    for n in range(sessions):
+        config = small if n % 7 == 0 else AutoContextConfig(max_tokens=64_000)
+        mem = client.open(
+            f"{tenant}-{n:04d}", config=config, tenant=tenant, summarizer=OfflineSummarizer()
+        )
+        msgs = [Msg.system("You are a coding agent.")]
+        for k in range(4 + n % 37):
+            msgs += _message(n * 100 + k)
+        mem.add(msgs)
+        if n % 7 == 0:
+            mem.compress_if_needed()
+        if n % 11 == 0:
+            SessionStore(client.engine, mem.session_id, tenant=tenant).record_event(
+                strategy=4,
+                status="failed",
+                reason="tokens",
+                error="http_error: HTTP 503",
+                config=config.to_json(),
+                model="gpt-test",
+                prompt_tokens=1_000 + n,
+                completion_tokens=0,
+                latency_ms=10.0,
+            )
+        mem.close()
+    return time.perf_counter() - started
+
+
 def timed(fn: Callable[[], Any], repeats: int) -> float:
     fn()  # warm: the first request opens the pool and parses the templates
     runs = []
@@ -158,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--sessions", type=int, default=1_000, help="Sessions of the fleet tenant.")
     parser.add_argument("--json", default=None, help="Write the figures to this file.")
     args = parser.parse_args(argv)
     with fresh_database(args.database_url, "autoctx_bench_console") as bdb:
@@ -172,6 +218,8 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
     console.print(f"built raw ({args.messages:,} originals, all working) in {secs(took)}")
     took = build(bdb.url, "compressed", args.messages, args.batch, bounded, compress=True)
     console.print(f"built compressed ({args.messages:,} originals) in {secs(took)}")
+    took = build_fleet(bdb.url, FLEET, args.sessions)
+    console.print(f"built tenant {FLEET!r} ({args.sessions:,} sessions) in {secs(took)}")
     with raw_connection(bdb) as conn:
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
@@ -227,132 +275,259 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
         f"lineage rows, {counts[2]:,} offloads; `raw` has {n_working:,} working messages"
     )
 
-    server = make_server(
-        AutoContextClient.shared(bdb.url, auto_upgrade=False).engine, None, "127.0.0.1", 0
+    figures: list[dict[str, Any]] = []
+    engine = AutoContextClient.shared(bdb.url, auto_upgrade=False).engine
+    with served(engine, None) as (base, cookie):
+        t = {"tenant": None}
+
+        def p(**values: Any) -> dict[str, Any]:
+            return {**t, **values}
+
+        one_session = db._SESSIONS.format(where=f"s.session_id = %(sid)s AND {SCOPE}")
+        events_fwd = db._EVENTS.format(scope=SCOPE, op=">", direction="ASC")
+        events_back = db._EVENTS.format(scope=SCOPE, op="<", direction="DESC")
+        working_fwd = db._WORKING.format(scope=SCOPE, op=">", direction="ASC")
+        working_back = db._WORKING.format(scope=SCOPE, op="<", direction="DESC")
+        count_before = (
+            "SELECT count(*) FROM working_set w WHERE w.session_id = %(sid)s "
+            "AND w.position < %(first)s"
+        )
+        summary_id = int(big_summary[0])
+        offload_ids = list(offload[1])[:OFFLOAD_PAGE]
+        pages: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
+            (
+                "timeline of `raw`",
+                "/s/raw",
+                [
+                    (one_session, p(sid="raw")),
+                    (db._TIMELINE.format(scope=SCOPE), p(sid="raw", buckets=BUCKETS)),
+                    (db._GROWTH.format(scope=SCOPE), p(sid="raw", buckets=BUCKETS)),
+                ],
+            ),
+            (
+                "timeline of `compressed`",
+                "/s/compressed",
+                [
+                    (one_session, p(sid="compressed")),
+                    (db._TIMELINE.format(scope=SCOPE), p(sid="compressed", buckets=BUCKETS)),
+                    (db._GROWTH.format(scope=SCOPE), p(sid="compressed", buckets=BUCKETS)),
+                ],
+            ),
+            (
+                "events, first page",
+                "/s/compressed/events",
+                [
+                    (one_session, p(sid="compressed")),
+                    (events_fwd, p(sid="compressed", key=-(2**62), limit=EVENTS_PAGE + 1)),
+                ],
+            ),
+            (
+                "events, last page",
+                f"/s/compressed/events?before={last_event + 1}",
+                [
+                    (one_session, p(sid="compressed")),
+                    (events_back, p(sid="compressed", key=last_event + 1, limit=EVENTS_PAGE + 1)),
+                ],
+            ),
+            (
+                "working context, first page (raw)",
+                "/s/raw/working",
+                [
+                    (one_session, p(sid="raw")),
+                    (working_fwd, p(sid="raw", key=-(2**62), limit=WORKING_PAGE + 1)),
+                    (count_before, {"sid": "raw", "first": first_pos}),
+                ],
+            ),
+            (
+                "working context, middle page (raw)",
+                f"/s/raw/working?after={middle[0]}",
+                [
+                    (one_session, p(sid="raw")),
+                    (working_fwd, p(sid="raw", key=middle[0], limit=WORKING_PAGE + 1)),
+                    (count_before, {"sid": "raw", "first": middle[0] + 1}),
+                ],
+            ),
+            (
+                "working context, last page (raw)",
+                f"/s/raw/working?before={last_pos + 1}",
+                [
+                    (one_session, p(sid="raw")),
+                    (working_back, p(sid="raw", key=last_pos + 1, limit=WORKING_PAGE + 1)),
+                    (count_before, {"sid": "raw", "first": last_pos - WORKING_PAGE}),
+                ],
+            ),
+            (
+                f"message + lineage ({big_summary[1]:,} replaced)",
+                f"/s/compressed/m/{summary_id}",
+                [
+                    (one_session, p(sid="compressed")),
+                    (db._MESSAGE.format(scope=SCOPE), p(sid="compressed", id=summary_id)),
+                    (
+                        db._CHILDREN.format(scope=SCOPE),
+                        p(sid="compressed", mid=summary_id, after=0, limit=CHILDREN_PAGE + 1),
+                    ),
+                    (db._COVERING.format(scope=SCOPE), p(sid="compressed", mid=summary_id)),
+                ],
+            ),
+            (
+                f"offload, first page ({len(offload[1]):,} messages)",
+                f"/s/compressed/o/{offload[0]}",
+                [
+                    (one_session, p(sid="compressed")),
+                    (db._OFFLOAD.format(scope=SCOPE), p(sid="compressed", uuid=offload[0])),
+                    (db._BY_ID.format(scope=SCOPE), p(sid="compressed", ids=offload_ids)),
+                ],
+            ),
+            (
+                f"offload, originals behind it, first page ({n_behind:,})",
+                f"/s/compressed/o/{deep[0]}?view=originals",
+                [
+                    (one_session, p(sid="compressed")),
+                    (db._OFFLOAD.format(scope=SCOPE), p(sid="compressed", uuid=deep[0])),
+                    (
+                        db._ORIGINALS.format(scope=SCOPE),
+                        p(sid="compressed", uuid=deep[0], after=0, limit=OFFLOAD_PAGE + 1),
+                    ),
+                ],
+            ),
+        ]
+        figures += measure(f"{args.messages:,}-message sessions", pages, base, cookie, bdb, args)
+        word = WORDS[3]
+        figures += measure(
+            "search, vectors still waiting (no worker has run)",
+            [search_page(word, None)],
+            base,
+            cookie,
+            bdb,
+            args,
+        )
+        # What `autoctx worker` does whenever no session is due: one batch per transaction
+        # until none is waiting (not the worker itself: `raw` is due by its message count,
+        # and compressing it is not what is measured here).
+        started, filled = time.perf_counter(), 0
+        while (done := search_store.fill_waiting_vectors(engine)) > 0:
+            filled += done
+        console.print(
+            f"the worker's fill: {filled:,} vectors in {secs(time.perf_counter() - started)}"
+        )
+        figures += measure(
+            "search, after the worker filled the vectors",
+            [search_page(word, None)],
+            base,
+            cookie,
+            bdb,
+            args,
+        )
+    with served(engine, FLEET) as (base, cookie):
+        with raw_connection(bdb) as conn:
+            order = [
+                r[0]
+                for r in conn.execute(
+                    db.sessions_sql(FLEET, "window", after=None, before=None),
+                    {"tenant": FLEET, "limit": 10**6, "cursor": None},
+                )
+            ]
+        middle, last = order[len(order) // 2], order[-1]
+        count = "SELECT count(*) FROM sessions s WHERE s.tenant = %(tenant)s"
+
+        def fleet_page(
+            name: str, sort: db.SessionSort, after: str | None, before: str | None
+        ) -> tuple[str, str, list[tuple[str, dict[str, Any]]]]:
+            cursor = after if after is not None else before
+            path = f"/?sort={sort}" + (
+                f"&after={quote(after)}" if after else f"&before={quote(before)}" if before else ""
+            )
+            params = {"tenant": FLEET, "limit": SESSIONS_PAGE + 1, "cursor": cursor}
+            return (
+                name,
+                path,
+                [
+                    (db.sessions_sql(FLEET, sort, after=after, before=before), params),
+                    (count, {"tenant": FLEET}),
+                ],
+            )
+
+        fleet = [
+            fleet_page("sessions, first page (nearest the window)", "window", None, None),
+            fleet_page("sessions, middle page (after a cursor)", "window", middle, None),
+            fleet_page("sessions, last page (before a cursor)", "window", None, last),
+            fleet_page("sessions, most expensive", "cost", None, None),
+            fleet_page("sessions, most failures", "failures", None, None),
+            fleet_page("sessions, recently updated", "updated", None, None),
+            search_page(WORDS[5], FLEET),
+        ]
+        figures += measure(
+            f"a tenant of {args.sessions:,} sessions", fleet, base, cookie, bdb, args
+        )
+    over = [f for f in figures if f["ratio"] > GOAL]
+    console.print(
+        f"goal: every page at most {GOAL}x its SQL sent raw; "
+        + (f"{len(over)} over: " + ", ".join(f["page"] for f in over) if over else "all met")
     )
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(figures, out, indent=2)
+
+
+Page = tuple[str, str, list[tuple[str, dict[str, Any]]]]
+#: The issue's goal: a page costs at most this much more than its SQL alone.
+GOAL = 1.5
+FLEET = "fleet"
+
+
+@contextlib.contextmanager
+def served(engine: Any, tenant: str | None) -> Iterator[tuple[str, str]]:
+    """The console's own server for `tenant` in a thread: its base URL and the token's cookie
+    (what a browser holds after opening the printed URL)."""
+    server = make_server(engine, tenant, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    # Signed in as a browser is after opening the printed URL: the token's cookie.
-    cookie = f"{server.access.cookie}={server.access.token}"
-    t = {"tenant": None}
+    try:
+        yield (
+            f"http://127.0.0.1:{server.server_address[1]}",
+            f"{server.access.cookie}={server.access.token}",
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
 
-    def p(**values: Any) -> dict[str, Any]:
-        return {**t, **values}
 
-    sessions_sql = db.sessions_sql(None, "window", after=None, before=None)
-    one_session = db._SESSIONS.format(where=f"s.session_id = %(sid)s AND {SCOPE}")
-    events_fwd = db._EVENTS.format(scope=SCOPE, op=">", direction="ASC")
-    events_back = db._EVENTS.format(scope=SCOPE, op="<", direction="DESC")
-    working_fwd = db._WORKING.format(scope=SCOPE, op=">", direction="ASC")
-    working_back = db._WORKING.format(scope=SCOPE, op="<", direction="DESC")
-    count_before = (
-        "SELECT count(*) FROM working_set w WHERE w.session_id = %(sid)s AND w.position < %(first)s"
+def search_page(word: str, tenant: str | None) -> Page:
+    """The console's tenant-wide search page and the statements `search_tenant` sends for it
+    (in a READ ONLY transaction it fills nothing: the settings, the configurations, the query
+    check, the hits)."""
+    scope = "s.tenant = %(tenant)s" if tenant is not None else "s.tenant IS NULL"
+    params = {
+        "tenant": tenant,
+        "query": websearch_text(word),
+        "limit": SEARCH_LIMIT,
+        "options": search_store.HEADLINE_OPTIONS,
+        "table": "messages",
+    }
+    where = f"m.session_id IN (SELECT s.session_id FROM sessions s WHERE {scope})"
+    return (
+        f"search {word!r} (tenant-wide)",
+        f"/search?q={quote(word)}",
+        [
+            (search_store._SETTINGS, params),
+            (f"SELECT DISTINCT {search_store._CONFIG_OF} FROM sessions s WHERE {scope}", params),
+            ("SELECT websearch_to_tsquery('simple', %(query)s)", params),
+            (search_store._search_sql(["simple"], where), params),
+        ],
     )
-    summary_id = int(big_summary[0])
-    offload_ids = list(offload[1])[:OFFLOAD_PAGE]
-    word = WORDS[3]
-    search_sql = (
-        "SELECT m.session_id, m.id FROM messages m WHERE m.search_tsv @@ "
-        "websearch_to_tsquery('simple', %(q)s) AND m.session_id IN (SELECT s.session_id FROM "
-        "sessions s WHERE s.tenant IS NULL) ORDER BY ts_rank_cd(m.search_tsv, "
-        "websearch_to_tsquery('simple', %(q)s), 1) DESC LIMIT 50"
-    )
-    assert search_store  # the console's search is the library's (search_tenant)
-    pages: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
-        (
-            "sessions (nearest the window)",
-            "/?sort=window",
-            [(sessions_sql, p(limit=SESSIONS_PAGE + 1, cursor=None))],
-        ),
-        (
-            "timeline of `compressed`",
-            "/s/compressed",
-            [
-                (one_session, p(sid="compressed")),
-                (db._TIMELINE.format(scope=SCOPE), p(sid="compressed")),
-            ],
-        ),
-        (
-            "events, first page",
-            "/s/compressed/events",
-            [
-                (one_session, p(sid="compressed")),
-                (events_fwd, p(sid="compressed", key=-(2**62), limit=EVENTS_PAGE + 1)),
-            ],
-        ),
-        (
-            "events, last page",
-            f"/s/compressed/events?before={last_event + 1}",
-            [
-                (one_session, p(sid="compressed")),
-                (events_back, p(sid="compressed", key=last_event + 1, limit=EVENTS_PAGE + 1)),
-            ],
-        ),
-        (
-            "working context, first page (raw)",
-            "/s/raw/working",
-            [
-                (one_session, p(sid="raw")),
-                (working_fwd, p(sid="raw", key=-(2**62), limit=WORKING_PAGE + 1)),
-                (count_before, {"sid": "raw", "first": first_pos}),
-            ],
-        ),
-        (
-            "working context, middle page (raw)",
-            f"/s/raw/working?after={middle[0]}",
-            [
-                (one_session, p(sid="raw")),
-                (working_fwd, p(sid="raw", key=middle[0], limit=WORKING_PAGE + 1)),
-                (count_before, {"sid": "raw", "first": middle[0] + 1}),
-            ],
-        ),
-        (
-            "working context, last page (raw)",
-            f"/s/raw/working?before={last_pos + 1}",
-            [
-                (one_session, p(sid="raw")),
-                (working_back, p(sid="raw", key=last_pos + 1, limit=WORKING_PAGE + 1)),
-                (count_before, {"sid": "raw", "first": last_pos - WORKING_PAGE}),
-            ],
-        ),
-        (
-            f"message + lineage ({big_summary[1]:,} replaced)",
-            f"/s/compressed/m/{summary_id}",
-            [
-                (one_session, p(sid="compressed")),
-                (db._MESSAGE.format(scope=SCOPE), p(sid="compressed", id=summary_id)),
-                (
-                    db._CHILDREN.format(scope=SCOPE),
-                    p(sid="compressed", mid=summary_id, after=0, limit=CHILDREN_PAGE + 1),
-                ),
-                (db._COVERING.format(scope=SCOPE), p(sid="compressed", mid=summary_id)),
-            ],
-        ),
-        (
-            f"offload, first page ({len(offload[1]):,} messages)",
-            f"/s/compressed/o/{offload[0]}",
-            [
-                (one_session, p(sid="compressed")),
-                (db._OFFLOAD.format(scope=SCOPE), p(sid="compressed", uuid=offload[0])),
-                (db._BY_ID.format(scope=SCOPE), p(sid="compressed", ids=offload_ids)),
-            ],
-        ),
-        (
-            f"offload, originals behind it, first page ({n_behind:,})",
-            f"/s/compressed/o/{deep[0]}?view=originals",
-            [
-                (one_session, p(sid="compressed")),
-                (db._OFFLOAD.format(scope=SCOPE), p(sid="compressed", uuid=deep[0])),
-                (
-                    db._ORIGINALS.format(scope=SCOPE),
-                    p(sid="compressed", uuid=deep[0], after=0, limit=OFFLOAD_PAGE + 1),
-                ),
-            ],
-        ),
-        (f"search {word!r} (tenant-wide)", f"/search?q={quote(word)}", [(search_sql, {"q": word})]),
-    ]
-    table = Table(title=f"console pages, median of {args.repeats} (after one warm-up)")
-    for col in ("page", "console (HTTP)", "raw SQL (psycopg)", "bytes", "seq scans"):
+
+
+def measure(
+    title: str,
+    pages: Sequence[Page],
+    base: str,
+    cookie: str,
+    bdb: BenchDatabase,
+    args: argparse.Namespace,
+) -> list[dict[str, Any]]:
+    """Each page over HTTP and its statements sent raw, median of `--repeats` after a warm-up
+    each, printed as a table with the ratio; the figures."""
+    table = Table(title=f"{title}: console pages, median of {args.repeats} (after one warm-up)")
+    for col in ("page", "console (HTTP)", "raw SQL (psycopg)", "ratio", "bytes", "seq scans"):
         table.add_column(col, justify="left" if col in ("page", "seq scans") else "right")
     figures = []
     with raw_connection(bdb) as conn:
@@ -365,25 +540,29 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
             main_sql, main_params = statements[-1] if len(statements) == 1 else statements[1]
             scans = seq_scans(conn, main_sql, main_params)
             conn.rollback()
+            ratio = page_s / sql_s
             table.add_row(
-                name, f"{page_s * 1000:,.1f} ms", f"{sql_s * 1000:,.1f} ms", f"{size:,}", scans
+                name,
+                f"{page_s * 1000:,.1f} ms",
+                f"{sql_s * 1000:,.1f} ms",
+                f"{ratio:.2f}x",
+                f"{size:,}",
+                scans,
             )
             figures.append(
                 {
+                    "set": title,
                     "page": name,
                     "path": path,
                     "console_s": page_s,
                     "sql_s": sql_s,
+                    "ratio": ratio,
                     "bytes": size,
                     "seq_scans": scans,
                 }
             )
-    server.shutdown()
-    server.server_close()
     console.print(table)
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(figures, out, indent=2)
+    return figures
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoctx._tokens import get_encoding
@@ -86,6 +86,10 @@ class ScriptedAgent:
     #: Calls to make instead of the work tool, by step within the run: (tool name, arguments).
     context_calls: Mapping[int, tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
     final_answer: str = "All steps are done."
+    #: Reason before each reply, as a reasoning model behind a Chat Completions endpoint does:
+    #: the reply's `reasoning_content` (DeepSeek's and vLLM's field, which the Agents SDK,
+    #: Pydantic AI and AgentScope read) of about this many characters, naming the step.
+    reasoning_chars: int = 0
     #: Input tokens of every request received, in order (see `request_tokens`).
     inputs: list[int] = field(default_factory=list)
     #: Every request body received, in order.
@@ -95,6 +99,15 @@ class ScriptedAgent:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, body: dict[str, Any]) -> Reply:
+        reply = self._reply(body)
+        if not self.reasoning_chars:
+            return reply
+        then = (reply.message_extra.get("tool_calls") or [{"id": "answer"}])[0]["id"]
+        line = f"Reasoning before {then}: the last output decides the next step. "
+        text = (line * (self.reasoning_chars // len(line) + 1))[: self.reasoning_chars]
+        return replace(reply, message_extra={**reply.message_extra, "reasoning_content": text})
+
+    def _reply(self, body: dict[str, Any]) -> Reply:
         with self._lock:
             self.requests.append(body)
             self.inputs.append(request_tokens(body))

@@ -163,6 +163,10 @@ class AnthropicAgent:
         field(default_factory=dict)
     )
     final_answer: str = "All steps are done."
+    #: Start each reply with a thinking block (with a signature), as a model with extended
+    #: thinking does; its text is about `thinking_chars` long and names the step.
+    thinking: bool = False
+    thinking_chars: int = 400
     inputs: list[int] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     _step: int = 0
@@ -180,7 +184,7 @@ class AnthropicAgent:
                 self._step = 0
             step = self._step
             if step >= self.calls_per_run:
-                return [{"type": "text", "text": self.final_answer}]
+                return [*self._thought(step, "answer"), {"type": "text", "text": self.final_answer}]
             self._step += 1
             self._calls += 1
             call_id = f"toolu_{self._calls:04d}"
@@ -190,9 +194,17 @@ class AnthropicAgent:
         else:
             name, arguments = self._work_tool(body), {"step": step}
         return [
+            *self._thought(step, call_id),
             {"type": "text", "text": f"Step {step}."},
             {"type": "tool_use", "id": call_id, "name": name, "input": arguments},
         ]
+
+    def _thought(self, step: int, then: str) -> list[dict[str, Any]]:
+        if not self.thinking:
+            return []
+        line = f"Thinking before {then} at step {step}: weigh the last output. "
+        text = (line * (self.thinking_chars // len(line) + 1))[: self.thinking_chars]
+        return [{"type": "thinking", "thinking": text, "signature": f"sig-{then}-{step}=="}]
 
     def _work_tool(self, body: Mapping[str, Any]) -> str:
         for tool in body.get("tools") or []:

@@ -478,6 +478,8 @@ def _chunks(completion: Mapping[str, Any], size: int) -> Iterator[dict[str, Any]
         }
 
     yield chunk({"role": "assistant", "content": ""})
+    for piece in _pieces(message.get("reasoning_content") or "", size):
+        yield chunk({"reasoning_content": piece})
     for piece in _pieces(message.get("content") or "", size):
         yield chunk({"content": piece})
     for piece in _pieces(message.get("refusal") or "", size):

@@ -5,6 +5,7 @@ checks the API's shape rules stays under the window with every request accepted.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -214,23 +215,49 @@ def test_unknown_or_malformed_blocks_are_refused(
     assert mem.message_count() == 1
 
 
-def test_to_openai_refuses_what_chat_completions_cannot_carry(open_memory: Opener) -> None:
+def test_to_openai_maps_what_chat_completions_carries_and_leaves_out_the_rest(
+    open_memory: Opener, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before issue 32, to_openai() refused this session whole (its thinking, its document).
     mem = open_memory()
-    mem.add(CONVERSATION[:3])
-    with pytest.raises(InvalidMessage, match=r"message 1 .*'document' block.*to_anthropic"):
-        mem.to_openai()
-    start = {"role": "user", "content": "go"}
-    thinking = open_memory("thinking")
-    thinking.add([start, *CONVERSATION[1:3]])
-    with pytest.raises(InvalidMessage, match=r"'thinking' block.*to_anthropic"):
-        thinking.to_openai()
-    # Without thinking blocks, the image in the tool result is what it cannot carry.
-    other = open_memory("no-thinking")
-    plain = copy.deepcopy(CONVERSATION[1:3])
-    plain[0]["content"] = plain[0]["content"][2:]
-    other.add([start, *plain])
-    with pytest.raises(InvalidMessage, match=r"holds an image.*to_anthropic"):
-        other.to_openai()
+    mem.add(CONVERSATION)
+    with caplog.at_level(logging.INFO, logger="autoctx"):
+        out = mem.to_openai()
+    # The text document is a text part; the thinking blocks are left out of the assistant
+    # message, each one, and its text and calls stay in place.
+    assert out[0]["content"] == [
+        {"type": "text", "text": "Read a.py and b.py, then fix the failing test."},
+        {"type": "text", "text": "spec text"},
+    ]
+    assert out[1]["content"] == "Reading both."
+    assert [c["id"] for c in out[1]["tool_calls"]] == ["toolu_01", "toolu_02"]
+    # A tool message holds text only: the image of the second result is left out.
+    assert out[2] == {"role": "tool", "content": "def a(): ...", "tool_call_id": "toolu_01"}
+    assert out[3] == {
+        "role": "tool",
+        "content": [{"type": "text", "text": "no such file"}],
+        "tool_call_id": "toolu_02",
+    }
+    # One log line with the count per type, and no content.
+    [line] = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert "3 block(s)" in line and "1 image, 1 redacted_thinking, 1 thinking" in line
+    assert "Two files" not in line and SIGNATURE not in line
+    # Nothing stored changed: the Anthropic view still gives every block back.
+    assert mem.to_anthropic()[1] == CONVERSATION
+    # An assistant turn of thinking and calls only becomes a message of calls (content null).
+    only = open_memory("thinking-and-calls")
+    only.add(
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": [CONVERSATION[1]["content"][0], CONVERSATION[3]["content"][0]],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_03"}]},
+        ]
+    )
+    out = only.to_openai()
+    assert out[1]["content"] is None and out[1]["tool_calls"][0]["id"] == "toolu_03"
     # Text-only Anthropic messages convert (the calls become tool_calls, the flag is dropped).
     third = open_memory("text-only")
     third.add(

@@ -12,17 +12,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 import autoctx
-from autoctx import AutoContextMemory, OfflineSummarizer, OpenAISummarizer
+from autoctx import (
+    AsyncAutoContextMemory,
+    AutoContextMemory,
+    OfflineSummarizer,
+    OpenAISummarizer,
+)
 from autoctx._worker import AutoContextWorker, Compressed
 from tests.histories import SMALL, multi_round
-from tests.openai_server import OpenAIServer
+from tests.openai_server import OpenAIServer, Reply
 from tests.test_background import Gate, _at_trigger
 from tests.test_tenants import Role, login_role
 
@@ -77,13 +85,14 @@ def test_a_tenant_role_cannot_take_hold_or_remove_another_tenants_claim(
                     sa.text("SELECT session_id FROM session_claims FOR UPDATE")
                 ).all()
                 assert victim not in {r[0] for r in locked}
-                gone = rows.execute(
-                    sa.text("DELETE FROM session_claims WHERE session_id = :s"), {"s": victim}
-                )
-                assert gone.rowcount == 0
-        with pytest.raises(sa.exc.ProgrammingError, match="row-level security"), rows.begin():
-            rows.execute(sa.text("SELECT set_config('autoctx.tenant', 'globex', true)"))
-            rows.execute(sa.text("INSERT INTO session_claims VALUES (:s)"), {"s": "x-" + victim})
+        # It writes no claim row at all: the triggers on sessions do (migration 0014).
+        for statement in (
+            "DELETE FROM session_claims WHERE session_id = :s",
+            "INSERT INTO session_claims VALUES (:s)",
+        ):
+            with pytest.raises(sa.exc.ProgrammingError, match="permission denied"), rows.begin():
+                rows.execute(sa.text("SELECT set_config('autoctx.tenant', 'globex', true)"))
+                rows.execute(sa.text(statement), {"s": victim})
         # While the role still holds all it could take, the worker compresses the session.
         assert victim in _compressed_by_worker(db_url)
     engine.dispose()
@@ -138,3 +147,88 @@ def test_a_worker_leaves_a_session_that_its_background_thread_compresses(
     assert [e.status for e in events if e.status == "applied"]
     statuses = [e.status for e in mem.events()]
     assert "conflict" not in statuses, statuses
+
+
+# ---------------------------------------------------------------------------------------------
+# A cancelled async compression lets go of its claim at once (the claim was taken before the
+# try/finally that released it, and stayed held until the garbage collector ran)
+# ---------------------------------------------------------------------------------------------
+
+#: A window the history below is over: `compress_if_needed()` in worker mode compresses in
+#: the calling task, holding the claim.
+OVER_WINDOW = dataclasses.replace(SMALL, max_tokens=8_000)
+
+
+def _claim_is_free(engine: sa.Engine, sid: str) -> bool:
+    """Whether the session's claim can be taken now (the statement a worker's claim runs)."""
+    with engine.begin() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT session_id FROM session_claims WHERE session_id = :s FOR UPDATE SKIP LOCKED"
+            ),
+            {"s": sid},
+        ).one_or_none()
+    return row is not None
+
+
+async def _cancel_at_suspension(coro: Coroutine[Any, Any, object], k: int) -> bool:
+    """Run `coro` as a task and cancel it when it is suspended for the `k`-th time (a new
+    future awaited: each await point of the async path that really waits); True when it was
+    cancelled there, False when it finished first."""
+    task = asyncio.ensure_future(coro)
+    seen: list[object] = []
+    while not task.done():
+        # CPython's Task keeps the future it waits on here (both the C and the Python Task).
+        waiter = getattr(task, "_fut_waiter", None)
+        if waiter is not None and (not seen or seen[-1] is not waiter):
+            seen.append(waiter)
+            if len(seen) == k:
+                task.cancel()
+                break
+        await asyncio.sleep(0)
+    try:
+        await task
+    except asyncio.CancelledError:
+        return True
+    return False
+
+
+def test_a_cancelled_async_compression_frees_its_claim_at_every_await_point(
+    db_url: str, server: OpenAIServer
+) -> None:
+    server.reset()
+    server.set_default(Reply.text())
+    summarizer = OpenAISummarizer(
+        base_url=server.base_url, api_key="test", timeout=20, max_retries=0
+    )
+    engine = sa.create_engine(db_url, poolclass=sa.NullPool)
+    history = multi_round(23, rounds=4, steps=8)
+
+    async def scenario(k: int) -> tuple[bool, bool, bool]:
+        sid = f"cancel-{k}-{uuid.uuid4().hex[:6]}"
+        mem = await AsyncAutoContextMemory.open(
+            sid, db_url, OVER_WINDOW, summarizer=summarizer, background="worker"
+        )
+        try:
+            await mem.add(history)
+            assert await mem.token_count() >= OVER_WINDOW.max_tokens
+            cancelled = await _cancel_at_suspension(mem.compress_if_needed(), k)
+            # At once: when the cancellation has reached the caller, no wait.
+            free_now = _claim_is_free(engine, sid)
+            # And still free once any thread the cancelled call started has ended.
+            await asyncio.sleep(0.5)
+            free_later = _claim_is_free(engine, sid)
+            return cancelled, free_now, free_later
+        finally:
+            await mem.close()
+
+    points = 0
+    for k in range(1, 200):
+        cancelled, free_now, free_later = asyncio.run(scenario(k))
+        assert free_now and free_later, f"cancelled at suspension {k}: the claim is held"
+        if not cancelled:
+            break
+        points += 1
+    engine.dispose()
+    # The claim's wait, the summarizer's answer and the database steps all suspend the call.
+    assert points >= 5, points

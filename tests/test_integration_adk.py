@@ -42,7 +42,13 @@ from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from autoctx import AutoContextClient, AutoContextConfig, ConfigError, OfflineSummarizer
+from autoctx import (
+    AutoContextClient,
+    AutoContextConfig,
+    ConfigError,
+    InvalidArgument,
+    OfflineSummarizer,
+)
 from autoctx.integrations.adk import (
     AutoContextPlugin,
     AutoContextSessionService,
@@ -492,6 +498,16 @@ def test_a_bad_namespace_or_client_is_refused(db_url: str, client: AutoContextCl
         AutoContextSessionService(db_url, client=client)
     with pytest.raises(ConfigError, match="AutoContextSessionService"):
         AutoContextPlugin(object())  # type: ignore[arg-type]
+
+
+@contract
+async def test_a_bad_app_name_is_refused_and_writes_nothing(
+    session_service: AutoContextSessionService,
+) -> None:
+    with pytest.raises(InvalidArgument, match="app_name must be a non-empty string"):
+        await session_service.create_session(app_name="", user_id="u", state={"app:k": 1})
+    listed = await session_service.list_sessions(app_name="x")
+    assert listed.sessions == []
 
 
 # --- ADK's Runner, a long run -----------------------------------------------------------------

@@ -456,3 +456,55 @@ def test_a_streaming_model_is_bounded_too(open_mw: Any) -> None:
         await mw.close()
 
     run(go())
+
+
+def test_a_result_over_agentscopes_limit_is_stored_whole_and_reloads_byte_for_byte(
+    open_mw: Any,
+) -> None:
+    """AgentScope cuts a tool result over its `tool_result_limit` before it reaches the agent's
+    context; the middleware's `on_acting` sees the whole one, so autoctx stores it whole and
+    offloads it (before issue 32 it stored the cut text and AgentScope's reminder)."""
+    big = tool_output(7, 200_000)
+    assert len(big.encode()) == 200_000
+
+    def fetch(step: int) -> str:
+        """Fetch the whole build log.
+
+        Args:
+            step: the step number
+        """
+        return big
+
+    agent_model = ScriptedAgent(calls_per_run=2)
+
+    async def go() -> None:
+        mw = await open_mw()
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, mw, tool=fetch)
+            agent.context_config.tool_result_limit = 2_000
+            reply = await agent.reply(UserMsg(name="user", content="Read the log."))
+            assert reply.get_text_content() == agent_model.final_answer
+        framework_runs.assert_under_window(agent_model)
+        sent = json.dumps(agent_model.requests)
+        assert "<<<TRUNCATED>>>" not in sent  # AgentScope's cut never reached the model
+        results = [
+            m
+            for e in await mw.memory.events()
+            if e.offload_uuid is not None
+            for m in await mw.memory.reload(e.offload_uuid)
+            if m.role == "tool"
+        ]
+        assert len(results) == 2
+        for msg in results:
+            assert msg.tool_results[0].output_text == big
+        hits = await mw.memory.search('"FACT-0007"')
+        whole = [
+            m
+            for h in hits
+            for m in await mw.memory.reload(message_id=h.message_id)
+            if m.role == "tool" and m.kind == "original"
+        ]
+        assert len(whole) == 2 and all(m.tool_results[0].output_text == big for m in whole)
+        await mw.close()
+
+    run(go())

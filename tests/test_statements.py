@@ -58,6 +58,7 @@ _REF_RE = re.compile(
     re.IGNORECASE,
 )
 _PIN_RE = re.compile(r"(?:(\w+)\.)?session_id\s*=\s*%\((\w+)\)s(?:::\w+)?", re.IGNORECASE)
+_CALL_RE = re.compile(r"\b(autoctx_\w+)\(\s*%\((\w+)\)s", re.IGNORECASE)
 _JOIN_RE = re.compile(r"(\w+)\.session_id\s*=\s*(\w+)\.session_id", re.IGNORECASE)
 _ANY_SESSION_RE = re.compile(r"session_id\s*(?:=\s*ANY|IN\s*\(|<>|!=|<|>|LIKE)", re.IGNORECASE)
 #: Statements that touch no session table, all of them per-connection or schema checks.
@@ -248,6 +249,14 @@ def _pinned_aliases(c: Captured) -> tuple[set[str], set[str], list[str]]:
             pinned |= set(refs)
         else:
             pinned.add(alias)
+    # A call of one of autoctx's functions whose first argument is the session id (Citus
+    # routes such a call by that argument: `create_distributed_function(..., '$1')`).
+    for m in _CALL_RE.finditer(c.statement):
+        function, param = m.group(1), m.group(2)
+        if params.get(param) != c.session_id:
+            problems.append(f"{function} called for session {param}={params.get(param)!r}")
+        else:
+            pinned.add(function)
     # INSERT ... SELECT inside a statement (a data-modifying CTE): the inserted rows' session_id
     # (the first column) is the first selected value.
     for m in _INSERT_SELECT_ANY_RE.finditer(c.statement):

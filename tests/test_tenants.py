@@ -273,9 +273,23 @@ def test_rls_is_enabled_on_every_session_table(db_url: str) -> None:
         assert (r.relrowsecurity, r.relforcerowsecurity, r.policies) == (True, False, 1), r
 
 
-def test_views_run_as_their_reader_and_no_function_runs_as_its_owner(db_url: str) -> None:
+#: The functions that run with their owner's rights (migration 0014): the two that delete for
+#: a role without DELETE (each checks the caller's login holds the session's tenant, tested in
+#: test_claims.py) and the claim triggers (which fire only on rows the role may write).
+DEFINERS = {
+    "autoctx_unlink_working",
+    "autoctx_delete_session",
+    "autoctx_claim_created",
+    "autoctx_claim_deleted",
+}
+
+
+def test_views_run_as_their_reader_and_only_the_delete_functions_run_as_their_owner(
+    db_url: str,
+) -> None:
     """A view runs with its owner's rights unless security_invoker, and a SECURITY DEFINER
-    function with its definer's: either would read past the policies."""
+    function with its definer's: either would read past the policies. The few definers have a
+    fixed search path and are not PUBLIC's to call."""
     engine = sa.create_engine(db_url, poolclass=sa.NullPool)
     with engine.connect() as conn:
         schema = "(select relnamespace from pg_class where oid = 'sessions'::regclass)"
@@ -286,13 +300,20 @@ def test_views_run_as_their_reader_and_no_function_runs_as_its_owner(db_url: str
             )
         ).all()
         definers = conn.execute(
-            sa.text(f"select proname from pg_proc where prosecdef and pronamespace = {schema}")
+            sa.text(
+                "select proname, proconfig, prokind, "
+                "has_function_privilege('public', oid, 'EXECUTE') as public "
+                f"from pg_proc where prosecdef and pronamespace = {schema}"
+            )
         ).all()
     engine.dispose()
     assert {v.relname for v in views} == {*AUDIT_VIEWS, *LIFECYCLE_VIEWS}
     for v in views:
         assert "security_invoker=true" in v.options, v
-    assert definers == []
+    assert {d.proname for d in definers} == DEFINERS
+    for d in definers:
+        assert d.proconfig == ["search_path=pg_catalog, pg_temp"], d
+        assert not d.public or d.proname.startswith("autoctx_claim_"), d
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,12 +401,24 @@ def test_naming_another_tenant_writes_nothing_of_it(
     before = _picture(db_url, world.foreign)
     for statement in (
         "update sessions set plan = '{}' where session_id = :s",
-        "delete from working_set where session_id = :s",
         "update sessions set tenant = 'acme' where session_id = :s",
-        "delete from sessions where session_id = :s",
+        # The deletes a granted role makes go through functions that run as their owner
+        # (migration 0014): they delete only what the caller's login may.
+        "select * from autoctx_unlink_working(:s, null)",
+        "select * from autoctx_delete_session(:s, null, null, null)",
     ):
         with _as(acme, "set_config local", tenant) as conn:
             assert conn.execute(sa.text(statement), {"s": victim}).rowcount == 0, statement
+    # No DELETE at all: it would let the role lock the table every tenant shares.
+    for statement in (
+        "delete from working_set where session_id = :s",
+        "delete from sessions where session_id = :s",
+    ):
+        with (
+            pytest.raises(sa.exc.ProgrammingError, match="permission denied"),
+            _as(acme, "set_config local", tenant) as conn,
+        ):
+            conn.execute(sa.text(statement), {"s": victim})
     for statement in (
         # A row into the victim's session, and a session of the named tenant (or of none).
         "insert into lineage (session_id, summary_id, ordinal, replaced_id, event_id) "

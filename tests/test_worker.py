@@ -24,8 +24,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from autoctx import (
+    AutoContextConfig,
     AutoContextMemory,
     Msg,
     OfflineSummarizer,
@@ -326,3 +328,40 @@ def test_a_worker_names_its_summarizer_once_not_once_per_session(
     assert line.startswith("autoctx worker: ")
     quiet = {r.getMessage() for r in named if r.levelno == logging.DEBUG}
     assert quiet == {f"autoctx: session {sid!r}: {line.split(': ', 1)[1]}" for sid in sids}
+
+
+def _waiting_vectors(db_url: str, session_id: str) -> int:
+    engine = sa.create_engine(db_url, poolclass=sa.NullPool)
+    with engine.connect() as conn:
+        found = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM messages WHERE session_id = :s AND kind = 'original' "
+                "AND search_tsv IS NULL"
+            ),
+            {"s": session_id},
+        ).scalar_one()
+    engine.dispose()
+    return int(found)
+
+
+def test_the_worker_fills_the_search_vectors_the_appends_left(db_url: str) -> None:
+    """The append path computes no search vector (migration 0013); a worker with nothing due
+    fills them, a batch per transaction, so searches (the read-only console's included) read
+    the index instead of computing them per query (issue 33)."""
+    tenant = f"vectors-{random.randrange(10**9)}"  # apart from the other tests' sessions
+    mem = AutoContextMemory.open(
+        f"w-vectors-{random.randrange(10**9)}",
+        db_url,
+        AutoContextConfig(max_tokens=1_000_000, msg_threshold=100_000),
+        summarizer=OfflineSummarizer(),
+        tenant=tenant,
+    )
+    mem.add([Msg.user(f"the deploy of build {k} failed") for k in range(2_500)])
+    assert _waiting_vectors(db_url, mem.session_id) == 2_500
+    with AutoContextWorker(db_url, summarizer=OfflineSummarizer(), tenant=tenant) as worker:
+        assert worker.run(once=True) == 0  # nothing was due: it only filled vectors
+    assert _waiting_vectors(db_url, mem.session_id) == 0
+    mem.add([Msg.user("one more build 2500")])
+    assert _waiting_vectors(db_url, mem.session_id) == 1  # an append still leaves its own
+    hits = mem.search("build 1234")
+    assert [h.message_id for h in hits][:1] == [1235]  # ids start at 1

@@ -17,9 +17,7 @@ from sqlalchemy.engine import Engine
 from .. import _arguments
 from .._arguments import offload_id as parse_offload_id
 from .._errors import InvalidOffloadId, OffloadNotFound
-from .._messages import (
-    to_openai_messages,
-)
+from .._messages import Msg, openai_view, to_openai_messages
 from .._store import inspect as inspect_db
 from .._store.catalog import Catalog
 from .._store.store import SessionStore
@@ -118,6 +116,13 @@ def sessions(
     _print_whole(console, table)
 
 
+def _openai_of(msg: Msg) -> dict[str, Any] | list[dict[str, Any]]:
+    """A message's OpenAI view (what Chat Completions cannot carry, such as reasoning, left
+    out: `stored` holds it); a tool message with several results is one OpenAI message each."""
+    view = openai_view([msg])[0]
+    return view[0] if len(view) == 1 else view
+
+
 @app.command()
 @friendly_errors
 def show(
@@ -149,7 +154,8 @@ def show(
             {
                 "session": _session_json(info, full=False),
                 "messages": [
-                    _working_json(k, m) | {"message": m.to_openai()} for k, m in enumerate(msgs)
+                    _working_json(k, m) | {"message": _openai_of(m), "stored": m.stored_json()}
+                    for k, m in enumerate(msgs)
                 ],
             }
         )

@@ -11,12 +11,12 @@ other readers across sessions take it as their scope: full-text search over a te
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 
 from .rows import SessionInfo, session_info
 from .scope import TenantScope
+from .sql import PURGE_SESSIONS
 from .tables import sessions
 
 
@@ -51,12 +51,14 @@ class Catalog(TenantScope):
         """The sessions last updated before `before` (of `tenant` only, when given), deleted
         with everything of them unless `dry_run`; oldest first. One statement: a session
         written to while it runs is judged on its new `updated_at`, and kept."""
-        cond = sessions.c.updated_at < before
-        if tenant is not None:
-            cond = sa.and_(cond, sessions.c.tenant == tenant)
-        stmt: Any = (
-            sa.select(sessions) if dry_run else sa.delete(sessions).returning(*sessions.c)
-        ).where(cond)
         with self.transaction() as conn:
-            found = [session_info(r) for r in conn.execute(stmt)]
+            if dry_run:
+                cond = sessions.c.updated_at < before
+                if tenant is not None:
+                    cond = sa.and_(cond, sessions.c.tenant == tenant)
+                rows = conn.execute(sa.select(sessions).where(cond)).all()
+            else:
+                params = {"before": before, "tenant": tenant}
+                rows = conn.exec_driver_sql(PURGE_SESSIONS, params).all()
+            found = [session_info(r) for r in rows]
         return sorted(found, key=lambda s: (s.updated_at, s.session_id))

@@ -22,9 +22,11 @@ instead of passing it over in silence.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -132,6 +134,10 @@ class SessionClaim:
         self.session_id = session_id
         self.tenant = tenant
         self._conn: Connection | None = None
+        #: Set by `abandon`: an `acquire` running in another thread drops what it takes.
+        self._abandoned = threading.Event()
+        #: Orders the acquiring thread's "keep it" against `abandon`, so one of them drops it.
+        self._mutex = threading.Lock()
 
     @property
     def held(self) -> bool:
@@ -165,12 +171,16 @@ class SessionClaim:
             return True
         params = {"sid": self.session_id}
         deadline = time.monotonic() + wait_s
-        while True:
+        while not self._abandoned.is_set():
             conn = self._open()
             try:
                 if conn.exec_driver_sql(_TRY, params).one_or_none() is not None:
-                    self._conn = conn
-                    return True
+                    with self._mutex:
+                        if not self._abandoned.is_set():
+                            self._conn = conn
+                            return True
+                    self._drop(conn)  # abandoned while the statement ran
+                    return False
                 exists = conn.exec_driver_sql(_EXISTS, params).scalar_one()
             except BaseException:
                 self._drop(conn)
@@ -178,15 +188,24 @@ class SessionClaim:
             self._drop(conn)
             if not exists or time.monotonic() >= deadline:
                 return False
-            time.sleep(_RETRY_S)
+            self._abandoned.wait(_RETRY_S)
+        return False
 
     def release(self) -> None:
         """Give the claim up (end its transaction). A connection that cannot say so is thrown
         away, which ends the claim just as well (the server ends a closed connection's
         transaction)."""
-        conn, self._conn = self._conn, None
+        with self._mutex:
+            conn, self._conn = self._conn, None
         if conn is not None:
             self._drop(conn)
+
+    def abandon(self) -> None:
+        """Release the claim and make an `acquire` still running in another thread give up,
+        dropping whatever it takes from now on; the claim cannot be taken again."""
+        with self._mutex:
+            self._abandoned.set()
+        self.release()
 
 
 @contextlib.contextmanager
@@ -200,3 +219,27 @@ def claimed(
         yield claim.acquire(wait_s)
     finally:
         claim.release()
+
+
+@contextlib.asynccontextmanager
+async def aclaimed(claim: SessionClaim, wait_s: float) -> AsyncIterator[bool]:
+    """`claimed` for a coroutine: taking the claim (in a worker thread) and releasing it are one
+    guarded region, so that a cancellation at any await point, the wait for the claim included,
+    leaves it free when the `CancelledError` reaches the caller (docs/design.md §5).
+
+    The release runs in the event loop's thread, not in another thread, so that a second
+    cancellation cannot skip it; it is one round trip. When the cancellation comes while the
+    thread still waits for the claim, the claim is abandoned (the thread drops anything it
+    takes from then on) and the thread is awaited, which is one short statement at most; a
+    cancellation during that wait leaves the dropping to the thread.
+    """
+    taking = asyncio.ensure_future(asyncio.to_thread(claim.acquire, wait_s))
+    # Its outcome is read here, or not at all once we are cancelled: never "never retrieved".
+    taking.add_done_callback(lambda f: f.cancelled() or f.exception())
+    try:
+        yield await asyncio.shield(taking)
+    finally:
+        claim.abandon()
+        if not taking.done():
+            with contextlib.suppress(Exception):  # the error of a claim we no longer want
+                await asyncio.shield(taking)

@@ -30,6 +30,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Engine, make_url
 
 from .._errors import DatabaseUnavailable, SchemaError
+from .locks import CONNECT_OPTION
 
 logger = logging.getLogger("autoctx")
 
@@ -107,6 +108,11 @@ def create_engine(url: URL, **kwargs: Any) -> Engine:
     unless the caller passes `pool_pre_ping` itself."""
     connect_args = kwargs.setdefault("connect_args", {})
     connect_args.setdefault("connect_timeout", 10)
+    # A foreign lock is a `Conflict` after a bounded wait, never a hang (autoctx._store.locks).
+    # Options the URL gives come after ours, so that a `-c lock_timeout=...` there wins.
+    given = url.query.get("options")
+    given_text = " ".join(given) if isinstance(given, tuple) else given
+    connect_args.setdefault("options", f"{CONNECT_OPTION} {given_text or ''}".strip())
     # Statement parameters are message content: a raised error must not carry them (docs/design.md
     # section 6). The server's own error text can still quote a row (a DETAIL line).
     kwargs.setdefault("hide_parameters", True)
@@ -309,6 +315,8 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
     """
     try:
         with engine.begin() as conn:
+            # DDL waits for the calls in flight, and the others wait for this lock: no timeout.
+            conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
             conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": _MIGRATION_LOCK_KEY})
             current = MigrationContext.configure(conn).get_current_revision()
             _refuse_newer(engine, current)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from .locks import is_lock_timeout, lock_wait_timeout
 from .sql import SET_TENANT
 
 
@@ -27,17 +29,32 @@ class TenantScope:
         #: one-statement read or write, where a transaction would add BEGIN and COMMIT.
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
+    @property
+    def subject(self) -> str:
+        """What the errors of this scope's calls name."""
+        return "the sessions" if self.tenant is None else f"the sessions of tenant {self.tenant!r}"
+
+    @contextlib.contextmanager
+    def _lock_waits(self) -> Iterator[None]:
+        """A lock wait past `lock_timeout` as `LockWaitTimeout` (autoctx._store.locks)."""
+        try:
+            yield
+        except sa.exc.DBAPIError as exc:
+            if is_lock_timeout(exc):
+                raise lock_wait_timeout(self.subject) from None
+            raise
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:
         """A transaction; with a tenant, scoped to it for the row-level security policies."""
-        with self.engine.begin() as conn:
+        with self._lock_waits(), self.engine.begin() as conn:
             self.scope(conn)
             yield conn
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Connection]:
         """A connection (its transactions are the caller's), scoped to the tenant."""
-        with self.engine.connect() as conn:
+        with self._lock_waits(), self.engine.connect() as conn:
             self.scope(conn)
             yield conn
 
@@ -49,7 +66,7 @@ class TenantScope:
             with self.transaction() as conn:
                 yield conn
         else:
-            with self._autocommit.connect() as conn:
+            with self._lock_waits(), self._autocommit.connect() as conn:
                 yield conn
 
     def scope(self, conn: Connection) -> None:

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import psycopg
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from .._errors import InvalidSearch, MessageNotFound, OffloadNotFound, SessionNotFound
 from .._messages import Msg
@@ -50,7 +50,7 @@ from .._search import (
 from .._tools import SEARCH_TOOL_NAME, TOOL_NAME
 from .rows import msg_from_columns
 from .scope import TenantScope
-from .sql import messages_by_id, originals_below
+from .sql import SET_TENANT, messages_by_id, originals_below
 
 #: Characters of a hit's text that ts_headline reads (what the index covers, migration 0008).
 HEADLINE_CHARS: Final = 100_000
@@ -252,6 +252,40 @@ WHERE {scope.format(m="m")} AND m.session_id = w.session_id AND m.id = w.id
 """,
         params,
     )
+
+
+#: Originals the worker fills per transaction (each one short: a few hundred ms at most).
+FILL_BATCH: Final = 2_000
+
+_FILL_BATCH_SQL = f"""
+UPDATE messages m SET search_tsv = NULL
+FROM (SELECT p.session_id, p.id FROM messages p
+      WHERE {_WAITING.format(m="p")}
+        AND (CAST(%(tenant)s AS text) IS NULL OR p.session_id IN (
+             SELECT s.session_id FROM sessions s WHERE s.tenant = CAST(%(tenant)s AS text)))
+      ORDER BY p.session_id, p.id
+      LIMIT %(limit)s
+      FOR NO KEY UPDATE SKIP LOCKED) w
+WHERE m.session_id = w.session_id AND m.id = w.id
+"""
+
+
+def fill_waiting_vectors(
+    engine: Engine, *, tenant: str | None = None, limit: int = FILL_BATCH
+) -> int:
+    """Compute the search vectors of up to `limit` originals still waiting (of `tenant`'s
+    sessions, or of every session the role may see), in one transaction of their own;
+    returns how many. The worker runs it whenever no session is due (docs/design.md §9), so
+    that with a worker running, searches (the console's, which may not write, included) read
+    the index instead of computing vectors: the append path stays free of `to_tsvector`, and
+    the work is done once, off every agent's path. Rows another transaction holds are skipped
+    (the next call takes them)."""
+    with engine.begin() as conn:
+        if tenant is not None:
+            conn.exec_driver_sql(SET_TENANT, {"t": tenant})
+        conn.exec_driver_sql("SELECT set_config('jit', 'off', true)")
+        done = conn.exec_driver_sql(_FILL_BATCH_SQL, {"tenant": tenant, "limit": limit})
+        return int(done.rowcount or 0)
 
 
 def _prepare(conn: Connection) -> bool:

@@ -46,10 +46,11 @@ RETURNING next_message_id - %(n)s AS first_id, next_position - %(n)s AS first_po
 APPEND_AT_VERSION = f"""
 WITH s AS ({CLAIM_AT_VERSION}), m AS (
     INSERT INTO messages (session_id, id, role, name, content, metadata, kind, pinned, final,
-                          tokens, chars, call_ids, result_ids, tool_names, search_config)
+                          tokens, chars, call_ids, result_ids, tool_names, search_config,
+                          add_key)
     SELECT %(sid)s, s.first_id + u.ord - 1, u.role, u.name, u.content::jsonb, u.metadata::jsonb,
            u.kind, u.pinned, u.final, u.tokens, u.chars, u.call_ids::text[],
-           u.result_ids::text[], u.tool_names::text[], s.search_config
+           u.result_ids::text[], u.tool_names::text[], s.search_config, %(add_key)s::text
     FROM s, unnest(%(role)b::text[], %(name)b::text[], %(content)b::text[],
                    %(metadata)b::text[], %(kind)b::text[], %(pinned)b::bool[], %(final)b::bool[],
                    %(tokens)b::int[], %(chars)b::int[], %(call_ids)b::text[],
@@ -61,6 +62,36 @@ WITH s AS ({CLAIM_AT_VERSION}), m AS (
     SELECT %(sid)s, s.first_pos + g, s.first_id + g FROM s, generate_series(0, %(n)s - 1) AS g
 )
 SELECT first_id, message_count, token_count FROM s
+"""
+
+#: The messages an add with idempotency key `key` stored (docs/design.md §5), in order.
+ADDED_WITH_KEY = f"""
+SELECT m.id, m.role, m.name, m.content, NULLIF(m.metadata, '{{}}'::jsonb), m.kind, m.pinned,
+       m.tokens
+FROM messages m
+WHERE m.session_id = %(sid)s AND m.add_key = %(key)s AND {ALIVE} ORDER BY m.id
+"""
+
+# A role granted a tenant may not DELETE (table-level DELETE would let it lock the shared
+# tables, docs/design.md §5): working-set rows and sessions are deleted through functions that
+# delete only what the caller could have deleted itself (migration 0014).
+
+#: Take messages (all of them when `ids` is NULL) out of the working set; their positions
+#: and ids.
+UNLINK_WORKING = "SELECT pos, mid FROM autoctx_unlink_working(%(sid)s, %(ids)s::bigint[])"
+#: Delete the session (of `inc` and `tenant`, each when given) with everything of it; its row
+#: as it was, or no row.
+DELETE_SESSION = """
+SELECT * FROM autoctx_delete_session(%(sid)s, %(inc)s::uuid, %(tenant)s::text, NULL)
+"""
+#: Delete every session of `tenant` (of any tenant, when NULL) last updated before `before`:
+#: one statement, so a session written to meanwhile is judged on its new `updated_at` (the
+#: function checks it again under the row's lock), and kept.
+PURGE_SESSIONS = """
+SELECT d.* FROM sessions s
+CROSS JOIN LATERAL autoctx_delete_session(s.session_id, NULL, %(tenant)s::text,
+                                          %(before)s::timestamptz) d
+WHERE s.updated_at < %(before)s AND (%(tenant)s::text IS NULL OR s.tenant = %(tenant)s)
 """
 
 LOAD_WORKING = f"""

@@ -31,6 +31,7 @@ from .._config import AutoContextConfig
 from .._errors import InvalidMessage, OffloadNotFound, SessionNotFound
 from .._events import MANUAL, Event
 from .._gc import paused_gc
+from .._idempotency import check_same_add
 from .._intake import OpenCalls, Prepared, bind, open_calls_at_tail
 from .._messages import Msg, json_text
 from .._plans import Edit, Snapshot, splice
@@ -52,14 +53,17 @@ from .rows import (
 )
 from .scope import TenantScope
 from .sql import (
+    ADDED_WITH_KEY,
     APPEND_AT_VERSION,
     CHECK_RANGES,
+    DELETE_SESSION,
     DOCUMENTS_BY_ID,
     LAST_WORKING,
     LOAD_WORKING,
     ORIGINALS,
     SNAPSHOT,
     TAIL_CALLS,
+    UNLINK_WORKING,
     WORKING_IDS,
     avoid_nested_loops,
     messages_by_id,
@@ -223,6 +227,10 @@ class SessionStore(TenantScope):
         if not conn.execute(sa.select(self.alive_condition())).scalar_one():
             raise session_gone(self.session_id)
 
+    @property
+    def subject(self) -> str:
+        return f"session {self.session_id!r}"
+
     def row_condition(self) -> Any:
         """The session row of the incarnation this store works on."""
         return sa.and_(
@@ -294,13 +302,11 @@ class SessionStore(TenantScope):
         """Delete the session and everything of it (the foreign keys cascade): the incarnation
         this store works on, never one created since under the same id (`SessionNotFound`
         when it is already gone)."""
-        where = self.row_condition()
-        if self.tenant is not None:
-            where = sa.and_(where, sessions.c.tenant == self.tenant)
+        params = {"sid": self.session_id, "inc": self.incarnation(), "tenant": self.tenant}
         with self.transaction() as conn:
-            result = conn.execute(sa.delete(sessions).where(where))
+            deleted = conn.exec_driver_sql(DELETE_SESSION, params).all()
         self._tail = self._snapshot = self._appended = None
-        if not result.rowcount:
+        if not deleted:
             raise session_gone(self.session_id)
 
     def _update_session(self, **values: Any) -> None:
@@ -328,7 +334,7 @@ class SessionStore(TenantScope):
 
     # -- append and load ------------------------------------------------------------------------
 
-    def append(self, prepared: Sequence[Prepared]) -> list[Msg]:
+    def append(self, prepared: Sequence[Prepared], *, add_key: str | None = None) -> list[Msg]:
         """Append validated messages atomically; returns them with ids and tokens.
 
         The append is one statement (`APPEND_AT_VERSION`): it updates the session row only if
@@ -340,9 +346,15 @@ class SessionStore(TenantScope):
         another writer came in between) the store first locks the session row to learn its
         version and open calls, validates the batch against them, and runs the same statement
         in that transaction.
+
+        With `add_key`, always the locked path: under the session row's lock, the messages an
+        earlier append with the same key stored are returned instead (`Conflict` when they
+        are not the same messages), so that a retried add stores nothing twice.
         """
         if not prepared:
             return []
+        if add_key is not None:
+            return self._append_once(prepared, add_key)
         tail, self._tail = self._tail, None
         if tail is not None:
             version, calls = tail
@@ -365,6 +377,22 @@ class SessionStore(TenantScope):
         self._appended_committed(row.version, open_calls, done)
         return done.msgs
 
+    def _append_once(self, prepared: Sequence[Prepared], add_key: str) -> list[Msg]:
+        """`append` with an idempotency key (docs/design.md §5)."""
+        self._tail = None
+        params = {"sid": self.session_id, "inc": self.incarnation(), "key": add_key}
+        with self.transaction() as conn:
+            row = self.lock_row(conn)
+            earlier = [msg_from_columns(*r) for r in conn.exec_driver_sql(ADDED_WITH_KEY, params)]
+            if earlier:
+                check_same_add(self.session_id, add_key, earlier, prepared)
+                return earlier
+            open_calls = OpenCalls(row.open_calls)
+            done = self._append_at(conn, row.version, open_calls, prepared, add_key)
+            assert done is not None  # the row is locked at that version
+        self._appended_committed(row.version, open_calls, done)
+        return done.msgs
+
     def _appended_committed(self, version: int, open_calls: OpenCalls, done: _Appended) -> None:
         self._tail = (version + 1, open_calls.to_json())
         self._appended = (done.message_count, done.token_count)
@@ -375,6 +403,7 @@ class SessionStore(TenantScope):
         version: int,
         open_calls: OpenCalls,
         prepared: Sequence[Prepared],
+        add_key: str | None = None,
     ) -> _Appended | None:
         """Bind the batch's tool results to `open_calls` (advancing them to the calls it leaves
         open; `InvalidMessage` for a result of no open call) and run the one-statement append
@@ -388,6 +417,7 @@ class SessionStore(TenantScope):
             "n": len(bound),
             "added_tokens": sum(p.tokens for p in bound),
             "open_calls": json_text(open_calls.to_json()),
+            "add_key": add_key,
             **_columns(self.session_id, bound),
         }
         claimed = conn.exec_driver_sql(APPEND_AT_VERSION, params).one_or_none()
@@ -558,11 +588,10 @@ class SessionStore(TenantScope):
             rest = remainder(popped, bool(last_final))
             event_id, version = srow.next_event_id, srow.version + 1
             rest_id = srow.next_message_id if rest is not None else None
-            conn.execute(
-                sa.delete(working_set).where(
-                    working_set.c.session_id == self.session_id, working_set.c.position == position
-                )
-            )
+            unlinked = conn.exec_driver_sql(
+                UNLINK_WORKING, {"sid": self.session_id, "ids": [last_id]}
+            ).all()
+            assert [tuple(r) for r in unlinked] == [(position, last_id)]
             popped_tokens = popped.tokens or 0
             count_after = srow.message_count - (0 if rest is not None else 1)
             tokens_after = srow.token_count - popped_tokens + (rest.tokens if rest else 0)
@@ -660,11 +689,7 @@ class SessionStore(TenantScope):
     ) -> tuple[Row[Any], int]:
         """The writes of `clear`, in the caller's transaction on the locked session `row`;
         returns the event's row and the session's new version."""
-        removed = conn.execute(
-            sa.delete(working_set)
-            .where(working_set.c.session_id == self.session_id)
-            .returning(working_set.c.position, working_set.c.message_id)
-        ).all()
+        removed = conn.exec_driver_sql(UNLINK_WORKING, {"sid": self.session_id, "ids": None}).all()
         replaced = [message_id for _, message_id in sorted(removed)]
         offload_uuid = uuid_mod.uuid4() if replaced else None
         version = row.version + 1
@@ -911,13 +936,7 @@ class SessionStore(TenantScope):
         conn.execute(sa.insert(messages), msg_rows)
         conn.execute(sa.insert(offloads), offload_rows)
         conn.execute(sa.insert(lineage), lineage_rows)
-        conn.execute(
-            sa.delete(working_set).where(
-                working_set.c.session_id == self.session_id,
-                working_set.c.message_id
-                == sa.any_(sa.cast(sa.literal(removed_ids), sa.ARRAY(sa.BigInteger))),
-            )
-        )
+        conn.exec_driver_sql(UNLINK_WORKING, {"sid": self.session_id, "ids": removed_ids})
         conn.execute(sa.insert(working_set), working_rows)
         conn.execute(
             sa.update(sessions)

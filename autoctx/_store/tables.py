@@ -89,7 +89,16 @@ messages = sa.Table(
     #: it, and by a trigger on every UPDATE of the row (the function `autoctx_search_vector`,
     #: migration 0013). Read and filled by `autoctx._store.search`.
     sa.Column("search_tsv", pg.TSVECTOR, nullable=True),
+    #: The idempotency key the `add()` that stored the message was given, on each message of
+    #: that add (NULL without one): a retried add finds them (migration 0014).
+    sa.Column("add_key", sa.Text, nullable=True),
     _session_fk(),
+    sa.Index(
+        "messages_add_key_idx",
+        "session_id",
+        "add_key",
+        postgresql_where=sa.text("add_key IS NOT NULL"),
+    ),
     sa.Index(
         "messages_search_idx",
         "session_id",

@@ -20,29 +20,39 @@ from .. import _arguments
 from .._errors import TenantGrantError
 from .database import describe, ensure_schema
 from .sql import ROLE_INFO, TABLES_OWNER
-from .tables import tenant_grants
+from .tables import sessions, tenant_grants
 
 GRANTS: Final = tenant_grants.name
 
 #: Per table, what the store's statements need: sessions are created, locked (FOR UPDATE needs
-#: UPDATE), updated and deleted (the rows of a deleted session go by the foreign keys' cascade,
-#: which runs as the tables' owner); originals, events, offloads and lineage are only ever
-#: inserted; the working set is spliced (insert and delete). An erasure rewrites messages in
-#: place (docs/design.md §9): that stays the owner's (an operator's) act, so that a granted
-#: role, an agent's, can never rewrite its own history. It may update one column of messages,
-#: the search vector, which its searches fill (migration 0013: a trigger computes it from the
-#: row's content whatever the statement sets, so that is all such an update can do).
+#: UPDATE) and updated; originals, events, offloads and lineage are only ever inserted; the
+#: working set is inserted into. An erasure rewrites messages in place (docs/design.md §9):
+#: that stays the owner's (an operator's) act, so that a granted role, an agent's, can never
+#: rewrite its own history. It may update one column of messages, the search vector, which its
+#: searches fill (migration 0013: a trigger computes it from the row's content whatever the
+#: statement sets, so that is all such an update can do).
+#:
+#: No table-level UPDATE, DELETE or TRUNCATE (migration 0014, docs/design.md §5): any of them
+#: lets a role `LOCK TABLE` a table every tenant shares in a mode that stops the others' work.
+#: UPDATE is granted column by column (which allows UPDATE and FOR UPDATE, and no table lock);
+#: what needs a DELETE (the working set's splices, deleting a session) goes through the
+#: functions in `FUNCTIONS`, which delete only what the caller could have deleted itself.
 TABLE_PRIVILEGES: Final[dict[str, tuple[str, ...]]] = {
-    "sessions": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+    "sessions": ("SELECT", "INSERT", f"UPDATE ({', '.join(c.name for c in sessions.c)})"),
     "messages": ("SELECT", "INSERT", "UPDATE (search_tsv)"),
-    "working_set": ("SELECT", "INSERT", "DELETE"),
+    "working_set": ("SELECT", "INSERT"),
     "compression_events": ("SELECT", "INSERT"),
     "offloads": ("SELECT", "INSERT"),
     "lineage": ("SELECT", "INSERT"),
-    # A claim is a row lock (FOR UPDATE needs UPDATE); the triggers on sessions insert and
-    # delete the rows as the role that writes the session (migration 0010).
-    "session_claims": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+    # A claim is a row lock (FOR UPDATE needs UPDATE of a column); the triggers on sessions
+    # write the rows with the owner's rights (migrations 0010, 0014).
+    "session_claims": ("SELECT", "UPDATE (session_id)"),
 }
+#: The functions a granted role calls instead of deleting (migration 0014).
+FUNCTIONS: Final = (
+    "autoctx_unlink_working(text, bigint[])",
+    "autoctx_delete_session(text, uuid, text, timestamptz)",
+)
 #: Read-only: the schema check when a memory opens, the audit views (security_invoker, so the
 #: policies apply to the reader), and the grants the policies look up (its own rows only).
 READ_ONLY: Final = (
@@ -135,6 +145,8 @@ def grant_tenant(engine: Engine, role: str, tenant: str) -> bool:
                 role=role,
             )
         _ddl(conn, "GRANT SELECT ON {objects} TO {role}", objects=READ_ONLY, role=role)
+        # The signatures are this module's constants, never input.
+        _ddl(conn, f"GRANT EXECUTE ON FUNCTION {', '.join(FUNCTIONS)} TO {{role}}", role=role)
         added = conn.execute(
             pg_insert(tenant_grants)
             .values(grantee=role, tenant=tenant)
@@ -166,5 +178,6 @@ def revoke_tenant(engine: Engine, role: str, tenant: str) -> bool:
         if removed is not None and remaining == 0 and _role_info(conn, role) is not None:
             objects = (*TABLE_PRIVILEGES, *READ_ONLY)
             _ddl(conn, "REVOKE ALL ON {objects} FROM {role}", objects=objects, role=role)
+            _ddl(conn, f"REVOKE ALL ON FUNCTION {', '.join(FUNCTIONS)} FROM {{role}}", role=role)
             _ddl(conn, "REVOKE USAGE ON SCHEMA {schema} FROM {role}", schema=schema, role=role)
     return removed is not None

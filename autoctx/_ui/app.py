@@ -167,6 +167,8 @@ class Console:
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_TEMPLATES),
             autoescape=True,
+            # The templates ship with the package: no stat of each file on every page.
+            auto_reload=False,
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
@@ -203,7 +205,8 @@ class Console:
                     args = [unquote(g) for g in match.groups()]
                     if args:
                         args[0] = _session_id(args[0])
-                    return view(query, *args)
+                    with db.one_transaction(self.store):
+                        return view(query, *args)
                 except (SessionNotFound, MessageNotFound, OffloadNotFound) as exc:
                     return self.error_page(HTTPStatus.NOT_FOUND, str(exc))
                 except (
@@ -358,7 +361,7 @@ class Console:
             detail=detail,
             msg=detail.msg,
             parts=parts(detail.msg),
-            stored_json=json.dumps(detail.msg.to_openai(), ensure_ascii=False, indent=2),
+            stored_json=json.dumps(detail.msg.stored_json(), ensure_ascii=False, indent=2),
             children=children,
             after=after,
             next_key=children[-1].key if children and more else None,

@@ -74,7 +74,7 @@ from sqlalchemy.engine import URL
 from .. import _arguments
 from .._client import AutoContextClient
 from .._config import AutoContextConfig, RuntimeOptions, options_argument
-from .._errors import ConfigError, SessionNotFound
+from .._errors import ConfigError, InvalidArgument, SessionNotFound
 from .._memory import AsyncAutoContextMemory
 from .._messages import Block, Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from .._summarizers import Summarizer
@@ -318,7 +318,7 @@ class AutoContextSessionService(BaseSessionService):
 
     def _tenant(self, app_name: str) -> str:
         if not isinstance(app_name, str) or not app_name:
-            raise ConfigError(
+            raise InvalidArgument(
                 "AutoContextSessionService: app_name must be a non-empty string (it names the "
                 "tenant of the app's sessions)"
             )

@@ -39,8 +39,10 @@ back gives an equal `Msg`. Consecutive autoctx messages of one AgentScope messag
 again. A message written by a compression (a summary, a preview) becomes a plain AgentScope
 message of the same role.
 
-A tool result larger than the agent's `ContextConfig.tool_result_limit` is truncated by
-AgentScope before it reaches the context: raise that limit to let autoctx store the original.
+- `on_acting`: sees each tool's whole response before AgentScope cuts it to the agent's
+  `ContextConfig.tool_result_limit`, and keeps it until the result is stored: autoctx stores the
+  whole result (the limit does not apply to what it stores), and its own ladder previews and
+  offloads a large one, which `context_reload` gives back byte for byte.
 
 Use one middleware per agent: it follows that agent's context.
 """
@@ -69,7 +71,7 @@ with framework_of(
     )
     from agentscope.middleware import MiddlewareBase
     from agentscope.permission import PermissionBehavior, PermissionDecision
-    from agentscope.tool import FunctionTool, ToolBase, ToolChunk
+    from agentscope.tool import FunctionTool, ToolBase, ToolChunk, ToolResponse
 from sqlalchemy.engine import URL
 
 from .. import _messages as ax
@@ -137,9 +139,30 @@ def _result_to_autoctx(block: ToolResultBlock) -> tuple[ax.Block, dict[str, Any]
     return ax.ToolResultBlock(call_id, tuple(texts), name), dump
 
 
-def _to_autoctx(msg: Msg, start: int = 0, stop: int | None = None) -> list[ax.Msg]:
+def _text_of(output: str | Sequence[Any]) -> str:
+    if isinstance(output, str):
+        return output
+    return "".join(part.text for part in output if isinstance(part, TextBlock))
+
+
+def _whole(block: ToolResultBlock, whole: Mapping[str, ToolResultBlock]) -> ToolResultBlock:
+    """The result as the tool returned it, where AgentScope cut it to its `tool_result_limit`
+    (its text differs from what the tool returned); the block as it is otherwise."""
+    full = whole.get(block.id)
+    if full is None or _text_of(full.output) == _text_of(block.output):
+        return block
+    return block.model_copy(update={"output": full.output})
+
+
+def _to_autoctx(
+    msg: Msg,
+    start: int = 0,
+    stop: int | None = None,
+    whole: Mapping[str, ToolResultBlock] | None = None,
+) -> list[ax.Msg]:
     """The blocks ``start:stop`` of one AgentScope message as autoctx messages: the blocks up to
-    a tool result form one message of the AgentScope role, each tool result a tool message."""
+    a tool result form one message of the AgentScope role, each tool result a tool message
+    (the tool's whole result where `whole` holds it)."""
     if not isinstance(msg, Msg):
         raise InvalidMessage(
             f"an AgentScope context entry is a {type(msg).__name__}, not an "
@@ -161,7 +184,7 @@ def _to_autoctx(msg: Msg, start: int = 0, stop: int | None = None) -> list[ax.Ms
         if isinstance(block, ToolResultBlock):
             if run:
                 emit(msg.role, run, at)
-            result, extra = _result_to_autoctx(block)
+            result, extra = _result_to_autoctx(_whole(block, whole or {}))
             extras[:] = [extra]
             emit("tool", [result], i)
             run, extras[:], at = [], [], i + 1
@@ -308,6 +331,8 @@ class AutoContextMiddleware(MiddlewareBase):
         #: Blocks already stored, by AgentScope message id; None until read from the session.
         self._stored: dict[str, int] | None = None
         self._tools: list[ToolBase] | None = None
+        #: Each tool's whole result, by call id, from `on_acting` until it is stored.
+        self._whole: dict[str, ToolResultBlock] = {}
 
     @classmethod
     async def open(
@@ -354,11 +379,14 @@ class AutoContextMiddleware(MiddlewareBase):
             start = stored.get(msg.id, 0)
             stop = _settled(msg, start)
             if stop > start:
-                batch.extend(_to_autoctx(msg, start, stop))
+                batch.extend(_to_autoctx(msg, start, stop, self._whole))
                 ends[msg.id] = stop
         if batch:
             await self.memory.add(batch)
             stored.update(ends)
+            for m in batch:
+                for result in m.tool_results:
+                    self._whole.pop(result.tool_use_id, None)
 
     async def _sync_and_trim(self, agent: Agent) -> None:
         await self.sync(agent)
@@ -383,6 +411,24 @@ class AutoContextMiddleware(MiddlewareBase):
         given: list[Msg] = input_kwargs["messages"]
         system = [m for m in given[:1] if m.role == "system"]
         return await next_handler(messages=[*system, *working])
+
+    async def on_acting(
+        self,
+        agent: Agent,
+        input_kwargs: dict[str, Any],
+        next_handler: Callable[..., AsyncGenerator[Any, None]],
+    ) -> AsyncGenerator[Any, None]:
+        # The agent cuts a result over its `tool_result_limit` after this hook: keep the whole
+        # one for `sync` (docs/design.md §1), as the agent itself would have built its block.
+        call: ToolCallBlock = input_kwargs["tool_call"]
+        async for item in next_handler():
+            if isinstance(item, ToolResponse):
+                content = item.content
+                output = [TextBlock(text=content)] if isinstance(content, str) else content
+                self._whole[call.id] = ToolResultBlock(
+                    id=call.id, name=call.name, output=output, state=item.state
+                )
+            yield item
 
     async def on_compress_context(
         self,

@@ -32,9 +32,12 @@ message is stored in autoctx as an original (reload, search and lineage as every
 `SummarizationMiddleware` makes the same choice. The state holds one extra key,
 `autoctx_synced`: how many of its messages (a prefix) the session holds already.
 
-Messages are converted through the OpenAI Chat Completions format (LangChain's
-`convert_to_openai_messages` and `convert_to_messages`): text, tool calls and tool results
-round-trip; LangChain-only fields (message ids, `response_metadata`) are not kept.
+Messages convert directly, not through a provider's dict format (`_langchain_messages`): each
+LangChain message is one autoctx message with its content blocks in order (thinking and
+reasoning blocks beside the tool calls they led to, as `ChatAnthropic` and `ChatOpenAI` write
+them), and every field autoctx does not model (ids, a `ToolMessage`'s status, artifact and name,
+`additional_kwargs`, `response_metadata`) kept in its metadata, so that the messages given back
+are equal to those stored until a compression replaces them.
 """
 
 from __future__ import annotations
@@ -54,12 +57,7 @@ with framework_of(
     packages=("langchain", "langchain_core", "langgraph"),
 ):
     from langchain.agents.middleware.types import AgentMiddleware, AgentState
-    from langchain_core.messages import (
-        AnyMessage,
-        RemoveMessage,
-        convert_to_messages,
-        convert_to_openai_messages,
-    )
+    from langchain_core.messages import AnyMessage, RemoveMessage
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool
     from langgraph.config import get_config
@@ -75,6 +73,7 @@ from .._errors import ConfigError
 from .._memory import AutoContextMemory
 from .._summarizers import Summarizer
 from .._tools import tool_definitions
+from ._langchain_messages import from_langchain, to_langchain
 from ._opening import checked_client, open_memory
 
 __all__ = ["AutoContextMiddleware", "AutoContextState"]
@@ -229,11 +228,11 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
         synced = int(state.get("autoctx_synced") or 0)
         new = list(messages[synced:])
         if new:
-            mem.add(cast(Any, convert_to_openai_messages(new)))
+            mem.add(from_langchain(new))
             mem.compress_if_needed()
         return len(messages)
 
 
 def working_messages(mem: AutoContextMemory) -> list[AnyMessage]:
     """The memory's working context as LangChain messages."""
-    return cast(list[AnyMessage], convert_to_messages(mem.to_openai()))
+    return to_langchain(mem.messages())

@@ -55,7 +55,7 @@ import dataclasses
 import hashlib
 import json
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -529,15 +529,34 @@ class _ItemCache:
     what an earlier one read or wrote (docs/design.md §5). Each read checks the epoch first, so
     another process's appends, pops, clears, compressions and erasures are seen; an erasure in
     this process empties it at once.
+
+    Bounded (docs/design.md §5): at most `capacity` messages, the least recently read or
+    written dropped first, so that one very long session in a long-lived process does not grow
+    without limit (a dropped message is fetched again when a read needs it). The client's
+    `SessionCaches` bounds how many sessions keep one.
     """
+
+    #: Messages one session's cache keeps: far more than a window's working context holds.
+    capacity: int = 1_000
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.epoch: Any = None
-        self.items: dict[int, list[Item]] = {}
+        self.items: OrderedDict[int, list[Item]] = OrderedDict()
         # Computed once per message when a read first needs them: a read of a long history
         # must not hash all of it again.
         self.digests: dict[int, list[bytes]] = {}
+
+    def touch(self, ids: Sequence[int]) -> None:
+        """Mark `ids` (held) as just used."""
+        for i in ids:
+            self.items.move_to_end(i)
+
+    def trim(self) -> None:
+        """Drop the least recently used messages beyond `capacity` (and their digests)."""
+        while len(self.items) > self.capacity:
+            dropped, _ = self.items.popitem(last=False)
+            self.digests.pop(dropped, None)
 
 
 def _item_cache(mem: AutoContextMemory) -> _ItemCache:
@@ -729,9 +748,10 @@ class AutoContextSession:
         shared = _item_cache(mem)
         with shared.lock:
             if epoch != shared.epoch:
-                shared.epoch, shared.items, shared.digests = epoch, {}, {}
+                shared.epoch, shared.items, shared.digests = epoch, OrderedDict(), {}
             cache = shared.items
             known = {i: cache[i] for i in ids if i in cache}
+            shared.touch(list(known))
         missing = [i for i in ids if i not in known]
         # One pause of the collector for the whole build: a new object's first read makes
         # hundreds of thousands of small objects (none of them cyclic garbage), and a
@@ -747,10 +767,11 @@ class AutoContextSession:
                 if epoch == shared.epoch:
                     if limit is None:
                         # Only the working set stays cached: compressed-away messages go.
-                        shared.items = {i: known[i] for i in ids}
+                        shared.items = OrderedDict((i, known[i]) for i in ids)
                         shared.digests = {i: shared.digests[i] for i in ids if i in shared.digests}
                     else:
                         shared.items.update((i, known[i]) for i in missing)
+                    shared.trim()
             items = [item for i in ids for item in known[i]]
             if limit is not None:
                 items = items[-limit:]
@@ -784,6 +805,7 @@ class AutoContextSession:
                 for msg, (_, group) in zip(stored, converted, strict=True):
                     if msg.id is not None:
                         shared.items[msg.id] = [_copy(dict(item)) for item in group]
+                shared.trim()
         if self.compress and internals(mem).appended_over_trigger():
             mem.compress_if_needed()
 
@@ -945,8 +967,14 @@ class _Ledger:
     skips them (`unclaimed`). Counts, not sets: a user may send the same message twice.
     """
 
+    #: Distinct items the ledger remembers, the least recently read or stored dropped first
+    #: (docs/design.md §5): a run's input holds what its start read and what it stored since,
+    #: far fewer than this, so a dropped digest is one no input can hold any more.
+    capacity: int = 10_000
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # A Counter keeps insertion order: re-inserting a digest marks it as just used.
         self._known: Counter[bytes] = Counter()
         self._claimed: Counter[bytes] = Counter()
 
@@ -955,14 +983,22 @@ class _Ledger:
         are read."""
         counts = Counter(digests)
         with self._lock:
-            self._known |= counts
+            for digest, count in counts.items():
+                self._known[digest] = max(self._known.pop(digest, 0), count)
+            self._trim()
 
     def stored(self, items: Sequence[Any]) -> None:
         digests = [_digest(item) for item in items]
         with self._lock:
             # In place: `+=` would also walk every count held (O(history) per append).
             for digest in digests:
-                self._known[digest] += 1
+                self._known[digest] = self._known.pop(digest, 0) + 1
+            self._trim()
+
+    def _trim(self) -> None:
+        known = self._known
+        while len(known) > self.capacity:
+            del known[next(iter(known))]
 
     def forget(self, item: Any) -> None:
         with self._lock:

@@ -77,12 +77,14 @@ from .._config import AutoContextConfig, RuntimeOptions, options_argument
 from .._errors import InvalidMessage, InvalidSessionId
 from .._memory import AsyncAutoContextMemory
 from .._messages import (
+    REASONING_TYPES,
     Block,
     Msg,
     OpaqueBlock,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    opaque_type,
 )
 from .._summarizers import Summarizer
 from .._tools import tool_definitions
@@ -92,6 +94,9 @@ __all__ = ["AutoContextCapability", "from_model_messages", "to_model_messages"]
 
 #: Metadata key for what the Pydantic AI parts carry beyond autoctx's blocks.
 META = "pydantic_ai"
+#: The fields of a `ThinkingPart` besides its text, kept in its thinking block under these names
+#: (`signature` where Anthropic's thinking block has it).
+_THINKING_FIELDS = ("id", "signature", "provider_name", "provider_details")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,11 +181,13 @@ def _response_msg(message: ModelResponse) -> Msg:
         elif isinstance(part, ToolCallPart):
             blocks.append(ToolUseBlock(part.tool_call_id, part.tool_name, part.args_as_json_str()))
         elif isinstance(part, ThinkingPart):
+            # Every field of the part (docs/design.md §1): the signature and the provider's
+            # details are what the provider needs to accept the reasoning back.
             data: dict[str, Any] = {"type": "thinking", "thinking": part.content}
-            if part.signature is not None:
-                data["signature"] = part.signature
-            if part.provider_name is not None:
-                data["provider_name"] = part.provider_name
+            for key in _THINKING_FIELDS:
+                value = getattr(part, key)
+                if value is not None:
+                    data[key] = value
             blocks.append(OpaqueBlock(data))
         else:
             raise InvalidMessage(
@@ -249,13 +256,12 @@ def _response_parts(msg: Msg) -> list[ModelResponsePart]:
         elif isinstance(block, ToolUseBlock):
             parts.append(ToolCallPart(block.name, block.arguments, tool_call_id=block.id))
         elif isinstance(block, OpaqueBlock) and block.data.get("type") == "thinking":
-            parts.append(
-                ThinkingPart(
-                    str(block.data.get("thinking", "")),
-                    signature=block.data.get("signature"),
-                    provider_name=block.data.get("provider_name"),
-                )
-            )
+            fields = {k: block.data[k] for k in _THINKING_FIELDS if k in block.data}
+            parts.append(ThinkingPart(str(block.data.get("thinking", "")), **fields))
+        elif isinstance(block, OpaqueBlock) and opaque_type(block) in REASONING_TYPES:
+            # Reasoning of another framework's session (a Responses reasoning item, Anthropic's
+            # redacted thinking): no part carries it; it stays stored.
+            continue
         else:
             raise InvalidMessage(
                 f"message {msg.id} (assistant) holds a block a Pydantic AI response cannot carry"
