@@ -141,7 +141,7 @@ def _num(v: Any) -> bool:
 
 Check = Callable[[Any], bool]
 #: Nullable columns added since the format was fixed: an export without them is read as NULL
-#: (`undoes`, migration 0014: what an undo took back).
+#: (`undoes`, migration 0015: what an undo took back).
 _ADDED_LATER: Final = ("undoes",)
 _TYPES: Final[dict[str, tuple[Check, str, bool]]] = {
     # column: (check, what it must be, may be null)

@@ -762,8 +762,8 @@ def test_the_acme_role_undoes_a_compression_of_its_own_tenant(
     db_url: str, world: World, acme: Role
 ) -> None:
     """An undo needs no privilege beyond what a memory of the tenant uses: the working set is
-    spliced with INSERT and DELETE, positions moved included (in a fork, whose positions are
-    dense). docs/design.md §7."""
+    spliced with INSERT and `autoctx_unlink_working`, positions moved included (in a fork,
+    whose positions are dense). docs/design.md §7."""
     sid = world.a[0]
     owner = AutoContextMemory.open(sid, db_url, tenant="acme", create=False)
     applied = [e for e in owner.events() if e.status == "applied" and e.strategy]

@@ -166,11 +166,11 @@ compression_events = sa.Table(
     sa.Column("note", sa.Text, nullable=True),
     #: Copied from the parent by a fork: counted in the session that paid for it (0009).
     sa.Column("inherited", sa.Boolean, nullable=False, server_default=sa.false()),
-    #: An undo's event: the id of the compression it took back (0014); NULL otherwise.
+    #: An undo's event: the id of the compression it took back (0015); NULL otherwise.
     sa.Column("undoes", sa.BigInteger, nullable=True),
     _session_fk(),
     sa.Index("compression_events_status_idx", "session_id", "status"),
-    # The undo events, which the compressor reads when a call fires (0014).
+    # The undo events, which the compressor reads when a call fires (0015).
     sa.Index(
         "compression_events_undo_idx", "session_id", postgresql_where=sa.text("reason = 'undo'")
     ),

@@ -8,7 +8,7 @@ is exact), writes, commits. The write:
 - the working-set rows of the span leave, and the restored messages take positions from the
   span's first: the gaps that compressions leave between positions are used first, and the
   positions after the span move on only by what does not fit (O(what follows), once, with
-  INSERT and DELETE, which is all a granted role may do to the working set);
+  INSERT and `autoctx_unlink_working`, which is all a granted role may do to the working set);
 - one applied event: strategy 0, reason 'undo', `replaced_ids` the replacement that left the
   working context, `undoes` the compression taken back (whose offload and lineage rows name
   what came back), `note` set when the undo was forced over the window;
@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection, Row
 from .._events import MANUAL, Event
 from .._structure import MsgMeta
 from .rows import event_from_row, event_of, event_row
-from .sql import ALIVE
+from .sql import ALIVE, UNLINK_WORKING
 from .tables import compression_events, messages, sessions, working_set
 
 if TYPE_CHECKING:  # the store applies a plan; it does not make one
@@ -62,11 +62,11 @@ JOIN compression_events c ON c.session_id = u.session_id AND c.id = u.undoes
 WHERE u.session_id = %(sid)s AND u.reason = 'undo' AND u.status = 'applied'
 """
 
-#: The working-set rows from position `p` on, taken out to be put back further on (`_MOVED`):
-#: two statements, since one that deletes and inserts the same keys collides with them.
+#: The working messages from position `p` on, taken out (`UNLINK_WORKING`) to be put back
+#: further on (`_MOVED`): in separate statements, since one that deletes and inserts the same
+#: keys collides with them.
 _TAIL = """
-DELETE FROM working_set WHERE session_id = %(sid)s AND position >= %(p)s
-RETURNING position, message_id
+SELECT message_id FROM working_set WHERE session_id = %(sid)s AND position >= %(p)s
 """
 _MOVED = """
 INSERT INTO working_set (session_id, position, message_id)
@@ -229,10 +229,11 @@ def write_restoration(
     end = following if following is not None else row.next_position
     need = max(first + len(plan.sequence) - end, 0)
     if need and following is not None:
-        # Deleted and inserted again rather than updated: a granted role splices the working
-        # set with INSERT and DELETE only (autoctx._store.tenancy), and a one-step UPDATE of
-        # the positions could collide with the primary key row by row.
-        moved = conn.exec_driver_sql(_TAIL, {"sid": sid, "p": following}).all()
+        # Taken out and inserted again rather than updated: a granted role splices the working
+        # set with INSERT and `autoctx_unlink_working` only (autoctx._store.tenancy), and a
+        # one-step UPDATE of the positions could collide with the primary key row by row.
+        tail = conn.exec_driver_sql(_TAIL, {"sid": sid, "p": following}).scalars().all()
+        moved = conn.exec_driver_sql(UNLINK_WORKING, {"sid": sid, "ids": list(tail)}).all()
         conn.exec_driver_sql(
             _MOVED,
             {
@@ -244,12 +245,7 @@ def write_restoration(
     next_position = max(
         row.next_position + (need if following is not None else 0), first + len(plan.sequence)
     )
-    conn.execute(
-        sa.delete(working_set).where(
-            working_set.c.session_id == sid,
-            working_set.c.message_id == sa.any_(sa.literal(span, sa.ARRAY(sa.BigInteger))),
-        )
-    )
+    conn.exec_driver_sql(UNLINK_WORKING, {"sid": sid, "ids": span})
     conn.execute(
         sa.insert(working_set),
         [
