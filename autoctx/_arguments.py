@@ -176,30 +176,57 @@ def event_id(value: object) -> int:
     return value
 
 
-def offload_id(value: object) -> uuid.UUID:
-    """An offload id: a `uuid.UUID`, or its canonical text (as an offload tag shows it);
-    `InvalidOffloadId` for an empty or malformed one (never quoted: a model may pass any text
-    of the conversation here)."""
+#: What names an offload: its uuid (its key), or its handle (the number its tag shows the
+#: model, docs/design.md §4).
+OffloadRef = uuid.UUID | int
+
+#: A handle as a caller may pass it: the number, optionally after "#" or "offload", or the
+#: whole tag copied (a model often copies more than the number).
+_HANDLE_TEXT: Final = re.compile(
+    r"(?:<!--\s*)?(?:offload\s*[#:=]?\s*|#)?(?P<n>[0-9]{1,19})(?:\s*-->)?", re.IGNORECASE
+)
+
+
+def offload_id(value: object) -> OffloadRef:
+    """An offload id: its handle (an int, or its text as the tag shows it: ``12``, ``#12``,
+    ``offload 12``, the tag itself), or its uuid (a `uuid.UUID` or its canonical text, as tags
+    written before handles show it). `InvalidOffloadId` for an empty or malformed one (never
+    quoted: a model may pass any text of the conversation here)."""
     if isinstance(value, uuid.UUID):
         return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _handle(value)
     if not isinstance(value, str):
         raise InvalidOffloadId(
-            f"the offload id must be a string (the uuid from an offload tag), got "
-            f"{type(value).__name__}"
+            f"the offload id must be the number in an offload tag (an int or a string) or an "
+            f"offload uuid (a string), got {type(value).__name__}"
         )
     text = value.strip()
     if not text:
-        raise InvalidOffloadId("the offload id is empty; pass the uuid from an offload tag")
+        raise InvalidOffloadId("the offload id is empty; pass the number from an offload tag")
+    handle = _HANDLE_TEXT.fullmatch(text)
+    if handle is not None:
+        return _handle(int(handle.group("n")))
     try:
         parsed = uuid.UUID(text)
     except ValueError:
         raise InvalidOffloadId(
-            f"the value given ({len(text)} characters) is not an offload id (expected a uuid "
-            "such as '123e4567-e89b-12d3-a456-426614174000', from an offload tag)"
+            f"the value given ({len(text)} characters) is not an offload id (expected the "
+            "number from an offload tag, such as 12, or an offload uuid such as "
+            "'123e4567-e89b-12d3-a456-426614174000')"
         ) from None
     if str(parsed) != text.lower() and parsed.hex != text.lower():
         raise InvalidOffloadId("the offload id is not a canonical uuid; copy it from the tag")
     return parsed
+
+
+def _handle(value: int) -> int:
+    if not 1 <= value <= MAX_MESSAGE_ID:
+        raise InvalidOffloadId(
+            "an offload handle is the positive number in an offload tag (at most "
+            f"{MAX_MESSAGE_ID}); copy it from the tag"
+        )
+    return value
 
 
 def page(offset: object, limit: object, where: str = "reload") -> tuple[int, int | None]:

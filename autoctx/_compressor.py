@@ -59,7 +59,7 @@ from ._prompts import (
     shared_input_bound,
     shares_requests,
 )
-from ._replacements import Replacement, preview, summarized_payload
+from ._replacements import NewOffload, Replacement, preview, summarized_payload
 from ._shared_requests import group, split_answer
 from ._strategies import plan as plan_strategy
 from ._strategies import registry
@@ -71,7 +71,7 @@ from ._summary import (
     SummaryResult,
     answers_shared_requests,
 )
-from ._tags import offload_tag
+from ._tags import TAG_TOKENS, offload_tag
 from ._tokens import TokenCounter
 
 logger = logging.getLogger("autoctx")
@@ -113,8 +113,8 @@ _YIELD_TO_S6: Final = registry.YIELD_TO_CURRENT_ROUND
 _FALLBACK_STRATEGIES: Final = registry.FALLBACK_STRATEGIES
 #: Rungs that save tokens only (previews): they act while tokens are over the target.
 _TOKENS_ONLY: Final = registry.TOKENS_ONLY_STRATEGIES
-#: Tokens of an offload tag and its newline, for the estimate of what a summary costs.
-_TAG_TOKENS: Final = 24
+#: Tokens of the offload tag and the newline before it, which every summary carries.
+_TAG_TOKENS: Final = TAG_TOKENS
 #: Passes whose arrivals `SessionState.arriving` averages: a few, so that it follows a change
 #: of the agent's pace, and more than one, so that one large tool output does not set it.
 _ARRIVALS_KEPT: Final = 4
@@ -546,20 +546,22 @@ class Compressor:
         out: list[Replacement | None] = []
         # The ranges are independent: their requests go out as one batch, and each answer
         # comes back to its own range (or ranges, for a shared request), in edit order.
-        summarized: list[tuple[int, Edit, list[Msg], uuid.UUID]] = []
-        for edit in edits:
+        summarized: list[tuple[int, Edit, list[Msg], NewOffload]] = []
+        for k, edit in enumerate(edits):
             msgs = [originals[i] for i in edit.replaced_ids]
-            offload = uuid.uuid4()
+            # The handles of a pass follow the snapshot's counter; one whose range fails
+            # leaves a gap, which costs nothing (a handle only has to be unique).
+            offload = NewOffload(uuid.uuid4(), snap.next_handle + k)
             if not edit.llm:
                 final = snap.messages[edit.start].final
                 shown = self._prepare(
-                    preview(msgs[0], self.config, offload, edit.preview_chars), final
+                    preview(msgs[0], self.config, offload.handle, edit.preview_chars), final
                 )
                 # A preview near the size floor can cost as many tokens as its original (the
-                # tag's uuid tokenizes differently each time): it would save nothing, and
-                # every applied event saves tokens (docs/design.md §3).
+                # tag's own tokens): it would save nothing, and every applied event saves
+                # tokens (docs/design.md §3).
                 if shown.tokens < edit.replaced_tokens:
-                    out.append(Replacement(edit, shown, offload))
+                    out.append(Replacement(edit, shown, offload.uuid, offload.handle))
                 continue
             out.append(None)
             summarized.append((len(out) - 1, edit, msgs, offload))
@@ -588,13 +590,13 @@ class Compressor:
 
     def _ask(
         self,
-        ranges: Sequence[tuple[int, Edit, list[Msg], uuid.UUID]],
+        ranges: Sequence[tuple[int, Edit, list[Msg], NewOffload]],
         state: _CallState,
         fallback: bool,
     ) -> _Request:
         """One request to the summarizer (the configured one, or the fallback): for one range,
         or for several of S5's messages that share it (each range: its slot in the pass's
-        replacements, its edit, its messages and its offload uuid)."""
+        replacements, its edit, its messages and its offload's names)."""
         subjects = [self._subject(edit, msgs) for _, edit, msgs, _ in ranges]
         first = ranges[0][1]
         deadline = None if fallback else self._request_deadline(state)
@@ -741,10 +743,10 @@ class Compressor:
         prefix = asking.prefix
         body = f"{prefix}\n\n{text}" if prefix else text
         if edit.strategy == registry.LARGE:
-            new_msg = summarized_payload(msgs[0], body, offload)
+            new_msg = summarized_payload(msgs[0], body, offload.handle)
             final = snap.messages[edit.start].final
         else:
-            new_msg = Msg.assistant(f"{body}\n{offload_tag(str(offload))}", kind=edit.new_kind)
+            new_msg = Msg.assistant(f"{body}\n{offload_tag(offload.handle)}", kind=edit.new_kind)
             final = edit.new_kind in ("round_summary", "history_summary")
         new = self._prepare(new_msg, final)
         replaced_tokens = edit.replaced_tokens
@@ -759,7 +761,7 @@ class Compressor:
                 **usage,
             )
             return None
-        return Replacement(edit, new, offload, **usage)
+        return Replacement(edit, new, offload.uuid, offload.handle, **usage)
 
     def _check_in_time(self, request: SummaryRequest) -> None:
         """An answer that came after its deadline is never a summary, whichever summarizer
@@ -909,7 +911,7 @@ class _Asking:
 
     edit: Edit
     msgs: list[Msg]
-    offload: uuid.UUID
+    offload: NewOffload
     #: Text kept verbatim before the summary (S6's earlier summary, S5's head of a user message).
     prefix: str
     request: SummaryRequest

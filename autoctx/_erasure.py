@@ -24,12 +24,13 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._arguments import OffloadRef, offload_id
 from ._config import AutoContextConfig
+from ._errors import InvalidOffloadId
 from ._intake import Prepared, count_tokens
 from ._messages import (
     OPENAI_META,
@@ -66,8 +67,10 @@ class Derived:
     msg: Msg
     #: The strategy of the event that made it (0 for `pop_last`); None if unknown.
     strategy: int | None
-    #: Its offload (None for a `pop_last` remainder, which has none).
-    offload: uuid.UUID | None
+    #: Its offload's handle, which its tag shows (None for a `pop_last` remainder, which has
+    #: no offload). A message written before handles had a uuid tag; its rewrite shows the
+    #: handle its offload was given since, which reloads the same messages.
+    handle: int | None
     #: The ids it replaced, in lineage order.
     children: tuple[int, ...]
 
@@ -136,19 +139,19 @@ def _rewrite(
     counter: TokenCounter,
 ) -> Msg:
     old = d.msg
-    if d.offload is None or old.kind == "original" or not kids:
+    if d.handle is None or old.kind == "original" or not kids:
         # A `pop_last` remainder holds part of the message it came from: nothing to redo.
         return tombstone(old)
     if old.kind == "preview":
-        return _stored_as(old, preview(kids[0], config, d.offload))
-    tag = offload_tag(str(d.offload))
+        return _stored_as(old, preview(kids[0], config, d.handle))
+    tag = offload_tag(d.handle)
     # The rewrite may be as long as the text it replaces (what is left of the originals is
     # usually far longer): the summary loses what was erased and keeps the rest, instead of
     # shrinking to the offline summarizer's default of a quarter of its input, capped.
     budget = max(1, _body_chars(old) - len(tag) - 1)
     if old.kind == "large_summary":
         body = TOMBSTONE if not remaining else _offline_text(5, remaining, config, budget)
-        return _stored_as(old, summarized_payload(kids[0], body, d.offload))
+        return _stored_as(old, summarized_payload(kids[0], body, d.handle))
     strategy = d.strategy if d.strategy in _TEXT_SUMMARY_STRATEGIES else None
     if strategy is None or not remaining:
         text = TOMBSTONE
@@ -205,7 +208,8 @@ class Quote:
 
     session_id: str
     message_id: int | None = None
-    offload: uuid.UUID | None = None
+    #: The offload's uuid, or its handle (`context_reload`'s `offload` argument).
+    offload: OffloadRef | None = None
 
 
 def quotes(
@@ -257,21 +261,19 @@ def _reload_quote(arguments: str, own_session: str) -> Quote | None:
         return None
     session = args.get("session_id")
     session = session if isinstance(session, str) and session else own_session
-    message_id, raw = args.get("message_id"), args.get("uuid")
+    message_id, raw = args.get("message_id"), args.get("offload", args.get("uuid"))
     if isinstance(message_id, int) and not isinstance(message_id, bool):
         return Quote(session, message_id=message_id)
-    if isinstance(raw, str):
-        try:
-            return Quote(session, offload=uuid.UUID(raw.strip()))
-        except ValueError:
-            return None
-    return None
+    try:
+        return Quote(session, offload=offload_id(raw))
+    except InvalidOffloadId:
+        return None
 
 
 def quotes_any(
     found: Iterable[Quote],
     changed: Mapping[str, set[int]],
-    offloads: Mapping[tuple[str, uuid.UUID], Sequence[int]],
+    offloads: Mapping[tuple[str, OffloadRef], Sequence[int]],
 ) -> bool:
     """Whether an answer that quoted `found` holds content of a message in `changed` (session
     -> ids an erasure rewrites), `offloads` giving the message ids each offload holds."""

@@ -8,7 +8,7 @@ Format ``autoctx-export/2`` (docs/operations.md documents every key):
   row: an imported session is a new incarnation);
 - ``working_context``: the working context in OpenAI format (a view for readers: it leaves out
   what Chat Completions cannot carry, such as reasoning), and ``working_messages``: each
-  working message's position, id, role, kind, pinned flag, tokens and offload uuid;
+  working message's position, id, role, kind, pinned flag, tokens, offload uuid and handle;
 - ``events``: every event, every column; ``offloads``: each with the messages it holds (in
   OpenAI format, for readers);
 - ``messages``: every stored message in autoctx's storage form (content blocks, metadata, kind,
@@ -16,8 +16,9 @@ Format ``autoctx-export/2`` (docs/operations.md documents every key):
   These are what import reads: every block, reasoning included, whatever format it came in.
 
 Times are ISO 8601 in UTC, uuids are strings. Version 1 had no ``messages`` and ``lineage``
-(so it could not restore a session): import refuses it. Export, import and export again give
-the same document.
+(so it could not restore a session): import refuses it. A version 2 document written before
+offload handles (no ``session.next_handle``, no offload ``handle``) imports with the handles
+the migration gives stored offloads. Export, import and export again give the same document.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def build_document(rows: SessionRows) -> dict[str, Any]:
         if e["summary_message_id"] is not None and e["offload_uuid"] is not None
     }
     strategy_of = {e["id"]: e["strategy"] for e in rows.events}
+    handle_of = {o["uuid"]: o["handle"] for o in rows.offloads}
     working = [msg_from_mapping(by_id[w["message_id"]]) for w in rows.working_set]
     return {
         "format": FORMAT,
@@ -86,6 +88,7 @@ def build_document(rows: SessionRows) -> dict[str, Any]:
                 "pinned": m.pinned,
                 "tokens": m.tokens,
                 "offload_uuid": _json_value(offload_of.get(m.id)),
+                "offload_handle": handle_of.get(offload_of.get(m.id)),
             }
             for k, (w, m) in enumerate(zip(rows.working_set, working, strict=True))
         ],
@@ -141,7 +144,7 @@ def _num(v: Any) -> bool:
 
 Check = Callable[[Any], bool]
 #: Nullable columns added since the format was fixed: an export without them is read as NULL
-#: (`undoes`, migration 0015: what an undo took back).
+#: (`undoes`, migration 0016: what an undo took back).
 _ADDED_LATER: Final = ("undoes",)
 _TYPES: Final[dict[str, tuple[Check, str, bool]]] = {
     # column: (check, what it must be, may be null)
@@ -247,6 +250,7 @@ def parse_document(doc: Any, *, now: datetime | None = None) -> SessionRows:
             )
         raise _fail("format", f"is not {FORMAT!r}: this is not an autoctx export")
     check_json(doc)
+    doc = _with_handles(doc)
     session = _row("session", doc.get("session"), SESSION_COLUMNS)
     msgs = _rows(doc, "messages", MESSAGE_COLUMNS)
     for k, m in enumerate(msgs):
@@ -275,6 +279,28 @@ def parse_document(doc: Any, *, now: datetime | None = None) -> SessionRows:
     _check_references(rows)
     check_rows(rows, now=now or datetime.now(UTC))
     return rows
+
+
+def _with_handles(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A document exported before offload handles (no `session.next_handle`, no offload
+    `handle`), with the handles migration 0015 gives a stored session's offloads: 1, 2, ... by
+    event, then uuid. Any other document as it is (a partial one is refused by the checks)."""
+    session, offloads = doc.get("session"), doc.get("offloads")
+    if not isinstance(session, dict) or "next_handle" in session or not isinstance(offloads, list):
+        return doc
+    if not all(isinstance(o, dict) and "handle" not in o for o in offloads):
+        return doc
+
+    def key(o: Mapping[str, Any]) -> tuple[int, str]:
+        event = o.get("event_id")
+        return (event if isinstance(event, int) else 0, str(o.get("uuid")))
+
+    numbered = {id(o): k for k, o in enumerate(sorted(offloads, key=key), start=1)}
+    return {
+        **doc,
+        "session": {**session, "next_handle": len(offloads) + 1},
+        "offloads": [{**o, "handle": numbered[id(o)]} for o in offloads],
+    }
 
 
 def _get(item: Any, key: str, k: int) -> Any:

@@ -425,6 +425,7 @@ def _check_counters(rows: SessionRows) -> None:
         "next_message_id": [m["id"] for m in rows.messages],
         "next_position": [w["position"] for w in rows.working_set],
         "next_event_id": [e["id"] for e in rows.events],
+        "next_handle": [o["handle"] for o in rows.offloads],
     }
     for key, used in in_use.items():
         if session[key] < 1 or session[key] <= max(used, default=0):
@@ -466,6 +467,12 @@ def _check_events(rows: SessionRows, by_id: Mapping[int, Msg], event_ids: set[in
     uuids = [o["uuid"] for o in rows.offloads]
     if len(set(uuids)) != len(uuids):
         raise refused("offloads", "hold the same uuid twice")
+    handles = [o["handle"] for o in rows.offloads]
+    if len(set(handles)) != len(handles):
+        raise refused("offloads", "hold the same handle twice")
+    for k, o in enumerate(rows.offloads):
+        if o["handle"] < 1:
+            raise refused(f"offloads[{k}].handle", "must be positive")
     for k, o in enumerate(rows.offloads):
         if o["event_id"] not in event_ids:
             raise refused(f"offloads[{k}].event_id", "names no event of the document")

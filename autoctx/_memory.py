@@ -557,7 +557,7 @@ class AutoContextMemory:
     @_serialized
     def reload(
         self,
-        offload_id: str | uuid.UUID | None = None,
+        offload_id: int | str | uuid.UUID | None = None,
         offset: int = 0,
         limit: int | None = None,
         *,
@@ -567,6 +567,10 @@ class AutoContextMemory:
     ) -> list[Msg]:
         """The messages an offload removed (one level deep), optionally a page of them; or,
         with `message_id` instead of an offload id, that one stored message (a search hit).
+
+        The offload id is the handle its tag shows (``12`` in ``<!-- offload 12 -->``, as an int
+        or as text), or its uuid (as events, search hits and tags written before handles show
+        it).
 
         With `originals=True`, the originals behind the offload instead: lineage followed down
         through the summaries and previews it holds (and theirs), so that the raw messages
@@ -582,7 +586,8 @@ class AutoContextMemory:
         self._check_open()
         if (offload_id is None) == (message_id is None):
             raise InvalidMessageId(
-                "pass an offload id (from an offload tag or a search hit's offload_uuid) or "
+                "pass an offload id (the number in an offload tag, or a search hit's "
+                "offload_uuid) or "
                 "message_id= (a search hit's message_id), not both and not neither"
             )
         offset, limit = _arguments.page(offset, limit)
@@ -654,7 +659,7 @@ class AutoContextMemory:
         return None if session_id == self.session_id else session_id
 
     def _reload_offload(
-        self, offload: uuid.UUID, session_id: str | None, *, originals: bool = False
+        self, offload: _arguments.OffloadRef, session_id: str | None, *, originals: bool = False
     ) -> list[Msg]:
         if session_id is None:
             return self._store.reload(offload, originals=originals)
@@ -1277,7 +1282,7 @@ class AsyncAutoContextMemory:
 
     async def reload(
         self,
-        offload_id: str | uuid.UUID | None = None,
+        offload_id: int | str | uuid.UUID | None = None,
         offset: int = 0,
         limit: int | None = None,
         *,

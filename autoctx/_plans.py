@@ -29,11 +29,16 @@ class Snapshot:
     messages: tuple[MsgMeta, ...]
     token_count: int
     message_count: int
+    #: The handle the session's next offload takes (docs/design.md §4): a compression planned
+    #: on this snapshot numbers its offloads from it, and applies only while it still holds.
+    next_handle: int = 1
 
     def ids(self, start: int, end: int) -> tuple[int, ...]:
         return tuple(m.id for m in self.messages[start:end])
 
-    def apply(self, changes: Sequence[tuple[Edit, MsgMeta]]) -> Snapshot:
+    def apply(
+        self, changes: Sequence[tuple[Edit, MsgMeta]], next_handle: int | None = None
+    ) -> Snapshot:
         """The snapshot once `changes` committed, as one apply (one transaction, one version
         later): edits planned on this snapshot, each with the metadata of the message that
         replaces its range (docs/design.md §2, "one transaction").
@@ -42,6 +47,7 @@ class Snapshot:
         with it after its own apply, and the in-memory store of the tests applies with it.
         Raises `ValueError` for an edit that does not replace the messages of this snapshot
         it names (a plan of another snapshot): a store checks that before it writes anything.
+        `next_handle` is the session's handle counter after the apply (unchanged when None).
         """
         for edit, _ in changes:
             found = tuple(self.messages[i].id for i in edit.member_indices)
@@ -57,6 +63,7 @@ class Snapshot:
             tuple(splice(self.messages, changes)),
             self.token_count + sum(new.tokens - edit.replaced_tokens for edit, new in changes),
             self.message_count + sum(1 - len(edit.replaced_ids) for edit, _ in changes),
+            self.next_handle if next_handle is None else next_handle,
         )
 
 

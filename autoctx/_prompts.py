@@ -38,11 +38,11 @@ __all__ = [
 RELOAD_SNIPPET: Final = f"""\
 Parts of this conversation may have been compressed to keep it within the context window.
 A compressed part is a summary or a shortened preview that ends with a tag of the form
-{offload_tag("<uuid>")}. Nothing is lost: the original messages behind it are stored.
+{offload_tag("N")}. Nothing is lost: the original messages behind it are stored.
 When you need exact details that a summary or preview leaves out (full file contents, complete
-tool output, exact values), call the context_reload tool with the uuid from that tag; it returns
-the original messages as text, page by page when they are long. Reload only what you need, and
-never write such a tag yourself.
+tool output, exact values), call the context_reload tool with the number N from that tag (as
+offload); it returns the original messages as text, page by page when they are long. Reload
+only what you need, and never write such a tag yourself.
 If you have the context_search tool, use it to find what you knew but no longer see: words, ids
 or paths from earlier in this conversation, or, with scope "tenant", from your earlier
 sessions. Each hit shows a short extract and how to read the whole message with context_reload

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,6 +28,14 @@ _LARGE_ARGUMENTS_CHARS: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
+class NewOffload:
+    """The names of an offload a compression is about to make: its key and its handle."""
+
+    uuid: uuid.UUID
+    handle: int
+
+
+@dataclass(frozen=True, slots=True)
 class Replacement:
     """One planned edit with the message that replaces its range, ready to apply."""
 
@@ -35,6 +44,9 @@ class Replacement:
     #: summaries inherit it from what they replace).
     new: Prepared
     offload_uuid: uuid.UUID
+    #: The offload's handle, which the new message's tag shows (docs/design.md §4): numbered
+    #: from the snapshot's `next_handle`; the store applies it only while that still holds.
+    handle: int
     model: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -51,13 +63,16 @@ class ApplyOutcome:
     conflict: bool
 
 
-def _with_tag(text: str, offload: uuid.UUID) -> str:
-    return f"{text}\n{offload_tag(str(offload))}"
+def next_handle_after(current: int, replacements: Sequence[Replacement]) -> int:
+    """The session's handle counter once `replacements` are applied at counter `current`."""
+    return max(current, *(r.handle + 1 for r in replacements))
 
 
-def preview(
-    msg: Msg, config: AutoContextConfig, offload: uuid.UUID, chars: int | None = None
-) -> Msg:
+def _with_tag(text: str, handle: int) -> str:
+    return f"{text}\n{offload_tag(handle)}"
+
+
+def preview(msg: Msg, config: AutoContextConfig, handle: int, chars: int | None = None) -> Msg:
     """S2/S3 and masking: the first `preview_chars` characters (`chars` when given: masking's
     `mask_preview_chars`), '...', a newline and the tag.
 
@@ -71,22 +86,22 @@ def preview(
         for k, r in enumerate(results):
             head = r.output_text[:n] + "..."
             if k == len(results) - 1:
-                head = _with_tag(head, offload)
+                head = _with_tag(head, handle)
             blocks.append(ToolResultBlock(r.tool_use_id, head, r.name))
         return Msg("tool", tuple(blocks), name=msg.name, kind="preview")
     text = msg.text or _opaque_text(msg)
     return Msg(
-        msg.role, (TextBlock(_with_tag(text[:n] + "...", offload)),), name=msg.name, kind="preview"
+        msg.role, (TextBlock(_with_tag(text[:n] + "...", handle)),), name=msg.name, kind="preview"
     )
 
 
-def summarized_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:
+def summarized_payload(msg: Msg, summary: str, handle: int) -> Msg:
     """S5: only the text/output is replaced; every tool_use and tool_result keeps its id and name.
 
-    Large tool-call arguments become a small JSON object pointing at the offload, so the call
-    stays valid JSON.
+    Large tool-call arguments become a small JSON object naming the offload's handle, so the
+    call stays valid JSON.
     """
-    tagged = _with_tag(summary, offload)
+    tagged = _with_tag(summary, handle)
     if msg.role == "tool":
         results = msg.tool_results
         last = results[-1].tool_use_id
@@ -104,7 +119,7 @@ def summarized_payload(msg: Msg, summary: str, offload: uuid.UUID) -> Msg:
         if isinstance(b, ToolUseBlock):
             args = b.arguments
             if len(args) > _LARGE_ARGUMENTS_CHARS:
-                args = json.dumps({"offloaded_arguments": str(offload)})
+                args = json.dumps({"offloaded_arguments": handle})
             out.append(ToolUseBlock(b.id, b.name, args, b.extra))
     return Msg(msg.role, tuple(out), name=msg.name, kind="large_summary")
 

@@ -89,9 +89,9 @@ class AutoContextSearchHit:
     """One original that matches a search, best first in the list a search returns.
 
     Reload it with ``mem.reload(message_id=hit.message_id, session_id=hit.session_id)`` (that
-    original, whole); when a compression took it out of the working context, `offload_uuid`
-    also names the offload that holds it with its neighbours
-    (``mem.reload(hit.offload_uuid, session_id=hit.session_id)``).
+    original, whole); when a compression took it out of the working context, `offload_handle`
+    (the number its tag shows) and `offload_uuid` also name the offload that holds it with its
+    neighbours (``mem.reload(hit.offload_handle, session_id=hit.session_id)``).
     """
 
     session_id: str
@@ -108,6 +108,8 @@ class AutoContextSearchHit:
     #: Whether the original is in its session's working context now (then nothing needs
     #: reloading for an agent working in that session).
     in_working_context: bool
+    #: The handle of that offload (the number in its tag), if any.
+    offload_handle: int | None = None
 
 
 def validate_query(query: object) -> str:
@@ -277,7 +279,9 @@ def _reload_args(hit: AutoContextSearchHit, own_session: str) -> tuple[str, str 
     where = {} if hit.session_id == own_session else {"session_id": hit.session_id}
     message = json.dumps({"message_id": hit.message_id, **where})
     offload = (
-        json.dumps({"uuid": str(hit.offload_uuid), **where})
+        json.dumps({"offload": hit.offload_handle, **where})
+        if hit.offload_handle is not None
+        else json.dumps({"uuid": str(hit.offload_uuid), **where})
         if hit.offload_uuid is not None
         else None
     )

@@ -10,10 +10,10 @@ alone sees the offloads of the memory's own session; with a `session_id`, and a 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._arguments import OffloadRef
 from ._arguments import message_id as checked_message_id
 from ._arguments import offload_id as checked_offload_id
 from ._arguments import session_id as checked_session_id
@@ -46,9 +46,9 @@ DEFAULT_TOOL_HITS = 5
 
 NOT_FOUND_ANSWER = "No offloaded context with that id in this session."
 MESSAGE_NOT_FOUND_ANSWER = "No message with that id in that session."
-#: A reload by uuid, optionally of another session of the tenant, of the messages the offload
-#: removed (one level) or, when the last argument is true, of the originals behind them.
-ReloadOffload = Callable[[uuid.UUID, str | None, bool], list[Msg]]
+#: A reload by handle or uuid, optionally of another session of the tenant, of the messages the
+#: offload removed (one level) or, when the last argument is true, of the originals behind them.
+ReloadOffload = Callable[[OffloadRef, str | None, bool], list[Msg]]
 #: A reload of one message by id, optionally of another session of the tenant.
 ReloadMessage = Callable[[int, str | None], Msg]
 #: A search: (query, scope, limit) -> hits, best first.
@@ -63,8 +63,8 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
             "name": TOOL_NAME,
             "description": (
                 "Reload context that was compressed to save space. Messages that end with "
-                "<!-- CONTEXT_OFFLOAD: uuid=... --> replace original messages; call this with "
-                "that uuid to read what they replaced (a summary inside keeps its own tag; pass "
+                "<!-- offload N --> replace original messages; call this with that number as "
+                "offload to read what they replaced (a summary inside keeps its own tag; pass "
                 "originals=true to read the raw messages behind every nested summary at once). "
                 "To read a message that context_search found, "
                 "pass its message_id (and its session_id when it is from another session). "
@@ -74,9 +74,14 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
             "parameters": {
                 "type": "object",
                 "properties": {
+                    "offload": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "The number N from an <!-- offload N --> tag.",
+                    },
                     "uuid": {
                         "type": "string",
-                        "description": "The uuid from a CONTEXT_OFFLOAD tag.",
+                        "description": "Instead of offload: the uuid from an older tag.",
                     },
                     "message_id": {
                         "type": "integer",
@@ -101,14 +106,15 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
                     "originals": {
                         "type": "boolean",
                         "description": (
-                            "With uuid: true answers the original messages behind the offload, "
+                            "With offload: true answers the original messages behind the offload, "
                             "through every nested summary, instead of what it replaced one "
                             "level down (default false)."
                         ),
                     },
                 },
-                # uuid or message_id: a search hit in another session's working context is
-                # held by no offload, so a uuid alone cannot reach it (docs/design.md §9).
+                # offload (or uuid) or message_id: a search hit in another session's working
+                # context is held by no offload, so an offload id alone cannot reach it
+                # (docs/design.md §9).
                 "required": [],
                 "additionalProperties": False,
             },
@@ -161,24 +167,32 @@ def answer_reload_call(
     reload_message: ReloadMessage | None = None,
 ) -> str:
     """Answer one `context_reload` call with text (never raises for a bad call): the originals
-    an offload holds (`uuid`), or one message of a search hit (`message_id`), of this session
-    or of the `session_id` given."""
-    args = _arguments(arguments, '{"uuid": "..."}')
+    an offload holds (`offload`, its handle; or `uuid`, as tags written before handles show
+    it), or one message of a search hit (`message_id`), of this session or of the
+    `session_id` given."""
+    args = _arguments(arguments, '{"offload": 12}')
     if isinstance(args, str):
         return args
     try:
         session = _session_argument(args.get("session_id"))
     except InvalidSessionId as exc:
         return f"Invalid session_id: {exc}."
-    raw, message_id = args.get("uuid"), args.get("message_id")
+    handle, raw, message_id = args.get("offload"), args.get("uuid"), args.get("message_id")
+    if handle is not None and raw is not None:
+        return "Pass either offload (the number in a tag) or uuid (an older tag's), not both."
+    name = "offload" if handle is not None else "uuid"
+    raw = handle if handle is not None else raw
     if raw is not None and message_id is not None:
-        return "Pass either uuid (an offload) or message_id (one message), not both."
+        return f"Pass either {name} (an offload) or message_id (one message), not both."
     offset = args.get("offset", 0)
     originals = args.get("originals", False)
     if not isinstance(originals, bool):
         return "Invalid originals: pass true (the raw messages behind the offload) or false."
     if message_id is not None and originals:
-        return "originals applies to a uuid (an offload), not to a message_id: pass one of them."
+        return (
+            "originals applies to an offload, not to a message_id: pass the offload number of "
+            "a tag instead."
+        )
     if message_id is not None and reload_message is not None:
         try:
             message_id = checked_message_id(message_id)
@@ -193,22 +207,24 @@ def answer_reload_call(
         return _page(render_transcript([msg], keep_tags=True), offset, page_chars, "message")
     if raw is None:
         return (
-            'Missing uuid: pass the uuid of an offload tag as {"uuid": "..."}, or the message '
-            'id of a search hit as {"message_id": 42}.'
+            'Missing offload: pass the number of an offload tag as {"offload": 12}, or the '
+            'message id of a search hit as {"message_id": 42}.'
         )
-    if not isinstance(raw, str):
+    # A handle may come as a number or as text; an older tag's uuid only as text.
+    if isinstance(raw, bool) or not isinstance(raw, (int | str) if name == "offload" else str):
         return (
-            f"Invalid uuid: it must be a string, got {type(raw).__name__}; copy the uuid that "
-            "follows 'uuid=' in an offload tag."
+            f"Invalid {name}: it must be {'an integer' if name == 'offload' else 'a string'}, "
+            f"got {type(raw).__name__}; copy the "
+            f"{'number' if name == 'offload' else 'uuid'} from an offload tag."
         )
     if isinstance(raw, str) and not raw.strip():
-        # Answers never spell out the tag or its marker word: they land in the context, where
-        # either would read as an offload marker to the model and to the summary checks.
-        return "Empty uuid: copy the uuid that follows 'uuid=' in an offload tag."
+        # Answers never spell out the tag: they land in the context, where it would read as an
+        # offload tag to the model and to the summary checks.
+        return f"Empty {name}: copy the number from an offload tag."
     try:
         offload = checked_offload_id(raw)
     except InvalidOffloadId as exc:
-        return f"Invalid uuid: {exc}"
+        return f"Invalid {name}: {exc}"
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         return "Invalid offset: pass a non-negative integer character offset."
     try:

@@ -98,6 +98,7 @@ from _common import (
     fresh_database,
     machine_description,
     secs,
+    tool_arguments,
     tool_turn,
     trajectories,
 )
@@ -110,13 +111,23 @@ from autoctx import (
     AutoContextMemory,
     Msg,
     OpenAISummarizer,
+    ToolUseBlock,
     from_openai_messages,
 )
+from autoctx._tags import tag_ids
 from autoctx._tokens import TokenCounter
 
 console = Console(width=280)
 
-WORKLOADS = ("toolchat", "longtask", "bigtask", "multitask", "chat")
+WORKLOADS = (
+    "toolchat",
+    "longtask",
+    "bigtask",
+    "multitask",
+    "chat",
+    "coding-agent",
+    "support-agent",
+)
 SYSTEMS = ("autoctx", "langchain", "langchain-mask", "tiered", "openhands")
 #: What each peer is, for the output (autoctx's own line says its summarizer).
 PEERS = {
@@ -131,12 +142,37 @@ WINDOWS = {
     "bigtask": 32_000,
     "multitask": 32_000,
     "chat": 16_000,
+    "coding-agent": 128_000,
+    "support-agent": 16_000,
 }
 # Full sizes, and --quick's.
-SIZES = {"toolchat": 400, "longtask": 400, "bigtask": 300, "multitask": 12, "chat": 600}
-QUICK = {"toolchat": 60, "longtask": 80, "bigtask": 60, "multitask": 3, "chat": 80}
+SIZES = {
+    "toolchat": 400,
+    "longtask": 400,
+    "bigtask": 300,
+    "multitask": 12,
+    "chat": 600,
+    "coding-agent": 240,
+    "support-agent": 60,
+}
+QUICK = {
+    "toolchat": 60,
+    "longtask": 80,
+    "bigtask": 60,
+    "multitask": 3,
+    "chat": 80,
+    "coding-agent": 60,
+    "support-agent": 15,
+}
 #: The bigtask's tool outputs: 500 to 8,000 characters, log-uniform.
 BIG_OUTPUT_CHARS = (500, 8_000)
+#: coding-agent: most outputs are short shell results, log-uniform in this range; about one
+#: step in 40 dumps a file or a test log of the huge range.
+SHELL_OUTPUT_CHARS = (100, 2_000)
+HUGE_OUTPUT_CHARS = (50_000, 150_000)
+HUGE_SHARE = 1 / 40
+#: support-agent: small JSON tool results.
+JSON_OUTPUT_CHARS = (200, 1_500)
 #: Where every system's compaction fires, as a share of W (LangChain's and OpenHands' settings
 #: here, autoctx's default trigger).
 TRIGGER = 0.75
@@ -360,6 +396,75 @@ def chat(seed: int, rounds: int) -> list[dict[str, Any]]:
     return out
 
 
+def coding_agent(seed: int, steps: int) -> list[dict[str, Any]]:
+    """A coding agent's session (shaped like SWE-agent and OpenHands runs): one task and, a
+    third of the way in, a user follow-up; `steps` tool steps, most of them short shell results
+    (100 to 2,000 characters: ls, git, a failing assertion), a few huge ones (50 to 150 KB: a
+    file dumped whole, a full test log); W = 128,000, a coding agent's window."""
+    gen = TranscriptGenerator(seed)
+    texts, calls, facts, r = Texts(gen), Calls(), Facts(gen), gen.r
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent. " + texts.text("prose", 900)},
+        {"role": "user", "content": gen.user().text},
+    ]
+    follow_up = steps // 3
+    for k in range(steps):
+        if k == follow_up:
+            out.append({"role": "assistant", "content": gen.answer().text})
+            out.append({"role": "user", "content": gen.user().text})
+        made = [calls.new(r) for _ in range(1 if r.random() < 0.85 else 2)]
+        text = texts.text("prose", r.randint(5, 40)) if r.random() < 0.4 else None
+        out.append(_call_message(text, made))
+        for call in made:
+            if r.random() < HUGE_SHARE:
+                lo, hi = HUGE_OUTPUT_CHARS
+                kind = r.choice(("code", "log"))
+            else:
+                lo, hi = SHELL_OUTPUT_CHARS
+                kind = TOOL_OUTPUT_KINDS[call.name]
+            chars = round(math.exp(r.uniform(math.log(lo), math.log(hi))))
+            out.append(_tool_message(call.id, call.name, facts.mark(gen.text(kind, chars))))
+    out.append({"role": "assistant", "content": gen.answer().text})
+    return out
+
+
+#: The constraints a support agent's user sets and restates (as tau-bench's users do).
+_CONSTRAINTS = (
+    "Do not cancel the order, only change it.",
+    "The delivery address must stay the same.",
+    "Never charge the card ending in 4242 again.",
+    "Refund to the original payment method only.",
+    "I must have it before Friday.",
+    "Do not upgrade my plan.",
+)
+
+
+def support_agent(seed: int, turns: int) -> list[dict[str, Any]]:
+    """A customer-support agent's session (shaped like tau-bench runs): `turns` user turns, each
+    answered after 0 to 3 tool calls returning small JSON records (200 to 1,500 characters);
+    the user sets constraints early and restates them now and then; W = 16,000."""
+    gen = TranscriptGenerator(seed)
+    texts, calls, facts, r = Texts(gen), Calls(), Facts(gen), gen.r
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a support agent. " + texts.text("prose", 700)}
+    ]
+    constraints = r.sample(_CONSTRAINTS, 3)
+    for k in range(turns):
+        said = texts.text("prose", r.randint(15, 80))
+        if k == 0 or r.random() < 0.2:
+            said = " ".join(constraints) + " " + said
+        out.append({"role": "user", "content": said})
+        for _ in range(r.choice((0, 1, 1, 2, 2, 3))):
+            calls.n += 1
+            call = ToolUseBlock(f"call_{calls.n}", "http_get", tool_arguments(r, "http_get"))
+            out.append(_call_message(None, [call]))
+            lo, hi = JSON_OUTPUT_CHARS
+            chars = round(math.exp(r.uniform(math.log(lo), math.log(hi))))
+            out.append(_tool_message(call.id, call.name, facts.mark(gen.text("json", chars))))
+        out.append({"role": "assistant", "content": texts.text("prose", r.randint(40, 250))})
+    return out
+
+
 def from_trajectories(directory: Path) -> list[dict[str, Any]]:
     """The trajectories as one session: the first system message leads, later ones are kept
     as user notes (none of the three systems takes a system message mid-session the same
@@ -390,6 +495,8 @@ def build(args: argparse.Namespace, name: str) -> Workload:
         "bigtask": bigtask,
         "multitask": multitask,
         "chat": chat,
+        "coding-agent": coding_agent,
+        "support-agent": support_agent,
     }
     return Workload(name, WINDOWS[name], makers[name](args.seed, sizes[name]))
 
@@ -531,12 +638,14 @@ def _reachable(mem: AutoContextMemory, run: Run) -> set[str]:
     while texts:
         text = texts.pop()
         found.update(FACT_RE.findall(text))
-        for uuid in UUID_RE.findall(text):
-            if uuid in seen:
+        # The offloads the tags name (a handle, or a uuid in a tag written before handles),
+        # and any other uuid (a search hit's offload quoted in a tool answer).
+        for ref in {*tag_ids(text), *UUID_RE.findall(text)}:
+            if ref in seen:
                 continue
-            seen.add(uuid)
+            seen.add(ref)
             with contextlib.suppress(Exception):  # a uuid in a tool output is not an offload
-                texts.extend(_msg_text(m) for m in mem.reload(uuid))
+                texts.extend(_msg_text(m) for m in mem.reload(int(ref) if ref.isdigit() else ref))
     return found
 
 

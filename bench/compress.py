@@ -462,9 +462,10 @@ def _round_summary(
     originals = store.load_messages(edit.replaced_ids)
     result = summarizer.summarize(build_request(4, [originals[i] for i in edit.replaced_ids]))
     offload = uuid.uuid4()
-    msg = Msg.assistant(f"{result.text.strip()}\n{offload_tag(str(offload))}", kind="round_summary")
+    handle = store.snapshot().next_handle
+    msg = Msg.assistant(f"{result.text.strip()}\n{offload_tag(handle)}", kind="round_summary")
     new = Prepared(msg, count_tokens(msg, counter), msg.payload_chars, True)
-    return Replacement(edit, new, offload, model=result.model, latency_ms=result.latency_ms)
+    return Replacement(edit, new, offload, handle, model=result.model, latency_ms=result.latency_ms)
 
 
 # ---------------------------------------------------------------------------------------------

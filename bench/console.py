@@ -374,7 +374,10 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
                 f"/s/compressed/o/{offload[0]}",
                 [
                     (one_session, p(sid="compressed")),
-                    (db._OFFLOAD.format(scope=SCOPE), p(sid="compressed", uuid=offload[0])),
+                    (
+                        db._OFFLOAD.format(named="o.uuid = %(ref)s", scope=SCOPE),
+                        p(sid="compressed", ref=offload[0]),
+                    ),
                     (db._BY_ID.format(scope=SCOPE), p(sid="compressed", ids=offload_ids)),
                 ],
             ),
@@ -383,7 +386,10 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
                 f"/s/compressed/o/{deep[0]}?view=originals",
                 [
                     (one_session, p(sid="compressed")),
-                    (db._OFFLOAD.format(scope=SCOPE), p(sid="compressed", uuid=deep[0])),
+                    (
+                        db._OFFLOAD.format(named="o.uuid = %(ref)s", scope=SCOPE),
+                        p(sid="compressed", ref=deep[0]),
+                    ),
                     (
                         db._ORIGINALS.format(scope=SCOPE),
                         p(sid="compressed", uuid=deep[0], after=0, limit=OFFLOAD_PAGE + 1),

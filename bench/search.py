@@ -200,10 +200,18 @@ def load(conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[str, f
         )
         conn.execute(
             """
-            INSERT INTO offloads (session_id, uuid, event_id, message_ids)
-            SELECT e.session_id, e.offload_uuid, e.id, e.replaced_ids
+            INSERT INTO offloads (session_id, uuid, handle, event_id, message_ids)
+            SELECT e.session_id, e.offload_uuid, e.id, e.id, e.replaced_ids
             FROM compression_events e JOIN sessions s ON s.session_id = e.session_id
             WHERE s.tenant = %(tenant)s
+            """,
+            {"tenant": tenant},
+        )
+        conn.execute(
+            """
+            UPDATE sessions s SET next_handle = e.top + 1
+            FROM (SELECT session_id, max(id) AS top FROM compression_events GROUP BY session_id) e
+            WHERE e.session_id = s.session_id AND s.tenant = %(tenant)s
             """,
             {"tenant": tenant},
         )

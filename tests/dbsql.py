@@ -20,3 +20,15 @@ def sql(mem: AutoContextMemory, statement: str, **params: Any) -> list[sa.Row[An
                 sa.text("select set_config('autoctx.tenant', :t, true)"), {"t": mem.tenant}
             )
         return list(conn.execute(sa.text(statement), params))
+
+
+def handle_of(mem: AutoContextMemory, offload_uuid: Any) -> int:
+    """The handle of one of the memory's offloads (the number its tag shows)."""
+    rows = sql(
+        mem,
+        "select handle from offloads where session_id = :s and uuid = :u",
+        s=mem.session_id,
+        u=offload_uuid,
+    )
+    assert len(rows) == 1, f"no offload {offload_uuid} in {mem.session_id}"
+    return int(rows[0].handle)

@@ -7,7 +7,7 @@ so that a bug in one cannot hide a bug in the other.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,7 +17,9 @@ from autoctx._intake import count_tokens
 from autoctx._store.rows import msg_from_row
 from autoctx._store.tables import messages as messages_table
 from autoctx._store.tables import offloads, working_set
+from autoctx._tags import tag_ids
 from autoctx._tokens import TokenCounter
+from autoctx._transcript import render_transcript
 from tests.dbsql import sql
 
 #: The audit views migration 0002 creates (docs/design.md §7).
@@ -77,6 +79,63 @@ def originals(mem: AutoContextMemory) -> list[Msg]:
             .order_by(messages_table.c.id)
         )
         return [msg_from_row(r) for r in rows]
+
+
+def assert_every_tag_reloads(
+    working: Sequence[Msg],
+    reload: Callable[[int], list[Msg]],
+    replaced_by: Mapping[int, Sequence[int]],
+    original_ids: Sequence[int],
+) -> None:
+    """Every offload tag the model can read reloads, and following tags alone reaches every
+    original (docs/design.md §4): the tags of the working context, then those of what they
+    reload, and so on. Each tag names a handle (no uuid: every offload here was made with
+    one), and the tag that ends a message reloads exactly what that message replaced
+    (`replaced_by`: summary id -> replaced ids, one level); an earlier tag in it (S6's
+    verbatim earlier summary) reloads too. `reload` takes a handle."""
+    reachable = {m.id for m in working}
+    frontier = list(working)
+    seen: set[int] = set()
+    while frontier:
+        msg = frontier.pop()
+        assert msg.id is not None
+        tags = tag_ids(render_transcript([msg], keep_tags=True))
+        if msg.id in replaced_by:
+            assert tags, f"message {msg.id} replaced {replaced_by[msg.id]} but shows no tag"
+        for k, tag in enumerate(tags):
+            assert tag.isdigit(), f"message {msg.id} names an offload by {tag!r}, not a handle"
+            handle = int(tag)
+            back = reload(handle)
+            if k == len(tags) - 1 and msg.id in replaced_by:
+                assert [m.id for m in back] == list(replaced_by[msg.id]), (msg.id, handle)
+            if handle in seen:
+                continue
+            seen.add(handle)
+            for m in back:
+                assert m.id is not None
+                reachable.add(m.id)
+                frontier.append(m)
+    missing = [i for i in original_ids if i not in reachable]
+    assert not missing, f"originals no tag leads to: {missing}"
+
+
+def assert_every_handle_reloads(mem: AutoContextMemory) -> None:
+    """`assert_every_tag_reloads` on PostgreSQL, with the lineage read in SQL."""
+    replaced_by: dict[int, list[int]] = {}
+    for r in sql(
+        mem,
+        "select summary_id, replaced_id from lineage where session_id = :s "
+        "order by summary_id, ordinal",
+        s=mem.session_id,
+    ):
+        replaced_by.setdefault(r.summary_id, []).append(r.replaced_id)
+    working = mem.messages()
+    assert_every_tag_reloads(
+        working,
+        lambda h: mem.reload(h),
+        replaced_by,
+        [m.id for m in originals(mem) if m.id is not None],
+    )
 
 
 def assert_every_original_reachable(mem: AutoContextMemory) -> None:

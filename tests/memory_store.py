@@ -34,11 +34,13 @@ from autoctx._compressor import Compressor, SessionState
 from autoctx._intake import OpenCalls, Prepared, bind, count_tokens, prepare
 from autoctx._messages import coerce_messages, to_openai_messages
 from autoctx._plans import Snapshot
-from autoctx._replacements import ApplyOutcome, Replacement
+from autoctx._replacements import ApplyOutcome, Replacement, next_handle_after
 from autoctx._structure import MsgMeta, meta_of
 from autoctx._tokens import TokenCounter
 from tests.invariants import (
+    assert_every_handle_reloads,
     assert_every_original_reachable,
+    assert_every_tag_reloads,
     assert_totals_match,
     assert_valid_openai_chat,
     originals,
@@ -72,6 +74,9 @@ class MemoryStore:
         self.events: list[Event] = []
         #: offload uuid -> the ids it removed, in order.
         self.offloads: dict[uuid.UUID, tuple[int, ...]] = {}
+        #: offload handle -> its uuid.
+        self.handles: dict[int, uuid.UUID] = {}
+        self.next_handle = 1
         #: summary id -> the ids it replaced, in order (one level deep).
         self.lineage: dict[int, tuple[int, ...]] = {}
         self.open_calls = OpenCalls()
@@ -101,8 +106,9 @@ class MemoryStore:
     def working_messages(self) -> list[Msg]:
         return [self.messages[m.id] for m in self.working]
 
-    def reload(self, offload: uuid.UUID) -> list[Msg]:
-        return [self.messages[i] for i in self.offloads[offload]]
+    def reload(self, offload: uuid.UUID | int) -> list[Msg]:
+        key = self.handles[offload] if isinstance(offload, int) else offload
+        return [self.messages[i] for i in self.offloads[key]]
 
     # -- the contract ------------------------------------------------------------------------
 
@@ -113,6 +119,7 @@ class MemoryStore:
             tuple(self.working),
             self.token_count,
             self.message_count,
+            self.next_handle,
         )
 
     def totals(self) -> Totals:
@@ -154,7 +161,10 @@ class MemoryStore:
                     members=None if members is None else tuple(k + shift for k in members),
                 )
             )
-        if any(e is None for e in edits):
+        # Handles numbered from an older counter: another offload took them (the SQL store
+        # refuses the same way).
+        taken = min(r.handle for r in replacements) < self.next_handle
+        if taken or any(e is None for e in edits):
             return ApplyOutcome(
                 [
                     self.record_event(
@@ -166,7 +176,7 @@ class MemoryStore:
                         config=config,
                     )
                     for r, e in zip(replacements, edits, strict=True)
-                    if e is None
+                    if e is None or taken
                 ],
                 True,
             )
@@ -181,6 +191,8 @@ class MemoryStore:
             msg = dataclasses.replace(r.new.msg, id=msg_id, tokens=r.new.tokens)
             self.messages[msg_id] = msg
             self.offloads[r.offload_uuid] = edit.replaced_ids
+            assert r.handle not in self.handles, "a handle is unique within the session"
+            self.handles[r.handle] = r.offload_uuid
             self.lineage[msg_id] = edit.replaced_ids
             before_count, before_tokens = count, tokens
             count += 1 - len(edit.replaced_ids)
@@ -203,7 +215,8 @@ class MemoryStore:
                 )
             )
             changes.append((edit, meta_of(msg, id=msg_id, final=r.new.final, tokens=r.new.tokens)))
-        after = snap.apply(changes)
+        self.next_handle = next_handle_after(self.next_handle, replacements)
+        after = snap.apply(changes, self.next_handle)
         # The totals the events counted are the totals of the spliced working set.
         assert (after.message_count, after.token_count) == (count, tokens)
         self.working = list(after.messages)
@@ -377,6 +390,10 @@ class MemorySession:
                     frontier.append(m.id)
         missing = [m.id for m in self.originals() if m.id not in reachable]
         assert not missing, f"originals not reachable by reload: {missing}"
+        # The model's way down: the handles in the tags it reads.
+        assert_every_tag_reloads(
+            working, store.reload, store.lineage, [m.id or 0 for m in self.originals()]
+        )
         # And the working set stands for every original exactly once through lineage (in id
         # order but for the system and pinned messages a fold keeps in place, before it); no
         # message was replaced twice.
@@ -441,6 +458,7 @@ class PostgresSession:
         assert_valid_openai_chat(self.mem.to_openai())
         assert_totals_match(self.mem)
         assert_every_original_reachable(self.mem)
+        assert_every_handle_reloads(self.mem)
 
     def close(self) -> None:
         self.mem.delete()

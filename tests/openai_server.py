@@ -136,9 +136,9 @@ class Reply:
         return cls(content="  \n\t \n")
 
     @classmethod
-    def tag_only(cls, uuid: str = "0b6e4a52-6a3c-4d7e-9a55-3f1f7c0e2d11") -> Reply:
+    def tag_only(cls, handle: int = 3) -> Reply:
         """An answer that is nothing but an offload tag."""
-        return cls(content=f"<!-- CONTEXT_OFFLOAD: uuid={uuid} -->")
+        return cls(content=f"<!-- offload {handle} -->")
 
     @classmethod
     def refusal(cls, text: str = "I can't help with that.") -> Reply:

@@ -71,7 +71,9 @@ BAD_OFFLOAD_IDS: dict[str, object] = {
     "words": LONG,
     "braced": "{123e4567-e89b-12d3-a456-426614174000}",
     "empty": "",
-    "not_a_string": 5,
+    "not_a_string": 5.0,
+    "zero_handle": 0,
+    "negative_handle": "-3",
 }
 BAD_PAGES: dict[str, tuple[object, object]] = {
     "negative_offset": (-1, None),

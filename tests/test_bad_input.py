@@ -509,10 +509,17 @@ CASES: list[Case] = [
     ),
     Case(
         "reload_id_not_a_string",
-        lambda c: c.mem.reload(cast(Any, 5)),
+        lambda c: c.mem.reload(cast(Any, 5.0)),
         InvalidOffloadId,
-        "must be a string",
+        "must be the number in an offload tag",
     ),
+    Case(
+        "reload_unknown_handle",
+        lambda c: c.mem.reload(5),
+        OffloadNotFound,
+        "no offloaded context",
+    ),
+    Case("reload_zero_handle", lambda c: c.mem.reload(0), InvalidOffloadId, "positive number"),
     Case(
         "reload_negative_offset",
         lambda c: c.mem.reload(str(uuid.uuid4()), offset=-1),
@@ -734,6 +741,16 @@ REPLIES: list[Reply] = [
     ),
     Reply(
         "uuid_a_number", lambda m: m.handle_tool_call(_reload_call({"uuid": 5})), "must be a string"
+    ),
+    Reply(
+        "offload_a_float",
+        lambda m: m.handle_tool_call(_reload_call({"offload": 1.5})),
+        "must be an integer",
+    ),
+    Reply(
+        "offload_and_uuid",
+        lambda m: m.handle_tool_call(_reload_call({"offload": 1, "uuid": str(uuid.uuid4())})),
+        "not both",
     ),
     Reply("call_none", lambda m: m.handle_tool_call(None), "Unknown tool"),
     Reply("call_a_number", lambda m: m.handle_tool_call(3), "Unknown tool"),

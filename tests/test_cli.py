@@ -32,8 +32,9 @@ from autoctx._cli import app
 from autoctx._cli import root as cli_root
 from autoctx._demo import generate
 from autoctx._plot import Mark, Point, Series, reconstruct, render
-from autoctx._store.inspect import message_stamps
+from autoctx._store.inspect import message_stamps, offload_rows
 from autoctx._store.store import SessionStore
+from autoctx._tags import OFFLOAD_TAG_RE
 
 UNREACHABLE = "postgresql://x@127.0.0.1:1/db"
 # Wide enough that no table column is cut short; the narrow layout has its own test.
@@ -231,7 +232,7 @@ def test_show_lists_the_working_context(demo_id: str, db_url: str, store: StoreO
     # Every summary and preview is shown whole, its offload tag included.
     derived = [m for m in working if m.kind != "original"]
     assert derived
-    assert full.stdout.count("<!-- CONTEXT_OFFLOAD: uuid=") >= len(derived)
+    assert len(OFFLOAD_TAG_RE.findall(full.stdout)) >= len(derived)
 
 
 def test_history_shows_every_event(demo_id: str, db_url: str, store: StoreOf) -> None:
@@ -844,7 +845,10 @@ def test_reload_prints_the_stored_text_exactly(db_url: str) -> None:
     proc = run_cli(["reload", mem.session_id, str(offload), "-d", db_url])
     assert proc.returncode == 0, proc.stderr
     assert table in proc.stdout
-    assert proc.stdout.startswith(f"offload {offload}: ")
+    handle = next(r.handle for r in offload_rows(mem.engine, mem.session_id) if r.uuid == offload)
+    assert proc.stdout.startswith(f"offload {handle} ({offload}): ")
+    by_handle = run_cli(["reload", mem.session_id, str(handle), "-d", db_url])
+    assert by_handle.stdout == proc.stdout
     mem.delete()
 
 
@@ -856,18 +860,19 @@ def test_show_piped_at_80_columns_shows_content_and_whole_offload_ids(
     lines = proc.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80, proc.stdout
     text = flat(proc.stdout)
+    handles = {r.uuid: r.handle for r in offload_rows(store(demo_id).engine, demo_id)}
     for index, msg in enumerate(store(demo_id).load_working()):
         assert f"[{index}] #{msg.id} {msg.role}" in text
         offload = next(
             (
-                str(e.offload_uuid)
+                f"offload {handles[e.offload_uuid]}"
                 for e in store(demo_id).events()
-                if e.summary_message_id == msg.id
+                if e.summary_message_id == msg.id and e.offload_uuid is not None
             ),
             None,
         )
         if offload is not None:
-            assert any(offload in line for line in lines), offload
+            assert any(line.endswith(offload) for line in lines), offload
     # A useful share of each message: the system prompt's first 200 characters.
     system = store(demo_id).load_working()[0]
     assert " ".join(system.text.split())[:200] in text

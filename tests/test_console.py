@@ -503,6 +503,23 @@ def test_an_offload_shows_the_originals_behind_it_down_through_summaries(
     assert nested, "the world has an offload that holds a summary"
 
 
+def test_an_offload_page_takes_a_handle(ui: Served, world: World, db_url: str) -> None:
+    """The number a tag shows opens the same page as the uuid, which names both."""
+    engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
+    event = next(e for e in SessionStore(engine, world.main).events() if e.offload_uuid)
+    with engine.connect() as conn:
+        handle = conn.execute(
+            sa.text("select handle from offloads where session_id = :s and uuid = :u"),
+            {"s": world.main, "u": event.offload_uuid},
+        ).scalar_one()
+    by_uuid = ui.get(f"/s/{_q(world.main)}/o/{event.offload_uuid}")
+    by_handle = ui.get(f"/s/{_q(world.main)}/o/{handle}")
+    assert by_uuid[0] == by_handle[0] == 200
+    assert by_handle[1] == by_uuid[1]
+    assert f'Offload <span class="id">{handle}</span>' in by_handle[1]
+    assert ui.get(f"/s/{_q(world.main)}/o/{handle + 100_000}")[0] == 404
+
+
 def test_a_summarys_page_lists_what_it_replaced_in_order(
     ui: Served, world: World, db_url: str
 ) -> None:

@@ -26,10 +26,10 @@ from autoctx import (
 from autoctx import _compressor as compressor
 from autoctx._intake import count_tokens
 from autoctx._strategies import PLANNERS, registry
-from autoctx._tags import OFFLOAD_TAG_RE
+from autoctx._tags import OFFLOAD_TAG_RE, tag_ids
 from autoctx._tokens import TokenCounter
 from autoctx._transcript import render_transcript
-from tests.dbsql import sql
+from tests.dbsql import handle_of, sql
 from tests.histories import SMALL, file_dump, long_task, multi_round, one_heavy_round, tool_group
 from tests.invariants import (
     assert_every_original_reachable,
@@ -95,9 +95,11 @@ def test_preview_keeps_role_call_id_and_name_and_ends_with_the_tag(open_memory: 
         assert event.strategy in (2, 3)
         text = p.tool_results[-1].output_text if p.role == "tool" else p.text
         last_line = text.splitlines()[-1]
-        assert last_line == f"<!-- CONTEXT_OFFLOAD: uuid={event.offload_uuid} -->"
+        handle = handle_of(mem, event.offload_uuid)
+        assert last_line == f"<!-- offload {handle} -->"
         (original,) = mem.reload(str(event.offload_uuid))
         assert original.role == p.role
+        assert mem.reload(handle) == mem.reload(str(handle)) == [original]
         if p.role == "tool":
             assert [r.tool_use_id for r in p.tool_results] == [
                 r.tool_use_id for r in original.tool_results
@@ -129,7 +131,20 @@ def test_event_offload_and_lineage_rows_agree(open_memory: Open) -> None:
         )[0].message_ids
         assert tuple(offload_ids) == e.replaced_ids
         assert [m.id for m in mem.reload(str(e.offload_uuid))] == list(e.replaced_ids)
+        # The summary's tag names the offload by its handle, which reloads the same messages.
+        (summary,) = [m for m in mem.messages() if m.id == e.summary_message_id]
+        handle = handle_of(mem, e.offload_uuid)
+        assert tag_ids(render_transcript([summary], keep_tags=True))[-1] == str(handle)
+        assert [m.id for m in mem.reload(handle)] == list(e.replaced_ids)
         assert e.tokens_after < e.tokens_before
+    # Handles are unique within the session and the session's counter is past every one.
+    handles = [
+        r.handle
+        for r in sql(mem, "select handle from offloads where session_id = :s", s=mem.session_id)
+    ]
+    assert len(set(handles)) == len(handles) == len([e for e in events if e.offload_uuid])
+    (row,) = sql(mem, "select next_handle from sessions where session_id = :s", s=mem.session_id)
+    assert row.next_handle > max(handles)
 
 
 def test_long_single_task_sheds_old_tool_output_without_an_llm(open_memory: Open) -> None:
@@ -238,6 +253,15 @@ def test_reload_is_scoped_to_the_session(open_memory: Open) -> None:
     assert stranger.handle_tool_call(call) == stranger.handle_tool_call(unknown)
     assert "No offloaded context with that id in this session" in stranger.handle_tool_call(call)
     assert "No offloaded context" not in mem.handle_tool_call(call)
+    # By handle: the stranger has no offload, so its handle 1 names nothing either.
+    by_handle = {
+        "id": "c",
+        "function": {"name": "context_reload", "arguments": json.dumps({"offload": 1})},
+    }
+    assert stranger.handle_tool_call(by_handle) == stranger.handle_tool_call(unknown)
+    with pytest.raises(OffloadNotFound):
+        stranger.reload(1)
+    assert "No offloaded context" not in mem.handle_tool_call(by_handle)
 
 
 @pytest.mark.parametrize(
@@ -247,6 +271,10 @@ def test_reload_is_scoped_to_the_session(open_memory: Open) -> None:
         ("   ", InvalidOffloadId),
         ("not-a-uuid", InvalidOffloadId),
         ("123e4567-e89b-12d3-a456-426614174000'; drop table messages; --", InvalidOffloadId),
+        ("12; drop table messages", InvalidOffloadId),
+        ("0", InvalidOffloadId),
+        ("-1", InvalidOffloadId),
+        ("99999999999999999999", InvalidOffloadId),
     ],
 )
 def test_reload_refuses_malformed_ids(
@@ -271,6 +299,8 @@ def test_reload_tool_answers_are_distinct_and_paged(open_memory: Open) -> None:
         "malformed": ask('{"uuid": "xyz"}'),
         "unknown": ask(f'{{"uuid": "{uuid.uuid4()}"}}'),
         "bad json": ask("{uuid"),
+        "handle not a number": ask('{"offload": true}'),
+        "handle and uuid": ask(f'{{"offload": 1, "uuid": "{uuid.uuid4()}"}}'),
     }
     assert len(set(answers.values())) == len(answers), answers
     version = mem.version()
@@ -288,13 +318,23 @@ def test_reload_tool_answers_are_distinct_and_paged(open_memory: Open) -> None:
     assert len(pages) > 1
     full = render_transcript(mem.reload(str(big.offload_uuid)), keep_tags=True)
     assert "".join(pages) == full
+    # The handle (the number its tag shows) answers the same pages as the uuid.
+    handle = handle_of(mem, big.offload_uuid)
+    assert ask(json.dumps({"offload": handle})) == ask(json.dumps({"uuid": str(big.offload_uuid)}))
+    assert ask(json.dumps({"offload": str(handle)})) == ask(json.dumps({"offload": handle}))
     tool, search = mem.tools()
     assert (tool["function"]["name"], search["function"]["name"]) == (
         "context_reload",
         "context_search",
     )
-    # uuid, or message_id for a search hit (issue 14): neither is required on its own.
-    assert set(tool["function"]["parameters"]["properties"]) >= {"uuid", "offset", "message_id"}
+    # offload (or an older tag's uuid), or message_id for a search hit (issue 14): none is
+    # required on its own.
+    assert set(tool["function"]["parameters"]["properties"]) >= {
+        "offload",
+        "uuid",
+        "offset",
+        "message_id",
+    }
     # Reloading never changes the working context.
     assert mem.version() == version
     # Error answers land in the context: they must not look like offload markers.
@@ -436,8 +476,8 @@ def test_s5_shortens_a_large_current_user_message_and_keeps_its_head(open_memory
     (request,) = summarizer.requests
     assert pasted[: config.preview_chars] not in request.transcript
     tag = OFFLOAD_TAG_RE.search(shortened.text.splitlines()[-1])
-    assert tag is not None and tag.group("uuid") == str(events[0].offload_uuid)
-    assert [m.text for m in mem.reload(tag.group("uuid"))] == [original.text]
+    assert tag is not None and tag.group("handle") == str(handle_of(mem, events[0].offload_uuid))
+    assert [m.text for m in mem.reload(tag.group("handle"))] == [original.text]
     assert mem.token_count() < config.token_target
     check_all(mem)
 

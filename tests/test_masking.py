@@ -16,7 +16,7 @@ from autoctx._strategies import plan_s2, plan_s8
 from autoctx._strategies.registry import ORDER, RUNGS
 from autoctx._tags import OFFLOAD_TAG_RE
 from autoctx._tools import SEARCH_TOOL_NAME, TOOL_NAME
-from tests.dbsql import sql
+from tests.dbsql import handle_of, sql
 from tests.histories import SMALL, tool_group
 from tests.invariants import assert_every_original_reachable, assert_totals_match
 from tests.test_strategies import PRESSURE, Hist, cfg
@@ -262,8 +262,8 @@ def test_a_long_tool_chat_masks_in_one_transaction_and_reloads_every_original(
         head = original.tool_results[0].output_text[: config.mask_preview_chars]
         assert text.startswith(head + "...\n")
         tag = OFFLOAD_TAG_RE.fullmatch(text.splitlines()[-1])
-        assert tag is not None and tag.group("uuid") == str(event.offload_uuid)
-        (back,) = mem.reload(str(event.offload_uuid))
+        assert tag is not None and tag.group("handle") == str(handle_of(mem, event.offload_uuid))
+        (back,) = mem.reload(tag.group("handle"))
         assert back.to_openai() == original.to_openai()
         assert result.name and result.name == back.tool_results[0].name
     assert_every_original_reachable(mem)

@@ -776,7 +776,7 @@ def test_reload_tool_answers_plainly(make_session: Callable[..., AutoContextSess
 
     assert invoke(json.dumps({"uuid": str(uuid.uuid4())})) == NOT_FOUND_ANSWER
     assert invoke(json.dumps({"uuid": "not-a-uuid"})).startswith("Invalid uuid")
-    assert invoke("{}").startswith("Missing uuid")
+    assert invoke("{}").startswith("Missing offload")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -874,18 +874,18 @@ def test_runner_compresses_along_the_way_and_reloads_an_offload(
             assert mem.message_count() < 20
             for body in srv.requests:
                 assert_valid_chat_history(body["messages"])
-            assert any("CONTEXT_OFFLOAD" in json.dumps(b["messages"]) for b in srv.requests)
+            assert any("<!-- offload " in json.dumps(b["messages"]) for b in srv.requests)
             items = await session.get_items()
             previews = [
                 i
                 for i in items
                 if i.get("type") == "function_call_output"
-                and "CONTEXT_OFFLOAD" in str(i.get("output"))
+                and "<!-- offload " in str(i.get("output"))
             ]
             summaries = [
                 i
                 for i in items
-                if i.get("role") == "assistant" and "CONTEXT_OFFLOAD" in json.dumps(i)
+                if i.get("role") == "assistant" and "<!-- offload " in json.dumps(i)
             ]
             assert previews or summaries
 

@@ -37,7 +37,7 @@ from autoctx._shared_requests import (
     summary_header,
 )
 from autoctx._tags import OFFLOAD_TAG_RE, offload_tag
-from tests.dbsql import sql
+from tests.dbsql import handle_of, sql
 from tests.histories import SMALL, file_dump
 from tests.invariants import assert_every_original_reachable, assert_valid_openai_chat
 from tests.openai_server import OpenAIServer, Reply
@@ -175,8 +175,8 @@ def test_several_large_messages_share_one_request_and_keep_their_own_offloads(
         assert f"part_{k} begins" in result.output_text
         assert not any(f"part_{j} " in result.output_text for j in range(3) if j != k)
         tag = OFFLOAD_TAG_RE.search(result.output_text.splitlines()[-1])
-        assert tag is not None and tag.group("uuid") == str(event.offload_uuid)
-        assert [m.tool_results[0].output_text for m in mem.reload(tag.group("uuid"))] == [
+        assert tag is not None and tag.group("handle") == str(handle_of(mem, event.offload_uuid))
+        assert [m.tool_results[0].output_text for m in mem.reload(tag.group("handle"))] == [
             original.tool_results[0].output_text
         ]
     assert_valid_openai_chat(mem.to_openai())
@@ -348,7 +348,7 @@ def test_a_malformed_shared_answer_fails_only_its_parts(
         if k == 2:
             return None
         if k == 3:
-            return f"kept\n{offload_tag('0b6e4a52-6a3c-4d7e-9a55-3f1f7c0e2d11')}"
+            return f"kept\n{offload_tag(4)}"
         return _short(k, transcript)
 
     server.set_default(_answering(write))

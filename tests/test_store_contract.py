@@ -6,6 +6,7 @@ would prove nothing of the SQL store."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
@@ -57,9 +58,12 @@ def preview_of(snap: Snapshot, index: int, original: Msg) -> Replacement:
     meta = snap.messages[index]
     edit = Edit(2, index, index + 1, (meta.id,), "preview", False, meta.tokens)
     offload = uuid.uuid4()
-    new = preview(original, CONFIG, offload)
+    new = preview(original, CONFIG, snap.next_handle + index)
     return Replacement(
-        edit, Prepared(new, count_tokens(new, COUNTER), new.payload_chars, False), offload
+        edit,
+        Prepared(new, count_tokens(new, COUNTER), new.payload_chars, False),
+        offload,
+        snap.next_handle + index,
     )
 
 
@@ -132,6 +136,32 @@ def test_a_plan_of_a_changed_working_set_is_a_conflict_and_writes_nothing(opened
     assert [(e.status, e.replaced_ids) for e in again.events] == [("conflict", (added[3].id,))]
     assert store.totals().version == version
     assert len(store.snapshot().messages) == len(added)
+
+
+def test_apply_conflicts_and_writes_nothing_when_the_handle_was_taken(opened: Opened) -> None:
+    """Two plans of one snapshot, of disjoint ranges, both numbered from its `next_handle`: the
+    first applies and moves the counter; the second is a conflict, although its range is
+    intact, and writes nothing. Planned again, it takes the next handle."""
+    store, add = opened
+    added = history(add)
+    snap = store.snapshot()
+    first = preview_of(snap, 1, added[1])
+    second = preview_of(snap, 3, added[3])
+    second = dataclasses.replace(second, handle=first.handle)
+    assert not store.apply([first], reason="tokens", config={}).conflict
+    after = store.snapshot()
+    assert after.next_handle == first.handle + 1
+    version = store.totals().version
+    lost = store.apply([second], reason="tokens", config={}, seen_version=snap.version)
+    assert lost.conflict and [e.status for e in lost.events] == ["conflict"]
+    assert store.totals().version == version and store.snapshot().next_handle == after.next_handle
+    index = [m.id for m in after.messages].index(added[3].id)
+    again = preview_of(after, index, added[3])
+    assert again.handle >= after.next_handle
+    assert not store.apply([again], reason="tokens", config={}).conflict
+    assert store.snapshot().next_handle == again.handle + 1
+    assert [m.id for m in store.reload(again.handle)] == [added[3].id]
+    assert [m.id for m in store.reload(first.handle)] == [added[1].id]
 
 
 def test_appends_after_the_snapshot_do_not_conflict(opened: Opened) -> None:

@@ -29,10 +29,12 @@ from autoctx._summarizers import (
     check_answer,
     default_summarizer,
 )
-from autoctx._tags import offload_tag
+from autoctx._tags import OFFLOAD_TAG_RE, offload_tag
 from tests.openai_server import OpenAIServer, Reply
 
 UUID = "9a8b7c6d-1234-4abc-8def-0123456789ab"
+#: The tag of sessions written before handles: still neutralized and refused.
+OLD_TAG = f"<!-- CONTEXT_OFFLOAD: uuid={UUID} -->"
 PLAN: dict[str, Any] = {
     "goal": "Make the deploy green",
     "steps": [
@@ -87,7 +89,8 @@ def tool_work() -> list[Msg]:
     )
     msgs.append(Msg.assistant(None, [ToolUseBlock("call_4", "list_jobs", '{"limit": 400}')]))
     msgs.append(Msg.tool("call_4", listing, "list_jobs"))
-    msgs.append(Msg.assistant(f"Earlier notes are here. {offload_tag(UUID)}"))
+    msgs.append(Msg.assistant(f"Earlier notes are here. {offload_tag(41)}"))
+    msgs.append(Msg.assistant(f"Older notes are here. {OLD_TAG}"))
     return msgs
 
 
@@ -124,6 +127,7 @@ def test_offline_keeps_the_facts_and_shrinks() -> None:
     assert "job-0" in text and "https://ci.example.com/jobs/0" in text
     # A tag it copies is neutralized, never emitted.
     assert "CONTEXT_OFFLOAD" not in text and "<!--" not in text
+    assert "[offloaded context 41]" in text
     assert f"[offloaded context {UUID}]" in text
     assert result.model == "autoctx-offline"
     assert result.prompt_tokens is None and result.completion_tokens is None
@@ -170,7 +174,7 @@ def test_offline_small_input_and_free_text() -> None:
     st.one_of(st.none(), st.integers(min_value=1, max_value=3000)),
 )
 def test_offline_property_budget_and_no_tag(chunks: list[str], budget: int | None) -> None:
-    msgs = [Msg.user(chunks[0] + offload_tag(UUID))] + [
+    msgs = [Msg.user(chunks[0] + offload_tag(5) + OLD_TAG)] + [
         Msg.tool(f"c{i}", c + "CONTEXT_OFFLOAD", "t") for i, c in enumerate(chunks[1:])
     ]
     request = build_request(6, msgs, char_budget=budget)
@@ -178,7 +182,7 @@ def test_offline_property_budget_and_no_tag(chunks: list[str], budget: int | Non
     text = summarizer.summarize(request).text
     assert text.strip()
     assert len(text) <= summarizer.budget_for(request)
-    assert "CONTEXT_OFFLOAD" not in text
+    assert "CONTEXT_OFFLOAD" not in text and OFFLOAD_TAG_RE.search(text) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,7 +230,7 @@ def small_request(**kw: Any) -> SummaryRequest:
     msgs = [
         Msg.user("Deploy please"),
         Msg.assistant(None, [ToolUseBlock("call_1", "deploy", '{"env": "prod"}')]),
-        Msg.tool("call_1", f"deployed v2 on port 8443 {offload_tag(UUID)}", "deploy"),
+        Msg.tool("call_1", f"deployed v2 on port 8443 {offload_tag(9)} {OLD_TAG}", "deploy"),
         Msg.assistant("Deployed."),
     ]
     return build_request(4, msgs, **kw)
@@ -273,6 +277,7 @@ def test_request_is_plain_text_with_plan_last(srv: OpenAIServer, stream: bool) -
     assert "[assistant -> tool call deploy id=call_1]" in user
     assert user.index("at most 400 characters") < user.index(hint)
     assert "CONTEXT_OFFLOAD" not in json.dumps(body)
+    assert not any(OFFLOAD_TAG_RE.search(m["content"]) for m in messages)
 
 
 def test_default_answer_and_no_plan(srv: OpenAIServer) -> None:
@@ -299,8 +304,10 @@ FAILURES: list[tuple[str, Reply, str]] = [
     ("stall", Reply.stall(after_chunks=1), "timeout"),
     ("empty", Reply.empty(), "empty"),
     ("whitespace", Reply.whitespace(), "empty"),
-    ("tag-only", Reply.tag_only(UUID), "tag_in_answer"),
-    ("tag-inside", Reply.text(f"Done.\n{offload_tag(UUID)}"), "tag_in_answer"),
+    ("tag-only", Reply.tag_only(12), "tag_in_answer"),
+    ("tag-inside", Reply.text(f"Done.\n{offload_tag(12)}"), "tag_in_answer"),
+    ("tag-copied-loosely", Reply.text("Done. <!--Offload #12-->"), "tag_in_answer"),
+    ("old-tag-inside", Reply.text(f"Done.\n{OLD_TAG}"), "tag_in_answer"),
     ("marker", Reply.text("see CONTEXT_OFFLOAD above"), "tag_in_answer"),
     ("refusal", Reply.refusal("I won't summarize this."), "refusal"),
     ("content-filter", Reply.text("partial", finish_reason="content_filter"), "refusal"),

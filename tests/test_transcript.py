@@ -23,10 +23,13 @@ from autoctx import (
 from autoctx._agent_plan import plan_hint, validate_plan
 from autoctx._prompts import DEFAULT_PROMPTS, RELOAD_SNIPPET, build_request, clip_for, prompt_for
 from autoctx._strategies.registry import LLM_STRATEGIES
-from autoctx._tags import OFFLOAD_TAG_RE, neutralize_tags, offload_tag
+from autoctx._tags import OFFLOAD_TAG_RE, TAG_TOKENS, neutralize_tags, offload_tag, tag_ids
+from autoctx._tokens import get_encoding
 from autoctx._transcript import Clip, clip_middle, original_chars, render_transcript
 
 UUID = "3f1c2b9e-8d4a-4c6e-9b7f-1a2b3c4d5e6f"
+#: The tag of sessions written before handles, which must still be recognized everywhere.
+OLD_TAG = f"<!-- CONTEXT_OFFLOAD: uuid={UUID} -->"
 
 
 def _conversation() -> list[Msg]:
@@ -116,13 +119,15 @@ def test_transcript_keeps_exact_arguments() -> None:
 
 
 def test_transcript_neutralizes_tags_unless_asked() -> None:
-    summary = Msg.assistant(f"I fixed a.py.\n{offload_tag(UUID)}", kind="tool_run_summary")
-    text = render_transcript([summary])
+    summary = Msg.assistant(f"I fixed a.py.\n{offload_tag(12)}", kind="tool_run_summary")
+    old = Msg.assistant(f"I read b.py.\n{OLD_TAG}", kind="tool_run_summary")
+    text = render_transcript([summary, old])
     assert "CONTEXT_OFFLOAD" not in text
     assert "<!--" not in text
+    assert "[offloaded context 12]" in text
     assert f"[offloaded context {UUID}]" in text
-    kept = render_transcript([summary], keep_tags=True)
-    assert offload_tag(UUID) in kept
+    kept = render_transcript([summary, old], keep_tags=True)
+    assert offload_tag(12) in kept and OLD_TAG in kept
 
 
 def _long_output(lines: int = 200) -> str:
@@ -186,10 +191,10 @@ def test_a_total_clip_cuts_the_longest_originals_to_one_length_and_keeps_summari
 
 
 def test_a_clip_never_cuts_an_offload_tag_in_half() -> None:
-    tag = offload_tag(UUID)
-    output = "a" * 300 + tag + "b" * 300
-    clipped = render_transcript([Msg.tool("c", output, "grep")], clip=Clip(tool_chars=320))
-    assert "CONTEXT_OFFLOAD" not in clipped and "<!--" not in clipped
+    for tag in (offload_tag(123456), OLD_TAG):
+        output = "a" * 300 + tag + "b" * 300
+        clipped = render_transcript([Msg.tool("c", output, "grep")], clip=Clip(tool_chars=320))
+        assert "CONTEXT_OFFLOAD" not in clipped and "<!--" not in clipped
 
 
 def test_requests_are_clipped_per_strategy_and_keep_the_original_size() -> None:
@@ -234,7 +239,8 @@ _texts = st.text(max_size=80)
 def test_transcript_property_no_marker_and_sizes(items: list[tuple[str, str]]) -> None:
     msgs: list[Msg] = []
     for i, (role, text) in enumerate(items):
-        payload = f"{text}<!-- CONTEXT_OFFLOAD: uuid={i} -->{text}CONTEXT_OFFLOAD"
+        old = f"<!-- CONTEXT_OFFLOAD: uuid={i} -->"
+        payload = f"{text}{old}{text}CONTEXT_OFFLOAD{offload_tag(i)}"
         if role == "tool":
             msgs.append(Msg.tool(f"c{i}", payload, "t"))
         elif role == "assistant":
@@ -253,20 +259,46 @@ def test_transcript_property_no_marker_and_sizes(items: list[tuple[str, str]]) -
 
 
 def test_offload_tag_format_and_regex() -> None:
-    tag = offload_tag(UUID)
-    assert tag == f"<!-- CONTEXT_OFFLOAD: uuid={UUID} -->"
+    tag = offload_tag(12)
+    assert tag == "<!-- offload 12 -->"
     match = OFFLOAD_TAG_RE.search(f"summary text\n{tag}")
-    assert match is not None and match.group("uuid") == UUID
-    # A model that copies a tag rarely copies its spacing.
-    loose = OFFLOAD_TAG_RE.search(f"<!--CONTEXT_OFFLOAD:uuid={UUID}-->")
-    assert loose is not None and loose.group("uuid") == UUID
-    assert OFFLOAD_TAG_RE.search("<!-- a comment -->") is None
+    assert match is not None and match.group("handle") == "12" and match.group("uuid") is None
+    # A model that copies a tag rarely copies its spacing, case or separator.
+    for loose in ("<!--offload 12-->", "<!-- Offload #12 -->", "<!--  OFFLOAD:12 -->"):
+        found = OFFLOAD_TAG_RE.search(loose)
+        assert found is not None and found.group("handle") == "12", loose
+    # The tag of sessions written before handles is still a tag.
+    old = OFFLOAD_TAG_RE.search(f"summary text\n{OLD_TAG}")
+    assert old is not None and old.group("uuid") == UUID and old.group("handle") is None
+    loose_old = OFFLOAD_TAG_RE.search(f"<!--CONTEXT_OFFLOAD:uuid={UUID}-->")
+    assert loose_old is not None and loose_old.group("uuid") == UUID
+    assert tag_ids(f"a {OLD_TAG} b {tag}") == [UUID, "12"]
+    for not_a_tag in ("<!-- a comment -->", "<!-- offload -->", "offload 12", "[offload 12]"):
+        assert OFFLOAD_TAG_RE.search(not_a_tag) is None, not_a_tag
+
+
+def test_the_tag_costs_at_most_eight_tokens() -> None:
+    """The tag the model sees, with the newline before it, in both encodings, for handles up
+    to a million: the estimate every planner uses (`TAG_TOKENS`) holds, and the tag stays
+    within the 8 tokens the design allows (the uuid tag cost 45)."""
+    samples = [*range(1, 2_000), *range(2_000, 1_000_000, 997), 999_999]
+    for name in ("o200k_base", "cl100k_base"):
+        encoding = get_encoding(name)
+        assert len(encoding.encode("\n" + OLD_TAG)) >= 40
+        for handle in samples:
+            alone = len(encoding.encode(offload_tag(handle)))
+            after_text = len(encoding.encode(f"...\n{offload_tag(handle)}")) - len(
+                encoding.encode("...")
+            )
+            assert alone <= 8 and after_text <= TAG_TOKENS <= 8, (name, handle)
 
 
 def test_neutralize_tags() -> None:
     assert neutralize_tags("plain") == "plain"
-    assert neutralize_tags(f"x {offload_tag('u1')} y") == "x [offloaded context u1] y"
+    assert neutralize_tags(f"x {offload_tag(7)} y") == "x [offloaded context 7] y"
+    assert neutralize_tags(f"x {OLD_TAG} y") == f"x [offloaded context {UUID}] y"
     assert "CONTEXT_OFFLOAD" not in neutralize_tags("a CONTEXT_OFFLOAD b")
+    assert neutralize_tags("<!-- a comment -->") == "<!-- a comment -->"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,10 +372,11 @@ def test_plan_hint() -> None:
 
 
 def test_plan_hint_clips_long_fields_and_tags() -> None:
-    hint = plan_hint({"goal": "x" * 5000 + offload_tag(UUID)})
+    hint = plan_hint({"goal": "x" * 5000 + offload_tag(3)})
     assert hint is not None
     assert len(hint) < 500
-    assert "CONTEXT_OFFLOAD" not in (plan_hint({"goal": f"g {offload_tag(UUID)}"}) or "")
+    assert "CONTEXT_OFFLOAD" not in (plan_hint({"goal": f"g {OLD_TAG}"}) or "")
+    assert OFFLOAD_TAG_RE.search(plan_hint({"goal": f"g {offload_tag(3)}"}) or "") is None
     with pytest.raises(InvalidPlan):
         plan_hint({"goal": ""})
 
@@ -426,4 +459,4 @@ def test_user_content_order_plan_last() -> None:
 
 def test_reload_snippet() -> None:
     assert "context_reload" in RELOAD_SNIPPET
-    assert "<!-- CONTEXT_OFFLOAD: uuid=<uuid> -->" in RELOAD_SNIPPET
+    assert "<!-- offload N -->" in RELOAD_SNIPPET

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-import uuid
 from typing import Annotated, Any, Final
 
 import typer
@@ -15,6 +14,7 @@ from rich.tree import Tree
 from sqlalchemy.engine import Engine
 
 from .. import _arguments
+from .._arguments import OffloadRef
 from .._arguments import offload_id as parse_offload_id
 from .._errors import InvalidOffloadId, OffloadNotFound
 from .._messages import Msg, openai_view, to_openai_messages
@@ -135,7 +135,8 @@ def show(
     """Show a session's working context: what the model would be sent now.
 
     One row per message: index, message id, role, kind (original or which compression wrote
-    it), tokens, the offload behind it (whole uuid), and the first 300 characters of its
+    it), tokens, the offload behind it (its handle, as its tag shows it, which `autoctx reload`
+    takes), and the first 300 characters of its
     content, wrapped; where the columns do not fit, one block per message. With --full, every
     message in full, offload tags included.
 
@@ -150,11 +151,13 @@ def show(
     info = _session(store)
     msgs = store.load_working()
     if as_json:
+        uuid_of = {r.handle: r.uuid for r in inspect_db.offload_rows(store.engine, session)}
         _print_json(
             {
                 "session": _session_json(info, full=False),
                 "messages": [
-                    _working_json(k, m) | {"message": _openai_of(m), "stored": m.stored_json()}
+                    _working_json(k, m, uuid_of)
+                    | {"message": _openai_of(m), "stored": m.stored_json()}
                     for k, m in enumerate(msgs)
                 ],
             }
@@ -381,16 +384,29 @@ def lineage(
         console.print(f"#{message_id} is not in the working context")
 
 
-def _resolve_offload(engine: Engine, session_id: str, text: str) -> uuid.UUID:
-    """A full uuid, or a unique prefix of one of the session's offloads (as history shows)."""
+def _resolve_offload(engine: Engine, session_id: str, text: str) -> OffloadRef:
+    """A handle (the number in a tag), a full uuid, or a unique prefix of one of the session's
+    offload uuids (as history shows)."""
+    prefix = text.strip().lower()
     try:
-        return parse_offload_id(text)
+        parsed = parse_offload_id(text)
     except InvalidOffloadId as exc:
-        prefix = text.strip().lower()
         if not re.fullmatch(r"[0-9a-f-]+", prefix):
             # The library's error does not quote the id (a model may pass any text there);
             # the operator typed this one, so the CLI names it.
             raise InvalidOffloadId(f"{text!r}: {exc}") from None
+    else:
+        if not isinstance(parsed, int) or not prefix.isdigit():
+            return parsed
+        # Digits name a handle; a uuid prefix can be digits too (history shows 8 characters).
+        if any(r.handle == parsed for r in inspect_db.offload_rows(engine, session_id)):
+            return parsed
+        if len(prefix) < MIN_PREFIX:
+            raise OffloadNotFound(
+                f"no offload of session {session_id!r} has the handle {parsed} (and {prefix!r} "
+                f"is too short for a uuid prefix: give at least {MIN_PREFIX} characters, as the "
+                f"offload column of `autoctx history {session_id}` shows them)"
+            )
     if len(prefix) < MIN_PREFIX:
         raise CliError(
             f"offload prefix {prefix!r} is too short: give at least {MIN_PREFIX} characters of "
@@ -414,7 +430,11 @@ def _resolve_offload(engine: Engine, session_id: str, text: str) -> uuid.UUID:
 def reload(
     session: SessionArg,
     offload: Annotated[
-        str, typer.Argument(metavar="UUID", help="Offload uuid, or a unique prefix (8 chars).")
+        str,
+        typer.Argument(
+            metavar="OFFLOAD",
+            help="Offload handle (the number in its tag), uuid, or a unique uuid prefix (8 chars).",
+        ),
     ],
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the messages as OpenAI-format JSON.")
@@ -424,9 +444,10 @@ def reload(
 ) -> None:
     """Print the messages an offload removed from the working context, as they were stored.
 
-    The uuid is in the offload tag of a summary or preview (`<!-- CONTEXT_OFFLOAD: uuid=... -->`),
-    in `autoctx history` and in `autoctx show`. One level deep: a summary among them keeps its
-    own tag, which you can reload in turn. Reloading changes nothing in the session.
+    The handle is the number in the offload tag of a summary or preview (`<!-- offload 12 -->`,
+    in `autoctx show`); the uuid is in `autoctx history` and in tags written before handles.
+    One level deep: a summary among them keeps its own tag, which you can reload in turn.
+    Reloading changes nothing in the session.
 
     Each message is a `--- #id role kind tokens` line and then its text exactly as stored
     (lines, tabs and spacing untouched; only terminal control characters are written as
@@ -435,6 +456,7 @@ def reload(
     Examples:
 
     ```
+    autoctx reload demo-20261130-101500-1a2b 12
     autoctx reload demo-20261130-101500-1a2b 3f2a9c1e
     autoctx reload demo-20261130-101500-1a2b 3f2a9c1e-0b1d-4c55-9a5e-2b7c0f1d2e3a --json
     ```
@@ -447,9 +469,11 @@ def reload(
     if as_json:
         _print_json(to_openai_messages(msgs))
         return
-    row = next(r for r in inspect_db.offload_rows(engine, session) if r.uuid == offload_id)
+    row = next(
+        r for r in inspect_db.offload_rows(engine, session) if offload_id in (r.uuid, r.handle)
+    )
     sys.stdout.write(
-        f"offload {offload_id}: {len(msgs)} message(s), "
+        f"offload {row.handle} ({row.uuid}): {len(msgs)} message(s), "
         f"{sum(m.tokens or 0 for m in msgs):,} tokens, removed by "
         f"{registry.label(row.strategy)} (event {row.event_id}, "
         f"{_fmt_time(row.created_at)})\n"

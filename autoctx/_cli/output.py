@@ -8,7 +8,7 @@ import json
 import re
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, ParamSpec, TextIO, TypeVar, cast
 
@@ -39,7 +39,7 @@ from .._store.database import SchemaBehind
 from .._store.store import SessionStore
 from .._strategies import registry
 from .._summarizers import OFFLINE_MODEL
-from .._tags import OFFLOAD_TAG_RE
+from .._tags import OFFLOAD_TAG_RE, tag_ids
 from .._transcript import render_transcript
 
 P = ParamSpec("P")
@@ -189,8 +189,15 @@ def _event_json(e: Event) -> dict[str, Any]:
     }
 
 
-def _working_json(index: int, msg: Msg) -> dict[str, Any]:
-    """A working message as `autoctx show` lists it (the offload uuid whole)."""
+def _working_json(
+    index: int, msg: Msg, uuid_of: Mapping[int, uuid.UUID] | None = None
+) -> dict[str, Any]:
+    """A working message as `autoctx show` lists it: the handle its tag shows (None for a tag
+    written before handles) and the offload uuid whole (`uuid_of`: the session's uuids by
+    handle)."""
+    tagged = _offload_of(msg)
+    handle = int(tagged) if tagged.isdigit() else None
+    found = (uuid_of or {}).get(handle) if handle is not None else None
     return {
         "index": index,
         "id": msg.id,
@@ -198,7 +205,8 @@ def _working_json(index: int, msg: Msg) -> dict[str, Any]:
         "kind": msg.kind,
         "pinned": msg.pinned,
         "tokens": msg.tokens,
-        "offload_uuid": _offload_of(msg) or None,
+        "offload": handle,
+        "offload_uuid": str(found) if found is not None else (tagged or None),
     }
 
 
@@ -298,13 +306,14 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _offload_of(msg: Msg) -> str:
-    """The offload uuid in a message's tag (summaries and previews carry one)."""
+    """The offload id in a message's tag (summaries and previews carry one): its handle, or
+    the uuid of a tag written before handles."""
     texts = [b.text for b in msg.content if isinstance(b, TextBlock)]
     texts += [b.output_text for b in msg.content if isinstance(b, ToolResultBlock)]
     for text in reversed(texts):
-        found = OFFLOAD_TAG_RE.findall(text)
+        found = tag_ids(text)
         if found:
-            return str(found[-1])
+            return found[-1]
     return ""
 
 

@@ -24,6 +24,7 @@ from typing import Any, Final, Literal
 
 from sqlalchemy.engine import Connection, Engine
 
+from .._arguments import OffloadRef
 from .._errors import MessageNotFound, OffloadNotFound, SessionNotFound
 from .._events import Event
 from .._messages import Msg
@@ -143,6 +144,8 @@ class MessageRow:
 @dataclass(frozen=True, slots=True)
 class OffloadInfo:
     uuid: uuid_mod.UUID
+    #: The handle its tag shows the model (docs/design.md §4).
+    handle: int
     event_id: int
     strategy: int
     message_ids: tuple[int, ...]
@@ -546,26 +549,26 @@ def covering_chain(store: TenantScope, session_id: str, message_id: int) -> list
 
 
 _OFFLOAD = """
-SELECT o.uuid, o.event_id, e.strategy, o.message_ids, o.created_at
+SELECT o.uuid, o.handle, o.event_id, e.strategy, o.message_ids, o.created_at
 FROM offloads o
 JOIN sessions s ON s.session_id = o.session_id
 JOIN compression_events e ON e.session_id = o.session_id AND e.id = o.event_id
-WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {scope}
+WHERE o.session_id = %(sid)s AND {named} AND {scope}
 """
 
 
-def offload_info(store: TenantScope, session_id: str, offload_uuid: uuid_mod.UUID) -> OffloadInfo:
-    """An offload of a session of the tenant; `OffloadNotFound` otherwise."""
+def offload_info(store: TenantScope, session_id: str, offload: OffloadRef) -> OffloadInfo:
+    """An offload (by uuid or handle) of a session of the tenant; `OffloadNotFound`
+    otherwise."""
+    named = "o.handle = %(ref)s" if isinstance(offload, int) else "o.uuid = %(ref)s"
     with _read(store) as conn:
         row = conn.exec_driver_sql(
-            _OFFLOAD.format(scope=_in_scope(store)),
-            _params(store, sid=session_id, uuid=offload_uuid),
+            _OFFLOAD.format(named=named, scope=_in_scope(store)),
+            _params(store, sid=session_id, ref=offload),
         ).one_or_none()
     if row is None:
-        raise OffloadNotFound(
-            f"no offloaded context with id {offload_uuid} in session {session_id!r}"
-        )
-    return OffloadInfo(row[0], row[1], row[2], tuple(row[3]), row[4])
+        raise OffloadNotFound(f"no offloaded context with id {offload} in session {session_id!r}")
+    return OffloadInfo(row[0], row[1], row[2], row[3], tuple(row[4]), row[5])
 
 
 _BY_ID = f"""

@@ -62,6 +62,8 @@ class OffloadRow:
     message_ids: tuple[int, ...]
     created_at: datetime
     strategy: int
+    #: The handle its tag shows the model (docs/design.md §4).
+    handle: int
 
 
 def message_stamps(engine: Engine, session_id: str) -> list[MessageStamp]:
@@ -120,13 +122,14 @@ def working_positions(engine: Engine, session_id: str, ids: Sequence[int]) -> di
         return {r.message_id: r.idx for r in conn.execute(stmt)}
 
 
-def _offload_select() -> sa.Select[tuple[uuid_mod.UUID, int, list[int], datetime, int]]:
+def _offload_select() -> sa.Select[tuple[uuid_mod.UUID, int, list[int], datetime, int, int]]:
     return sa.select(
         offloads.c.uuid,
         offloads.c.event_id,
         offloads.c.message_ids,
         offloads.c.created_at,
         compression_events.c.strategy,
+        offloads.c.handle,
     ).join(
         compression_events,
         sa.and_(
@@ -143,7 +146,7 @@ def offload_rows(engine: Engine, session_id: str) -> list[OffloadRow]:
     )
     with engine.connect() as conn:
         return [
-            OffloadRow(r.uuid, r.event_id, tuple(r.message_ids), r.created_at, r.strategy)
+            OffloadRow(r.uuid, r.event_id, tuple(r.message_ids), r.created_at, r.strategy, r.handle)
             for r in conn.execute(stmt)
         ]
 

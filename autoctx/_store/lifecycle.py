@@ -35,6 +35,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from .._arguments import OffloadRef
 from .._erasure import CONTEXT_TOOLS, Derived, Quote, quotes, quotes_any
 from .._erasure_result import AutoContextErasure as AutoContextErasure
 from .._errors import (
@@ -77,6 +78,7 @@ SESSION_COLUMNS = (
     "next_message_id",
     "next_position",
     "next_event_id",
+    "next_handle",
     "settled_version",
     "forked_from",
     "forked_from_incarnation",
@@ -126,7 +128,7 @@ EVENT_COLUMNS = (
     "undoes",
     "inherited",
 )
-OFFLOAD_COLUMNS = ("uuid", "event_id", "message_ids", "created_at")
+OFFLOAD_COLUMNS = ("uuid", "handle", "event_id", "message_ids", "created_at")
 LINEAGE_COLUMNS = ("summary_id", "ordinal", "replaced_id", "event_id")
 WORKING_COLUMNS = ("position", "message_id")
 
@@ -371,6 +373,9 @@ def _copy(conn: Connection, parent: Any, child_id: str, cut: _Cut) -> SessionInf
             next_message_id=parent.next_message_id,
             next_position=len(cut_ids) + 1,
             next_event_id=fork_event + 1,
+            # The child's offloads are copies of the parent's, under the same handles (its
+            # copied tags name them), and its own go on from the parent's counter.
+            next_handle=parent.next_handle,
             forked_from=sid,
             forked_from_incarnation=parent.incarnation,
             fork_ancestry=[*parent.fork_ancestry, parent.incarnation],
@@ -464,11 +469,12 @@ WITH RECURSIVE up(id) AS (
   UNION
     SELECT l.summary_id FROM up JOIN lineage l ON l.session_id = %(sid)s AND l.replaced_id = up.id
 )
-SELECT m.id, e.strategy, e.offload_uuid,
+SELECT m.id, e.strategy, o.handle,
        coalesce((SELECT array_agg(l.replaced_id ORDER BY l.ordinal) FROM lineage l
                  WHERE l.session_id = %(sid)s AND l.summary_id = m.id), '{}')
 FROM up JOIN messages m ON m.session_id = %(sid)s AND m.id = up.id
 LEFT JOIN compression_events e ON e.session_id = %(sid)s AND e.id = m.event_id
+LEFT JOIN offloads o ON o.session_id = %(sid)s AND o.uuid = e.offload_uuid
 """
 _REWRITE = """
 UPDATE messages m
@@ -636,7 +642,7 @@ def _reach(
     derived: dict[str, list[Any]] = {}
     answers: list[tuple[str, int]] = []
     found: list[tuple[str, int, list[Quote]]] | None = None
-    offloads: dict[tuple[str, uuid.UUID], Sequence[int]] = {}
+    offloads: dict[tuple[str, OffloadRef], Sequence[int]] = {}
     pending = [sid0]
     while pending:
         sid = pending.pop()
@@ -682,24 +688,27 @@ WHERE s.tenant IS NOT DISTINCT FROM %(tenant)s
 
 def _answers(
     conn: Connection, tenant: str | None
-) -> tuple[list[tuple[str, int, list[Quote]]], dict[tuple[str, uuid.UUID], Sequence[int]]]:
+) -> tuple[list[tuple[str, int, list[Quote]]], dict[tuple[str, OffloadRef], Sequence[int]]]:
     """The tenant's context-tool answers with what each quoted, and the message ids of every
-    offload they quoted."""
+    offload they quoted (by uuid or by handle, as each call named it)."""
     found = [
         (r[0], int(r[1]), quotes(r[2] or [], r[3] or [], r[0]))
         for r in conn.exec_driver_sql(_ANSWERS, {"tenant": tenant})
     ]
     wanted = {(q.session_id, q.offload) for _, _, qs in found for q in qs if q.offload}
-    offloads: dict[tuple[str, uuid.UUID], Sequence[int]] = {}
-    if wanted:
-        keys = sorted(wanted, key=str)
-        for sid, u, message_ids in conn.exec_driver_sql(
-            "SELECT o.session_id, o.uuid, o.message_ids FROM offloads o "
-            "JOIN unnest(%(sids)s::text[], %(uuids)s::uuid[]) AS k(sid, uuid) "
-            "ON o.session_id = k.sid AND o.uuid = k.uuid",
-            {"sids": [k[0] for k in keys], "uuids": [k[1] for k in keys]},
+    offloads: dict[tuple[str, OffloadRef], Sequence[int]] = {}
+    by_uuid = sorted((k for k in wanted if isinstance(k[1], uuid.UUID)), key=str)
+    by_handle = sorted((k for k in wanted if isinstance(k[1], int)), key=str)
+    for column, cast, keys in (("uuid", "uuid", by_uuid), ("handle", "bigint", by_handle)):
+        if not keys:
+            continue
+        for sid, ref, message_ids in conn.exec_driver_sql(
+            f"SELECT o.session_id, o.{column}, o.message_ids FROM offloads o "
+            f"JOIN unnest(%(sids)s::text[], %(refs)s::{cast}[]) AS k(sid, ref) "
+            f"ON o.session_id = k.sid AND o.{column} = k.ref",
+            {"sids": [k[0] for k in keys], "refs": [k[1] for k in keys]},
         ):
-            offloads[(sid, u)] = list(message_ids)
+            offloads[(sid, ref)] = list(message_ids)
     return found, offloads
 
 

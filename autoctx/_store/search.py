@@ -35,6 +35,7 @@ import psycopg
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
+from .._arguments import OffloadRef
 from .._errors import InvalidSearch, MessageNotFound, OffloadNotFound, SessionNotFound
 from .._messages import Msg
 from .._search import (
@@ -110,11 +111,14 @@ translate(left(
     {HEADLINE_CHARS}), '/' || chr({ord(MARK_START)}) || chr({ord(MARK_STOP)}),
     chr({ord(SLASH_STAND_IN)}) || '  ')"""
 
+#: The offload that holds a hit (the first compression that replaced it): its uuid and handle.
 _OFFLOAD_OF_HIT = """
-(SELECT e.offload_uuid
+LEFT JOIN LATERAL (
+ SELECT o.uuid, o.handle
  FROM lineage l JOIN compression_events e ON e.session_id = l.session_id AND e.id = l.event_id
- WHERE l.session_id = h.session_id AND l.replaced_id = h.id AND e.offload_uuid IS NOT NULL
- ORDER BY l.event_id LIMIT 1)"""
+ JOIN offloads o ON o.session_id = e.session_id AND o.uuid = e.offload_uuid
+ WHERE l.session_id = h.session_id AND l.replaced_id = h.id
+ ORDER BY l.event_id LIMIT 1) oh ON true"""
 
 #: A call of autoctx's own model tools (`context_search`, `context_reload`) or its answer, with
 #: no text of its own: never a hit. The agent's search call matches its own query word for
@@ -226,9 +230,10 @@ SELECT h.session_id, h.id, h.role, h.created_at, h.rank,
        ts_headline(h.search_config::regconfig, {_DISPLAY_TEXT},
                    websearch_to_tsquery(h.search_config::regconfig, %(query)s),
                    %(options)s) AS headline,
-       {_OFFLOAD_OF_HIT} AS offload_uuid,
+       oh.uuid AS offload_uuid, oh.handle AS offload_handle,
        {_IN_WORKING} AS working
 FROM hits h JOIN messages m ON m.session_id = h.session_id AND m.id = h.id
+{_OFFLOAD_OF_HIT}
 ORDER BY h.rank DESC, h.created_at DESC, h.session_id, h.id
 """
 
@@ -305,6 +310,7 @@ def _hits(conn: Connection, sql: str, params: dict[str, Any]) -> list[AutoContex
             rank=float(r.rank),
             offload_uuid=r.offload_uuid,
             in_working_context=bool(r.working),
+            offload_handle=r.offload_handle,
         )
         for r in rows
     ]
@@ -439,7 +445,7 @@ WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {which}
 _OFFLOAD_IN_TENANT = """
 SELECT o.message_ids, s.incarnation
 FROM offloads o JOIN sessions s ON s.session_id = o.session_id
-WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {which}
+WHERE o.session_id = %(sid)s AND {named} AND {which}
 """
 
 
@@ -470,19 +476,20 @@ def load_message(
 
 
 def reload_in_tenant(
-    store: TenantScope, session_id: str, offload_uuid: uuid.UUID, *, originals: bool = False
+    store: TenantScope, session_id: str, offload: OffloadRef, *, originals: bool = False
 ) -> list[Msg]:
     """The messages an offload of another session of the store's tenant removed (one level
     deep; with `originals`, the originals behind them); `OffloadNotFound` for an unknown one,
     or one of a session outside the tenant."""
-    params = {"sid": session_id, "uuid": offload_uuid, "tenant": store.tenant}
+    params = {"sid": session_id, "ref": offload, "tenant": store.tenant}
+    named = "o.handle = %(ref)s" if isinstance(offload, int) else "o.uuid = %(ref)s"
     with store.transaction() as conn:
         row = conn.exec_driver_sql(
-            _OFFLOAD_IN_TENANT.format(which=_tenant_condition(store.tenant)), params
+            _OFFLOAD_IN_TENANT.format(named=named, which=_tenant_condition(store.tenant)), params
         ).one_or_none()
         if row is None:
             raise OffloadNotFound(
-                f"no offloaded context with id {offload_uuid} in session {session_id!r}"
+                f"no offloaded context with id {offload} in session {session_id!r}"
             )
         ids, incarnation = list(row[0]), row[1]
         if originals:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 
+from .._arguments import OffloadRef
 from .._config import AutoContextConfig
 from .._errors import InvalidMessage, OffloadNotFound, SessionNotFound
 from .._events import MANUAL, Event
@@ -35,7 +36,7 @@ from .._idempotency import check_same_add
 from .._intake import OpenCalls, Prepared, bind, open_calls_at_tail
 from .._messages import Msg, json_text
 from .._plans import Edit, Snapshot, splice
-from .._replacements import ApplyOutcome, Replacement
+from .._replacements import ApplyOutcome, Replacement, next_handle_after
 from .._structure import MsgMeta, meta_of
 from . import undo
 from .rows import (
@@ -97,6 +98,27 @@ class _Appended:
 
 #: PostgreSQL's SQLSTATE for a row a row-level security policy refuses (and other missing rights).
 _INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def _conflict(erased: bool, moved: bool) -> str:
+    """Why a planned replacement cannot apply (its `conflict` event's error)."""
+    if erased:
+        return "an erasure rewrote messages since the snapshot"
+    if moved:
+        return "the working set changed since the snapshot (another writer compressed it)"
+    # Its range is intact, but its handle was numbered from the snapshot's counter and an
+    # offload made since took it: planned again, it gets the next free one.
+    return (
+        "the working set changed since the snapshot (another offload took the planned handle: "
+        "another writer compressed or cleared the session)"
+    )
+
+
+def offload_named(offload: OffloadRef) -> sa.ColumnElement[bool]:
+    """The condition on `offloads` of the offload a uuid or a handle names."""
+    if isinstance(offload, int):
+        return offloads.c.handle == offload
+    return offloads.c.uuid == offload
 
 
 def session_gone(session_id: str) -> SessionNotFound:
@@ -484,6 +506,7 @@ class SessionStore(TenantScope):
                     sessions.c.token_count,
                     sessions.c.next_event_id,
                     sessions.c.incarnation,
+                    sessions.c.next_handle,
                 ).where(self.row_condition())
             ).one_or_none()
             if info is None:
@@ -514,7 +537,14 @@ class SessionStore(TenantScope):
         if usable and cached is not None:
             positions = cached.positions + positions
             metas = cached.snapshot.messages + metas
-        snap = Snapshot(self.session_id, info.version, metas, info.token_count, info.message_count)
+        snap = Snapshot(
+            self.session_id,
+            info.version,
+            metas,
+            info.token_count,
+            info.message_count,
+            info.next_handle,
+        )
         self._snapshot = _CachedSnapshot(snap, positions, info.next_event_id, info.incarnation)
         return snap
 
@@ -692,6 +722,7 @@ class SessionStore(TenantScope):
         removed = conn.exec_driver_sql(UNLINK_WORKING, {"sid": self.session_id, "ids": None}).all()
         replaced = [message_id for _, message_id in sorted(removed)]
         offload_uuid = uuid_mod.uuid4() if replaced else None
+        next_handle = row.next_handle + (1 if replaced else 0)
         version = row.version + 1
         created = conn.execute(
             sa.insert(compression_events)
@@ -718,6 +749,7 @@ class SessionStore(TenantScope):
                 sa.insert(offloads).values(
                     session_id=self.session_id,
                     uuid=offload_uuid,
+                    handle=row.next_handle,
                     event_id=row.next_event_id,
                     message_ids=replaced,
                 )
@@ -727,6 +759,7 @@ class SessionStore(TenantScope):
             .where(self.row_condition())
             .values(
                 next_event_id=row.next_event_id + 1,
+                next_handle=next_handle,
                 message_count=0,
                 token_count=0,
                 version=version,
@@ -776,8 +809,13 @@ class SessionStore(TenantScope):
             row = self.lock_row(conn)
             positions = self._check_ranges(conn, [r.edit for r in replacements])
             erased = seen_version is not None and _erased_since(conn, self.session_id, seen_version)
+            # The handles were numbered from the snapshot's counter: another offload since (by
+            # a writer that compressed another range, or a clear) took them.
+            taken = min(r.handle for r in replacements) < row.next_handle
             conflicts = [
-                r for r, pos in zip(replacements, positions, strict=True) if pos is None or erased
+                (r, _conflict(erased, pos is None))
+                for r, pos in zip(replacements, positions, strict=True)
+                if pos is None or erased or taken
             ]
             if not conflicts:
                 applied = self._write(conn, row, replacements, positions, reason, config)
@@ -792,14 +830,10 @@ class SessionStore(TenantScope):
                 status="conflict",
                 reason=reason,
                 replaced_ids=r.edit.replaced_ids,
-                error=(
-                    "an erasure rewrote messages since the snapshot"
-                    if erased
-                    else "the working set changed since the snapshot (another writer compressed it)"
-                ),
+                error=error,
                 config=config,
             )
-            for r in conflicts
+            for r, error in conflicts
         ]
         return ApplyOutcome(events, True)
 
@@ -829,7 +863,9 @@ class SessionStore(TenantScope):
             )
             changes.append((r.edit, new))
         try:
-            snapshot = cached.snapshot.apply(changes)
+            snapshot = cached.snapshot.apply(
+                changes, next_handle_after(row.next_handle, replacements)
+            )
         except ValueError:
             return  # planned on another snapshot than the cached one: the next read refreshes it
         # The new message takes the working-set position of the last message it replaces.
@@ -914,6 +950,7 @@ class SessionStore(TenantScope):
                 {
                     "session_id": self.session_id,
                     "uuid": r.offload_uuid,
+                    "handle": r.handle,
                     "event_id": event_id,
                     "message_ids": list(replaced),
                 }
@@ -944,6 +981,7 @@ class SessionStore(TenantScope):
             .values(
                 next_message_id=next_msg,
                 next_event_id=next_event,
+                next_handle=next_handle_after(row.next_handle, replacements),
                 message_count=count,
                 token_count=tokens,
                 version=version,
@@ -1019,21 +1057,22 @@ class SessionStore(TenantScope):
 
     # -- reload and audit ----------------------------------------------------------------------
 
-    def reload(self, offload_uuid: uuid_mod.UUID, *, originals: bool = False) -> list[Msg]:
-        """The messages an offload removed, in order (one level deep); with `originals`, the
-        originals behind them, lineage followed down through nested summaries."""
+    def reload(self, offload: OffloadRef, *, originals: bool = False) -> list[Msg]:
+        """The messages an offload (by uuid or handle) removed, in order (one level deep); with
+        `originals`, the originals behind them, lineage followed down through nested
+        summaries."""
         with self.connection() as conn:
             ids = conn.execute(
                 sa.select(offloads.c.message_ids).where(
                     offloads.c.session_id == self.session_id,
-                    offloads.c.uuid == offload_uuid,
+                    offload_named(offload),
                     self.alive_condition(),
                 )
             ).scalar_one_or_none()
             if ids is None:
                 self.check_alive(conn)
                 raise OffloadNotFound(
-                    f"no offloaded context with id {offload_uuid} in session {self.session_id!r}"
+                    f"no offloaded context with id {offload} in session {self.session_id!r}"
                 )
             ids = originals_below(conn, self.session_id, list(ids)) if originals else list(ids)
             by_id = messages_by_id(conn, self.session_id, self.incarnation(), ids)

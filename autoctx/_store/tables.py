@@ -58,6 +58,8 @@ sessions = sa.Table(
     sa.Column("erasures", sa.BigInteger, nullable=False, server_default="0"),
     # The incarnations a fork descends from, the root first and its parent last (0010).
     sa.Column("fork_ancestry", pg.ARRAY(pg.UUID), nullable=False, server_default="{}"),
+    # The next offload handle the session gives (0015): past every handle in use.
+    sa.Column("next_handle", sa.BigInteger, nullable=False, server_default="1"),
     sa.Index("sessions_tenant_idx", "session_id", "tenant"),
 )
 
@@ -166,11 +168,11 @@ compression_events = sa.Table(
     sa.Column("note", sa.Text, nullable=True),
     #: Copied from the parent by a fork: counted in the session that paid for it (0009).
     sa.Column("inherited", sa.Boolean, nullable=False, server_default=sa.false()),
-    #: An undo's event: the id of the compression it took back (0015); NULL otherwise.
+    #: An undo's event: the id of the compression it took back (0016); NULL otherwise.
     sa.Column("undoes", sa.BigInteger, nullable=True),
     _session_fk(),
     sa.Index("compression_events_status_idx", "session_id", "status"),
-    # The undo events, which the compressor reads when a call fires (0015).
+    # The undo events, which the compressor reads when a call fires (0016).
     sa.Index(
         "compression_events_undo_idx", "session_id", postgresql_where=sa.text("reason = 'undo'")
     ),
@@ -184,6 +186,9 @@ offloads = sa.Table(
     sa.Column("event_id", sa.BigInteger, nullable=False),
     sa.Column("message_ids", pg.ARRAY(sa.BigInteger), nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    #: The offload's handle (0015): the short, per-session name its tag shows the model.
+    sa.Column("handle", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("session_id", "handle", name="offloads_handle_key"),
     sa.ForeignKeyConstraint(
         ["session_id", "event_id"],
         ["compression_events.session_id", "compression_events.id"],

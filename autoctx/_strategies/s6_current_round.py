@@ -19,6 +19,7 @@ from typing import Final
 
 from .._config import AutoContextConfig
 from .._plans import Edit, PlanContext, Snapshot
+from .._tags import TAG_TOKENS
 from ._common import (
     MIN_LLM_RANGE_TOKENS,
     Layout,
@@ -72,7 +73,7 @@ def plan_s6(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
 
 
 #: Tokens of the offload tag and the newline before it, which every summary carries.
-_TAG_TOKENS: Final = 24
+_TAG_TOKENS: Final = TAG_TOKENS
 
 
 def char_budget(

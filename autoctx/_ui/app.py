@@ -375,9 +375,11 @@ class Console:
             offload_id = parse_offload_id(text)
         except InvalidOffloadId:
             raise ConsoleRequestError(
-                "an offload page takes the offload's full uuid, as the events page links it"
+                "an offload page takes the offload's handle (the number in its tag) or its "
+                "full uuid, as the events page links it"
             ) from None
         found = db.offload_info(self.store, session_id, offload_id)
+        offload_id = found.uuid
         view = _text(query, "view") or "removed"
         if view == "originals":
             # Every original behind it, down through nested summaries, keyset-paged by id.

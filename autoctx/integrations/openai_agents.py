@@ -536,8 +536,11 @@ class _ItemCache:
     `SessionCaches` bounds how many sessions keep one.
     """
 
-    #: Messages one session's cache keeps: far more than a window's working context holds.
-    capacity: int = 1_000
+    #: Messages one session's cache keeps: far more than a compressed working context holds,
+    #: and enough for the whole history of a long session with compression off, whose every
+    #: whole read would otherwise fetch what the bound dropped (bench/peers.py, 20,000 items:
+    #: about 16,000 messages).
+    capacity: int = 20_000
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
