@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
+from .._errors import Conflict
 from .._events import MANUAL, Event
 from .._structure import MsgMeta
 from .rows import event_from_row, event_of, event_row
@@ -199,6 +200,20 @@ def undone_ranges(store: SessionStore) -> frozenset[tuple[int, ...]]:
     return frozenset(tuple(r[0]) for r in rows)
 
 
+def _unlink(conn: Connection, sid: str, ids: list[int]) -> list[tuple[int, int]]:
+    """Take `ids` out of the working set; the function removes nothing for a login that does
+    not hold the session's tenant, and then the transaction must not go on (as every writer's
+    unlink, `SessionStore.apply`)."""
+    removed = conn.exec_driver_sql(UNLINK_WORKING, {"sid": sid, "ids": ids}).all()
+    if len(removed) != len(ids):
+        raise Conflict(
+            f"session {sid!r}: the working set could not be changed ({len(removed)} of "
+            f"{len(ids)} messages taken out); the database login does not hold the session's "
+            "tenant (`autoctx db grant-tenant`); nothing was written"
+        )
+    return [(r.pos, r.mid) for r in removed]
+
+
 def write_restoration(
     conn: Connection,
     store: SessionStore,
@@ -233,19 +248,19 @@ def write_restoration(
         # set with INSERT and `autoctx_unlink_working` only (autoctx._store.tenancy), and a
         # one-step UPDATE of the positions could collide with the primary key row by row.
         tail = conn.exec_driver_sql(_TAIL, {"sid": sid, "p": following}).scalars().all()
-        moved = conn.exec_driver_sql(UNLINK_WORKING, {"sid": sid, "ids": list(tail)}).all()
+        moved = _unlink(conn, sid, list(tail))
         conn.exec_driver_sql(
             _MOVED,
             {
                 "sid": sid,
-                "positions": [p + need for p, _ in moved],
-                "ids": [m for _, m in moved],
+                "positions": [position + need for position, _ in moved],
+                "ids": [message_id for _, message_id in moved],
             },
         )
     next_position = max(
         row.next_position + (need if following is not None else 0), first + len(plan.sequence)
     )
-    conn.exec_driver_sql(UNLINK_WORKING, {"sid": sid, "ids": span})
+    _unlink(conn, sid, span)
     conn.execute(
         sa.insert(working_set),
         [
