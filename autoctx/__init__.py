@@ -22,9 +22,11 @@ from ._errors import (
     Conflict,
     DatabaseUnavailable,
     ErasureNotPermitted,
+    EventNotFound,
     InvalidArgument,
     InvalidDuration,
     InvalidErasure,
+    InvalidEventId,
     InvalidExport,
     InvalidMessage,
     InvalidMessageId,
@@ -44,7 +46,7 @@ from ._errors import (
     SummarizerError,
     TenantGrantError,
 )
-from ._events import Event
+from ._events import Event, FactCheck
 from ._memory import AsyncAutoContextMemory, AutoContextMemory, MessageInput, ToolFormat
 from ._messages import (
     Msg,
@@ -128,9 +130,12 @@ __all__ = [
     "DatabaseUnavailable",
     "ErasureNotPermitted",
     "Event",
+    "EventNotFound",
+    "FactCheck",
     "InvalidArgument",
     "InvalidDuration",
     "InvalidErasure",
+    "InvalidEventId",
     "InvalidExport",
     "InvalidMessage",
     "InvalidMessageId",

@@ -47,6 +47,7 @@ from ._effects import (
 )
 from ._errors import SummarizerError
 from ._events import Event
+from ._fact_check import Checked, FactChecker, Subject, with_repair_usage
 from ._intake import Prepared, count_tokens
 from ._messages import Msg
 from ._observe import Observer, SummarizerCall
@@ -573,14 +574,32 @@ class Compressor:
                 for r in requests:
                     r.call.failed("abandoned")  # the call was stopped: its answer is not wanted
                 raise
+            accepted: list[tuple[int, _Accepted]] = []
             for r, answer in zip(requests, answers, strict=True):
                 for slot, part, (part_answer, paid) in zip(
                     r.slots, r.parts, self._parts_of(r, answer), strict=True
                 ):
-                    out[slot] = yield from self._replacement(
-                        snap, part, part_answer, state, reason, paid
-                    )
+                    got = yield from self._accepted(part, part_answer, state, reason, paid)
+                    if got is not None:
+                        accepted.append((slot, got))
+            # The fact check of every accepted summary (docs/design.md §6): one batch of
+            # repair requests, then the index lines.
+            checked = yield from self._checker().check(
+                [a.subject for _, a in accepted], _Budget(self, state)
+            )
+            for (slot, got), done in zip(accepted, checked, strict=True):
+                out[slot] = yield from self._replacement(snap, got, done, state, reason)
         return [r for r in out if r is not None]
+
+    def _checker(self) -> FactChecker:
+        return FactChecker(
+            summarizer=self.summarizer,
+            observer=self.observer,
+            count_tokens=self.counter.count,
+            margin=_budget_margin,
+            repair=self.config.fact_repair,
+            index_ratio=self.config.fact_index_ratio,
+        )
 
     def _ask(
         self,
@@ -678,19 +697,19 @@ class Compressor:
                 out.append((replace(answer, text=text), paid))
         return out
 
-    def _replacement(
+    def _accepted(
         self,
-        snap: Snapshot,
         asking: _Asking,
         answer: SummaryResult | Exception,
         state: _CallState,
         reason: str,
         paid: Mapping[str, Any] | None = None,
-    ) -> Effects[Replacement | None]:
-        """The replacement one range's answer makes, or None (and a `failed` event) when the
-        answer is not a summary of it. `paid`: the usage its `failed` event carries when the
-        answer came but fails here (a shared request's, on its first range)."""
-        edit, msgs, offload, call = asking.edit, asking.msgs, asking.offload, asking.call
+    ) -> Effects[_Accepted | None]:
+        """One range's answer once it passed every check an answer passes, or None (and a
+        `failed` event) when it is not a summary of the range. `paid`: the usage its `failed`
+        event carries when the answer came but fails here (a shared request's, on its first
+        range)."""
+        edit, call = asking.edit, asking.call
         try:
             if isinstance(answer, Exception):
                 raise answer
@@ -734,6 +753,31 @@ class Compressor:
                     **usage,
                 )
                 return None
+        subject = Subject(
+            edit=edit,
+            msgs=asking.msgs,
+            text=text,
+            prefix=asking.prefix,
+            offload=str(asking.offload.handle),
+            fallback=asking.fallback,
+            request=asking.request,
+        )
+        return _Accepted(asking, subject, usage)
+
+    def _replacement(
+        self,
+        snap: Snapshot,
+        accepted: _Accepted,
+        checked: Checked,
+        state: _CallState,
+        reason: str,
+    ) -> Effects[Replacement | None]:
+        """The replacement one range's checked summary makes, or None (and a `failed` event)
+        when it would not save tokens."""
+        asking = accepted.asking
+        edit, msgs, offload = asking.edit, asking.msgs, asking.offload
+        usage = with_repair_usage(accepted.usage, checked.repair_usage)
+        text = checked.text
         prefix = asking.prefix
         body = f"{prefix}\n\n{text}" if prefix else text
         if edit.strategy == registry.LARGE:
@@ -755,7 +799,7 @@ class Compressor:
                 **usage,
             )
             return None
-        return Replacement(edit, new, offload.uuid, offload.handle, **usage)
+        return Replacement(edit, new, offload.uuid, offload.handle, **usage, facts=checked.facts)
 
     def _check_in_time(self, request: SummaryRequest) -> None:
         """An answer that came after its deadline is never a summary, whichever summarizer
@@ -916,6 +960,36 @@ class _Asking:
     #: This range's event carries the call's model and usage (of a shared request, the first
     #: range's only).
     usage: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Accepted:
+    """A range's answer that passed the checks, before the fact check (`_replacement`)."""
+
+    asking: _Asking
+    subject: Subject
+    #: What its event records of the call that wrote it.
+    usage: dict[str, Any]
+
+
+class _Budget:
+    """The call's summarizer budget and deadline, as the fact check's repair takes from it."""
+
+    def __init__(self, compressor: Compressor, state: _CallState) -> None:
+        self.compressor = compressor
+        self.state = state
+
+    def take_call(self) -> float | None:
+        state = self.state
+        if state.llm_calls >= self.compressor.options.max_llm_calls:
+            return None
+        if self.compressor._out_of_time(state):
+            return None
+        state.llm_calls += 1
+        return self.compressor._request_deadline(state)
+
+    def in_time(self, request: SummaryRequest) -> None:
+        self.compressor._check_in_time(request)
 
 
 @dataclass(frozen=True, slots=True)

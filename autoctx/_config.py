@@ -172,6 +172,13 @@ class AutoContextConfig:
     #: the vector, and searches find nothing in the session). Fixed when the session is
     #: created, like `model`.
     search_config: str | None = DEFAULT_SEARCH_CONFIG
+    #: The fact check (docs/design.md §6) asks the summarizer once to repair a summary that
+    #: left out facts of what it replaced; False lists them on the index line alone (no
+    #: extra summarizer call).
+    fact_repair: bool = True
+    #: The index line of the facts a summary still lacks takes at most this share of the
+    #: summary's budget (default 0.15; 0 adds no line).
+    fact_index_ratio: float = 0.15
 
     def __post_init__(self) -> None:
         positive_ints = (
@@ -185,6 +192,12 @@ class AutoContextConfig:
         for name in ("min_tool_run", "mask_keep"):
             _check_int(name, getattr(self, name), minimum=0)
         _check_ratio("current_round_ratio", self.current_round_ratio)
+        if not isinstance(self.fact_repair, bool):
+            raise ConfigError(
+                "AutoContextConfig.fact_repair must be True or False, got "
+                f"{type(self.fact_repair).__name__}"
+            )
+        _check_share("fact_index_ratio", self.fact_index_ratio)
         self._derive_ratios()
         self._derive_payload_sizes()
         self._derive_mask_sizes()
@@ -487,6 +500,14 @@ def _check_ratio(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
         raise ConfigError(
             f"AutoContextConfig.{name} must be a number strictly between 0 and 1, got {value!r}"
+        )
+
+
+def _check_share(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise ConfigError(
+            f"AutoContextConfig.{name} must be a number from 0 up to (not including) 1, got "
+            f"{value!r}"
         )
 
 

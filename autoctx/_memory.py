@@ -50,10 +50,12 @@ from ._config import (
     options_argument,
     stored_config,
 )
+from ._dropped import dropped_facts
 from ._erasure import Derived, rewrite_erased
 from ._erasure_result import AutoContextErasure
 from ._errors import (
     AutoContextError,
+    EventNotFound,
     InvalidArgument,
     InvalidMessage,
     InvalidMessageId,
@@ -525,6 +527,33 @@ class AutoContextMemory:
         return self._store.events()
 
     @_serialized
+    def dropped(self, event_id: int) -> list[str]:
+        """The facts of the originals compression `event_id` replaced that the working
+        context does not show now, best ranked first (docs/design.md §6): what to reload
+        (`reload(event.offload_uuid, originals=True)`) before relying on it.
+
+        The same extractor and matching as the check after every summary; it answers for
+        every compression, previews and masking included. Raises `InvalidEventId` for an id
+        that is not a positive integer, and `EventNotFound` for one the session does not have
+        or whose event compressed nothing (a failed attempt, a pop, a clear, a fork, an
+        erasure).
+        """
+        self._check_open()
+        checked = _arguments.event_id(event_id)
+        event = next((e for e in self._store.events() if e.id == checked), None)
+        if event is None or event.status != "applied" or event.offload_uuid is None:
+            raise EventNotFound(
+                f"session {self.session_id!r} has no compression event {checked}"
+                + ("" if event is None else f" (event {checked} compressed nothing)")
+                + "; mem.events() lists them"
+            )
+        return self._dropped_of(event.offload_uuid)
+
+    def _dropped_of(self, offload: _arguments.OffloadRef) -> list[str]:
+        originals = self._store.reload(offload, originals=True)
+        return dropped_facts(originals, self._store.load_working())
+
+    @_serialized
     def originals(self, offset: int = 0, limit: int | None = None) -> list[Msg]:
         """Every message the session was given, as given and in the order appended, whatever
         its compressions did since (a page of them with `offset` and `limit`): the record a
@@ -621,6 +650,7 @@ class AutoContextMemory:
                 ),
                 self.config.reload_page_chars,
                 lambda mid, sid: self._reload_message(mid, self._other_session(sid)),
+                self._dropped_of,
             )
         if name == SEARCH_TOOL_NAME:
             return answer_search_call(
@@ -1258,6 +1288,9 @@ class AsyncAutoContextMemory:
 
     async def events(self) -> list[Event]:
         return await asyncio.to_thread(self.sync.events)
+
+    async def dropped(self, event_id: int) -> list[str]:
+        return await asyncio.to_thread(self.sync.dropped, event_id)
 
     async def originals(self, offset: int = 0, limit: int | None = None) -> list[Msg]:
         return await asyncio.to_thread(self.sync.originals, offset, limit)

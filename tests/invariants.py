@@ -32,6 +32,8 @@ AUDIT_VIEWS = (
 )
 #: The view of forks migration 0009 creates (docs/audit.md, "Forks and erasures").
 LIFECYCLE_VIEWS = ("autoctx_forks",)
+#: The view of the fact check migration 0016 creates (docs/audit.md, "What summaries left out").
+FACT_VIEWS = ("autoctx_fact_checks",)
 
 
 def assert_valid_openai_chat(openai_messages: Sequence[dict[str, Any]]) -> None:

@@ -245,6 +245,51 @@ def test_history_shows_every_event(demo_id: str, db_url: str, store: StoreOf) ->
     assert "events per kind" in result.stdout
 
 
+def test_history_and_dropped_show_the_fact_check(demo_id: str, db_url: str, store: StoreOf) -> None:
+    """Each summary's fact check in `autoctx history` (table and --json), and `autoctx
+    dropped` for a compression (docs/design.md §6)."""
+    events = store(demo_id).events()
+    checked = [e for e in events if e.facts is not None]
+    assert checked
+    rows = {
+        r["id"]: r for r in json.loads(invoke(["history", demo_id, "--json", "-d", db_url]).stdout)
+    }
+    for e in events:
+        facts = rows[e.id]["facts"]
+        if e.facts is None:
+            assert facts is None
+            continue
+        f = e.facts
+        assert facts == {
+            "found": f.found,
+            "kept": f.kept,
+            "repaired": f.repaired,
+            "listed": f.listed,
+            "dropped": f.dropped,
+            "repair_calls": f.repair_calls,
+            "dropped_facts": list(f.dropped_facts),
+        }
+    table = invoke(["history", demo_id, "-d", db_url], env={"COLUMNS": "250"}).stdout
+    for e in checked:
+        assert re.search(
+            rf"^\s*{e.id}\s.*\s{e.facts.found - e.facts.dropped}/{e.facts.found}\s", table, re.M
+        ), e.id
+    narrow = invoke(["history", demo_id, "-d", db_url], env={"COLUMNS": "60"}).stdout
+    first = checked[0].facts
+    assert re.search(rf"facts\s+{first.found} found: {first.kept} kept, ", narrow)
+    event = checked[-1]
+    listed = invoke(["dropped", demo_id, str(event.id), "--json", "-d", db_url])
+    assert listed.exit_code == 0, listed.stderr
+    doc = json.loads(listed.stdout)
+    assert doc["event_id"] == event.id and doc["offload_uuid"] == str(event.offload_uuid)
+    assert isinstance(doc["dropped"], list)
+    plain = invoke(["dropped", demo_id, str(event.id), "-d", db_url])
+    assert plain.exit_code == 0 and f"event {event.id}" in plain.stdout
+    missing = invoke(["dropped", demo_id, "99999", "-d", db_url])
+    assert missing.exit_code != 0
+    assert "no compression event 99999" in missing.stderr and "Traceback" not in missing.stderr
+
+
 def test_history_fits_a_narrow_terminal(demo_id: str, db_url: str, store: StoreOf) -> None:
     result = invoke(["history", demo_id, "-d", db_url], env={"COLUMNS": "80"})
     assert result.exit_code == 0

@@ -26,7 +26,7 @@ from .. import _arguments
 from .._client import AutoContextClient
 from .._effects import FALLBACK_MODEL
 from .._errors import AutoContextError, SessionNotFound
-from .._events import Event
+from .._events import Event, FactCheck
 from .._messages import (
     Msg,
     OpaqueBlock,
@@ -185,7 +185,35 @@ def _event_json(e: Event) -> dict[str, Any]:
         "error": e.error,
         "session_version": e.session_version,
         "created_at": e.created_at,
+        "facts": _facts_json(e.facts),
     }
+
+
+def _facts_json(facts: FactCheck | None) -> dict[str, Any] | None:
+    """The fact check of an event (docs/design.md §6), or None where no summary was checked."""
+    if facts is None:
+        return None
+    return {
+        "found": facts.found,
+        "kept": facts.kept,
+        "repaired": facts.repaired,
+        "listed": facts.listed,
+        "dropped": facts.dropped,
+        "repair_calls": facts.repair_calls,
+        "dropped_facts": list(facts.dropped_facts),
+    }
+
+
+def _facts_cell(facts: FactCheck | None) -> str:
+    """Facts the summary shows of those found (kept, repaired or listed), e.g. ``12/14``."""
+    return "" if facts is None else f"{facts.found - facts.dropped}/{facts.found}"
+
+
+def _facts_line(facts: FactCheck) -> str:
+    return (
+        f"{facts.found} found: {facts.kept} kept, {facts.repaired} repaired, {facts.listed} "
+        f"listed, {facts.dropped} dropped"
+    )
 
 
 def _working_json(
@@ -433,6 +461,7 @@ def _events_table(events: Sequence[Event], title: str | None) -> Table:
         ">tokens",
         ">msgs",
         ">repl",
+        ">facts",
         "offload",
         "model, latency, error",
         wrap="model, latency, error",
@@ -450,6 +479,7 @@ def _events_table(events: Sequence[Event], title: str | None) -> Table:
             f"{e.tokens_before:,}→{e.tokens_after:,}",
             f"{e.messages_before}→{e.messages_after}",
             str(len(e.replaced_ids)),
+            _facts_cell(e.facts),
             str(e.offload_uuid or ""),
             cost,
         )
@@ -486,6 +516,8 @@ def _print_event_records(console: Console, events: Sequence[Event], title: str) 
             fields.append(
                 ("usage", f"{e.prompt_tokens or 0:,} in, {e.completion_tokens or 0:,} out")
             )
+        if e.facts is not None:
+            fields.append(("facts", _facts_line(e.facts)))
         if e.error:
             fields.append(("error", Text(_shown(_one_line(e.error)), style="red")))
         if e.inherited:
