@@ -20,6 +20,7 @@ from ._errors import (
     BackendError,
     ConfigError,
     Conflict,
+    ContextOverWindow,
     DatabaseUnavailable,
     ErasureNotPermitted,
     EventNotFound,
@@ -47,7 +48,7 @@ from ._errors import (
     TenantGrantError,
     UndoRefused,
 )
-from ._events import Event
+from ._events import Event, FactCheck
 from ._memory import AsyncAutoContextMemory, AutoContextMemory, MessageInput, ToolFormat
 from ._messages import (
     Msg,
@@ -128,10 +129,12 @@ __all__ = [
     "CompressionInfo",
     "ConfigError",
     "Conflict",
+    "ContextOverWindow",
     "DatabaseUnavailable",
     "ErasureNotPermitted",
     "Event",
     "EventNotFound",
+    "FactCheck",
     "InvalidArgument",
     "InvalidDuration",
     "InvalidErasure",

@@ -29,7 +29,8 @@ a base to handle a family; each class also keeps the built-in base it has always
     ├── Conflict                            what is stored does not allow the call
     │   ├── SessionExists (ValueError)
     │   ├── ErasureNotPermitted (PermissionError)
-    │   └── UndoRefused                     `.reason` says which rule refused it
+    │   ├── UndoRefused                     `.reason` says which rule refused it
+    │   └── ContextOverWindow                a strict read of a context over its window
     └── BackendError                        the database or the summarizer failed
         ├── DatabaseUnavailable (ConnectionError)
         ├── SchemaError (RuntimeError)
@@ -188,13 +189,19 @@ class InvalidTenant(InvalidSessionId, TenantGrantError):
     and a `TenantGrantError` (what `grant_tenant` raised), so older `except` clauses hold."""
 
 
+class ContextOverWindow(Conflict):
+    """`to_openai()` or `to_anthropic()` of a strict memory (`RuntimeOptions(strict=True)`)
+    found the working context at or over its window (`max_tokens` less `reserve_tokens`):
+    call `compress_if_needed()` after `add()` and before reading it for a model call."""
+
+
 class InvalidEventId(InvalidArgument):
     """An event id is malformed (not an integer, or not a positive bigint), in every call that
-    takes one (`undo`, `autoctx undo`)."""
+    takes one (`undo`, `autoctx undo`, `dropped`, `autoctx dropped`)."""
 
 
 class EventNotFound(NotFound):
-    """No event with that id exists in that session (`undo`)."""
+    """No event with that id exists in that session (`undo`, `dropped`)."""
 
 
 class UndoRefused(Conflict):

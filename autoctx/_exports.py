@@ -143,9 +143,6 @@ def _num(v: Any) -> bool:
 
 
 Check = Callable[[Any], bool]
-#: Nullable columns added since the format was fixed: an export without them is read as NULL
-#: (`undoes`, migration 0016: what an undo took back).
-_ADDED_LATER: Final = ("undoes",)
 _TYPES: Final[dict[str, tuple[Check, str, bool]]] = {
     # column: (check, what it must be, may be null)
     "session_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 255, "a session id", False),
@@ -184,6 +181,26 @@ _TYPES: Final[dict[str, tuple[Check, str, bool]]] = {
     "error": (lambda v: isinstance(v, str), "a string", True),
     "note": (lambda v: isinstance(v, str), "a string", True),
     "undoes": (_int, "an integer", True),
+    **{
+        name: (_int, "an integer", True)
+        for name in ("facts_found", "facts_kept", "facts_repaired", "facts_listed", "facts_dropped")
+    },
+    "dropped_facts": (_strs, "a list of strings", False),
+    "facts_repair_calls": (_int, "an integer", False),
+}
+
+#: Event columns a document written before they existed lacks, with what such an event holds
+#: (the fact check, migration 0016: no check recorded).
+_LATER_EVENT_COLUMNS: Final[dict[str, Any]] = {
+    "facts_found": None,
+    "facts_kept": None,
+    "facts_repaired": None,
+    "facts_listed": None,
+    "facts_dropped": None,
+    "dropped_facts": [],
+    "facts_repair_calls": 0,
+    # What an undo took back (migration 0017).
+    "undoes": None,
 }
 
 
@@ -217,8 +234,8 @@ def _column(where: str, key: str, value: Any, *, event: bool = False) -> Any:
 def _row(where: str, data: Any, columns: Sequence[str], *, event: bool = False) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise _fail(where, "must be an object")
-    # A column added after the format was fixed may be absent from an older export.
-    data = {**{c: None for c in _ADDED_LATER if c in columns}, **data}
+    if event:
+        data = {**_LATER_EVENT_COLUMNS, **data}
     missing = [c for c in columns if c not in data]
     if missing:
         raise _fail(where, f"lacks {', '.join(missing)}")

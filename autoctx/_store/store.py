@@ -952,6 +952,7 @@ class SessionStore(TenantScope):
                     latency_ms=r.latency_ms,
                     session_version=version,
                     config=config,
+                    facts=r.facts,
                 )
             )
             msg_rows.append(message_row(self.session_id, msg_id, r.new, event_id))

@@ -64,6 +64,7 @@ READ_ONLY: Final = (
     "autoctx_problem_sessions",
     "autoctx_forks",
     "autoctx_undos",
+    "autoctx_fact_checks",
     GRANTS,
 )
 
