@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from ._answers import check_answer
 from ._config import AutoContextConfig, RuntimeOptions
@@ -71,7 +71,7 @@ from ._summary import (
     SummaryResult,
     answers_shared_requests,
 )
-from ._tags import TAG_TOKENS, offload_tag
+from ._tags import offload_tag
 from ._tokens import TokenCounter
 
 logger = logging.getLogger("autoctx")
@@ -113,8 +113,6 @@ _YIELD_TO_S6: Final = registry.YIELD_TO_CURRENT_ROUND
 _FALLBACK_STRATEGIES: Final = registry.FALLBACK_STRATEGIES
 #: Rungs that save tokens only (previews): they act while tokens are over the target.
 _TOKENS_ONLY: Final = registry.TOKENS_ONLY_STRATEGIES
-#: Tokens of the offload tag and the newline before it, which every summary carries.
-_TAG_TOKENS: Final = TAG_TOKENS
 #: Passes whose arrivals `SessionState.arriving` averages: a few, so that it follows a change
 #: of the agent's pace, and more than one, so that one large tool output does not set it.
 _ARRIVALS_KEPT: Final = 4
@@ -183,6 +181,9 @@ class _CallState:
     out_of_time: bool = False
     #: The call runs beside the caller's appends (`Compressor.steps`).
     beside: bool = False
+    #: The summarizer said it cannot be used now (a wrong model, a refused key, a back-off):
+    #: the call asks it nothing more, and its failure is one event (docs/design.md §6).
+    unavailable: bool = False
     #: Tokens expected to come in while one pass summarizes: 0 unless `beside` (see
     #: `SessionState.arriving`).
     arriving: int = 0
@@ -348,13 +349,13 @@ class Compressor:
             if outcome == "stalled":
                 break
         final = yield from ask(ReadTotals())
-        if final.token_count >= cfg.max_tokens:
+        if final.token_count >= cfg.message_window:
             # The bound (docs/design.md §2): whatever stopped the ladder (a failing summarizer,
             # a spent budget), the offline summarizer writes what is left to write.
             yield from self._fallback(state)
             final = yield from ask(ReadTotals())
         if not under_target(final.message_count, final.token_count, cfg):
-            if final.token_count >= cfg.max_tokens:
+            if final.token_count >= cfg.message_window:
                 yield from self._report_over_window(state)  # an event: the version stays
             yield from ask(Settle(final.version))
         return state.events
@@ -481,7 +482,7 @@ class Compressor:
         if not edits or not edits[0].llm:
             return edits  # one strategy's edits are all LLM or all previews
         left = self.options.max_llm_calls - state.llm_calls
-        if left <= 0 or self._out_of_time(state):
+        if left <= 0 or state.unavailable or self._out_of_time(state):
             return []
         calls = max(1, left - _RESERVED_AFTER.get(strategy, 0))
         taken = sorted(i for request in self._requests(snap, edits)[:calls] for i in request)
@@ -576,6 +577,11 @@ class Compressor:
                 raise
             accepted: list[tuple[int, _Accepted]] = []
             for r, answer in zip(requests, answers, strict=True):
+                if not fallback and _unavailable(answer):
+                    if state.unavailable:  # said by the batch's first such answer
+                        self._not_summarized(r, answer, state)
+                        continue
+                    state.unavailable = True
                 for slot, part, (part_answer, paid) in zip(
                     r.slots, r.parts, self._parts_of(r, answer), strict=True
                 ):
@@ -655,6 +661,16 @@ class Compressor:
             )
         )
         return _Request(tuple(slot for slot, _, _, _ in ranges), parts, request, call)
+
+    def _not_summarized(
+        self, request: _Request, answer: SummarizerError, state: _CallState
+    ) -> None:
+        """A request of the batch that met the same unavailable summarizer as an earlier one:
+        its ranges are failed for this call (the fallback may take them) without an event of
+        their own, since the first one said why."""
+        request.call.failed(answer.reason)
+        for part in request.parts:
+            state.failed.add(part.edit.replaced_ids)
 
     def _subject(self, edit: Edit, msgs: list[Msg]) -> tuple[str, list[Msg]]:
         """What of a range is summarized, and the text kept verbatim before its summary."""
@@ -874,7 +890,7 @@ class Compressor:
         )
         detail = (
             f"over_window: {snap.token_count} working tokens, over the window of "
-            f"{cfg.max_tokens}; the protected messages (system, pinned, the current user "
+            f"{cfg.message_window}; the protected messages (system, pinned, the current user "
             f"message, a pending tool call) hold {protected} of them and nothing else is left "
             "to compress: shorten or unpin them"
         )
@@ -1003,6 +1019,14 @@ class _Request:
     call: SummarizerCall
 
 
+#: Failures that say the summarizer cannot be used at all for now, whatever it is asked.
+_UNAVAILABLE: Final = frozenset({"model_not_found", "auth", "backoff"})
+
+
+def _unavailable(answer: object) -> TypeGuard[SummarizerError]:
+    return isinstance(answer, SummarizerError) and answer.reason in _UNAVAILABLE
+
+
 def _usage_of(result: SummaryResult) -> dict[str, Any]:
     """What an event records of the call that wrote its answer."""
     return {
@@ -1042,9 +1066,7 @@ def _lands_deep(
 
 
 def _tokens_after(snap: Snapshot, edits: Sequence[Edit]) -> int:
-    return snap.token_count - sum(
-        e.replaced_tokens - (e.replaced_tokens // 4 + _TAG_TOKENS) for e in edits
-    )
+    return snap.token_count - sum(e.estimated_gain for e in edits)
 
 
 def _outside(outer: Edit, edits: Sequence[Edit]) -> list[Edit]:

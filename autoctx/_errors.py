@@ -28,7 +28,8 @@ a base to handle a family; each class also keeps the built-in base it has always
     │   └── OffloadNotFound
     ├── Conflict                            what is stored does not allow the call
     │   ├── SessionExists (ValueError)
-    │   └── ErasureNotPermitted (PermissionError)
+    │   ├── ErasureNotPermitted (PermissionError)
+    │   └── ContextOverWindow                a strict read of a context over its window
     └── BackendError                        the database or the summarizer failed
         ├── DatabaseUnavailable (ConnectionError)
         ├── SchemaError (RuntimeError)
@@ -185,6 +186,12 @@ class InvalidTenant(InvalidSessionId, TenantGrantError):
 
     It is both an `InvalidSessionId` (what `open` raised for a bad tenant before this class)
     and a `TenantGrantError` (what `grant_tenant` raised), so older `except` clauses hold."""
+
+
+class ContextOverWindow(Conflict):
+    """`to_openai()` or `to_anthropic()` of a strict memory (`RuntimeOptions(strict=True)`)
+    found the working context at or over its window (`max_tokens` less `reserve_tokens`):
+    call `compress_if_needed()` after `add()` and before reading it for a model call."""
 
 
 class InvalidEventId(InvalidArgument):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import re
 import sys
 import uuid
@@ -87,9 +88,10 @@ def _console(*, stderr: bool = False) -> Console:
 
 
 def _print_whole(console: Console, table: Table) -> None:
-    """Print `table`; into a pipe or file, at its natural width, so that a row stays one line
-    (for grep and cut); in a terminal too narrow for it whole, one block per row."""
-    if not console.is_terminal:
+    """Print `table`; into a pipe or file without $COLUMNS, at its natural width, so that a
+    row stays one line (for grep and cut); where it does not fit the terminal or $COLUMNS
+    whole, one block per row."""
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
         unbounded = console.options.update_width(sys.maxsize)
         console.width = max(console.width, console.measure(table, options=unbounded).maximum)
     _print_fitting(console, table)
@@ -186,6 +188,19 @@ def _event_json(e: Event) -> dict[str, Any]:
         "session_version": e.session_version,
         "created_at": e.created_at,
         "facts": _facts_json(e.facts),
+    }
+
+
+def _message_json(msg: Msg) -> dict[str, Any]:
+    """A stored message as the audit commands give it in JSON: its id, role, kind, pinning,
+    tokens and text (as the transcript renders it, tags kept)."""
+    return {
+        "id": msg.id,
+        "role": msg.role,
+        "kind": msg.kind,
+        "pinned": msg.pinned,
+        "tokens": msg.tokens,
+        "text": render_transcript([msg], keep_tags=True),
     }
 
 
@@ -425,16 +440,30 @@ def _min_width(console: Console, table: Table) -> int:
 
 def _record(console: Console, title: Text, fields: Sequence[tuple[str, str | Text]]) -> None:
     """One record as a block: a blank line, a title line, then one `label  value` line per
-    field, each value wrapped under itself (a word longer than the line is folded, never cut)."""
+    field, each value wrapped under itself (a word longer than the line is folded, never cut).
+    The title names the record (a session id, an event): a word of it longer than the line
+    runs past the line whole rather than in two pieces, so that grep finds it."""
     console.print()
-    title.overflow = "fold"
-    console.print(title)
+    console.print(_unbroken(title, console.width), no_wrap=True, overflow="ignore", crop=False)
     grid = Table.grid(padding=(0, 2), pad_edge=False)
     grid.add_column(no_wrap=True, style="dim")
     grid.add_column(overflow="fold")
     for label, value in fields:
         grid.add_row(label, value)
     console.print(Padding(grid, (0, 0, 0, 2), expand=False))
+
+
+def _unbroken(text: Text, width: int) -> Text:
+    """`text` wrapped at `width` between words, a word longer than the line kept whole."""
+    words = text.split(" ")
+    lines: list[Text] = []
+    for word in words:
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1].append(" ")
+            lines[-1].append_text(word)
+        else:
+            lines.append(word.copy())
+    return Text("\n").join(lines)
 
 
 def _cost(event: Event) -> str:
