@@ -49,7 +49,8 @@ Open = Callable[..., AutoContextMemory]
 #: large messages (over 2,000 characters each) share a request. A window of 3,000 tokens: three
 #: tool outputs of about 2,200-2,600 characters fire the token trigger, and S5 alone brings the
 #: round under the target (it does not give way to S6).
-CONFIG = dataclasses.replace(SMALL, max_tokens=3_000)
+# A low target: S5 takes only what the target needs (docs/design.md §3), here every message.
+CONFIG = dataclasses.replace(SMALL, max_tokens=3_000, target_ratio=0.3)
 
 
 def _round(lines: list[int], seed: int = 3) -> list[Msg]:
