@@ -118,8 +118,11 @@ class AutoContextConfig:
     alone is a sound config: the sizes relative to the window follow it.
     """
 
-    #: Compress when the working context holds at least this many messages.
-    msg_threshold: int = 100
+    #: Compress when the working context holds at least this many messages; None (the
+    #: default) compresses on tokens only. Off by default, from measurement (docs/design.md §2):
+    #: no peer has a count trigger, and on long tool tasks it fired summarizer calls while the
+    #: tokens were far under their trigger. 100 is the design's value.
+    msg_threshold: int | None = None
     #: The model's context window, in tokens.
     max_tokens: int = 131072
     #: Compress when working tokens reach ``max_tokens * token_ratio`` (default 0.75; above
@@ -174,8 +177,9 @@ class AutoContextConfig:
     search_config: str | None = DEFAULT_SEARCH_CONFIG
 
     def __post_init__(self) -> None:
+        if self.msg_threshold is not None:
+            _check_int("msg_threshold", self.msg_threshold, minimum=1)
         positive_ints = (
-            "msg_threshold",
             "max_tokens",
             "large_payload_chars",
             "max_message_chars",
@@ -330,8 +334,10 @@ class AutoContextConfig:
         return int(self.max_tokens * self.target_ratio)
 
     @property
-    def msg_target(self) -> int:
-        """Working messages under which compression stops."""
+    def msg_target(self) -> int | None:
+        """Working messages under which compression stops; None without a count trigger."""
+        if self.msg_threshold is None:
+            return None
         return int(self.msg_threshold * self.target_ratio)
 
     @property

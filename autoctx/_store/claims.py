@@ -49,7 +49,8 @@ _TOKEN_RATIO = _NUMBER.format(key="token_ratio", low="> 0", high="< 1")
 #: at its version; not one of the (session, version) pairs in `skip`.
 _DUE_WHERE = f"""
     s.settled_version IS DISTINCT FROM s.version
-      AND coalesce(s.message_count >= {_MSG_THRESHOLD}
+      AND coalesce((jsonb_typeof(s.config -> 'msg_threshold') IS DISTINCT FROM 'null'
+                    AND s.message_count >= {_MSG_THRESHOLD})
                    OR s.token_count >= trunc({_MAX_TOKENS} * {_TOKEN_RATIO}),
                    true)
       AND (CAST(%(tenant)s AS text) IS NULL OR s.tenant = CAST(%(tenant)s AS text))
