@@ -333,7 +333,9 @@ def test_config_refuses_invalid_values_naming_the_field() -> None:
     # before the sizes derived from the window are computed from it.
     with pytest.raises(ConfigError, match="max_tokens must be at most"):
         AutoContextConfig(max_tokens=10**400)
-    assert json.loads(json.dumps(AutoContextConfig().to_json()))["msg_threshold"] == 100
+    assert json.loads(json.dumps(AutoContextConfig().to_json()))["msg_threshold"] is None
+    counted = AutoContextConfig(msg_threshold=100).to_json()
+    assert json.loads(json.dumps(counted))["msg_threshold"] == 100
 
 
 def test_config_defaults_are_the_specs() -> None:
