@@ -20,11 +20,14 @@ from ._errors import (
     BackendError,
     ConfigError,
     Conflict,
+    ContextOverWindow,
     DatabaseUnavailable,
     ErasureNotPermitted,
+    EventNotFound,
     InvalidArgument,
     InvalidDuration,
     InvalidErasure,
+    InvalidEventId,
     InvalidExport,
     InvalidMessage,
     InvalidMessageId,
@@ -44,7 +47,7 @@ from ._errors import (
     SummarizerError,
     TenantGrantError,
 )
-from ._events import Event
+from ._events import Event, FactCheck
 from ._memory import AsyncAutoContextMemory, AutoContextMemory, MessageInput, ToolFormat
 from ._messages import (
     Msg,
@@ -125,12 +128,16 @@ __all__ = [
     "CompressionInfo",
     "ConfigError",
     "Conflict",
+    "ContextOverWindow",
     "DatabaseUnavailable",
     "ErasureNotPermitted",
     "Event",
+    "EventNotFound",
+    "FactCheck",
     "InvalidArgument",
     "InvalidDuration",
     "InvalidErasure",
+    "InvalidEventId",
     "InvalidExport",
     "InvalidMessage",
     "InvalidMessageId",

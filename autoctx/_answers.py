@@ -64,6 +64,12 @@ def _skeleton(text: str) -> str:
 _MARKER_SKELETON: Final = _skeleton(OFFLOAD_MARKER)
 
 
+def carries_tag(text: str) -> bool:
+    """Whether `text` holds an offload tag or the marker, or a look-alike of either: what no
+    summary may carry (docs/design.md §4)."""
+    return bool(OFFLOAD_TAG_RE.search(text)) or _MARKER_SKELETON in _skeleton(text)
+
+
 def check_answer(text: str, *, shared: bool = False) -> str:
     """The answer, stripped, or `SummarizerError` when it cannot become a summary.
 
@@ -89,7 +95,7 @@ def check_answer(text: str, *, shared: bool = False) -> str:
             "the answer holds a NUL character or a lone UTF-16 surrogate, which PostgreSQL "
             "text cannot store",
         )
-    if OFFLOAD_TAG_RE.search(answer) or _MARKER_SKELETON in _skeleton(answer):
+    if carries_tag(answer):
         raise SummarizerError(
             "tag_in_answer",
             "the answer contains an offload tag or the CONTEXT_OFFLOAD marker (or a look-alike "

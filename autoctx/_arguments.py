@@ -26,6 +26,7 @@ from ._errors import (
     InvalidArgument,
     InvalidDuration,
     InvalidErasure,
+    InvalidEventId,
     InvalidMessageId,
     InvalidOffloadId,
     InvalidPage,
@@ -158,6 +159,20 @@ def message_id(value: object, what: str = "message_id") -> int:
         )
     if not 1 <= value <= MAX_MESSAGE_ID:
         raise InvalidMessageId(f"{what} must be a positive integer message id, got {value}")
+    return value
+
+
+def event_id(value: object) -> int:
+    """An event id: an int (not a bool) a bigint can hold, at least 1, as `mem.events()` gives
+    in `.id`; `InvalidEventId` otherwise. An id the session does not have is `EventNotFound`,
+    raised where it is looked up."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidEventId(
+            "event_id must be an event id (an int, as `mem.events()` gives in `.id` and "
+            f"`autoctx history` lists), got {type(value).__name__}"
+        )
+    if not 1 <= value <= MAX_MESSAGE_ID:
+        raise InvalidEventId(f"event_id must be a positive integer event id, got {value}")
     return value
 
 

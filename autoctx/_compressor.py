@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from ._answers import check_answer
 from ._config import AutoContextConfig, RuntimeOptions
@@ -47,6 +47,7 @@ from ._effects import (
 )
 from ._errors import SummarizerError
 from ._events import Event
+from ._fact_check import Checked, FactChecker, Subject, with_repair_usage
 from ._intake import Prepared, count_tokens
 from ._messages import Msg
 from ._observe import Observer, SummarizerCall
@@ -70,7 +71,7 @@ from ._summary import (
     SummaryResult,
     answers_shared_requests,
 )
-from ._tags import TAG_TOKENS, offload_tag
+from ._tags import offload_tag
 from ._tokens import TokenCounter
 
 logger = logging.getLogger("autoctx")
@@ -112,8 +113,6 @@ _YIELD_TO_S6: Final = registry.YIELD_TO_CURRENT_ROUND
 _FALLBACK_STRATEGIES: Final = registry.FALLBACK_STRATEGIES
 #: Rungs that save tokens only (previews): they act while tokens are over the target.
 _TOKENS_ONLY: Final = registry.TOKENS_ONLY_STRATEGIES
-#: Tokens of the offload tag and the newline before it, which every summary carries.
-_TAG_TOKENS: Final = TAG_TOKENS
 #: Passes whose arrivals `SessionState.arriving` averages: a few, so that it follows a change
 #: of the agent's pace, and more than one, so that one large tool output does not set it.
 _ARRIVALS_KEPT: Final = 4
@@ -185,6 +184,9 @@ class _CallState:
     out_of_time: bool = False
     #: The call runs beside the caller's appends (`Compressor.steps`).
     beside: bool = False
+    #: The summarizer said it cannot be used now (a wrong model, a refused key, a back-off):
+    #: the call asks it nothing more, and its failure is one event (docs/design.md §6).
+    unavailable: bool = False
     #: Tokens expected to come in while one pass summarizes: 0 unless `beside` (see
     #: `SessionState.arriving`).
     arriving: int = 0
@@ -350,13 +352,13 @@ class Compressor:
             if outcome == "stalled":
                 break
         final = yield from ask(ReadTotals())
-        if final.token_count >= cfg.max_tokens:
+        if final.token_count >= cfg.message_window:
             # The bound (docs/design.md §2): whatever stopped the ladder (a failing summarizer,
             # a spent budget), the offline summarizer writes what is left to write.
             yield from self._fallback(state)
             final = yield from ask(ReadTotals())
         if not under_target(final.message_count, final.token_count, cfg):
-            if final.token_count >= cfg.max_tokens:
+            if final.token_count >= cfg.message_window:
                 yield from self._report_over_window(state)  # an event: the version stays
             yield from ask(Settle(final.version))
         return state.events
@@ -483,7 +485,7 @@ class Compressor:
         if not edits or not edits[0].llm:
             return edits  # one strategy's edits are all LLM or all previews
         left = self.options.max_llm_calls - state.llm_calls
-        if left <= 0 or self._out_of_time(state):
+        if left <= 0 or state.unavailable or self._out_of_time(state):
             return []
         calls = max(1, left - _RESERVED_AFTER.get(strategy, 0))
         taken = sorted(i for request in self._requests(snap, edits)[:calls] for i in request)
@@ -576,14 +578,37 @@ class Compressor:
                 for r in requests:
                     r.call.failed("abandoned")  # the call was stopped: its answer is not wanted
                 raise
+            accepted: list[tuple[int, _Accepted]] = []
             for r, answer in zip(requests, answers, strict=True):
+                if not fallback and _unavailable(answer):
+                    if state.unavailable:  # said by the batch's first such answer
+                        self._not_summarized(r, answer, state)
+                        continue
+                    state.unavailable = True
                 for slot, part, (part_answer, paid) in zip(
                     r.slots, r.parts, self._parts_of(r, answer), strict=True
                 ):
-                    out[slot] = yield from self._replacement(
-                        snap, part, part_answer, state, reason, paid
-                    )
+                    got = yield from self._accepted(part, part_answer, state, reason, paid)
+                    if got is not None:
+                        accepted.append((slot, got))
+            # The fact check of every accepted summary (docs/design.md §6): one batch of
+            # repair requests, then the index lines.
+            checked = yield from self._checker().check(
+                [a.subject for _, a in accepted], _Budget(self, state)
+            )
+            for (slot, got), done in zip(accepted, checked, strict=True):
+                out[slot] = yield from self._replacement(snap, got, done, state, reason)
         return [r for r in out if r is not None]
+
+    def _checker(self) -> FactChecker:
+        return FactChecker(
+            summarizer=self.summarizer,
+            observer=self.observer,
+            count_tokens=self.counter.count,
+            margin=_budget_margin,
+            repair=self.config.fact_repair,
+            index_ratio=self.config.fact_index_ratio,
+        )
 
     def _ask(
         self,
@@ -640,6 +665,16 @@ class Compressor:
         )
         return _Request(tuple(slot for slot, _, _, _ in ranges), parts, request, call)
 
+    def _not_summarized(
+        self, request: _Request, answer: SummarizerError, state: _CallState
+    ) -> None:
+        """A request of the batch that met the same unavailable summarizer as an earlier one:
+        its ranges are failed for this call (the fallback may take them) without an event of
+        their own, since the first one said why."""
+        request.call.failed(answer.reason)
+        for part in request.parts:
+            state.failed.add(part.edit.replaced_ids)
+
     def _subject(self, edit: Edit, msgs: list[Msg]) -> tuple[str, list[Msg]]:
         """What of a range is summarized, and the text kept verbatim before its summary."""
         if edit.verbatim_prefix_id is not None:
@@ -681,19 +716,19 @@ class Compressor:
                 out.append((replace(answer, text=text), paid))
         return out
 
-    def _replacement(
+    def _accepted(
         self,
-        snap: Snapshot,
         asking: _Asking,
         answer: SummaryResult | Exception,
         state: _CallState,
         reason: str,
         paid: Mapping[str, Any] | None = None,
-    ) -> Effects[Replacement | None]:
-        """The replacement one range's answer makes, or None (and a `failed` event) when the
-        answer is not a summary of it. `paid`: the usage its `failed` event carries when the
-        answer came but fails here (a shared request's, on its first range)."""
-        edit, msgs, offload, call = asking.edit, asking.msgs, asking.offload, asking.call
+    ) -> Effects[_Accepted | None]:
+        """One range's answer once it passed every check an answer passes, or None (and a
+        `failed` event) when it is not a summary of the range. `paid`: the usage its `failed`
+        event carries when the answer came but fails here (a shared request's, on its first
+        range)."""
+        edit, call = asking.edit, asking.call
         try:
             if isinstance(answer, Exception):
                 raise answer
@@ -737,6 +772,31 @@ class Compressor:
                     **usage,
                 )
                 return None
+        subject = Subject(
+            edit=edit,
+            msgs=asking.msgs,
+            text=text,
+            prefix=asking.prefix,
+            offload=str(asking.offload.handle),
+            fallback=asking.fallback,
+            request=asking.request,
+        )
+        return _Accepted(asking, subject, usage)
+
+    def _replacement(
+        self,
+        snap: Snapshot,
+        accepted: _Accepted,
+        checked: Checked,
+        state: _CallState,
+        reason: str,
+    ) -> Effects[Replacement | None]:
+        """The replacement one range's checked summary makes, or None (and a `failed` event)
+        when it would not save tokens."""
+        asking = accepted.asking
+        edit, msgs, offload = asking.edit, asking.msgs, asking.offload
+        usage = with_repair_usage(accepted.usage, checked.repair_usage)
+        text = checked.text
         prefix = asking.prefix
         body = f"{prefix}\n\n{text}" if prefix else text
         if edit.strategy == registry.LARGE:
@@ -758,7 +818,7 @@ class Compressor:
                 **usage,
             )
             return None
-        return Replacement(edit, new, offload.uuid, offload.handle, **usage)
+        return Replacement(edit, new, offload.uuid, offload.handle, **usage, facts=checked.facts)
 
     def _check_in_time(self, request: SummaryRequest) -> None:
         """An answer that came after its deadline is never a summary, whichever summarizer
@@ -833,7 +893,7 @@ class Compressor:
         )
         detail = (
             f"over_window: {snap.token_count} working tokens, over the window of "
-            f"{cfg.max_tokens}; the protected messages (system, pinned, the current user "
+            f"{cfg.message_window}; the protected messages (system, pinned, the current user "
             f"message, a pending tool call) hold {protected} of them and nothing else is left "
             "to compress: shorten or unpin them"
         )
@@ -922,6 +982,36 @@ class _Asking:
 
 
 @dataclass(frozen=True, slots=True)
+class _Accepted:
+    """A range's answer that passed the checks, before the fact check (`_replacement`)."""
+
+    asking: _Asking
+    subject: Subject
+    #: What its event records of the call that wrote it.
+    usage: dict[str, Any]
+
+
+class _Budget:
+    """The call's summarizer budget and deadline, as the fact check's repair takes from it."""
+
+    def __init__(self, compressor: Compressor, state: _CallState) -> None:
+        self.compressor = compressor
+        self.state = state
+
+    def take_call(self) -> float | None:
+        state = self.state
+        if state.llm_calls >= self.compressor.options.max_llm_calls:
+            return None
+        if self.compressor._out_of_time(state):
+            return None
+        state.llm_calls += 1
+        return self.compressor._request_deadline(state)
+
+    def in_time(self, request: SummaryRequest) -> None:
+        self.compressor._check_in_time(request)
+
+
+@dataclass(frozen=True, slots=True)
 class _Request:
     """One request of a batch: the ranges it asks for (one, or several of S5's messages), with
     their slots in the pass's replacements."""
@@ -930,6 +1020,14 @@ class _Request:
     parts: tuple[_Asking, ...]
     request: SummaryRequest
     call: SummarizerCall
+
+
+#: Failures that say the summarizer cannot be used at all for now, whatever it is asked.
+_UNAVAILABLE: Final = frozenset({"model_not_found", "auth", "backoff"})
+
+
+def _unavailable(answer: object) -> TypeGuard[SummarizerError]:
+    return isinstance(answer, SummarizerError) and answer.reason in _UNAVAILABLE
 
 
 def _usage_of(result: SummaryResult) -> dict[str, Any]:
@@ -971,9 +1069,7 @@ def _lands_deep(
 
 
 def _tokens_after(snap: Snapshot, edits: Sequence[Edit]) -> int:
-    return snap.token_count - sum(
-        e.replaced_tokens - (e.replaced_tokens // 4 + _TAG_TOKENS) for e in edits
-    )
+    return snap.token_count - sum(e.estimated_gain for e in edits)
 
 
 def _outside(outer: Edit, edits: Sequence[Edit]) -> list[Edit]:

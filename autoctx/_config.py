@@ -89,6 +89,7 @@ _UNSET_RATIO: Final = _DerivedRatio(0.0)
 
 #: The fields whose defaults are derived, in the order they are derived.
 DERIVED_FIELDS: Final = (
+    "reserve_tokens",
     "last_keep",
     "token_ratio",
     "target_ratio",
@@ -116,6 +117,12 @@ class AutoContextConfig:
     Invalid values and combinations raise `ConfigError` naming the field, when the config is
     built, so that a bad config never reaches a session. ``AutoContextConfig(max_tokens=16_000)``
     alone is a sound config: the sizes relative to the window follow it.
+
+    The latest open wins: opening a session with a config records it as the session's (every
+    process that compresses the session, a worker included, reads it from then on), and when
+    it differs from the recorded one a warning names each field it changes (``max_tokens
+    16000 -> 64000``). Open without a config to use the recorded one. The model and the search
+    configuration are the exceptions: they are fixed when the session is created.
     """
 
     #: Compress when the working context holds at least this many messages; None (the
@@ -125,6 +132,12 @@ class AutoContextConfig:
     msg_threshold: int | None = None
     #: The model's context window, in tokens.
     max_tokens: int = 131072
+    #: Tokens of each model call that are not the working context: the tool definitions, the
+    #: instructions and the room for the answer. They come off the window for every trigger,
+    #: target and bound (`message_window`). When not set, it is what an integration measures
+    #: of the tools and instructions it sends (`AutoContextMemory.reserve_for`), recorded with
+    #: the session; 0 until something is measured. At most half of `max_tokens`.
+    reserve_tokens: int = _UNSET
     #: Compress when working tokens reach ``max_tokens * token_ratio`` (default 0.75; above
     #: a `target_ratio` the caller set at 0.75 or more, halfway from it to 1).
     token_ratio: float = _UNSET_RATIO
@@ -175,6 +188,13 @@ class AutoContextConfig:
     #: the vector, and searches find nothing in the session). Fixed when the session is
     #: created, like `model`.
     search_config: str | None = DEFAULT_SEARCH_CONFIG
+    #: The fact check (docs/design.md §6) asks the summarizer once to repair a summary that
+    #: left out facts of what it replaced; False lists them on the index line alone (no
+    #: extra summarizer call).
+    fact_repair: bool = True
+    #: The index line of the facts a summary still lacks takes at most this share of the
+    #: summary's budget (default 0.15; 0 adds no line).
+    fact_index_ratio: float = 0.15
 
     def __post_init__(self) -> None:
         if self.msg_threshold is not None:
@@ -189,6 +209,22 @@ class AutoContextConfig:
         for name in ("min_tool_run", "mask_keep"):
             _check_int(name, getattr(self, name), minimum=0)
         _check_ratio("current_round_ratio", self.current_round_ratio)
+        _check_int("reserve_tokens", self.reserve_tokens, minimum=0)
+        if self.reserve_tokens > self.max_tokens // 2:
+            what = "AutoContextConfig.reserve_tokens"
+            if not _given(self.reserve_tokens):
+                what = "AutoContextConfig: the measured tools and instructions"
+            raise ConfigError(
+                f"{what} ({self.reserve_tokens}) must be at most half of max_tokens "
+                f"({self.max_tokens}): the messages need the rest of the window; raise max_tokens "
+                "or send fewer tool definitions"
+            )
+        if not isinstance(self.fact_repair, bool):
+            raise ConfigError(
+                "AutoContextConfig.fact_repair must be True or False, got "
+                f"{type(self.fact_repair).__name__}"
+            )
+        _check_share("fact_index_ratio", self.fact_index_ratio)
         self._derive_ratios()
         self._derive_payload_sizes()
         self._derive_mask_sizes()
@@ -324,14 +360,20 @@ class AutoContextConfig:
     # -- what the thresholds mean ---------------------------------------------------------------
 
     @property
+    def message_window(self) -> int:
+        """The window less `reserve_tokens`: what the working context may fill. The bound
+        keeps the working context under it; the triggers and targets are shares of it."""
+        return self.max_tokens - self.reserve_tokens
+
+    @property
     def token_trigger(self) -> int:
         """Working tokens at which compression starts."""
-        return int(self.max_tokens * self.token_ratio)
+        return int(self.message_window * self.token_ratio)
 
     @property
     def token_target(self) -> int:
         """Working tokens under which compression stops."""
-        return int(self.max_tokens * self.target_ratio)
+        return int(self.message_window * self.target_ratio)
 
     @property
     def msg_target(self) -> int | None:
@@ -364,9 +406,34 @@ class AutoContextConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         derived = set(data.get("derived", ()))
         kwargs = {k: v for k, v in data.items() if k in known and k not in derived}
+        measured = data.get("reserve_tokens")
+        if "reserve_tokens" in derived and type(measured) is int:
+            # Derived from a measure (`reserve_for`), not from other fields: kept as measured.
+            kwargs["reserve_tokens"] = _Derived(measured)
         if "prompts" in kwargs:
             kwargs["prompts"] = {int(k): v for k, v in kwargs["prompts"].items()}
         return cls(**kwargs)
+
+
+def config_changes(stored: object, config: AutoContextConfig) -> list[str]:
+    """What `config` changes of the config recorded on a session (`stored`, its JSON), one
+    ``name old -> new`` per field the caller's open changes, for the warning of
+    docs/design.md §8 (a prompt is named, never quoted). Empty when nothing changes, or when
+    the record is not a config (it is then repaired, not changed)."""
+    if not isinstance(stored, Mapping):
+        return []
+    new = config.to_json()
+    # A size derived on both sides follows a field that is itself named, if it moved.
+    followed = set(new["derived"]) & set(stored.get("derived", ()))
+    changes = []
+    for name, value in new.items():
+        if name in ("derived", *followed) or name not in stored or stored[name] == value:
+            continue
+        if name == "prompts":
+            changes.append("prompts")
+        else:
+            changes.append(f"{name} {stored[name]!r} -> {value!r}")
+    return changes
 
 
 def config_argument(config: object) -> AutoContextConfig | None:
@@ -405,7 +472,9 @@ class RuntimeOptions:
     #: strategy (S1's runs, S4's rounds, S5's messages) are summarized concurrently, up to
     #: this many at a time (1: one after the other), and still commit in one transaction.
     summarizer_concurrency: int = 4
-    #: Raise summarizer failures instead of recording them as `failed` events.
+    #: Raise summarizer failures instead of recording them as `failed` events, and make
+    #: `to_openai()` / `to_anthropic()` of a context over its window raise
+    #: `ContextOverWindow` instead of logging a warning (docs/design.md §2).
     strict: bool = False
 
     def __post_init__(self) -> None:
@@ -493,6 +562,14 @@ def _check_ratio(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
         raise ConfigError(
             f"AutoContextConfig.{name} must be a number strictly between 0 and 1, got {value!r}"
+        )
+
+
+def _check_share(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise ConfigError(
+            f"AutoContextConfig.{name} must be a number from 0 up to (not including) 1, got "
+            f"{value!r}"
         )
 
 

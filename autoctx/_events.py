@@ -16,6 +16,31 @@ MANUAL: Final = 0
 
 
 @dataclass(frozen=True, slots=True)
+class FactCheck:
+    """What the fact check found of one summary (docs/design.md §6): of the facts of the
+    messages it replaced, how many the summary kept, how many the repair request added, how
+    many its index line lists, and which are in neither (`dropped_facts`, as stored: an
+    erasure scrubs them like every other copy of erased text).
+
+    ``found == kept + repaired + listed + dropped``.
+    """
+
+    found: int
+    kept: int
+    repaired: int
+    listed: int
+    dropped: int
+    dropped_facts: tuple[str, ...] = ()
+    #: Summarizer calls the repair made (0 or 1; its tokens are in the event's).
+    repair_calls: int = 0
+
+    @property
+    def visible(self) -> int:
+        """Facts the summary message shows verbatim or lists: all but the dropped."""
+        return self.found - self.dropped
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """One compression attempt: what ran, why, what it did and what it cost."""
 
@@ -48,6 +73,9 @@ class Event:
     #: Copied from the parent by a fork (what made the copied summaries); the audit views
     #: count it in the parent only.
     inherited: bool = False
+    #: The fact check of the summary it wrote (S1, S4, S5, S6, the fold), else None (previews,
+    #: masking, attempts that changed nothing, manual events).
+    facts: FactCheck | None = None
 
     @property
     def tokens_saved(self) -> int:

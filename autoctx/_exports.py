@@ -180,6 +180,24 @@ _TYPES: Final[dict[str, tuple[Check, str, bool]]] = {
     "latency_ms": (_num, "a number", True),
     "error": (lambda v: isinstance(v, str), "a string", True),
     "note": (lambda v: isinstance(v, str), "a string", True),
+    **{
+        name: (_int, "an integer", True)
+        for name in ("facts_found", "facts_kept", "facts_repaired", "facts_listed", "facts_dropped")
+    },
+    "dropped_facts": (_strs, "a list of strings", False),
+    "facts_repair_calls": (_int, "an integer", False),
+}
+
+#: Event columns a document written before they existed lacks, with what such an event holds
+#: (the fact check, migration 0016: no check recorded).
+_LATER_EVENT_COLUMNS: Final[dict[str, Any]] = {
+    "facts_found": None,
+    "facts_kept": None,
+    "facts_repaired": None,
+    "facts_listed": None,
+    "facts_dropped": None,
+    "dropped_facts": [],
+    "facts_repair_calls": 0,
 }
 
 
@@ -213,6 +231,8 @@ def _column(where: str, key: str, value: Any, *, event: bool = False) -> Any:
 def _row(where: str, data: Any, columns: Sequence[str], *, event: bool = False) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise _fail(where, "must be an object")
+    if event:
+        data = {**_LATER_EVENT_COLUMNS, **data}
     missing = [c for c in columns if c not in data]
     if missing:
         raise _fail(where, f"lacks {', '.join(missing)}")

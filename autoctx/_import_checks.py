@@ -49,6 +49,14 @@ _INT4_COLUMNS: Final = frozenset(
     {"message_count", "tokens", "chars", "messages_before", "messages_after"}
     | {"prompt_tokens", "completion_tokens", "ordinal"}
 )
+#: The fact check's counts of an event (migration 0016): null, or adding up.
+_FACT_COUNTS: Final = (
+    "facts_found",
+    "facts_kept",
+    "facts_repaired",
+    "facts_listed",
+    "facts_dropped",
+)
 #: The highest rung number: events' strategies run from 0 (not a compression) to it.
 _LAST_STRATEGY: Final = max(RUNGS)
 #: How far ahead of this machine's clock a time may be (clock skew between hosts).
@@ -461,6 +469,16 @@ def _check_events(rows: SessionRows, by_id: Mapping[int, Msg], event_ids: set[in
             raise refused(f"events[{k}].summary_message_id", "names no message of the document")
         if not all(i in by_id for i in e["replaced_ids"]):
             raise refused(f"events[{k}].replaced_ids", "name a message the document does not hold")
+        counts = [e.get(c) for c in _FACT_COUNTS]
+        if counts[0] is not None and (
+            any(c is None or c < 0 for c in counts)
+            or counts[0] != sum(c for c in counts[1:] if c is not None)
+        ):
+            raise refused(
+                f"events[{k}].facts_found",
+                "must be null, or the sum of facts_kept, facts_repaired, facts_listed and "
+                "facts_dropped (none negative)",
+            )
     uuids = [o["uuid"] for o in rows.offloads]
     if len(set(uuids)) != len(uuids):
         raise refused("offloads", "hold the same uuid twice")

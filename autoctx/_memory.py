@@ -31,7 +31,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 
-from . import _arguments
+from . import _arguments, _reserve
 from . import _window as window
 from ._agent_plan import validate_plan
 from ._anthropic import anthropic_tools, to_anthropic
@@ -47,13 +47,16 @@ from ._config import (
     AutoContextConfig,
     RuntimeOptions,
     config_argument,
+    config_changes,
     options_argument,
     stored_config,
 )
+from ._dropped import dropped_facts
 from ._erasure import Derived, rewrite_erased
 from ._erasure_result import AutoContextErasure
 from ._errors import (
     AutoContextError,
+    EventNotFound,
     InvalidArgument,
     InvalidMessage,
     InvalidMessageId,
@@ -65,6 +68,7 @@ from ._intake import Prepared, prepare, stand_in
 from ._messages import Msg, coerce_messages, to_openai_messages
 from ._observe import CompressionHooks, Observer
 from ._prompts import RELOAD_SNIPPET
+from ._read_check import ReadCheck
 from ._search import (
     DEFAULT_LIMIT,
     NOT_INDEXED,
@@ -211,6 +215,7 @@ class AutoContextMemory:
         #: retries a lock wait that timed out).
         self._depth = 0
         self._session = SessionState()
+        self._read_check = ReadCheck()
         self._background_mode = validate_background(background)
         self._background = BackgroundState(info.session_id)
         #: The background compression started last (done or not).
@@ -376,7 +381,7 @@ class AutoContextMemory:
         only when the working context is at the window); its events wait for the next
         `compress_if_needed()` to return them."""
         compressor, info = self._compression()
-        if not over_window or info.token_count >= self.config.max_tokens:
+        if not over_window or info.token_count >= self.config.message_window:
             self._background.keep(compressor.run(info))
 
     def _session_claim(self) -> contextlib.AbstractContextManager[bool]:
@@ -472,14 +477,42 @@ class AutoContextMemory:
         return self._store.load_working()
 
     def to_openai(self) -> list[dict[str, Any]]:
-        """The working context as OpenAI Chat Completions messages."""
-        return to_openai_messages(self.messages())
+        """The working context as OpenAI Chat Completions messages.
+
+        Over the window (nobody called `compress_if_needed()`), it logs a warning once per
+        memory; with `RuntimeOptions(strict=True)` it raises `ContextOverWindow` instead."""
+        return to_openai_messages(self._for_model(self.messages()))
 
     def to_anthropic(self) -> tuple[str, list[dict[str, Any]]]:
         """The working context as `(system, messages)` for the Anthropic Messages API: the
         system text, then user and assistant turns that alternate, each call's results in the
-        user turn after it."""
-        return to_anthropic(self.messages())
+        user turn after it. Over the window, as `to_openai()`."""
+        return to_anthropic(self._for_model(self.messages()))
+
+    def _for_model(self, msgs: list[Msg]) -> list[Msg]:
+        """`msgs`, read for a model call: checked against the window (docs/design.md §2)."""
+        self._read_check.check(msgs, self.config, self.options, self.session_id)
+        return msgs
+
+    @_serialized
+    def reserve_for(
+        self,
+        tools: Sequence[Mapping[str, Any]] = (),
+        instructions: str | None = None,
+    ) -> int:
+        """Measure what each model call sends beside the working context (the tool
+        definitions, the instructions that are not a stored message) and keep room for it:
+        unless the config sets `reserve_tokens`, the measure becomes the session's reserve,
+        recorded with it, and comes off the window for every trigger, target and the bound.
+        The framework integrations call it with what they send; returns the reserve in force.
+        """
+        self._check_open()
+        measured = _reserve.measure(self._counter, tools, instructions)
+        changed = _reserve.with_measured(self.config, measured)
+        if changed is not None:
+            self._store.set_config(changed.to_json())
+            self.config = changed
+        return self.config.reserve_tokens
 
     @_serialized
     def refresh(self) -> SessionInfo:
@@ -523,6 +556,33 @@ class AutoContextMemory:
         """Every compression event of the session, oldest first."""
         self._check_open()
         return self._store.events()
+
+    @_serialized
+    def dropped(self, event_id: int) -> list[str]:
+        """The facts of the originals compression `event_id` replaced that the working
+        context does not show now, best ranked first (docs/design.md §6): what to reload
+        (`reload(event.offload_uuid, originals=True)`) before relying on it.
+
+        The same extractor and matching as the check after every summary; it answers for
+        every compression, previews and masking included. Raises `InvalidEventId` for an id
+        that is not a positive integer, and `EventNotFound` for one the session does not have
+        or whose event compressed nothing (a failed attempt, a pop, a clear, a fork, an
+        erasure).
+        """
+        self._check_open()
+        checked = _arguments.event_id(event_id)
+        event = next((e for e in self._store.events() if e.id == checked), None)
+        if event is None or event.status != "applied" or event.offload_uuid is None:
+            raise EventNotFound(
+                f"session {self.session_id!r} has no compression event {checked}"
+                + ("" if event is None else f" (event {checked} compressed nothing)")
+                + "; mem.events() lists them"
+            )
+        return self._dropped_of(event.offload_uuid)
+
+    def _dropped_of(self, offload: _arguments.OffloadRef) -> list[str]:
+        originals = self._store.reload(offload, originals=True)
+        return dropped_facts(originals, self._store.load_working())
 
     @_serialized
     def originals(self, offset: int = 0, limit: int | None = None) -> list[Msg]:
@@ -621,6 +681,7 @@ class AutoContextMemory:
                 ),
                 self.config.reload_page_chars,
                 lambda mid, sid: self._reload_message(mid, self._other_session(sid)),
+                self._dropped_of,
             )
         if name == SEARCH_TOOL_NAME:
             return answer_search_call(
@@ -894,6 +955,11 @@ class MemoryInternals:
         """The working context as it is (the window policy is the caller's)."""
         return self._mem._working()
 
+    def for_model(self, msgs: list[Msg]) -> list[Msg]:
+        """`msgs`, read for a model call: checked against the window (a warning, or
+        `ContextOverWindow` for a strict memory)."""
+        return self._mem._for_model(msgs)
+
     @property
     def client(self) -> AutoContextClient:
         """The client the memory was opened through (its `session_caches` are shared by every
@@ -987,8 +1053,20 @@ def open_memory(
     indexed = _indexed_with(info)
     if indexed is not None and stored_search_config(config.search_config) != indexed:
         config = _with_search_config(config, info)
+    if given is not None:
+        config = _reserve.kept_measure(config, info.config)
     if config.to_json() != info.config:
-        # The thresholds in force are recorded on the session (and on each event).
+        # The thresholds in force are recorded on the session (and on each event): the latest
+        # open wins, and says what it changed (docs/design.md §8).
+        changes = config_changes(info.config, config)
+        if changes:
+            logger.warning(
+                "autoctx: session %r: the config given to open changes the recorded one "
+                "(%s); it is recorded and used from now on (open without config= to keep the "
+                "recorded one)",
+                session_id,
+                ", ".join(changes),
+            )
         store.set_config(config.to_json())
     chosen = summarizer if summarizer is not None else default_summarizer()
     logger.log(
@@ -1109,7 +1187,9 @@ class AsyncAutoContextMemory:
 
     async def to_openai(self) -> list[dict[str, Any]]:
         await self._before_read()
-        return await asyncio.to_thread(lambda: to_openai_messages(self._inner.working()))
+        return await asyncio.to_thread(
+            lambda: to_openai_messages(self._inner.for_model(self._inner.working()))
+        )
 
     async def token_count(self) -> int:
         return await asyncio.to_thread(self.sync.token_count)
@@ -1239,7 +1319,7 @@ class AsyncAutoContextMemory:
         # The database steps run in a worker thread, each under the memory's lock; the LLM call
         # is awaited and holds neither a thread nor the lock, so other calls go on meanwhile.
         compressor, info = await asyncio.to_thread(inner.compression)
-        if over_window and info.token_count < self.sync.config.max_tokens:
+        if over_window and info.token_count < self.sync.config.message_window:
             return
         sink: list[Event] = []
         try:
@@ -1258,6 +1338,9 @@ class AsyncAutoContextMemory:
 
     async def events(self) -> list[Event]:
         return await asyncio.to_thread(self.sync.events)
+
+    async def dropped(self, event_id: int) -> list[str]:
+        return await asyncio.to_thread(self.sync.dropped, event_id)
 
     async def originals(self, offset: int = 0, limit: int | None = None) -> list[Msg]:
         return await asyncio.to_thread(self.sync.originals, offset, limit)
@@ -1312,7 +1395,14 @@ class AsyncAutoContextMemory:
 
     async def to_anthropic(self) -> tuple[str, list[dict[str, Any]]]:
         await self._before_read()
-        return await asyncio.to_thread(lambda: to_anthropic(self._inner.working()))
+        return await asyncio.to_thread(
+            lambda: to_anthropic(self._inner.for_model(self._inner.working()))
+        )
+
+    async def reserve_for(
+        self, tools: Sequence[Mapping[str, Any]] = (), instructions: str | None = None
+    ) -> int:
+        return await asyncio.to_thread(self.sync.reserve_for, tools, instructions)
 
     async def set_plan(self, plan: Mapping[str, Any] | None) -> None:
         await asyncio.to_thread(self.sync.set_plan, plan)

@@ -536,16 +536,15 @@ def log_omitted(omitted: Counter[str], messages: int, *, view: str = "to_openai(
     if not omitted:
         return
     kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(omitted.items()))
-    other = "to_anthropic()" if view == "to_openai()" else "to_openai()"
+    fmt = "Chat Completions" if view == "to_openai()" else "Anthropic Messages"
     _log.info(
         "%s: left out %d block(s) the %s format cannot carry (%s) in %d message(s); they "
-        "stay stored, and the export carries them (as %s does what it can)",
+        "stay stored, and the export and `autoctx show --json` carry them",
         view,
         sum(omitted.values()),
-        "Chat Completions" if view == "to_openai()" else "Anthropic Messages",
+        fmt,
         kinds,
         messages,
-        other,
     )
 
 

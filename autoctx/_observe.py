@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from ._errors import ConfigError
-from ._events import Event
+from ._events import Event, FactCheck
 
 if TYPE_CHECKING:
     from ._summary import Summarizer, SummaryResult
@@ -70,6 +70,10 @@ class CompressionInfo:
     tokens_after: int | None = None
     usage: SummarizerUsage | None = None
     event: Event | None = None
+    #: The fact check of the summary the event wrote (docs/design.md §6): facts found, kept,
+    #: repaired, listed on the index line and dropped; None before an attempt, for a preview,
+    #: and for an event that changed nothing.
+    facts: FactCheck | None = None
 
 
 Hook = Callable[[CompressionInfo], None]
@@ -175,6 +179,7 @@ class Observer:
             event.tokens_after,
             _usage(event),
             event,
+            event.facts,
         )
         self._call("on_failure" if event.status in FAILURE_STATUSES else "after", info)
 
@@ -205,11 +210,16 @@ class Attempt:
         self.span = span
         self.statuses: list[str] = []
         self.tokens_after: int | None = None
+        #: The fact checks of the attempt's applied summaries, summed (`end`).
+        self.facts: dict[str, int] = {}
 
     def saw(self, event: Event) -> None:
         self.statuses.append(event.status)
         if event.status == "applied":
             self.tokens_after = event.tokens_after
+            if event.facts is not None:
+                for name, value in _fact_attributes(event.facts).items():
+                    self.facts[name] = self.facts.get(name, 0) + value
         if event.status == "failed" and self.span is not None and event.error:
             # The machine reason only (the detail names the endpoint, never content).
             self.span.add_event(
@@ -249,6 +259,8 @@ class Attempt:
             )
         if self.tokens_after is not None:
             span.set_attribute("autoctx.tokens_after", self.tokens_after)
+        for name, value in self.facts.items():
+            span.set_attribute(name, value)
         if statuses and "applied" not in statuses and otel_trace is not None:
             span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, "nothing applied"))
         span.end()
@@ -281,6 +293,17 @@ class SummarizerCall:
         span.set_attribute("error.type", reason)
         span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, reason))
         span.end()
+
+
+def _fact_attributes(facts: FactCheck) -> dict[str, int]:
+    """The span attributes of a fact check (counts only: never the facts themselves)."""
+    return {
+        "autoctx.facts.found": facts.found,
+        "autoctx.facts.kept": facts.kept,
+        "autoctx.facts.repaired": facts.repaired,
+        "autoctx.facts.listed": facts.listed,
+        "autoctx.facts.dropped": facts.dropped,
+    }
 
 
 def _provider_of(summarizer: Summarizer | None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 
 from ._messages import Kind
 from ._structure import MsgMeta
+from ._tags import TAG_TOKENS
 
 if TYPE_CHECKING:  # the planners import this module: no cycle at runtime
     from ._strategies._common import Layouts
@@ -104,6 +105,13 @@ class Edit:
     #: Previews only: the characters the preview keeps when not `preview_chars` (masking's
     #: `mask_preview_chars`, docs/design.md §3).
     preview_chars: int | None = None
+
+    @property
+    def estimated_gain(self) -> int:
+        """The tokens the edit is expected to save before it is made: a summary is estimated
+        at a quarter of what it replaces, plus its offload tag (what the give-way rules and
+        S5's choice plan with, docs/design.md §3)."""
+        return self.replaced_tokens - (self.replaced_tokens // 4 + TAG_TOKENS)
 
     @property
     def member_indices(self) -> tuple[int, ...]:

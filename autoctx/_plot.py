@@ -237,8 +237,10 @@ def render(
     ax_tok, ax_msg = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1.4))
     xs: list[Any] = [p.step if x == "step" else p.time for p in series.points]
     max_tokens = int(config["max_tokens"])
-    trigger = max_tokens * float(config["token_ratio"])
-    target = max_tokens * float(config["target_ratio"])
+    # The triggers are shares of the window less what each call reserves (docs/design.md §2).
+    room = max_tokens - int(config.get("reserve_tokens", 0))
+    trigger = room * float(config["token_ratio"])
+    target = room * float(config["target_ratio"])
     # None: no count trigger (the default), so no lines on the message axis.
     msg_threshold = config.get("msg_threshold")
 

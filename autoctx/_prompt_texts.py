@@ -114,3 +114,13 @@ after the transcript:
   transcript), next to what they hold.
 Prefer the facts most likely to be needed again; drop pleasantries and detail that no later
 step depends on. {FORM}"""
+
+#: The repair request of the fact check (docs/design.md §6): the summary, the facts of the
+#: original it lacks, and the budget it must stay within.
+REPAIR_PROMPT: Final = f"""\
+You revise a summary of an AI agent's working context. The summary left out some facts of the
+original that the agent may need. Rewrite the summary so that it states each listed fact
+exactly as written (character for character: paths, ids, values, errors and the user's
+instructions), next to what it belongs to, and keeps everything else the summary says. Stay
+within the budget given: shorten the least useful wording to make room, never drop a listed
+fact. Answer with the revised summary only. {FORM}"""

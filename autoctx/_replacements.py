@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._config import AutoContextConfig
-from ._events import Event
+from ._events import Event, FactCheck
 from ._intake import Prepared
 from ._messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from ._plans import Edit
@@ -51,6 +51,8 @@ class Replacement:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float | None = None
+    #: The fact check of a summary (docs/design.md §6); None for a preview.
+    facts: FactCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)

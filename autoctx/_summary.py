@@ -50,11 +50,23 @@ class SummaryRequest:
     #: compressor splits the answer and checks each summary as an answer of its own (a
     #: summarizer checks only what fails the whole answer: `check_answer`'s ``shared``).
     parts: int = 0
+    #: A repair request of the fact check (docs/design.md §6): the facts, verbatim, that the
+    #: summary in `transcript` left out and must state. Empty for a summary request.
+    missing_facts: tuple[str, ...] = ()
 
     def user_content(self) -> str:
-        """The user message an LLM receives: the transcript, then the character budget when
-        there is one, then the plan hint, always last (docs/design.md §3)."""
-        parts = ["Transcript to summarize:", neutralize_tags(self.transcript)]
+        """The user message an LLM receives: the transcript (of a repair request, the summary
+        to revise and the facts it must state), then the character budget when there is one,
+        then the plan hint, always last (docs/design.md §3)."""
+        if self.missing_facts:
+            facts = "\n".join(f"- {neutralize_tags(f)}" for f in self.missing_facts)
+            parts = [
+                "Summary to revise:",
+                neutralize_tags(self.transcript),
+                f"Facts of the original it must state, exactly as written:\n{facts}",
+            ]
+        else:
+            parts = ["Transcript to summarize:", neutralize_tags(self.transcript)]
         if self.char_budget is not None:
             parts.append(
                 f"Character budget: your answer must be at most {self.char_budget} characters "

@@ -52,6 +52,12 @@ def tag_ids(text: str) -> list[str]:
     return [m.group("handle") or m.group("uuid") for m in OFFLOAD_TAG_RE.finditer(text)]
 
 
+def offload_reference(handle: int | str) -> str:
+    """How a text other than the tag names an offload (the fact check's index line): as the tag
+    names it, ``offload <handle>``, which `context_reload` takes."""
+    return f"{OFFLOAD_WORD} {handle}"
+
+
 def neutralize_tags(text: str) -> str:
     """Replace offload tags by ``[offloaded context <id>]`` and drop any stray first-form marker.
 

@@ -51,6 +51,8 @@ MESSAGE_NOT_FOUND_ANSWER = "No message with that id in that session."
 ReloadOffload = Callable[[OffloadRef, str | None, bool], list[Msg]]
 #: A reload of one message by id, optionally of another session of the tenant.
 ReloadMessage = Callable[[int, str | None], Msg]
+#: The facts of an offload's originals that the working context lacks (this session only).
+DroppedFacts = Callable[[OffloadRef], list[str]]
 #: A search: (query, scope, limit) -> hits, best first.
 Search = Callable[[str, SearchScope, int], list[AutoContextSearchHit]]
 
@@ -65,7 +67,9 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
                 "Reload context that was compressed to save space. Messages that end with "
                 "<!-- offload N --> replace original messages; call this with that number as "
                 "offload to read what they replaced (a summary inside keeps its own tag; pass "
-                "originals=true to read the raw messages behind every nested summary at once). "
+                "originals=true to read the raw messages behind every nested summary at once, or "
+                "dropped=true to list only the facts of those originals that your context no "
+                "longer shows, such as what a summary left out). "
                 "To read a message that context_search found, "
                 "pass its message_id (and its session_id when it is from another session). "
                 "Long results come in pages of about "
@@ -109,6 +113,14 @@ def reload_tool_definition(page_chars: int) -> dict[str, Any]:
                             "With offload: true answers the original messages behind the offload, "
                             "through every nested summary, instead of what it replaced one "
                             "level down (default false)."
+                        ),
+                    },
+                    "dropped": {
+                        "type": "boolean",
+                        "description": (
+                            "With offload: true answers only the facts (paths, ids, errors, "
+                            "values, the user's instructions) of the originals behind the "
+                            "offload that the current context does not show (default false)."
                         ),
                     },
                 },
@@ -165,11 +177,13 @@ def answer_reload_call(
     reload: ReloadOffload,
     page_chars: int,
     reload_message: ReloadMessage | None = None,
+    dropped: DroppedFacts | None = None,
 ) -> str:
     """Answer one `context_reload` call with text (never raises for a bad call): the originals
     an offload holds (`offload`, its handle; or `uuid`, as tags written before handles show
     it), or one message of a search hit (`message_id`), of this session or of the
-    `session_id` given."""
+    `session_id` given; with ``dropped: true``, the facts of an offload's originals that the
+    working context does not show (docs/design.md §6)."""
     args = _arguments(arguments, '{"offload": 12}')
     if isinstance(args, str):
         return args
@@ -192,6 +206,14 @@ def answer_reload_call(
         return (
             "originals applies to an offload, not to a message_id: pass the offload number of "
             "a tag instead."
+        )
+    want_dropped = args.get("dropped", False)
+    if not isinstance(want_dropped, bool):
+        return "Invalid dropped: pass true (the facts your context lacks) or false."
+    if want_dropped and (message_id is not None or session is not None or originals):
+        return (
+            "dropped applies to an offload of this session alone (no message_id, session_id "
+            "or originals)."
         )
     if message_id is not None and reload_message is not None:
         try:
@@ -227,12 +249,28 @@ def answer_reload_call(
         return f"Invalid {name}: {exc}"
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         return "Invalid offset: pass a non-negative integer character offset."
+    if want_dropped and dropped is not None:
+        try:
+            facts = dropped(offload)
+        except OffloadNotFound:
+            return NOT_FOUND_ANSWER
+        return _page(_render_dropped(facts), offset, page_chars, "answer")
     try:
         msgs = reload(offload, session, originals)
     except OffloadNotFound:
         return NOT_FOUND_ANSWER if session is None else NOT_FOUND_ANSWER.replace("this", "that")
     # Tags stay visible: a reloaded summary points at its own offload, one level further down.
     return _page(render_transcript(msgs, keep_tags=True), offset, page_chars, "offloaded context")
+
+
+def _render_dropped(facts: list[str]) -> str:
+    if not facts:
+        return "Your context shows every fact found in the originals behind that offload."
+    listed = "\n".join(f"- {f}" for f in facts)
+    return (
+        f"Facts of the originals behind that offload that your context does not show now:\n"
+        f"{listed}\nCall {TOOL_NAME} with that uuid and originals=true to read them in place."
+    )
 
 
 def _page(text: str, offset: int, page_chars: int, what: str) -> str:

@@ -117,14 +117,14 @@ def keep_window(
     """Background mode: keep the next model call under the window, and (with `start`) start a
     background compression at the trigger."""
     info: SessionInfo = yield ReadTotals()
-    if info.token_count < config.max_tokens:
+    if info.token_count < config.message_window:
         if start and is_due(info, config):
             yield StartBackground()
         return
     while (yield BackgroundRunning()):
         seen = background.steps
         now: SessionInfo = yield ReadTotals()
-        if now.token_count < config.max_tokens:
+        if now.token_count < config.message_window:
             # Under the window while the background compression goes on (holding the claim,
             # which the compression below would wait for): the agent goes on.
             return

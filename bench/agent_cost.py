@@ -105,6 +105,14 @@ from _common import (
     tool_turn,
     trajectories,
 )
+from _facts_visible import (
+    CheckTally,
+    LossySummarizer,
+    Visible,
+    check_cost,
+    facts_in,
+    visible_shares,
+)
 from _summary_server import SummaryServer
 from rich.console import Console
 from rich.table import Table
@@ -113,6 +121,7 @@ from autoctx import (
     AutoContextConfig,
     AutoContextMemory,
     Msg,
+    OfflineSummarizer,
     OpenAISummarizer,
     ToolUseBlock,
     from_openai_messages,
@@ -131,7 +140,19 @@ WORKLOADS = (
     "coding-agent",
     "support-agent",
 )
-SYSTEMS = ("autoctx", "langchain", "langchain-mask", "tiered", "openhands")
+SYSTEMS = (
+    "autoctx",
+    "autoctx-offline",
+    "autoctx-lossy",
+    "langchain",
+    "langchain-mask",
+    "tiered",
+    "openhands",
+)
+#: autoctx's runs: its summarizer on each (docs/design.md §6, the fact check's measure): the
+#: shared summary server every system uses, the offline summarizer in process, and a lossy stub
+#: that drops every fact it is given (the repair and the index line then keep them in view).
+AUTOCTX_RUNS = {"autoctx": "shared", "autoctx-offline": "offline", "autoctx-lossy": "lossy"}
 #: What each peer is, for the output (autoctx's own line says its summarizer).
 PEERS = {
     "langchain": "LangChain SummarizationMiddleware",
@@ -540,6 +561,10 @@ class Run:
     summarizer_out: int = 0
     seconds: float = 0.0
     reachable_facts: int | None = None
+    #: autoctx only: the fact check's repair calls and their tokens (in, out), and whether the
+    #: summarizer was counted here (not by the summary server).
+    check: tuple[int, int, int] | None = None
+    own_usage: bool = False
     #: The masking peers: the tool outputs their model ever saw as a placeholder.
     cleared: set[str] = field(default_factory=set)
     note: str = ""
@@ -554,15 +579,29 @@ class Run:
 
 
 def run_autoctx(
-    db: BenchDatabase, server: SummaryServer, w: Workload, fields: dict[str, Any] | None = None
+    db: BenchDatabase,
+    server: SummaryServer,
+    w: Workload,
+    fields: dict[str, Any] | None = None,
+    system: str = "autoctx",
 ) -> Run:
-    note = "OpenAISummarizer -> the summary server"
+    kind = AUTOCTX_RUNS[system]
+    inner: Any
+    if kind == "shared":
+        note = "OpenAISummarizer -> the summary server"
+        inner = OpenAISummarizer(model=system, base_url=server.base_url, api_key="bench")
+    elif kind == "offline":
+        note = "OfflineSummarizer, in process (no repair: the index line alone)"
+        inner = OfflineSummarizer()
+    else:
+        note = "a lossy stub that drops every fact (repair asked, index line)"
+        inner = LossySummarizer()
     if fields:
         note += f", config {json.dumps(fields, sort_keys=True)}"
-    run = Run("autoctx", note=note)
-    summarizer = OpenAISummarizer(model="autoctx", base_url=server.base_url, api_key="bench")
+    run = Run(system, note=note, own_usage=kind != "shared")
+    summarizer = CheckTally(inner)
     mem = AutoContextMemory.open(
-        f"agent-cost-{w.name}",
+        f"agent-cost-{w.name}-{system}",
         database_url=db.url,
         config=AutoContextConfig(max_tokens=w.window, **(fields or {})),
         summarizer=summarizer,
@@ -612,9 +651,19 @@ def run_autoctx(
         run.seconds = time.perf_counter() - started
         run.reachable_facts = len(_reachable(mem, run))
         run.by_strategy = _by_strategy(mem)
+        run.check = (summarizer.repairs, summarizer.repair_in, summarizer.repair_out)
+        if kind != "shared":
+            events = [e for e in mem.events() if e.prompt_tokens is not None]
+            run.summarizer_calls = sum(
+                1 for e in events if e.model is not None and e.model != "offline"
+            ) + sum(e.facts.repair_calls for e in mem.events() if e.facts is not None)
+            run.summarizer_in = sum(e.prompt_tokens or 0 for e in events)
+            run.summarizer_out = sum(e.completion_tokens or 0 for e in events)
     finally:
         mem.close()
-        summarizer.close()
+        close = getattr(inner, "close", None)
+        if close is not None:
+            close()
     return run
 
 
@@ -1158,6 +1207,8 @@ def figures(
     calls = usage.calls if usage else 0
     s_in = usage.prompt_tokens if usage else 0
     s_out = usage.completion_tokens if usage else 0
+    if run.own_usage:  # an autoctx run whose summarizer ran in process
+        calls, s_in, s_out = run.summarizer_calls, run.summarizer_in, run.summarizer_out
     final = run.steps[-1] if run.steps else []
     final_text = "\n".join(
         json.dumps(w.messages[k]) if isinstance(k, int) else run.made[k] for k in final
@@ -1165,9 +1216,22 @@ def figures(
     all_facts = {
         f for m in w.messages if m["role"] == "tool" for f in FACT_RE.findall(m["content"] or "")
     }
+    visible = _visible(w, run)
+    index_sent = check_cost(run.steps, run.made, tokens.counter)
+    repairs, repair_in, repair_out = run.check or (0, 0, 0)
     return {
         "system": run.system,
         "note": run.note,
+        "visible_calls": visible.calls,
+        "visible_mean": visible.mean,
+        "visible_after_compression_min": visible.after_compression_min,
+        "visible_after_compression_mean": visible.after_compression_mean,
+        "compressions": visible.compressions,
+        "check_repair_calls": repairs,
+        "check_repair_tokens_in": repair_in,
+        "check_repair_tokens_out": repair_out,
+        "check_index_tokens_sent": index_sent,
+        "check_cost": round(repair_in + OUTPUT_PRICE * repair_out + index_sent),
         "model_calls": len(run.steps),
         "peak_tokens": max(inputs, default=0),
         "peak_over_window": max(inputs, default=0) / w.window,
@@ -1196,11 +1260,31 @@ def figures(
     }
 
 
+def _visible(w: Workload, run: Run) -> Visible:
+    """The planted facts (the tool outputs' fact markers) each model call shows verbatim."""
+    points = w.model_calls
+    made_facts: dict[int | str, frozenset[str]] = {}
+
+    def facts_of_key(key: Any) -> frozenset[str]:
+        if key not in made_facts:
+            text = json.dumps(w.messages[key]) if isinstance(key, int) else run.made[key]
+            made_facts[key] = facts_in(text, FACT_RE)
+        return made_facts[key]
+
+    planted: list[frozenset[str]] = [frozenset()]
+    for m in w.messages:
+        found = FACT_RE.findall(m["content"] or "") if m["role"] == "tool" else []
+        planted.append(planted[-1] | frozenset(found))
+    return visible_shares(run.steps, points, facts_of_key, planted.__getitem__, lambda n: n)
+
+
 def compare(res: dict[str, Any]) -> None:
     """Each system's total cost over the cheapest peer that stays under the window (a peer
     with a model call over W is shown but is never the cheapest), and the workload's
     cheapest bounded peer and fewest summarizer calls of a bounded peer."""
-    bounded = [f for f in res["systems"] if f["system"] != "autoctx" and not f["calls_over_window"]]
+    bounded = [
+        f for f in res["systems"] if f["system"] not in AUTOCTX_RUNS and not f["calls_over_window"]
+    ]
     if not bounded:
         res["cheapest_bounded_peer"] = res["fewest_calls_bounded_peer"] = None
         return
@@ -1210,6 +1294,12 @@ def compare(res: dict[str, Any]) -> None:
     res["fewest_calls_bounded_peer"] = fewest["system"]
     for f in res["systems"]:
         f["cost_vs_cheapest_bounded_peer"] = f["total_cost"] / max(1, cheapest["total_cost"])
+    best = max(bounded, key=lambda f: f["visible_mean"] or 0.0)
+    res["most_visible_bounded_peer"] = best["system"]
+    for f in res["systems"]:
+        base = best["visible_mean"]
+        mine = f["visible_mean"]
+        f["visible_vs_best_bounded_peer"] = None if mine is None or not base else mine / base
 
 
 def print_goals(results: dict[str, dict[str, Any]]) -> None:
@@ -1239,6 +1329,55 @@ def print_goals(results: dict[str, dict[str, Any]]) -> None:
             f"{a['facts_reachable']:,} of {a['facts']:,}",
         )
     console.print(table)
+
+
+def print_visible(results: dict[str, dict[str, Any]]) -> None:
+    """The planted facts each system's model sees verbatim, and what autoctx's check costs
+    (docs/design.md §6)."""
+    table = Table(
+        title="planted facts visible verbatim at each model call after the first compression"
+    )
+    headers = (
+        "workload", "system", "calls", "compressions", "mean share",
+        "vs best bounded peer", "right after a compression: lowest / mean",
+    )  # fmt: skip
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("workload", "system") else "right")
+    for name, res in results.items():
+        rows = res["systems"]
+        for n, f in enumerate(rows):
+            if "visible_mean" not in f:
+                continue  # figures of an earlier run (--peers-from), before this measure
+            ratio = f.get("visible_vs_best_bounded_peer")
+            best = f["system"] == res.get("most_visible_bounded_peer")
+            table.add_row(
+                f"{name}, W={res['window']:,}" if n == 0 else "",
+                f["system"] + (" (over W)" if f["calls_over_window"] else ""),
+                f"{f['visible_calls']:,}",
+                f"{f['compressions']:,}",
+                _share(f["visible_mean"]),
+                "-" if ratio is None else f"{ratio:.2f}x" + (" (best)" if best else ""),
+                f"{_share(f['visible_after_compression_min'])} / "
+                f"{_share(f['visible_after_compression_mean'])}",
+                end_section=n == len(rows) - 1,
+            )
+    console.print(table)
+    for name, res in results.items():
+        for f in res["systems"]:
+            if f["system"] not in AUTOCTX_RUNS or "check_cost" not in f:
+                continue
+            console.print(
+                f"{name} / {f['system']} fact check cost: {f['check_repair_calls']:,} repair "
+                f"calls, {f['check_repair_tokens_in']:,} in / {f['check_repair_tokens_out']:,} "
+                f"out; index lines {f['check_index_tokens_sent']:,} tokens sent over all "
+                f"calls; {f['check_cost']:,} input-token equivalents = "
+                f"{f['check_cost'] / max(1, f['total_cost']):.1%} of its total cost",
+                highlight=False,
+            )
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
@@ -1312,6 +1451,8 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(len(names), 1, figsize=(15, 3.4 * len(names)), squeeze=False)
     colors = {
         "autoctx": "tab:blue",
+        "autoctx-offline": "tab:cyan",
+        "autoctx-lossy": "tab:gray",
         "langchain": "tab:orange",
         "langchain-mask": "tab:red",
         "tiered": "tab:purple",
@@ -1355,7 +1496,7 @@ def available(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]
     run: dict[str, str] = {}
     skipped: dict[str, str] = {}
     for system in args.system_names:
-        if system == "autoctx":
+        if system in AUTOCTX_RUNS:
             run[system] = ""
         elif system in ("langchain", "langchain-mask"):
             try:
@@ -1417,7 +1558,7 @@ def _reused(
         )
     out = []
     for f in old["systems"]:
-        if f["system"] != "autoctx" and f["system"] not in running:
+        if f["system"] not in AUTOCTX_RUNS and f["system"] not in running:
             out.append({**f, "note": f"{f['note']} (from {args.peers_from.name})"})
             console.print(f"  {name} / {f['system']}: from {args.peers_from}", highlight=False)
     return out
@@ -1447,8 +1588,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for system, python in systems.items():
                 # A server per system and workload: its usage is that run's alone.
                 with SummaryServer() as server:
-                    if system == "autoctx":
-                        r = run_autoctx(db, server, w, args.autoctx_config)
+                    if system in AUTOCTX_RUNS:
+                        r = run_autoctx(db, server, w, args.autoctx_config, system)
                     elif system in ("langchain", "langchain-mask"):
                         r = run_langchain(server, w, tokens, mask=system == "langchain-mask")
                     elif system == "tiered":
@@ -1467,6 +1608,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         compare(res)
     print_table(results, machine)
     print_goals(results)
+    print_visible(results)
     for system, why in skipped.items():
         console.print(f"skipped {system}: {why}", highlight=False)
     console.print(

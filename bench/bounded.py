@@ -45,9 +45,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import math
+import random
+import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -70,6 +73,7 @@ from _common import (
     tool_turn,
     trajectories,
 )
+from _facts_visible import LossySummarizer, index_line_tokens
 from rich.console import Console
 from rich.table import Table
 
@@ -82,7 +86,9 @@ from autoctx import (
     Summarizer,
     SummaryRequest,
     SummaryResult,
+    ToolResultBlock,
 )
+from autoctx._tokens import TokenCounter
 
 console = Console(width=200)
 
@@ -126,6 +132,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--window", type=int, default=32_000, help="max_tokens of the trajectories workload"
+    )
+    parser.add_argument(
+        "--lossy",
+        action="store_true",
+        help="summarize with a stub that drops every fact (the fact check's repair and index "
+        "line keep them in view) instead of the offline summarizer",
     )
     parser.add_argument("--plot", type=Path, help="write one PNG per workload to this directory")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -221,14 +233,19 @@ def longtask(seed: int, scale: float) -> Iterator[Msg]:
 
 
 class CountingSummarizer:
-    """Delegates to a summarizer and counts its calls."""
+    """Delegates to a summarizer and counts its calls (and says what the inner one says of
+    shared requests and repairs: the offline summarizer is asked no repair)."""
 
     def __init__(self, inner: Summarizer) -> None:
         self.inner = inner
         self.calls = 0
+        self.repairs = 0
+        self.answers_shared_requests = getattr(inner, "answers_shared_requests", False) is True
+        self.repairs_summaries = getattr(inner, "repairs_summaries", True) is not False
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         self.calls += 1
+        self.repairs += bool(request.missing_facts)
         return self.inner.summarize(request)
 
 
@@ -252,6 +269,14 @@ class Trace:
     # Failed events by strategy and reason: why a rung did not help.
     failures: Counter[str] = field(default_factory=Counter)
     elapsed: float = 0.0
+    #: Of the facts planted so far, the share the working context shows verbatim after each
+    #: step from the first compression on, and the steps that compressed (docs/design.md §6).
+    visible: list[float] = field(default_factory=list)
+    visible_after: list[float] = field(default_factory=list)
+    #: Tokens of the fact check's index lines in the working context, summed over the steps
+    #: (each step's model call sends them again), and the repair calls.
+    index_tokens_sent: int = 0
+    repairs: int = 0
 
     def record(
         self,
@@ -291,25 +316,47 @@ def run_memory(
     window: int,
     msgs: Iterable[MessageInput],
     fields: dict[str, Any] | None = None,
+    lossy: bool = False,
 ) -> Trace:
-    """The agent loop: add one message, compress if needed, read the totals."""
+    """The agent loop: add one message, compress if needed, read the totals; and which of the
+    planted facts the working context shows after each step."""
     started = time.perf_counter()
-    summarizer = CountingSummarizer(OfflineSummarizer())
+    summarizer = CountingSummarizer(LossySummarizer() if lossy else OfflineSummarizer())
     config = AutoContextConfig(max_tokens=window, **(fields or {}))
     mem = AutoContextMemory.open(
         f"bounded-{name}", database_url=db.url, config=config, summarizer=summarizer
     )
     trace = _new_trace(name, mem.config)
     grown = 0
+    planted: set[str] = set()
+    shown: set[str] = set()
+    index_tokens = 0
+    compressed = False
+    counter = TokenCounter("gpt-4o")
     try:
-        for msg in msgs:
+        for msg in plant_facts(msgs, name):
             # What the session would hold without compression: every stored message's tokens.
-            grown += sum(m.tokens or 0 for m in mem.add(msg))
+            added = mem.add(msg)
+            grown += sum(m.tokens or 0 for m in added)
+            new_facts = {f for m in added for f in FACT_RE.findall(_text(m))}
+            planted |= new_facts
             fired = mem.needs_compression()
             before = summarizer.calls
             t0 = time.perf_counter()
             events = mem.compress_if_needed()
             seconds = time.perf_counter() - t0
+            if any(e.status == "applied" for e in events):
+                # The context was rewritten: read it whole (between compressions it only grows).
+                compressed = True
+                working = [_text(m) for m in mem.messages()]
+                shown = {f for text in working for f in FACT_RE.findall(text)}
+                index_tokens = sum(index_line_tokens(text, counter) for text in working)
+                trace.visible_after.append(len(shown & planted) / max(1, len(planted)))
+            else:
+                shown |= new_facts
+            if compressed:
+                trace.visible.append(len(shown & planted) / max(1, len(planted)))
+                trace.index_tokens_sent += index_tokens
             info = mem.refresh()
             trace.record(
                 tokens=info.token_count,
@@ -323,8 +370,38 @@ def run_memory(
             _progress(trace)
     finally:
         mem.close()
+    trace.repairs = summarizer.repairs
     trace.elapsed = time.perf_counter() - started
     return trace
+
+
+#: The fact planted in every tool output (as agent_cost.py plants them).
+FACT_RE = re.compile(r"fact_id=F\d{5}-[0-9a-f]{6}")
+
+
+def plant_facts(msgs: Iterable[MessageInput], name: str) -> Iterator[MessageInput]:
+    """`msgs` with one unique fact marker at the end of every tool output (seeded by the
+    workload's name), the facts whose visibility the run measures."""
+    r = random.Random(name)
+    n = 0
+    for msg in msgs:
+        if isinstance(msg, Msg) and msg.role == "tool":
+            blocks: list[Any] = []
+            for b in msg.content:
+                if isinstance(b, ToolResultBlock):
+                    n += 1
+                    marker = f"fact_id=F{n:05d}-{r.getrandbits(24):06x}"
+                    b = ToolResultBlock(b.tool_use_id, f"{b.output_text}\n{marker}", b.name)
+                blocks.append(b)
+            msg = dataclasses.replace(msg, content=tuple(blocks))
+        yield msg
+
+
+def _text(m: Msg) -> str:
+    """What the model reads of a message: its text and its tool outputs."""
+    parts = [m.text]
+    parts += [r.output_text for r in m.tool_results]
+    return "\n".join(p for p in parts if p)
 
 
 def _progress(trace: Trace) -> None:
@@ -543,6 +620,14 @@ def figures(t: Trace) -> dict[str, Any]:
             "applied_by_strategy": {str(k): v for k, v in sorted(t.strategies.items())},
             "events_by_status": dict(sorted(t.statuses.items())),
             "failed": dict(t.failures.most_common()),
+            "visible_steps": len(t.visible),
+            "visible_mean": sum(t.visible) / len(t.visible) if t.visible else None,
+            "visible_after_compression_min": min(t.visible_after, default=None),
+            "visible_after_compression_mean": (
+                sum(t.visible_after) / len(t.visible_after) if t.visible_after else None
+            ),
+            "check_repair_calls": t.repairs,
+            "check_index_tokens_sent": t.index_tokens_sent,
         },
         "no_compression": {
             "peak_tokens": max(t.baseline, default=0),
@@ -632,6 +717,19 @@ def print_table(results: dict[str, dict[str, Any]], machine: str) -> None:
         if a["failed"]:
             failed = ", ".join(f"{reason} {count:,}" for reason, count in a["failed"].items())
             console.print(f"  failed events: {failed}", highlight=False)
+        if a.get("visible_mean") is not None:
+            console.print(
+                f"  planted facts visible verbatim after each step from the first compression "
+                f"on: mean {a['visible_mean']:.2f} over {a['visible_steps']:,} steps; right "
+                f"after a compression lowest {a['visible_after_compression_min']:.2f}, mean "
+                f"{a['visible_after_compression_mean']:.2f} (no compression: 1.00, unbounded)",
+                highlight=False,
+            )
+            console.print(
+                f"  fact check cost: {a['check_repair_calls']:,} repair calls; index lines "
+                f"{a['check_index_tokens_sent']:,} tokens sent over all steps",
+                highlight=False,
+            )
 
 
 def plot(trace: Trace, directory: Path) -> Path:
@@ -694,7 +792,7 @@ def _workload(args: argparse.Namespace, db: BenchDatabase, name: str) -> Trace:
     if name == "sdk-runner":
         return run_sdk(db, seed, scale, args.autoctx_config)
     window = args.window if name == "trajectories" else WINDOWS[name]
-    return run_memory(db, name, window, makers[name](), args.autoctx_config)
+    return run_memory(db, name, window, makers[name](), args.autoctx_config, args.lossy)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

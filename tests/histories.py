@@ -14,8 +14,14 @@ from autoctx import AutoContextConfig, Msg, ToolUseBlock
 #: property tests run it with the defaults.
 NO_MASKING: Final = {"mask_min_chars": 2**31 - 1}
 
+#: The fact check's repair request off (docs/design.md §6): the configs of tests that count the
+#: ladder's own summarizer calls, where one more call per summary that left out a fact would
+#: blur what they count; the repair has tests of its own (tests/test_fact_check.py), and the
+#: index line stays on everywhere.
+NO_REPAIR: Final = {"fact_repair": False}
+
 #: A small window, so that a few generated rounds make every rung of the ladder work (masking
-#: off: see `NO_MASKING`).
+#: and the fact check's repair off: see `NO_MASKING` and `NO_REPAIR`).
 SMALL = AutoContextConfig(
     max_tokens=20_000,
     msg_threshold=60,
@@ -26,6 +32,7 @@ SMALL = AutoContextConfig(
     preview_chars=100,
     reload_page_chars=1500,
     **NO_MASKING,
+    **NO_REPAIR,
 )
 
 

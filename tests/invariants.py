@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from autoctx import AutoContextMemory, Msg
+from autoctx import AutoContextMemory, Msg, to_openai_messages
 from autoctx._intake import count_tokens
 from autoctx._store.rows import msg_from_row
 from autoctx._store.tables import messages as messages_table
@@ -32,6 +32,8 @@ AUDIT_VIEWS = (
 )
 #: The view of forks migration 0009 creates (docs/audit.md, "Forks and erasures").
 LIFECYCLE_VIEWS = ("autoctx_forks",)
+#: The view of the fact check migration 0016 creates (docs/audit.md, "What summaries left out").
+FACT_VIEWS = ("autoctx_fact_checks",)
 
 
 def assert_valid_openai_chat(openai_messages: Sequence[dict[str, Any]]) -> None:
@@ -266,5 +268,7 @@ def assert_consistent(mem: AutoContextMemory) -> None:
     flat = [o for w in working for o in expand(w)]
     original_ids = [i for i in all_ids if i not in summaries]
     assert flat == original_ids, "the working set does not stand for every original once, in order"
-    assert_valid_openai_chat(mem.to_openai())
+    # The stored context's shape, not a read for a model call (which a strict memory over its
+    # window refuses, docs/design.md §2).
+    assert_valid_openai_chat(to_openai_messages(mem.messages()))
     assert_totals_match(mem)

@@ -212,6 +212,7 @@ class MemoryStore:
                     completion_tokens=r.completion_tokens,
                     latency_ms=r.latency_ms,
                     session_version=version,
+                    facts=r.facts,
                 )
             )
             changes.append((edit, meta_of(msg, id=msg_id, final=r.new.final, tokens=r.new.tokens)))

@@ -46,7 +46,7 @@ from autoctx._store.tables import compression_events
 from autoctx._summarizers import OFFLINE_MODEL
 from tests.dbsql import sql
 from tests.histories import NO_MASKING, long_task
-from tests.invariants import AUDIT_VIEWS, LIFECYCLE_VIEWS
+from tests.invariants import AUDIT_VIEWS, FACT_VIEWS, LIFECYCLE_VIEWS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "audit.md"
 WORDS = (
@@ -714,7 +714,7 @@ def test_the_cookbook_has_ten_questions() -> None:
     # Each question is answered by a SQL block under its heading.
     for section in re.split(r"^### \d+\. ", cookbook, flags=re.MULTILINE)[1:]:
         assert "```sql\n" in section
-    for view in (*AUDIT_VIEWS, *LIFECYCLE_VIEWS):
+    for view in (*AUDIT_VIEWS, *LIFECYCLE_VIEWS, *FACT_VIEWS):
         assert f"### `{view}`" in text
 
 

@@ -245,6 +245,51 @@ def test_history_shows_every_event(demo_id: str, db_url: str, store: StoreOf) ->
     assert "events per kind" in result.stdout
 
 
+def test_history_and_dropped_show_the_fact_check(demo_id: str, db_url: str, store: StoreOf) -> None:
+    """Each summary's fact check in `autoctx history` (table and --json), and `autoctx
+    dropped` for a compression (docs/design.md §6)."""
+    events = store(demo_id).events()
+    checked = [e for e in events if e.facts is not None]
+    assert checked
+    rows = {
+        r["id"]: r for r in json.loads(invoke(["history", demo_id, "--json", "-d", db_url]).stdout)
+    }
+    for e in events:
+        facts = rows[e.id]["facts"]
+        if e.facts is None:
+            assert facts is None
+            continue
+        f = e.facts
+        assert facts == {
+            "found": f.found,
+            "kept": f.kept,
+            "repaired": f.repaired,
+            "listed": f.listed,
+            "dropped": f.dropped,
+            "repair_calls": f.repair_calls,
+            "dropped_facts": list(f.dropped_facts),
+        }
+    table = invoke(["history", demo_id, "-d", db_url], env={"COLUMNS": "250"}).stdout
+    for e in checked:
+        assert re.search(
+            rf"^\s*{e.id}\s.*\s{e.facts.found - e.facts.dropped}/{e.facts.found}\s", table, re.M
+        ), e.id
+    narrow = invoke(["history", demo_id, "-d", db_url], env={"COLUMNS": "60"}).stdout
+    first = checked[0].facts
+    assert re.search(rf"facts\s+{first.found} found: {first.kept} kept, ", narrow)
+    event = checked[-1]
+    listed = invoke(["dropped", demo_id, str(event.id), "--json", "-d", db_url])
+    assert listed.exit_code == 0, listed.stderr
+    doc = json.loads(listed.stdout)
+    assert doc["event_id"] == event.id and doc["offload_uuid"] == str(event.offload_uuid)
+    assert isinstance(doc["dropped"], list)
+    plain = invoke(["dropped", demo_id, str(event.id), "-d", db_url])
+    assert plain.exit_code == 0 and f"event {event.id}" in plain.stdout
+    missing = invoke(["dropped", demo_id, "99999", "-d", db_url])
+    assert missing.exit_code != 0
+    assert "no compression event 99999" in missing.stderr and "Traceback" not in missing.stderr
+
+
 def test_history_fits_a_narrow_terminal(demo_id: str, db_url: str, store: StoreOf) -> None:
     result = invoke(["history", demo_id, "-d", db_url], env={"COLUMNS": "80"})
     assert result.exit_code == 0
@@ -285,6 +330,43 @@ def test_lineage_walks_down_to_the_originals(demo_id: str, db_url: str, store: S
     below = invoke(["lineage", demo_id, str(min(originals)), "-d", db_url])
     assert below.exit_code == 0
     assert "covered now by #" in below.stdout
+    # --json: every node of the tree with its id, tokens and text.
+    doc = json.loads(invoke(["lineage", demo_id, str(summary), "--json", "-d", db_url]).stdout)
+    stored = store(demo_id).load_messages(set(originals) | {summary})
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node["children"]:
+            yield from nodes(child)
+
+    seen = {n["id"]: n for n in nodes(doc["tree"])}
+    assert set(originals) <= set(seen) and sorted(doc["originals"]) == sorted(originals)
+    for mid in [summary, *originals]:
+        assert seen[mid]["tokens"] == stored[mid].tokens
+        assert stored[mid].text in seen[mid]["text"] and seen[mid]["text"]
+
+
+def test_history_filters_by_strategy_status_and_time(
+    demo_id: str, db_url: str, store: StoreOf
+) -> None:
+    events = store(demo_id).events()
+
+    def shown(*options: str) -> list[int]:
+        result = invoke(["history", demo_id, *options, "--json", "-d", db_url])
+        assert result.exit_code == 0, result.output
+        return [e["id"] for e in json.loads(result.stdout)]
+
+    assert shown() == [e.id for e in events]
+    assert shown("--strategy", "fold") == [e.id for e in events if e.strategy == 7]
+    assert shown("-s", "S7") == shown("-s", "7") == shown("-s", "history-fold")
+    wanted = [e.id for e in events if e.strategy in (5, 6) and e.status == "applied"]
+    assert shown("-s", "5", "-s", "6", "--status", "applied") == wanted
+    assert shown("--since", "1h") == [e.id for e in events]  # the demo ran just now
+    assert shown("--until", "1h") == []
+    text = invoke(["history", demo_id, "-s", "fold", "-d", db_url]).stdout
+    assert f"of {len(events)} events" in text
+    for bad, option in (("bogus", "--strategy"), ("nope", "--status"), ("2x", "--since")):
+        assert_one_line_error(invoke(["history", demo_id, option, bad, "-d", db_url]), bad)
 
 
 def test_reload_prints_the_offloaded_originals(demo_id: str, db_url: str, store: StoreOf) -> None:
@@ -295,10 +377,22 @@ def test_reload_prints_the_offloaded_originals(demo_id: str, db_url: str, store:
     assert f"{len(originals)} message(s)" in full.stdout
     for msg in originals:
         assert f"#{msg.id} {msg.role} {msg.kind}" in full.stdout
-    # A unique prefix, as history shows it, is enough; --json gives the OpenAI messages back.
+    # A unique prefix, as history shows it, is enough; --json gives each message's id, kind,
+    # tokens and text, and the message in OpenAI format.
     short = invoke(["reload", demo_id, str(event.offload_uuid)[:8], "--json", "-d", db_url])
     assert short.exit_code == 0, short.stderr
-    assert json.loads(short.stdout) == [m.to_openai() for m in originals]
+    doc = json.loads(short.stdout)
+    assert doc["offload_uuid"] == str(event.offload_uuid) and doc["event_id"] == event.id
+    assert doc["strategy"] == event.strategy
+    assert [m["message"] for m in doc["messages"]] == [m.to_openai() for m in originals]
+    assert [(m["id"], m["role"], m["kind"], m["tokens"]) for m in doc["messages"]] == [
+        (m.id, m.role, m.kind, m.tokens) for m in originals
+    ]
+    assert doc["tokens"] == sum(m.tokens or 0 for m in originals)
+    for shown, msg in zip(doc["messages"], originals, strict=True):
+        assert msg.text in shown["text"]
+        for use in msg.tool_uses:
+            assert use.name in shown["text"]
 
 
 def test_plot_writes_a_png_that_matches_the_totals(
@@ -465,7 +559,8 @@ def test_show_and_reload_print_control_characters_as_escapes(db_url: str) -> Non
     reloaded = json.loads(
         invoke(["reload", mem.session_id, str(offload), "--json", "-d", db_url]).stdout
     )
-    assert any(hostile in str(m.get("content")) for m in reloaded)
+    assert any(hostile in str(m["message"].get("content")) for m in reloaded["messages"])
+    assert any(hostile in m["text"] for m in reloaded["messages"])
     mem.delete()
 
 
@@ -989,3 +1084,14 @@ def test_demo_json_prints_a_summary_on_stdout_and_the_run_on_stderr(
     assert info is not None and doc["token_count"] == info.token_count
     assert [e["id"] for e in doc["events"]] == [e.id for e in store(doc["session_id"]).events()]
     assert f"autoctx demo: session {doc['session_id']}" in proc.stderr
+
+
+def test_piped_search_respects_columns(demo_id: str, db_url: str) -> None:
+    """A piped table wider than $COLUMNS is printed one block per row, each field whole."""
+    narrow = run_cli(["search", "read_file", "--session", demo_id, "-d", db_url], columns=80)
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert len(lines) > 3 and max(len(line) for line in lines) <= 80, narrow.stdout
+    assert demo_id in narrow.stdout
+    wide = run_cli(["search", "read_file", "--session", demo_id, "-d", db_url], columns=400)
+    assert max(len(line) for line in wide.stdout.splitlines()) > 80

@@ -536,6 +536,49 @@ def test_a_summarys_page_lists_what_it_replaced_in_order(
         assert listed == [x.replaced_id for x in direct], e.id
 
 
+def test_the_events_and_a_summarys_page_show_its_fact_check_and_dropped_facts(
+    ui: Served, db_url: str
+) -> None:
+    """The fact check's counts on the events page and on the summary's page, and the dropped
+    facts as stored, escaped (docs/design.md §6)."""
+    config = AutoContextConfig(
+        max_tokens=20_000,
+        msg_threshold=60,
+        last_keep=10,
+        min_tool_run=3,
+        min_compress_tokens=300,
+        large_payload_chars=2000,
+        preview_chars=100,
+        reload_page_chars=1500,
+        mask_min_chars=2**31 - 1,
+        fact_index_ratio=0.0,  # no index line: every missing fact is dropped
+    )
+    mem = AutoContextMemory.open(
+        f"ui-facts-{_tag()}", db_url, config, summarizer=OfflineSummarizer()
+    )
+    history = multi_round(5, rounds=4, steps=8)
+    history[1:1] = [Msg.user('Never ship "<b>bold</b> release" to ERR-7731 hosts.')]
+    mem.add(history)
+    mem.compress_if_needed()
+    checked = [e for e in mem.events() if e.status == "applied" and e.facts is not None]
+    assert checked and any(e.facts.dropped_facts for e in checked)
+    s = _q(mem.session_id)
+    _, events = ui.get(f"/s/{s}/events")
+    assert "<b>bold</b>" not in events
+    for e in checked:
+        f = e.facts
+        row = events[events.index(f'<tr id="e{e.id}">') :]
+        row = row[: row.index("</tr>")]
+        assert f"{f.found - f.dropped}/{f.found}</span>" in row
+        for fact in f.dropped_facts:
+            assert str(markupsafe.escape(fact)) in row
+        _, page = ui.get(f"/s/{s}/m/{e.summary_message_id}")
+        assert f"Fact check: of {f.found} facts found" in page
+        if f.dropped_facts:
+            assert 'id="dropped"' in page
+    mem.close()
+
+
 def test_bad_urls_get_the_consoles_own_answers(ui: Served, world: World) -> None:
     s = _q(world.main)
     cases = {

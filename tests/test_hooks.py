@@ -124,7 +124,11 @@ def _check_after(seen: Seen, applied: list[Event], session_id: str) -> None:
             assert info.usage.prompt_tokens == event.prompt_tokens
             assert info.usage.completion_tokens == event.completion_tokens
             assert info.usage.latency_ms == event.latency_ms
+        # The fact check's counts travel with the event (docs/design.md §6).
+        assert info.facts == event.facts
+        assert (info.facts is None) == (event.strategy not in (1, 4, 5, 6, 7))
     assert all(i.event is None and i.tokens_after is None for i in seen.before)
+    assert all(i.facts is None for i in seen.before)
     assert {i.strategy for i in seen.after} <= {i.strategy for i in seen.before}
 
 
@@ -183,6 +187,12 @@ def test_hooks_and_spans_follow_a_blocking_compression(
     done = [s for s in compress if s.attributes.get("autoctx.status") == "applied"]
     assert done and all(s.status.status_code != StatusCode.ERROR for s in done)
     assert {s.attributes["autoctx.tokens_after"] for s in done} <= {e.tokens_after for e in applied}
+    # The spans carry the fact check's counts of the attempt's summaries (numbers only).
+    for name in ("found", "kept", "repaired", "listed", "dropped"):
+        assert sum(s.attributes.get(f"autoctx.facts.{name}", 0) for s in done) == sum(
+            getattr(e.facts, name) for e in applied if e.facts is not None
+        )
+    assert any(s.attributes.get("autoctx.facts.found") for s in done)
     # A span of the caller's is the parent of the compression's spans.
     spans.clear()
     mem.add(multi_round(9, rounds=3, steps=8))

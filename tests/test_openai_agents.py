@@ -11,6 +11,7 @@ import asyncio
 import copy
 import itertools
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -48,6 +49,7 @@ from autoctx import (
 )
 from autoctx._plot import reconstruct
 from autoctx._store.inspect import message_stamps
+from autoctx._tokens import get_encoding
 from autoctx._tools import NOT_FOUND_ANSWER
 from autoctx.integrations.openai_agents import AutoContextSession, context_tools
 from tests import framework_runs
@@ -1182,18 +1184,66 @@ def test_a_given_client_opens_the_memory_and_its_close_closes_it(
 
 
 def test_without_the_filter_a_long_run_goes_over_the_window(
-    make_session: Callable[..., AutoContextSession],
+    make_session: Callable[..., AutoContextSession], caplog: pytest.LogCaptureFixture
 ) -> None:
     """What the README says happens without the filter: the session compresses what it
-    stores, and the SDK still sends every item of the run at each model call."""
+    stores, and the SDK still sends every item of the run at each model call. The session
+    says so, once, naming `run_config()`."""
     session = make_session(config=_window_config())
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(calls_per_run=48)
     work = framework_runs.Work()
-    _run_once(session, agent_model, work, "Do the work", stream=False, bounded=False)
+    with caplog.at_level(logging.WARNING, logger="autoctx"):
+        _run_once(session, agent_model, work, "Do the work", stream=False, bounded=False)
+        _run_once(
+            session, ScriptedAgent(calls_per_run=2), work, "More", stream=False, bounded=False
+        )
     assert [e for e in session.memory().events() if e.status == "applied"]
     assert agent_model.largest_request() > 5 * framework_runs.WINDOW
     assert agent_model.over(framework_runs.WINDOW) > 30
+    (warning,) = [
+        r.getMessage() for r in caplog.records if "call_model_input_filter" in r.getMessage()
+    ]
+    assert "run_config=session.run_config()" in warning and session.session_id in warning
+
+
+def test_the_filter_keeps_room_for_the_tool_definitions_and_instructions(
+    make_session: Callable[..., AutoContextSession],
+) -> None:
+    """The whole request (messages, tool definitions and instructions) stays under the window:
+    the filter measures the agent's tools and instructions into the session's reserve."""
+    session = make_session(config=AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW))
+    set_tracing_disabled(True)
+    agent_model = ScriptedAgent(calls_per_run=30)
+    work = framework_runs.Work(framework_runs.small_output_size)
+    final = _run_once(session, agent_model, work, "Do the 30 steps", stream=False, bounded=True)
+    assert final == agent_model.final_answer
+    reserve = session.memory().config.reserve_tokens
+    encoding = get_encoding("o200k_base")
+    whole = [
+        tokens + len(encoding.encode(json.dumps(body.get("tools") or [])))
+        for tokens, body in zip(agent_model.inputs, agent_model.requests, strict=True)
+    ]
+    tools = len(encoding.encode(json.dumps(agent_model.requests[0].get("tools") or [])))
+    assert tools * 0.8 < reserve, (tools, reserve)  # the tools are counted (instructions too)
+    assert max(whole) < framework_runs.SMALL_WINDOW, max(whole)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
+def test_a_run_with_the_filter_is_not_warned_of(
+    make_session: Callable[..., AutoContextSession],
+    caplog: pytest.LogCaptureFixture,
+    stream: bool,
+) -> None:
+    session = make_session(config=_window_config())
+    set_tracing_disabled(True)
+    agent_model = ScriptedAgent(calls_per_run=3)
+    with caplog.at_level(logging.WARNING, logger="autoctx"):
+        final = _run_once(
+            session, agent_model, framework_runs.Work(), "Go", stream=stream, bounded=True
+        )
+    assert final == agent_model.final_answer
+    assert not [r for r in caplog.records if "call_model_input_filter" in r.getMessage()]
 
 
 def test_many_short_runs_and_a_restart_stay_under_the_window(

@@ -1193,3 +1193,34 @@ def test_fold_skips_a_failed_range_except_in_the_fallback() -> None:
     # The offline fallback retries exactly what failed with the configured summarizer.
     failed_fallback = PlanContext(True, failed.failed, count_pressure=False, fallback=True)
     assert s7(h.snap(), _fold_cfg(), failed_fallback) == [edit]
+
+
+def test_s5_summarizes_only_what_the_target_needs() -> None:
+    """S5 takes the current round's large messages oldest first, only as many as are expected
+    to land the context `fold_keep_tokens` under the token target (issue: it summarized all of
+    a step's qualifying messages at once); all of them when even all would not."""
+    config = cfg(max_tokens=50_000, target_ratio=0.6)  # token target 30,000
+    room = config.token_target - config.fold_keep_tokens
+
+    def round_of(large: int, tokens: int) -> tuple[Hist, list[int]]:
+        h = Hist()
+        h.user()
+        firsts = [h.group(chars=BIG, tokens=tokens)[0] + 1 for _ in range(large)]
+        h.steps(2, tokens=200)
+        return h, firsts
+
+    h, firsts = round_of(6, 2_500)
+    snap = h.snap()
+    edits = s5(snap, config, PRESSURE)
+    assert 0 < len(edits) < len(firsts)
+    assert starts(edits) == firsts[: len(edits)]  # oldest first
+    gains = [e.estimated_gain for e in edits]
+    assert snap.token_count - sum(gains) < room <= snap.token_count - sum(gains[:-1])
+    # When all of them would not land there, every one is taken.
+    small = cfg(max_tokens=10_000, target_ratio=0.6)
+    h, firsts = round_of(6, 600)
+    snap = h.snap()
+    edits = s5(snap, small, PRESSURE)
+    room = small.token_target - small.fold_keep_tokens
+    assert snap.token_count - sum(e.estimated_gain for e in edits) >= room
+    assert starts(edits) == firsts

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -274,3 +276,94 @@ def test_an_answering_endpoint_counts_no_failure(server: OpenAIServer) -> None:
     for _ in range(3):
         assert summarizer.summarize(_request()).text
     assert len(server.requests) == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# One compression meets one outage once (issue: a 4-second outage cost 4 minutes)
+# ---------------------------------------------------------------------------------------------
+
+
+def _one_big_call(mem: AutoContextMemory) -> list[Event]:
+    """One `compress_if_needed()` over a history that gives the ladder many ranges at once."""
+    mem.add(long_task(2, steps=40, big_every=2))
+    return mem.compress_if_needed()
+
+
+def test_requests_in_flight_together_count_as_one_failure(server: OpenAIServer) -> None:
+    """An outage met by requests in flight at once (a compression's batch) is one failure:
+    the back-off starts at its first length, not doubled by each answer in flight; and when
+    it runs out, one request tries the endpoint while the others still wait."""
+    summarizer = OpenAISummarizer(
+        base_url=server.base_url,
+        api_key="k",
+        model="test-model",
+        max_retries=0,
+        backoff_after=1,
+        backoff_s=0.5,
+        max_backoff_s=600,
+    )
+    server.reset()
+    # Slow enough that the four requests are all in flight when the first fails.
+    server.set_default(Reply.server_error(503, "down").with_delay(0.3))
+
+    def together(count: int) -> list[str]:
+        start = threading.Barrier(count)
+
+        def one() -> str:
+            start.wait()
+            try:
+                summarizer.summarize(_request())
+            except SummarizerError as exc:
+                return exc.reason
+            return "answered"
+
+        with ThreadPoolExecutor(count) as pool:
+            return list(pool.map(lambda _: one(), range(count)))
+
+    try:
+        assert together(4) == ["http_error"] * 4
+        assert len(server.requests) == 4
+        with pytest.raises(SummarizerError) as waiting:
+            summarizer.summarize(_request())
+        assert waiting.value.reason == "backoff"
+        detail = waiting.value.detail
+        assert "failed 1 call in a row" in detail and "back-off 0 s" in detail, detail
+        time.sleep(0.6)
+        # The back-off ran out: one of four tries, the others are told to wait for it.
+        assert sorted(together(4)) == ["backoff"] * 3 + ["http_error"]
+        assert len(server.requests) == 5
+        with pytest.raises(SummarizerError) as doubled:
+            summarizer.summarize(_request())
+        assert "failed 2 calls in a row" in doubled.value.detail
+        assert "back-off 1 s" in doubled.value.detail, doubled.value.detail
+    finally:
+        server.set_default(Reply.text())
+
+
+def test_a_wrong_model_name_fails_a_call_once_with_one_event(
+    open_memory: Open, server: OpenAIServer
+) -> None:
+    summarizer = OpenAISummarizer(base_url=server.base_url, api_key="k", model="no-such-model")
+    mem = open_memory(config=CONFIG, summarizer=summarizer)
+    server.reset()
+    server.set_default(Reply.error(404, "The model `no-such-model` does not exist"))
+    try:
+        events = _one_big_call(mem)
+        sent = len(server.requests)
+        mem.add(long_task(1, steps=20, big_every=2))
+        again = mem.compress_if_needed()
+    finally:
+        server.set_default(Reply.text())
+    failed = [e for e in events if e.status == "failed"]
+    assert len(failed) == 1, [e.error for e in failed]
+    (event,) = failed
+    assert event.error is not None and event.error.startswith("model_not_found")
+    assert "no-such-model" in event.error and "pass another model=" in event.error
+    assert mem.token_count() < mem.config.max_tokens
+    assert sent <= RuntimeOptions().summarizer_concurrency
+    # The next call is backed off: one event again, no request, and the fallback's summaries.
+    (later,) = [e for e in again if e.status == "failed"]
+    assert (later.error or "").startswith("backoff") and "model_not_found" in later.error
+    assert any(e.reason == "fallback" and e.status == "applied" for e in again)
+    assert mem.token_count() < mem.config.max_tokens
+    assert len(server.requests) == sent

@@ -48,6 +48,7 @@ from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.invariants import (
     AUDIT_VIEWS,
+    FACT_VIEWS,
     LIFECYCLE_VIEWS,
     assert_consistent,
     assert_every_original_reachable,
@@ -307,7 +308,7 @@ def test_views_run_as_their_reader_and_only_the_delete_functions_run_as_their_ow
             )
         ).all()
     engine.dispose()
-    assert {v.relname for v in views} == {*AUDIT_VIEWS, *LIFECYCLE_VIEWS}
+    assert {v.relname for v in views} == {*AUDIT_VIEWS, *LIFECYCLE_VIEWS, *FACT_VIEWS}
     for v in views:
         assert "security_invoker=true" in v.options, v
     assert {d.proname for d in definers} == DEFINERS

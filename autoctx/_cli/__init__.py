@@ -6,6 +6,7 @@
     autoctx history SESSION               # every compression: what, why, how much
     autoctx lineage SESSION MESSAGE_ID    # a summary, down to the originals behind it
     autoctx reload SESSION UUID           # what an offload removed
+    autoctx dropped SESSION EVENT_ID      # facts of its originals the context no longer shows
     autoctx search QUERY [--session S]    # full-text search over originals, by tenant
     autoctx plot SESSION -o tokens.png    # working tokens over time, compressions marked
     autoctx export SESSION -o s.json      # everything, as JSON (autoctx import restores it)
@@ -24,7 +25,7 @@ PostgreSQL). Errors print as one line that says what to do, with a non-zero exit
 from __future__ import annotations
 
 # Importing the command modules registers their commands on `app`.
-from . import db, demo, export, inspect, lifecycle, search, ui, worker  # noqa: F401
+from . import db, demo, export, facts, inspect, lifecycle, search, ui, worker  # noqa: F401
 from .root import app, main
 
 __all__ = ["app", "main"]

@@ -17,11 +17,12 @@ from .. import _arguments
 from .._arguments import OffloadRef
 from .._arguments import offload_id as parse_offload_id
 from .._errors import InvalidOffloadId, OffloadNotFound
-from .._messages import Msg, openai_view, to_openai_messages
+from .._messages import Msg, openai_view
 from .._store import inspect as inspect_db
 from .._store.catalog import Catalog
 from .._store.store import SessionStore
 from .._strategies import registry
+from .event_filter import EventFilter
 from .output import (
     _add_columns,
     _clip,
@@ -33,6 +34,7 @@ from .output import (
     _fmt_time,
     _is_compression,
     _kind_name,
+    _message_json,
     _offload_of,
     _per_kind_table,
     _print_events,
@@ -212,6 +214,30 @@ def show(
 @friendly_errors
 def history(
     session: SessionArg,
+    strategy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--strategy",
+            "-s",
+            help="Only events of this kind: a strategy's number or name (7, S7, fold), or pop, "
+            "clear, fork, erase. Repeat it for several.",
+        ),
+    ] = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Only events of this status: applied, skipped, failed or conflict. Repeat it "
+            "for several."
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(metavar="AGE", help="Only events of the last AGE (30min, 2h, 1d)."),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(metavar="AGE", help="Only events older than AGE (30min, 2h, 1d)."),
+    ] = None,
     as_json: AsJson = False,
     database_url: DatabaseUrl = None,
     verbose: Verbose = False,
@@ -226,23 +252,32 @@ def history(
     width (80 columns into a pipe unless $COLUMNS says otherwise), one block per event: every
     field, whole.
 
+    The filters keep the events that match all of them (each repeated option: any of its
+    values); the totals per strategy are of the events shown.
+
     Examples:
 
     ```
     autoctx history demo-20261130-101500-1a2b
+    autoctx history demo-20261130-101500-1a2b --strategy fold --status failed --since 2h
+    autoctx history demo-20261130-101500-1a2b -s 5 -s 6 --json
     ```
     """
+    keep = EventFilter.parse(strategy or (), status or (), since, until)
     store = SessionStore(_engine(database_url), session)
     _session(store)
-    events = store.events()
+    everything = store.events()
+    events = keep(everything)
     if as_json:
         _print_json([_event_json(e) for e in events])
         return
     console = _console()
     if not events:
-        console.print(f"{session}: no compression events yet")
+        matched = f" of the {len(everything)} match the filters" if everything else " yet"
+        console.print(f"{session}: no compression events{matched}")
         return
-    _print_events(console, events, f"{session}: {len(events)} events")
+    shown = f"{len(events)} of {len(everything)} events" if keep else f"{len(events)} events"
+    _print_events(console, events, f"{session}: {shown}")
     _print_fitting(console, _per_kind_table(events))
 
 
@@ -303,10 +338,7 @@ def lineage(
         m = msgs[mid]
         event = events.get(made_by[mid]) if mid in made_by else None
         node: dict[str, Any] = {
-            "id": mid,
-            "role": m.role,
-            "kind": m.kind,
-            "tokens": m.tokens,
+            **_message_json(m),
             "working_position": in_working.get(mid),
             "event_id": event.id if event is not None else None,
             "strategy": event.strategy if event is not None else None,
@@ -437,7 +469,12 @@ def reload(
         ),
     ],
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the messages as OpenAI-format JSON.")
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the offload and its messages as JSON: each with its id, role, kind, "
+            "tokens and text, and the message in OpenAI format.",
+        ),
     ] = False,
     database_url: DatabaseUrl = None,
     verbose: Verbose = False,
@@ -466,12 +503,25 @@ def reload(
     _session(store)
     offload_id = _resolve_offload(engine, session, offload)
     msgs = store.reload(offload_id)
-    if as_json:
-        _print_json(to_openai_messages(msgs))
-        return
     row = next(
         r for r in inspect_db.offload_rows(engine, session) if offload_id in (r.uuid, r.handle)
     )
+    if as_json:
+        _print_json(
+            {
+                "session_id": session,
+                "offload": row.handle,
+                "offload_uuid": row.uuid,
+                "event_id": row.event_id,
+                "strategy": row.strategy,
+                "tokens": sum(m.tokens or 0 for m in msgs),
+                "messages": [
+                    _message_json(m) | {"message": _openai_of(m), "stored": m.stored_json()}
+                    for m in msgs
+                ],
+            }
+        )
+        return
     sys.stdout.write(
         f"offload {row.handle} ({row.uuid}): {len(msgs)} message(s), "
         f"{sum(m.tokens or 0 for m in msgs):,} tokens, removed by "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import re
 import sys
 import uuid
@@ -26,7 +27,7 @@ from .. import _arguments
 from .._client import AutoContextClient
 from .._effects import FALLBACK_MODEL
 from .._errors import AutoContextError, SessionNotFound
-from .._events import Event
+from .._events import Event, FactCheck
 from .._messages import (
     Msg,
     OpaqueBlock,
@@ -87,9 +88,10 @@ def _console(*, stderr: bool = False) -> Console:
 
 
 def _print_whole(console: Console, table: Table) -> None:
-    """Print `table`; into a pipe or file, at its natural width, so that a row stays one line
-    (for grep and cut); in a terminal too narrow for it whole, one block per row."""
-    if not console.is_terminal:
+    """Print `table`; into a pipe or file without $COLUMNS, at its natural width, so that a
+    row stays one line (for grep and cut); where it does not fit the terminal or $COLUMNS
+    whole, one block per row."""
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
         unbounded = console.options.update_width(sys.maxsize)
         console.width = max(console.width, console.measure(table, options=unbounded).maximum)
     _print_fitting(console, table)
@@ -185,7 +187,48 @@ def _event_json(e: Event) -> dict[str, Any]:
         "error": e.error,
         "session_version": e.session_version,
         "created_at": e.created_at,
+        "facts": _facts_json(e.facts),
     }
+
+
+def _message_json(msg: Msg) -> dict[str, Any]:
+    """A stored message as the audit commands give it in JSON: its id, role, kind, pinning,
+    tokens and text (as the transcript renders it, tags kept)."""
+    return {
+        "id": msg.id,
+        "role": msg.role,
+        "kind": msg.kind,
+        "pinned": msg.pinned,
+        "tokens": msg.tokens,
+        "text": render_transcript([msg], keep_tags=True),
+    }
+
+
+def _facts_json(facts: FactCheck | None) -> dict[str, Any] | None:
+    """The fact check of an event (docs/design.md §6), or None where no summary was checked."""
+    if facts is None:
+        return None
+    return {
+        "found": facts.found,
+        "kept": facts.kept,
+        "repaired": facts.repaired,
+        "listed": facts.listed,
+        "dropped": facts.dropped,
+        "repair_calls": facts.repair_calls,
+        "dropped_facts": list(facts.dropped_facts),
+    }
+
+
+def _facts_cell(facts: FactCheck | None) -> str:
+    """Facts the summary shows of those found (kept, repaired or listed), e.g. ``12/14``."""
+    return "" if facts is None else f"{facts.found - facts.dropped}/{facts.found}"
+
+
+def _facts_line(facts: FactCheck) -> str:
+    return (
+        f"{facts.found} found: {facts.kept} kept, {facts.repaired} repaired, {facts.listed} "
+        f"listed, {facts.dropped} dropped"
+    )
 
 
 def _working_json(
@@ -397,16 +440,30 @@ def _min_width(console: Console, table: Table) -> int:
 
 def _record(console: Console, title: Text, fields: Sequence[tuple[str, str | Text]]) -> None:
     """One record as a block: a blank line, a title line, then one `label  value` line per
-    field, each value wrapped under itself (a word longer than the line is folded, never cut)."""
+    field, each value wrapped under itself (a word longer than the line is folded, never cut).
+    The title names the record (a session id, an event): a word of it longer than the line
+    runs past the line whole rather than in two pieces, so that grep finds it."""
     console.print()
-    title.overflow = "fold"
-    console.print(title)
+    console.print(_unbroken(title, console.width), no_wrap=True, overflow="ignore", crop=False)
     grid = Table.grid(padding=(0, 2), pad_edge=False)
     grid.add_column(no_wrap=True, style="dim")
     grid.add_column(overflow="fold")
     for label, value in fields:
         grid.add_row(label, value)
     console.print(Padding(grid, (0, 0, 0, 2), expand=False))
+
+
+def _unbroken(text: Text, width: int) -> Text:
+    """`text` wrapped at `width` between words, a word longer than the line kept whole."""
+    words = text.split(" ")
+    lines: list[Text] = []
+    for word in words:
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1].append(" ")
+            lines[-1].append_text(word)
+        else:
+            lines.append(word.copy())
+    return Text("\n").join(lines)
 
 
 def _cost(event: Event) -> str:
@@ -433,6 +490,7 @@ def _events_table(events: Sequence[Event], title: str | None) -> Table:
         ">tokens",
         ">msgs",
         ">repl",
+        ">facts",
         "offload",
         "model, latency, error",
         wrap="model, latency, error",
@@ -450,6 +508,7 @@ def _events_table(events: Sequence[Event], title: str | None) -> Table:
             f"{e.tokens_before:,}→{e.tokens_after:,}",
             f"{e.messages_before}→{e.messages_after}",
             str(len(e.replaced_ids)),
+            _facts_cell(e.facts),
             str(e.offload_uuid or ""),
             cost,
         )
@@ -486,6 +545,8 @@ def _print_event_records(console: Console, events: Sequence[Event], title: str) 
             fields.append(
                 ("usage", f"{e.prompt_tokens or 0:,} in, {e.completion_tokens or 0:,} out")
             )
+        if e.facts is not None:
+            fields.append(("facts", _facts_line(e.facts)))
         if e.error:
             fields.append(("error", Text(_shown(_one_line(e.error)), style="red")))
         if e.inherited:

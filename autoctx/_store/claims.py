@@ -44,6 +44,8 @@ _NUMBER = (
 _MSG_THRESHOLD = _NUMBER.format(key="msg_threshold", low=">= 1", high="<= 1e18")
 _MAX_TOKENS = _NUMBER.format(key="max_tokens", low=">= 1", high="<= 1e18")
 _TOKEN_RATIO = _NUMBER.format(key="token_ratio", low="> 0", high="< 1")
+#: Absent (a session recorded before the setting) is 0.
+_RESERVE = _NUMBER.format(key="reserve_tokens", low=">= 0", high="<= 1e18")
 #: Over its token or message trigger (computed as `AutoContextConfig.token_trigger` is, from
 #: the thresholds recorded on the session), or with thresholds that cannot be read; not settled
 #: at its version; not one of the (session, version) pairs in `skip`.
@@ -51,7 +53,8 @@ _DUE_WHERE = f"""
     s.settled_version IS DISTINCT FROM s.version
       AND coalesce((jsonb_typeof(s.config -> 'msg_threshold') IS DISTINCT FROM 'null'
                     AND s.message_count >= {_MSG_THRESHOLD})
-                   OR s.token_count >= trunc({_MAX_TOKENS} * {_TOKEN_RATIO}),
+                   OR s.token_count >= trunc(({_MAX_TOKENS} - coalesce({_RESERVE}, 0))
+                                             * {_TOKEN_RATIO}),
                    true)
       AND (CAST(%(tenant)s AS text) IS NULL OR s.tenant = CAST(%(tenant)s AS text))
       AND NOT (s.session_id || ' ' || s.version::text = ANY (CAST(%(skip)s AS text[])))

@@ -36,6 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .._arguments import OffloadRef
+from .._dropped import scrub_facts
 from .._erasure import CONTEXT_TOOLS, Derived, Quote, quotes, quotes_any
 from .._erasure_result import AutoContextErasure as AutoContextErasure
 from .._errors import (
@@ -125,6 +126,13 @@ EVENT_COLUMNS = (
     "config",
     "created_at",
     "note",
+    "facts_found",
+    "facts_kept",
+    "facts_repaired",
+    "facts_listed",
+    "facts_dropped",
+    "dropped_facts",
+    "facts_repair_calls",
     "inherited",
 )
 OFFLOAD_COLUMNS = ("uuid", "handle", "event_id", "message_ids", "created_at")
@@ -760,6 +768,7 @@ def _rewrite_session(
         _REWRITE,
         {"sid": session_id, "event": event_id, "id": changed, **_rewrite_columns(new, changed)},
     )
+    _scrub_fact_lists(conn, session_id, [stored[i] for i in ids], changed)
     created = conn.execute(
         sa.insert(compression_events)
         .values(
@@ -792,6 +801,46 @@ def _rewrite_session(
         )
     )
     return created, changed, working
+
+
+#: The fact lists of the events that made the messages an erasure rewrites (docs/design.md §6).
+_FACT_LISTS = """
+SELECT e.id, e.dropped_facts FROM compression_events e
+WHERE e.session_id = %(sid)s AND cardinality(e.dropped_facts) > 0 AND e.id IN (
+    SELECT m.event_id FROM unnest(%(ids)s::bigint[]) AS u(id)
+    JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
+)
+"""
+_SCRUB_FACTS = """
+UPDATE compression_events e
+SET dropped_facts = u.kept::text[],
+    facts_found = e.facts_found - u.removed, facts_dropped = e.facts_dropped - u.removed
+FROM unnest(%(event)s::bigint[], %(kept)s::text[], %(removed)s::int[]) AS u(id, kept, removed)
+WHERE e.session_id = %(sid)s AND e.id = u.id
+"""
+
+
+def _scrub_fact_lists(
+    conn: Connection, session_id: str, erased: Sequence[Msg], rewritten: Sequence[int]
+) -> None:
+    """Scrub the erased text from the dropped facts of the events that made the rewritten
+    messages (their summaries derive from what was erased, so their facts may quote it): a
+    fact that stands in the erased content leaves the list, and the event's counts with it."""
+    rows = conn.exec_driver_sql(_FACT_LISTS, {"sid": session_id, "ids": list(rewritten)}).all()
+    events: list[int] = []
+    kept_lists: list[str] = []
+    removed: list[int] = []
+    for event_id, facts in rows:
+        kept = scrub_facts(facts, erased)
+        if len(kept) < len(facts):
+            events.append(event_id)
+            kept_lists.append(array_literal(kept))
+            removed.append(len(facts) - len(kept))
+    if events:
+        conn.exec_driver_sql(
+            _SCRUB_FACTS,
+            {"sid": session_id, "event": events, "kept": kept_lists, "removed": removed},
+        )
 
 
 def _check_erasable(session_id: str, ids: Sequence[int], kinds: Mapping[int, str]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.engine import Row
 
-from .._events import Event
+from .._events import Event, FactCheck
 from .._intake import Prepared
 from .._messages import Msg, block_from_json
 
@@ -117,7 +117,45 @@ def event_of(values: Mapping[Any, Any]) -> Event:
         created_at=values.get("created_at"),
         note=values.get("note"),
         inherited=bool(values.get("inherited", False)),
+        facts=facts_of_row(values),
     )
+
+
+#: The fact check's columns of `compression_events` (migration 0016), as `FactCheck` names them.
+FACT_COLUMNS = ("facts_found", "facts_kept", "facts_repaired", "facts_listed", "facts_dropped")
+
+
+def facts_of_row(values: Mapping[Any, Any]) -> FactCheck | None:
+    """The fact check an event row records, or None (no summary was checked)."""
+    if values.get("facts_found") is None:
+        return None
+    return FactCheck(
+        found=values["facts_found"],
+        kept=values["facts_kept"],
+        repaired=values["facts_repaired"],
+        listed=values["facts_listed"],
+        dropped=values["facts_dropped"],
+        dropped_facts=tuple(values.get("dropped_facts") or ()),
+        repair_calls=values.get("facts_repair_calls") or 0,
+    )
+
+
+def fact_columns(facts: FactCheck | None) -> dict[str, Any]:
+    """The columns of `facts` (all NULL, and no dropped facts, for an event without a check)."""
+    if facts is None:
+        return {name: None for name in FACT_COLUMNS} | {
+            "dropped_facts": [],
+            "facts_repair_calls": 0,
+        }
+    return {
+        "facts_found": facts.found,
+        "facts_kept": facts.kept,
+        "facts_repaired": facts.repaired,
+        "facts_listed": facts.listed,
+        "facts_dropped": facts.dropped,
+        "dropped_facts": list(facts.dropped_facts),
+        "facts_repair_calls": facts.repair_calls,
+    }
 
 
 def event_row(
@@ -141,6 +179,7 @@ def event_row(
     latency_ms: float | None = None,
     error: str | None = None,
     note: str | None = None,
+    facts: FactCheck | None = None,
 ) -> dict[str, Any]:
     """The `compression_events` row of one event: every writer of events (an apply, a recorded
     attempt, a pop, a clear, a fork, an erasure) builds it here, so that the columns an audit
@@ -168,6 +207,7 @@ def event_row(
         "session_version": session_version,
         "config": dict(config),
         "note": note,
+        **fact_columns(facts),
     }
 
 

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 
 from .._arguments import OffloadRef
 from .._config import AutoContextConfig
-from .._errors import InvalidMessage, OffloadNotFound, SessionNotFound
+from .._errors import Conflict, InvalidMessage, OffloadNotFound, SessionNotFound
 from .._events import MANUAL, Event
 from .._gc import paused_gc
 from .._idempotency import check_same_add
@@ -395,6 +395,18 @@ class SessionStore(TenantScope):
         self._appended_committed(row.version, open_calls, done)
         return done.msgs
 
+    def _unlink(self, conn: Connection, ids: list[int]) -> None:
+        """Take `ids` out of the working set (in the caller's transaction, the session row
+        locked and the ids checked there). The function refuses a login that does not hold
+        the session's tenant by removing nothing: then the transaction must not go on."""
+        removed = conn.exec_driver_sql(UNLINK_WORKING, {"sid": self.session_id, "ids": ids}).all()
+        if len(removed) != len(ids):
+            raise Conflict(
+                f"session {self.session_id!r}: the working set could not be changed "
+                f"({len(removed)} of {len(ids)} messages taken out); the database login does "
+                "not hold the session's tenant (`autoctx db grant-tenant`); nothing was written"
+            )
+
     def _append_once(self, prepared: Sequence[Prepared], add_key: str) -> list[Msg]:
         """`append` with an idempotency key (docs/design.md §5)."""
         self._tail = None
@@ -614,10 +626,7 @@ class SessionStore(TenantScope):
             rest = remainder(popped, bool(last_final))
             event_id, version = srow.next_event_id, srow.version + 1
             rest_id = srow.next_message_id if rest is not None else None
-            unlinked = conn.exec_driver_sql(
-                UNLINK_WORKING, {"sid": self.session_id, "ids": [last_id]}
-            ).all()
-            assert [tuple(r) for r in unlinked] == [(position, last_id)]
+            self._unlink(conn, [last_id])
             popped_tokens = popped.tokens or 0
             count_after = srow.message_count - (0 if rest is not None else 1)
             tokens_after = srow.token_count - popped_tokens + (rest.tokens if rest else 0)
@@ -939,6 +948,7 @@ class SessionStore(TenantScope):
                     latency_ms=r.latency_ms,
                     session_version=version,
                     config=config,
+                    facts=r.facts,
                 )
             )
             msg_rows.append(message_row(self.session_id, msg_id, r.new, event_id))
@@ -969,7 +979,7 @@ class SessionStore(TenantScope):
         conn.execute(sa.insert(messages), msg_rows)
         conn.execute(sa.insert(offloads), offload_rows)
         conn.execute(sa.insert(lineage), lineage_rows)
-        conn.exec_driver_sql(UNLINK_WORKING, {"sid": self.session_id, "ids": removed_ids})
+        self._unlink(conn, removed_ids)
         conn.execute(sa.insert(working_set), working_rows)
         conn.execute(
             sa.update(sessions)

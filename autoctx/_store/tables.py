@@ -168,6 +168,15 @@ compression_events = sa.Table(
     sa.Column("note", sa.Text, nullable=True),
     #: Copied from the parent by a fork: counted in the session that paid for it (0009).
     sa.Column("inherited", sa.Boolean, nullable=False, server_default=sa.false()),
+    # The fact check of the summary the event wrote (migration 0016, docs/design.md §6): NULL
+    # where no summary was checked; the dropped facts as the check found them.
+    sa.Column("facts_found", sa.Integer, nullable=True),
+    sa.Column("facts_kept", sa.Integer, nullable=True),
+    sa.Column("facts_repaired", sa.Integer, nullable=True),
+    sa.Column("facts_listed", sa.Integer, nullable=True),
+    sa.Column("facts_dropped", sa.Integer, nullable=True),
+    sa.Column("dropped_facts", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
+    sa.Column("facts_repair_calls", sa.SmallInteger, nullable=False, server_default="0"),
     _session_fk(),
     sa.Index("compression_events_status_idx", "session_id", "status"),
 )

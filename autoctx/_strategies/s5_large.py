@@ -44,4 +44,24 @@ def plan_s5(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
     }
     if lay.step_start is not None and end == len(lay):
         chosen.update(step_shrinkable(snapshot, lay, ctx))
-    return [make_edit(snapshot, STRATEGY, i, i + 1, "large_summary") for i in sorted(chosen)]
+    edits = [make_edit(snapshot, STRATEGY, i, i + 1, "large_summary") for i in sorted(chosen)]
+    return _what_the_target_needs(snapshot, config, ctx, edits)
+
+
+def _what_the_target_needs(
+    snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext, edits: list[Edit]
+) -> list[Edit]:
+    """The first of `edits`, oldest first, whose summaries are expected to land the context
+    `fold_keep_tokens` under the token target (deep enough not to give way to S6, docs/design.md
+    §3), with what arrives meanwhile; all of them when even all would not. The latest step,
+    which the model is about to read, comes last and is shrunk only when the older ones are
+    not enough."""
+    room = config.token_target - config.fold_keep_tokens
+    over = snapshot.token_count + ctx.arriving - room
+    if over <= 0:
+        return edits  # asked with the totals under the mark: nothing to measure against
+    for k, edit in enumerate(edits):
+        over -= edit.estimated_gain
+        if over < 0:
+            return edits[: k + 1]
+    return edits

@@ -260,6 +260,9 @@ class OfflineSummarizer:
     """
 
     answers_shared_requests: ClassVar[bool] = True
+    #: Extractive and deterministic: asked again, it would answer the same, so the fact check
+    #: asks it no repair and lists what it left out on the index line alone (docs/design.md §6).
+    repairs_summaries: ClassVar[bool] = False
 
     model: str = OFFLINE_MODEL
 

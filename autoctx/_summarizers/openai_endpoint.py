@@ -218,15 +218,16 @@ class OpenAISummarizer:
             f"model {self.model!r}"
         )
 
-    def _checked(self, failure: SummarizerError) -> SummarizerError:
+    def _checked(self, failure: SummarizerError, ticket: int) -> SummarizerError:
         """A failure as the caller sees it (with the settings to change when retrying cannot
-        cure it), counted against the endpoint's health."""
+        cure it), counted against the endpoint's health (`ticket`: what `_Health.check` gave
+        the call when it started)."""
         if failure.reason in _PERMANENT:
             failure = SummarizerError(
                 failure.reason, f"{failure.detail}: {self._settings_hint(failure.reason)}"
             )
         if failure.reason in _ENDPOINT_FAILURES:
-            self._health.failed(failure.reason, self._where())
+            self._health.failed(failure.reason, self._where(), ticket)
         return failure
 
     def close(self) -> None:
@@ -239,7 +240,7 @@ class OpenAISummarizer:
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         import openai
 
-        self._health.check(self._where())
+        ticket = self._health.check(self._where())
         call = self._begin(request, self.client.timeout, self.client.max_retries)
         while True:
             try:
@@ -247,20 +248,20 @@ class OpenAISummarizer:
             except openai.OpenAIError as err:
                 wait = call.after(err)
             except SummarizerError as failure:
-                raise self._checked(failure) from None
+                raise self._checked(failure, ticket) from None
             else:
-                return self._answered(call, answer)
+                return self._answered(call, answer, ticket)
             # Raised outside the handler, so that the client's error (whose text may quote
             # what the server sent) is neither its cause nor its context.
             if isinstance(wait, SummarizerError):
-                raise self._checked(wait)
+                raise self._checked(wait, ticket)
             time.sleep(wait)
 
-    def _answered(self, call: _Call, answer: _Answer) -> SummaryResult:
+    def _answered(self, call: _Call, answer: _Answer, ticket: int) -> SummaryResult:
         try:
             result = call.result(answer, self.model)
         except SummarizerError as failure:
-            raise self._checked(failure) from None
+            raise self._checked(failure, ticket) from None
         self._health.succeeded()
         return result
 
@@ -297,20 +298,23 @@ class OpenAISummarizer:
 
         With a given sync client and no async one, the sync call runs in a worker thread.
         """
-        self._health.check(self._where())
-        if self._async_given is not None:
-            return await self._acall(self._async_given, request)
-        if self._async_settings is None:
-            return await asyncio.to_thread(self.summarize, request)
+        given, settings = self._async_given, self._async_settings
+        if given is not None:
+            return await self._acall(given, request, self._health.check(self._where()))
+        if settings is None:
+            return await asyncio.to_thread(self.summarize, request)  # it checks the health
+        ticket = self._health.check(self._where())
         import openai
 
         # A client of its own per call: pooled async connections belong to the event loop that
         # opened them, and a summarizer may serve several loops (one per `asyncio.run`). One
         # connection per summary costs little beside the seconds the summary takes.
-        async with openai.AsyncOpenAI(**self._async_settings) as client:
-            return await self._acall(client, request)
+        async with openai.AsyncOpenAI(**settings) as client:
+            return await self._acall(client, request, ticket)
 
-    async def _acall(self, client: openai.AsyncOpenAI, request: SummaryRequest) -> SummaryResult:
+    async def _acall(
+        self, client: openai.AsyncOpenAI, request: SummaryRequest, ticket: int
+    ) -> SummaryResult:
         import openai
 
         call = self._begin(request, client.timeout, client.max_retries)
@@ -323,11 +327,11 @@ class OpenAISummarizer:
             except TimeoutError:
                 wait = call.expired()
             except SummarizerError as failure:
-                raise self._checked(failure) from None
+                raise self._checked(failure, ticket) from None
             else:
-                return self._answered(call, answer)
+                return self._answered(call, answer, ticket)
             if isinstance(wait, SummarizerError):
-                raise self._checked(wait)  # outside the handler, as in `summarize`
+                raise self._checked(wait, ticket)  # outside the handler, as in `summarize`
             await asyncio.sleep(wait)
 
     async def _aattempt(self, client: openai.AsyncOpenAI, call: _Call) -> _Answer:
@@ -694,7 +698,14 @@ class _Health:
     failure that retrying cannot cure) it is left alone for `first` seconds, then tried once
     again; each failure of that try doubles the wait (up to `most`), a success ends it. Meanwhile
     every call fails at once with reason ``backoff`` (the compressor's offline fallback keeps
-    the bound), so a dead endpoint is not paid for at every compression."""
+    the bound), so a dead endpoint is not paid for at every compression.
+
+    A failure counts only for a call that started after the last failure counted (or success):
+    the requests one compression has in flight at once meet the same outage, and counting
+    each of them would start the back-off at once and double it at every answer (a 4-second
+    outage cost 4 minutes of offline summaries, docs/design.md §6). `check` hands each call a
+    ticket, the state it started in; an answer under an older ticket reports nothing new.
+    """
 
     def __init__(self, after: int, first: float, most: float) -> None:
         self.after = after
@@ -707,12 +718,21 @@ class _Health:
         self.until = 0.0
         #: The current back-off (0: not backing off).
         self.wait = 0.0
+        #: Bumped by every counted failure and by a success that ended failures: the ticket
+        #: of the calls that start now.
+        self.generation = 0
 
-    def check(self, where: str) -> None:
+    def check(self, where: str) -> int:
+        """The call's ticket, or `SummarizerError` ``backoff`` while the endpoint is left alone.
+        When a back-off has run out, the first call is its one try: the others wait the
+        back-off again until that try answers."""
         with self._lock:
-            left = self.until - time.monotonic()
+            now = time.monotonic()
+            left = self.until - now
             if left <= 0:
-                return
+                if self.wait > 0.0:
+                    self.until = now + self.wait  # this call is the try; the rest wait for it
+                return self.generation
             failures, last, wait = self.failures, self.last, self.wait
         raise SummarizerError(
             "backoff",
@@ -721,10 +741,13 @@ class _Health:
             f"to {self.most:.0f} s while it keeps failing)",
         )
 
-    def failed(self, reason: str, where: str) -> None:
+    def failed(self, reason: str, where: str, ticket: int) -> None:
         with self._lock:
-            self.failures += 1
             self.last = reason
+            if ticket != self.generation:
+                return  # in flight beside a call whose failure was counted
+            self.failures += 1
+            self.generation += 1
             if self.wait == 0.0 and reason not in _PERMANENT and self.failures < self.after:
                 return
             self.wait = self.first if self.wait == 0.0 else min(self.wait * 2, self.most)
@@ -743,6 +766,8 @@ class _Health:
     def succeeded(self) -> None:
         with self._lock:
             backing_off = self.wait > 0.0
+            if self.failures:
+                self.generation += 1
             self.failures, self.last, self.until, self.wait = 0, None, 0.0, 0.0
         if backing_off:
             _log.info("autoctx: the summarizer endpoint answers again; back-off ended")

@@ -60,6 +60,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from ._filter_check import FilterCheck, sdk_tool_definitions
 from ._optional import framework_of
 
 with framework_of(
@@ -633,6 +634,8 @@ class AutoContextSession:
         self._lock = threading.Lock()
         # Which items of a run's input the memory holds already (see `call_model_input_filter`).
         self._ledger = _Ledger()
+        # Whether runs go through that filter (a run without it is warned of, once).
+        self._filter_check = FilterCheck()
 
     @classmethod
     def from_memory(
@@ -784,6 +787,7 @@ class AutoContextSession:
 
     def add_items_sync(self, items: Sequence[Any]) -> None:
         """Append items (one transaction), then compress if the trigger holds (sync)."""
+        self._filter_check.added(items, self.session_id)
         # Items the input filter stored already, earlier in this run, are not stored twice.
         items = self._ledger.unclaimed(items)
         if not items:
@@ -875,16 +879,30 @@ class AutoContextSession:
         Items of the input the memory does not hold yet (a streamed run's new input, or every
         new item when the run has no session) are stored first, compressed as any append, and
         recorded so that the SDK's own `add_items` of the same items later stores nothing
-        twice. The instructions pass through unchanged (leave room for them, and for the tool
-        definitions, under `max_tokens`). The working context keeps the SDK's pairing rules: a
-        `function_call_output` follows its `function_call`, and a reasoning item stays with the
-        calls that follow it (they are one message, compressed together).
+        twice. The instructions pass through unchanged; they and the agent's tool definitions
+        are measured, and unless the config sets `reserve_tokens` their tokens come off the
+        window (`AutoContextMemory.reserve_for`). The working context keeps the SDK's pairing
+        rules: a `function_call_output` follows its `function_call`, and a reasoning item stays
+        with the calls that follow it (they are one message, compressed together).
         """
-        items = await asyncio.to_thread(self.filter_input_sync, data.model_data.input)
+        tools = sdk_tool_definitions(data.agent)
+        instructions = data.model_data.instructions
+        items = await asyncio.to_thread(
+            self._filter_and_reserve, data.model_data.input, tools, instructions
+        )
         return ModelInputData(input=items, instructions=data.model_data.instructions)
+
+    def _filter_and_reserve(
+        self, items: Sequence[Any], tools: list[dict[str, Any]], instructions: str | None
+    ) -> list[TResponseInputItem]:
+        """`filter_input_sync`, with room kept for the agent's tools and instructions: they
+        are sent beside the input, so their tokens come off the window (docs/design.md §2)."""
+        self.memory().reserve_for(tools, instructions)
+        return self.filter_input_sync(items)
 
     def filter_input_sync(self, items: Sequence[Any]) -> list[TResponseInputItem]:
         """The input a model call gets instead of `items` (sync; see `call_model_input_filter`)."""
+        self._filter_check.filtered()
         pending = self._ledger.pending(items)
         if pending:
             self._store_items(pending, replace=False)

@@ -1,0 +1,344 @@
+"""The salient facts of the messages a compression replaces (docs/design.md §6, the fact check).
+
+Pure, like the planners beside it: text in, ranked facts out; no LLM, no I/O, no clock. The
+compressor checks every summary against what this finds (`autoctx._fact_check`), and
+`mem.dropped()` asks which facts of a compression's originals the working context lacks now.
+
+What counts as a fact, by rank (lower first):
+
+0. the user's constraints: a sentence of a user message with must / never / do not / always
+   (or their cheap equivalents in German, French and Spanish);
+1. identifiers and hashes (uuids, hex digests, ``ABC-123``, ``req_8f3a``), error and exception
+   names (``FileNotFoundError``, ``ENOENT``);
+2. file paths and URLs;
+3. numbers with a unit (``250 ms``, ``4 GB``) and ``key=value`` settings;
+4. quoted strings in prose (a user's or an assistant's text, not JSON).
+
+The order the bound and the index line keep: the user's constraints first; then what the
+messages' prose says (the user's, the assistant's), then the calls' arguments (what the agent
+did), then the tools' outputs (the bulk, where ids and paths abound), each by rank, then in the
+order they appear. A path the user named outranks the hundredth identifier of a file dump.
+
+Bounded in every dimension, so that adversarial text costs no more than ordinary text: at most
+`SCAN_HEAD + SCAN_TAIL` characters of each part and `SCAN_TOTAL` in all are read; every
+pattern's repetitions are bounded and delimited by characters the repeated part cannot match
+(no nested ambiguity, so no catastrophic backtracking on ReDoS-shaped input); a fact is at most
+`FACT_MAX_CHARS`; at most `limit` facts are returned. A part is read as its head and its tail;
+a fact that straddles either cut is left out whole, never returned as a fragment (the cut moves
+back to a space, and the sentence or token it cuts is dropped).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, TypeAlias
+
+from .._messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
+
+#: What a part of a message is: the role of its text, or a tool call's arguments, or a tool's
+#: output. Quoted strings and constraints are read from prose only.
+Source: TypeAlias = Literal["user", "assistant", "system", "arguments", "output"]
+
+#: Facts one compression lists at most (docs/design.md §6).
+DEFAULT_LIMIT: Final = 32
+#: Characters read from the head and the tail of one part, and from all parts together.
+SCAN_HEAD: Final = 12_000
+SCAN_TAIL: Final = 4_000
+SCAN_TOTAL: Final = 400_000
+#: The longest fact kept (a longer token or sentence is no fact a summary could quote).
+FACT_MAX_CHARS: Final = 200
+#: Sentences longer than this are not read as constraints.
+_SENTENCE_MAX_CHARS: Final = 300
+
+CONSTRAINT: Final = 0
+IDENTIFIER: Final = 1
+LOCATION: Final = 2
+VALUE: Final = 3
+QUOTED: Final = 4
+
+#: The marker of the offload tag (`autoctx._tags.OFFLOAD_MARKER`, spelled here so that the pure
+#: core does not import the tag module's regexes): a fact carrying it is never listed, since a
+#: summary must not carry a tag (docs/design.md §4).
+_MARKER: Final = "context_offload"
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One fact, verbatim as it stands in the original, with its rank and matching key."""
+
+    text: str
+    #: 0 (a user's constraint) to 4 (a quoted string): lower is kept first.
+    rank: int
+    #: `normalize(text)`: what a summary must contain for the fact to count as kept.
+    key: str
+
+
+# -- normalization -----------------------------------------------------------------------------
+
+_QUOTES: Final = str.maketrans("", "", "\"'`\u2018\u2019\u201c\u201d\u00ab\u00bb")
+_SPACES: Final = re.compile(r"\s+")
+
+
+def normalize(text: str) -> str:
+    """The form facts are matched in: case folded, quotes removed, backslashes as slashes,
+    runs of whitespace as one space. Applied alike to a fact and to the text searched."""
+    folded = text.casefold().translate(_QUOTES).replace("\\", "/")
+    return _SPACES.sub(" ", folded).strip()
+
+
+# -- the patterns: every repetition bounded, each repeated part unable to match its delimiter --
+
+_UUID: Final = re.compile(
+    r"(?<![0-9A-Za-z])[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"(?![0-9A-Za-z])"
+)
+#: A hex digest or commit (7 to 64 hex digits, at least one digit and one letter).
+_HEX: Final = re.compile(
+    r"(?<![0-9A-Za-z_])(?=[0-9a-f]{0,63}[a-f])(?=[a-f]{0,63}[0-9])[0-9a-f]{7,64}(?![0-9A-Za-z_])"
+)
+#: An identifier with a separator and a digit: ``ABC-123``, ``req_8f3a``, ``build-2031``.
+_IDENT: Final = re.compile(
+    r"(?<![\w./-])(?=[A-Za-z0-9_-]{0,63}\d)[A-Za-z][A-Za-z0-9]{0,31}(?:[-_][A-Za-z0-9]{1,32}){1,6}"
+    r"(?![\w/-])"
+)
+#: Error and exception names, and errno names.
+_ERROR: Final = re.compile(
+    r"(?<![\w.])(?:[A-Za-z_][A-Za-z0-9_]{0,40}\.){0,4}[A-Z][A-Za-z0-9]{0,60}"
+    r"(?:Error|Exception|Fault|Failure|Panic|Timeout)(?![\w])"
+    r"|(?<![\w])E[A-Z]{3,11}(?![\w])"
+)
+_URL: Final = re.compile(r"\b(?:https?|ftp|wss?|postgres(?:ql)?|s3|file)://[^\s<>\"'`]{1,190}")
+#: A path: two segments or more with a slash (or backslash) between, or one after a root
+#: (``/etc``, ``~/x``, ``./x``, ``C:\\x``); segments are runs of characters that cannot be the
+#: separator, so the split is unambiguous.
+_PATH: Final = re.compile(
+    r"(?<![\w:/\\.-])(?:[A-Za-z]:|~|\.{1,2})?"
+    r"(?:[/\\][\w.@+-]{1,80}){1,16}[/\\]?"
+    r"|(?<![\w:/\\.-])[\w.@+-]{1,80}(?:[/\\][\w.@+-]{1,80}){1,16}"
+)
+_UNIT: Final = (
+    r"(?:ms|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|"
+    r"[kKMGTP]i?B|bytes?|B|kb|mb|gb|%|px|rpm|fps|req/s|rps|qps|tokens?|"
+    r"°[CF]|[kKMG]?Hz|mV|V|W|kW|A|mA|cm|mm|km|m|kg|g|lbs?|USD|EUR|\$)"
+)
+_NUMBER_UNIT: Final = re.compile(
+    rf"(?<![\w.])[$€£]?\d{{1,15}}(?:[.,]\d{{1,15}})?\s?{_UNIT}(?![A-Za-z0-9])"
+)
+_KEY_VALUE: Final = re.compile(
+    r"(?<![\w.-])[A-Za-z_][\w.-]{0,40}=(?:[^\s,;&\"'`=]{1,80})(?![^\s,;&\"'`=])"
+)
+_QUOTED: Final = re.compile(
+    r"\"([^\"\n]{3,120})\"|`([^`\n]{3,120})`|\u201c([^\u201d\n]{3,120})\u201d"
+    r"|(?<![\w])'([^'\n]{3,120})'(?![\w])"
+)
+_CONSTRAINT_WORDS: Final = re.compile(
+    r"\b(?:must|mustn't|never|always|do\s+not|don't|does\s+not|shall\s+not|should\s+not|"
+    r"only\s+use|required?|forbidden|"
+    r"muss|musst|müssen|darf(?:st)?\s+nicht|dürfen\s+nicht|niemals|nie|immer|"
+    r"doit|doivent|jamais|toujours|ne\s+pas|"
+    r"debe|deben|nunca|siempre|no\s+debe)\b",
+    re.IGNORECASE,
+)
+_SENTENCE_END: Final = re.compile(r"(?<=[.!?;])\s+|\n+")
+#: Where a window may be cut: nothing but a sentence or a quoted string holds one, and a
+#: window's cut sentence is dropped, a quoted string cut in two has lost a quote.
+_SEPARATORS: Final = frozenset(" \t\r\n,;\"'`<>()[]{}|")
+_SEPARATOR: Final = re.compile(r"[\s,;\"'`<>()\[\]{}|]")
+#: How far from a cut a separator is looked for (longer than any fact).
+_SEPARATOR_REACH: Final = 256
+
+_PATTERNS: Final[tuple[tuple[re.Pattern[str], int], ...]] = (
+    (_UUID, IDENTIFIER),
+    (_HEX, IDENTIFIER),
+    (_ERROR, IDENTIFIER),
+    (_IDENT, IDENTIFIER),
+    (_URL, LOCATION),
+    (_PATH, LOCATION),
+    (_NUMBER_UNIT, VALUE),
+    (_KEY_VALUE, VALUE),
+)
+_PROSE: Final = frozenset({"user", "assistant", "system"})
+#: The order of the sources' facts after the constraints (see the module docstring).
+_TIERS: Final[dict[str, int]] = {
+    "user": 0,
+    "assistant": 0,
+    "system": 0,
+    "arguments": 1,
+    "output": 2,
+}
+_PROSE_ROLES: Final[dict[str, Source]] = {
+    "user": "user",
+    "assistant": "assistant",
+    "system": "system",
+}
+_TRAILING: Final = ".,;:!?)]}>'\""
+
+
+# -- windows: what of a part is read --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    text: str
+    #: The window begins (ends) inside the part: its first (last) token or sentence may be
+    #: cut, and is not read.
+    cut_before: bool
+    cut_after: bool
+
+
+def windows(text: str, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> list[_Window]:
+    """The head and the tail of `text` that are read, each cut at a separator (a space, a
+    comma, a bracket, a quote: nothing a fact other than a sentence holds) near the cut, so
+    that no token is split; a side whose cut has no separator near it is not read."""
+    if len(text) <= head + tail:
+        return [_Window(text, False, False)]
+    out = []
+    cut = _separator_before(text, head)
+    if cut > 0:
+        out.append(_Window(text[:cut], False, True))
+    start = len(text) - tail
+    found = _SEPARATOR.search(text, start, min(len(text), start + _SEPARATOR_REACH))
+    if found is not None:
+        out.append(_Window(text[found.end() :], True, False))
+    return out
+
+
+def _separator_before(text: str, end: int) -> int:
+    """The index of the last separator before `end` within reach, or -1."""
+    for k in range(end - 1, max(-1, end - 1 - _SEPARATOR_REACH), -1):
+        if text[k] in _SEPARATORS:
+            return k
+    return -1
+
+
+# -- extraction ------------------------------------------------------------------------------
+
+
+def _clean(token: str) -> str:
+    return token.rstrip(_TRAILING) if token[-1:] in _TRAILING else token
+
+
+def _from_window(window: _Window, source: Source) -> Iterable[tuple[int, int, str]]:
+    """(rank, position, text) of each fact found in one window."""
+    text = window.text
+    for pattern, rank in _PATTERNS:
+        for m in pattern.finditer(text):
+            found = _clean(m.group(0))
+            if len(found) >= 3:
+                yield rank, m.start(), found
+    if source in _PROSE:
+        for m in _QUOTED.finditer(text):
+            inner = next(g for g in m.groups() if g is not None).strip()
+            if len(inner) >= 3:
+                yield QUOTED, m.start(), inner
+    if source == "user":
+        yield from _constraints(window)
+
+
+def _constraints(window: _Window) -> Iterable[tuple[int, int, str]]:
+    text = window.text
+    pieces = _SENTENCE_END.split(text)
+    # The first and last sentence of a window cut inside the part may be cut themselves.
+    start = 1 if window.cut_before else 0
+    stop = len(pieces) - 1 if window.cut_after else len(pieces)
+    position = 0
+    for k, piece in enumerate(pieces):
+        if start <= k < stop:
+            sentence = piece.strip()
+            if (
+                8 <= len(sentence) <= _SENTENCE_MAX_CHARS
+                and len(sentence) <= FACT_MAX_CHARS
+                and _CONSTRAINT_WORDS.search(sentence)
+            ):
+                yield CONSTRAINT, position, sentence.rstrip(".!?; ")
+        position += len(piece) + 1
+
+
+def extract(parts: Iterable[tuple[Source, str]], limit: int = DEFAULT_LIMIT) -> tuple[Fact, ...]:
+    """The facts of `parts` ((source, text) in message order), in the order of the module
+    docstring; one per matching key, none contained in a better one, at most `limit`."""
+    if limit <= 0:
+        return ()
+    found: dict[str, tuple[tuple[int, int], int, str]] = {}
+    budget = SCAN_TOTAL
+    order = 0
+    for source, text in parts:
+        if budget <= 0:
+            break
+        if not text:
+            continue
+        text = text[: budget + SCAN_TAIL] if len(text) > budget + SCAN_TAIL else text
+        head = min(SCAN_HEAD, budget)
+        for window in windows(text, head, SCAN_TAIL):
+            budget -= len(window.text)
+            tier = _TIERS[source]
+            for rank, position, fact in _from_window(window, source):
+                if len(fact) > FACT_MAX_CHARS or _MARKER in fact.casefold():
+                    continue
+                key = normalize(fact)
+                if len(key) < 3:
+                    continue
+                place = (0 if rank == CONSTRAINT else 1 + tier, rank)
+                seen = found.get(key)
+                if seen is None or place < seen[0]:
+                    found[key] = (place, order + position, fact)
+            order += len(window.text) + 1
+    ranked = sorted(found.items(), key=lambda kv: (kv[1][0], kv[1][1]))
+    out: list[Fact] = []
+    for key, ((_, rank), _, fact) in ranked:
+        # A fact inside a better one (a path inside a URL, an id inside a constraint) is kept
+        # by whatever keeps the better one; listing it too would only spend the bound.
+        if any(key in kept.key for kept in out):
+            continue
+        out.append(Fact(fact, rank, key))
+        if len(out) >= limit:
+            break
+    return tuple(out)
+
+
+def parts_of(msgs: Sequence[Msg]) -> list[tuple[Source, str]]:
+    """What of each message is read, in order: its text (by role), its calls' arguments and
+    its results' outputs."""
+    out: list[tuple[Source, str]] = []
+    for m in msgs:
+        for block in m.content:
+            if isinstance(block, TextBlock):
+                out.append((_PROSE_ROLES.get(m.role, "output"), block.text))
+            elif isinstance(block, ToolUseBlock):
+                out.append(("arguments", _arguments_text(block.arguments)))
+            elif isinstance(block, ToolResultBlock):
+                out.append(("output", block.output_text))
+    return out
+
+
+def _arguments_text(arguments: str) -> str:
+    """A call's arguments as ``key=value`` lines when they are a flat JSON object (how a
+    summary states them), else as they are."""
+    if len(arguments) > SCAN_HEAD:
+        return arguments
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if not isinstance(parsed, dict):
+        return arguments
+    lines = []
+    for key, value in parsed.items():
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            # A string value is stated as itself; a number with its key (``timeout=30``).
+            lines.append(value if isinstance(value, str) else f"{key}={value}")
+    return "\n".join(lines)
+
+
+def facts_of(msgs: Sequence[Msg], limit: int = DEFAULT_LIMIT) -> tuple[Fact, ...]:
+    """`extract` over the messages `msgs`."""
+    return extract(parts_of(msgs), limit)
+
+
+def missing(facts: Iterable[Fact], text: str) -> list[Fact]:
+    """The facts of `facts` that `text` does not contain (normalized), in their order."""
+    haystack = normalize(text)
+    return [f for f in facts if f.key not in haystack]

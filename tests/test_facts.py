@@ -1,0 +1,230 @@
+"""The fact extractor (docs/design.md §6): pure, bounded, deterministic; property tests over
+random and adversarial text (huge inputs, ReDoS-shaped strings, facts across a clip)."""
+
+from __future__ import annotations
+
+import time
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autoctx import Msg
+from autoctx._messages import ToolUseBlock
+from autoctx._strategies.facts import (
+    CONSTRAINT,
+    DEFAULT_LIMIT,
+    IDENTIFIER,
+    LOCATION,
+    QUOTED,
+    SCAN_HEAD,
+    SCAN_TAIL,
+    SCAN_TOTAL,
+    VALUE,
+    extract,
+    facts_of,
+    missing,
+    normalize,
+)
+
+PLANTED = (
+    "You must never touch /etc/prod/app.yaml. Always run the linter first.\n"
+    "The deploy of build req-8f3a21 failed with FileNotFoundError at src/app/main.py, commit "
+    "3f9a2c1e; see https://ci.example.com/runs/991. It used timeout=30 and took 250 ms; the "
+    'error said "disk quota exceeded".'
+)
+
+
+def texts(found: tuple[object, ...]) -> list[str]:
+    return [f.text for f in found]  # type: ignore[attr-defined]
+
+
+def test_each_kind_is_found_and_ranked_constraints_and_identifiers_first() -> None:
+    found = extract([("user", PLANTED)])
+    by_text = {f.text: f.rank for f in found}
+    assert by_text["You must never touch /etc/prod/app.yaml"] == CONSTRAINT
+    assert by_text["Always run the linter first"] == CONSTRAINT
+    assert by_text["req-8f3a21"] == IDENTIFIER
+    assert by_text["FileNotFoundError"] == IDENTIFIER
+    assert by_text["3f9a2c1e"] == IDENTIFIER
+    assert by_text["src/app/main.py"] == LOCATION
+    assert by_text["https://ci.example.com/runs/991"] == LOCATION
+    assert by_text["timeout=30"] == VALUE
+    assert by_text["250 ms"] == VALUE
+    assert by_text["disk quota exceeded"] == QUOTED
+    # The path inside the constraint is kept by whatever keeps the constraint: not twice.
+    assert "/etc/prod/app.yaml" not in by_text
+    ranks = [f.rank for f in found]
+    assert ranks == sorted(ranks)
+
+
+def test_prose_outranks_arguments_which_outrank_outputs() -> None:
+    dump = "\n".join(f"def handler_{k}(x): return {k}" for k in range(100))
+    found = texts(
+        facts_of(
+            [
+                Msg.user("Read /srv/app/settings.py please."),
+                Msg.assistant(None, [ToolUseBlock("c1", "read", '{"path": "conf/db.toml"}')]),
+                Msg.tool("c1", dump),
+            ],
+            limit=4,
+        )
+    )
+    assert found[:2] == ["/srv/app/settings.py", "conf/db.toml"]
+    assert found[2:] == ["handler_0", "handler_1"]
+
+
+def test_constraints_come_from_the_users_messages_and_quotes_from_prose_only() -> None:
+    found = texts(
+        facts_of(
+            [
+                Msg.assistant("You must restart the worker."),
+                Msg.user("Never push to main on Fridays."),
+                Msg.tool("call_1", '{"status": "ok", "path": "/srv/data/a.csv"}'),
+            ]
+        )
+    )
+    assert "Never push to main on Fridays" in found
+    assert "You must restart the worker" not in found
+    assert "status" not in found and "ok" not in found  # JSON keys and values are no quotes
+    assert "/srv/data/a.csv" in found
+
+
+def test_constraints_in_other_languages() -> None:
+    found = texts(
+        extract(
+            [
+                ("user", "Du darfst nicht die Datenbank löschen."),
+                ("user", "Ne touchez jamais au fichier de production."),
+                ("user", "Nunca borres los registros."),
+            ]
+        )
+    )
+    assert len(found) == 3 and all(f[0].isupper() for f in found)
+
+
+def test_a_calls_arguments_are_read_as_values() -> None:
+    msgs = [
+        Msg.assistant(
+            None, [ToolUseBlock("c1", "read", '{"path": "/srv/app/config.toml", "lines": 40}')]
+        )
+    ]
+    assert {"/srv/app/config.toml", "lines=40"} <= set(texts(facts_of(msgs)))
+
+
+def test_normalization_matches_case_whitespace_quotes_and_separators() -> None:
+    found = extract([("user", 'Open C:\\Users\\Ann\\notes.txt and "Keep  It Short" please.')])
+    assert missing(found, "opened c:/users/ann/NOTES.TXT; keep it short") == []
+    assert normalize("  A\t'B'\\c  ") == "a b/c"
+    assert [f.text for f in missing(found, "nothing here")] == texts(found)
+
+
+def test_the_limit_keeps_the_best_ranked() -> None:
+    text = " ".join(f"path/n{k}.py" for k in range(200)) + "\nYou must keep port 5432 open."
+    found = extract([("user", text)], limit=5)
+    assert len(found) == 5
+    assert found[0].rank == CONSTRAINT
+    assert extract([("user", text)], limit=0) == ()
+    assert len(extract([("user", text)])) == DEFAULT_LIMIT
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+_ALPHABET = st.sampled_from(
+    [*list("abcXYZ019 ./\\-_=:\"'`\n\t,;()[]{}<>!?"), "must ", "Error", "http://", " ms", "é"]
+)
+_TEXT = st.lists(_ALPHABET, max_size=400).map("".join)
+_SOURCES = st.sampled_from(["user", "assistant", "system", "arguments", "output"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(_SOURCES, _TEXT), max_size=6), st.integers(0, 40))
+def test_facts_are_verbatim_bounded_ranked_and_deterministic(
+    parts: list[tuple[str, str]], limit: int
+) -> None:
+    found = extract(parts, limit)  # type: ignore[arg-type]
+    assert len(found) <= limit
+    constraints = [f.rank == CONSTRAINT for f in found]
+    assert constraints == sorted(constraints, reverse=True)  # the user's constraints first
+    assert len({f.key for f in found}) == len(found)
+    for f in found:
+        assert any(f.text in text for _, text in parts), f.text
+        assert f.key == normalize(f.text) and len(f.key) >= 3 and len(f.text) <= 200
+        assert "context_offload" not in f.text.casefold()
+    assert extract(parts, limit) == found  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["/srv/data/file-2024.csv", "req-8f3a21", "https://x.io/a/b", "timeout=300"]),
+    st.integers(-40, 40),
+    st.sampled_from(["head", "tail"]),
+    st.sampled_from(["a", "b c ", "x,y;", "\n"]),
+)
+def test_a_fact_across_a_clip_is_whole_or_absent(
+    fact: str, offset: int, cut: str, filler: str
+) -> None:
+    """A part longer than the scan is read as its head and its tail: a fact that straddles
+    either cut is never returned as a fragment."""
+    size = SCAN_HEAD + SCAN_TAIL + 50_000
+    fill = (filler * size)[:size]
+    at = SCAN_HEAD + offset if cut == "head" else size - SCAN_TAIL + offset
+    text = fill[: at - len(fact) // 2] + " " + fact + " " + fill[at - len(fact) // 2 :]
+    for f in extract([("output", text)]):
+        key = normalize(fact)
+        assert not (f.key != key and (key.startswith(f.key) or key.endswith(f.key))), f.text
+        assert f.text in text
+
+
+def test_a_fact_near_a_clip_but_inside_it_is_found() -> None:
+    size = SCAN_HEAD + SCAN_TAIL + 10_000
+    text = "a " * (size // 2)
+    text = "lead /srv/x/early.log " + text + " ERR-4242 trail"
+    found = texts(extract([("output", text)]))
+    assert "/srv/x/early.log" in found and "ERR-4242" in found
+
+
+# ReDoS shapes: long runs of what each pattern repeats, with nothing that completes a match.
+_ADVERSARIAL = [
+    "a" * 1_000_000,
+    "/a" * 500_000,
+    "a/" * 500_000,
+    "A" * 1_000_000,
+    '"' * 1_000_000,
+    "1" * 1_000_000,
+    "x=" * 500_000,
+    "a-1" * 300_000,
+    "Error" * 200_000,
+    "must " * 200_000,
+    "'a " * 300_000,
+    "aA0_-" * 200_000,
+    ("x" * 15 + "Error ") * 60_000,
+    "a." * 500_000,
+    "1.1." * 250_000,
+    "http://" * 100_000,
+    "\u201c" * 100_000,
+    ("a" * 79 + "/") * 10_000,
+    "E" + "A" * 999_999,
+]
+
+
+def test_huge_and_redos_shaped_inputs_stay_bounded() -> None:
+    """Every pattern's repetitions are bounded and delimited, and at most `SCAN_TOTAL`
+    characters are read: ten parts of each shape, about ten megabytes, are extracted at the
+    cost of ordinary text. The ceiling is generous (this is no benchmark): catastrophic
+    backtracking on any one of them would take hours."""
+    started = time.monotonic()
+    for shape in _ADVERSARIAL:
+        found = extract([("user", shape)] * 10)
+        assert len(found) <= DEFAULT_LIMIT
+    assert time.monotonic() - started < 60
+
+
+def test_only_the_scan_bound_is_read() -> None:
+    """Facts past `SCAN_TOTAL` characters read are not read (the bound); the first parts'
+    are. A huge part counts what is read of it, its head and tail."""
+    filler = "lorem ipsum " * (SCAN_HEAD // 12 + 10)
+    parts = [("user", "first ERR-1001 here")]
+    parts += [("output", filler)] * (SCAN_TOTAL // SCAN_HEAD + 1)
+    parts += [("user", "late ERR-9009 there")]
+    found = texts(extract(parts))  # type: ignore[arg-type]
+    assert "ERR-1001" in found and "ERR-9009" not in found
