@@ -46,6 +46,7 @@ from ._errors import (
     SessionNotFound,
     SummarizerError,
     TenantGrantError,
+    UndoRefused,
 )
 from ._events import Event, FactCheck
 from ._memory import AsyncAutoContextMemory, AutoContextMemory, MessageInput, ToolFormat
@@ -172,6 +173,7 @@ __all__ = [
     "ToolFormat",
     "ToolResultBlock",
     "ToolUseBlock",
+    "UndoRefused",
     "export_session",
     "from_anthropic_messages",
     "from_openai_messages",

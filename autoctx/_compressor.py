@@ -39,6 +39,7 @@ from ._effects import (
     LoadMessages,
     ReadSnapshot,
     ReadTotals,
+    ReadUndone,
     RecordEvent,
     SessionTotals,
     Settle,
@@ -339,6 +340,11 @@ class Compressor:
             snap = yield from ask(ReadSnapshot())
             if under_target(snap.message_count, snap.token_count, cfg, state.arriving):
                 return state.events
+            # What an undo took back is not planned again, by any rung, in any call: the call
+            # chooses again rather than redo it (docs/design.md §7). Read after the snapshot,
+            # so that an undo the snapshot shows is in it; the fallback, which keeps the
+            # bound, is not held to it.
+            state.failed.update((yield from ask(ReadUndone())))
             if snap.token_count >= cfg.token_trigger:
                 # Appends that came in while the call summarized (the agent goes on beside a
                 # background compression) fired the token trigger: the call is now one it fired.

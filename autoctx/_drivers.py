@@ -36,6 +36,7 @@ from ._effects import (
     LoadMessages,
     ReadSnapshot,
     ReadTotals,
+    ReadUndone,
     RecordEvent,
     Settle,
     Summarize,
@@ -168,6 +169,8 @@ def _execute(effect: Effect[Any], store: CompressionStore, fallback: Summarizer)
     if isinstance(effect, Settle):
         store.settle(effect.version)
         return None
+    if isinstance(effect, ReadUndone):
+        return store.undone_ranges()
     if isinstance(effect, Summarize):
         # Offline and local, so in the step itself; recorded under the fallback's own name.
         return [_fallback_answer(fallback, request) for request in effect.requests]

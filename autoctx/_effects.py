@@ -103,6 +103,11 @@ class CompressionStore(Protocol):
         is still at it."""
         ...
 
+    def undone_ranges(self) -> frozenset[tuple[int, ...]]:
+        """The replaced ids of every compression an undo of the session took back: the loop
+        does not plan them again (docs/design.md §7)."""
+        ...
+
 
 class Effect(Generic[_R]):
     """Something the loop asks for; `_R` is the type of the answer it is sent back."""
@@ -151,6 +156,11 @@ class RecordEvent(Effect[Event]):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadUndone(Effect[frozenset[tuple[int, ...]]]):
+    """`CompressionStore.undone_ranges`."""
 
 
 @dataclass(frozen=True, slots=True)

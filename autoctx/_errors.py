@@ -29,6 +29,7 @@ a base to handle a family; each class also keeps the built-in base it has always
     ├── Conflict                            what is stored does not allow the call
     │   ├── SessionExists (ValueError)
     │   ├── ErasureNotPermitted (PermissionError)
+    │   ├── UndoRefused                     `.reason` says which rule refused it
     │   └── ContextOverWindow                a strict read of a context over its window
     └── BackendError                        the database or the summarizer failed
         ├── DatabaseUnavailable (ConnectionError)
@@ -201,3 +202,19 @@ class InvalidEventId(InvalidArgument):
 
 class EventNotFound(NotFound):
     """No event with that id exists in that session (`undo`, `dropped`)."""
+
+
+class UndoRefused(Conflict):
+    """An undo that the session does not allow; nothing was changed (docs/design.md §7).
+
+    `reason` is one of 'over_window' (the working context would reach the window: make room,
+    or pass `force=True`), 'moved' (the compression's replacement is no longer in the working
+    context: the message names the event that holds it now), 'erased' (what it replaced was
+    erased), 'not_a_compression' (a pop, a clear, a fork, an erasure or an undo),
+    'not_applied' (a failed, skipped or conflict attempt), 'busy' (the session kept changing
+    while the undo was planned: try again) or 'pairing' (a defect: please report it).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

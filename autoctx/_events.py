@@ -10,7 +10,7 @@ from typing import Final, Literal, TypeAlias
 Status: TypeAlias = Literal["applied", "skipped", "failed", "conflict"]
 
 #: The strategy of every event that compresses nothing (a pop, a clear, a fork's first event,
-#: an erasure; docs/design.md §7): its reason names what it did. Here, where both the store
+#: an erasure, an undo; docs/design.md §7): its reason names what it did. Here, where both the store
 #: that writes such events and the strategy registry that names them may import it.
 MANUAL: Final = 0
 
@@ -52,7 +52,8 @@ class Event:
     status: Status
     #: Why it ran: 'count' or 'tokens' (which trigger held), 'manual' (`pop_last`), or
     #: 'fallback' (the offline summarizer stood in to keep the bound, docs/design.md §2),
-    #: 'clear', 'fork' (the first event of a forked session) or 'erase' (`mem.erase`).
+    #: 'clear', 'fork' (the first event of a forked session), 'erase' (`mem.erase`) or 'undo'
+    #: (`mem.undo`).
     reason: str
     messages_before: int
     messages_after: int
@@ -73,6 +74,8 @@ class Event:
     #: Copied from the parent by a fork (what made the copied summaries); the audit views
     #: count it in the parent only.
     inherited: bool = False
+    #: An undo (reason 'undo', `mem.undo`): the id of the compression it took back.
+    undoes: int | None = None
     #: The fact check of the summary it wrote (S1, S4, S5, S6, the fold), else None (previews,
     #: masking, attempts that changed nothing, manual events).
     facts: FactCheck | None = None

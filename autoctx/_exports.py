@@ -180,6 +180,7 @@ _TYPES: Final[dict[str, tuple[Check, str, bool]]] = {
     "latency_ms": (_num, "a number", True),
     "error": (lambda v: isinstance(v, str), "a string", True),
     "note": (lambda v: isinstance(v, str), "a string", True),
+    "undoes": (_int, "an integer", True),
     **{
         name: (_int, "an integer", True)
         for name in ("facts_found", "facts_kept", "facts_repaired", "facts_listed", "facts_dropped")
@@ -198,6 +199,8 @@ _LATER_EVENT_COLUMNS: Final[dict[str, Any]] = {
     "facts_dropped": None,
     "dropped_facts": [],
     "facts_repair_calls": 0,
+    # What an undo took back (migration 0017).
+    "undoes": None,
 }
 
 

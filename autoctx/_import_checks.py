@@ -469,6 +469,9 @@ def _check_events(rows: SessionRows, by_id: Mapping[int, Msg], event_ids: set[in
             raise refused(f"events[{k}].summary_message_id", "names no message of the document")
         if not all(i in by_id for i in e["replaced_ids"]):
             raise refused(f"events[{k}].replaced_ids", "name a message the document does not hold")
+        undoes = e.get("undoes")
+        if undoes is not None and (undoes not in event_ids or undoes >= e["id"]):
+            raise refused(f"events[{k}].undoes", "names no earlier event of the document")
         counts = [e.get(c) for c in _FACT_COUNTS]
         if counts[0] is not None and (
             any(c is None or c < 0 for c in counts)

@@ -32,6 +32,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from sqlalchemy.engine import URL, Engine
 
 from . import _arguments, _reserve
+from . import _undoing as undoing
 from . import _window as window
 from ._agent_plan import validate_plan
 from ._anthropic import anthropic_tools, to_anthropic
@@ -437,6 +438,23 @@ class AutoContextMemory:
         is not deleting). Recorded as an applied event: strategy 0, reason 'clear'."""
         self._check_open()
         return self._store.clear(config=self.config.to_json())
+
+    @_serialized
+    def undo(self, event_id: int, *, force: bool = False) -> Event:
+        """Put the messages the compression `event_id` replaced back in place of its
+        replacement, one level deep (a summary among them stays a summary), in one transaction;
+        returns the undo's event (strategy 0, reason 'undo', `undoes` the compression's id).
+
+        The compressor does not plan that range again; the next `compress_if_needed()`
+        chooses again. Raises `UndoRefused` (its `reason` says which rule, nothing changed)
+        when the working context would reach the window (unless `force`), when the
+        replacement is no longer in the working context (the message names the event that
+        holds it now), when what it replaced was erased, or when the event is not an applied
+        compression; `EventNotFound` for an id the session does not have. docs/design.md §7.
+        """
+        self._check_open()
+        eid = _arguments.event_id(event_id)
+        return undoing.undo(self._store, eid, config=self.config, force=bool(force))
 
     @_serialized
     def _replace_working(self, messages: MessageInput) -> list[Msg]:
@@ -1379,6 +1397,9 @@ class AsyncAutoContextMemory:
 
     async def clear(self) -> Event:
         return await asyncio.to_thread(self.sync.clear)
+
+    async def undo(self, event_id: int, *, force: bool = False) -> Event:
+        return await asyncio.to_thread(self.sync.undo, event_id, force=force)
 
     async def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
         return await asyncio.to_thread(self.sync.pop_last, split)

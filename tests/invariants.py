@@ -31,7 +31,7 @@ AUDIT_VIEWS = (
     "autoctx_problem_sessions",
 )
 #: The view of forks migration 0009 creates (docs/audit.md, "Forks and erasures").
-LIFECYCLE_VIEWS = ("autoctx_forks",)
+LIFECYCLE_VIEWS = ("autoctx_forks", "autoctx_undos")
 #: The view of the fact check migration 0016 creates (docs/audit.md, "What summaries left out").
 FACT_VIEWS = ("autoctx_fact_checks",)
 

@@ -258,6 +258,16 @@ class MemoryStore:
         if self.version == version:
             self.settled_version = version
 
+    def undone_ranges(self) -> frozenset[tuple[int, ...]]:
+        """This store has no undo (the SQL store's is tested on PostgreSQL): its events
+        never take a compression back, and the contract still holds."""
+        by_id = {e.id: e for e in self.events}
+        return frozenset(
+            by_id[e.undoes].replaced_ids
+            for e in self.events
+            if e.reason == "undo" and e.undoes is not None
+        )
+
     def _event(
         self,
         *,

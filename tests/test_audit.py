@@ -33,6 +33,7 @@ from autoctx import (
     SummaryRequest,
     SummaryResult,
     ToolUseBlock,
+    UndoRefused,
 )
 from autoctx._store.database import (
     alembic_config,
@@ -297,6 +298,15 @@ def population(db_url: str) -> Population:
     early = child._store.load_messages(range(1, 20))
     first_user = min(i for i, m in early.items() if m.role == "user" and m.kind == "original")
     child.erase([first_user], reason="user request #1")
+    # And takes back the newest compression it can: an undo for `autoctx_undos` (§7).
+    for e in reversed([e for e in child.events() if e.status == "applied" and e.strategy]):
+        try:
+            child.undo(e.id, force=True)
+        except UndoRefused:
+            continue
+        break
+    else:
+        raise AssertionError("the fork could undo none of its compressions")
     return pop
 
 

@@ -25,6 +25,7 @@ from autoctx._effects import (
     LoadMessages,
     ReadSnapshot,
     ReadTotals,
+    ReadUndone,
     Summarize,
 )
 from autoctx._errors import SessionNotFound
@@ -99,10 +100,13 @@ def test_the_loop_asks_for_each_read_and_write_as_an_effect() -> None:
                 continue
             elif isinstance(effect, ReadTotals):
                 result = store.totals()
+            elif isinstance(effect, ReadUndone):
+                result = store.undone_ranges()
             else:
                 raise AssertionError(f"unexpected effect {effect!r}")
             assert (store.version, len(store.events)) == (version, events)  # a read
-    assert seen[0] is ReadSnapshot and LoadMessages in seen and Summarize in seen
+    # Each pass reads a snapshot, then what undos took back (not planned again).
+    assert seen[:2] == [ReadSnapshot, ReadUndone] and LoadMessages in seen and Summarize in seen
     assert ApplyReplacements in seen
     assert done.value.value == recorded == store.events
     assert store.token_count < SMALL.token_target

@@ -44,6 +44,7 @@ from autoctx import (
     SummaryRequest,
     SummaryResult,
     ToolUseBlock,
+    UndoRefused,
 )
 from autoctx._store.tables import SESSION_TABLES
 from tests.histories import SMALL, long_task, multi_round, one_heavy_round
@@ -192,7 +193,15 @@ def _scenario(db_url: str, rec: Recorder) -> set[int]:
     run(f"st-previews-{tag}", multi_round(2, rounds=1, steps=30), no_runs)
     # S4: one heavy previous round, no large output.
     heavy = dataclasses.replace(no_runs, large_payload_chars=100_000, max_tokens=2_900)
-    run(f"st-round4-{tag}", one_heavy_round(8), heavy)
+    round4 = run(f"st-round4-{tag}", one_heavy_round(8), heavy)
+    # An undo (docs/design.md §7), one refused with where its replacement went, and a
+    # compression that reads what undos took back.
+    s4 = next(e for e in round4.events() if e.strategy == 4 and e.status == "applied")
+    round4.undo(s4.id, force=True)
+    with pytest.raises(UndoRefused):
+        round4.undo(s4.id)
+    round4.add(multi_round(9, rounds=1, steps=4)[1:])
+    round4.compress_if_needed()
     # S3: large messages in the kept tail, before the latest answer (of the current round, so
     # that no fold takes them: previews give way to a fold whose range holds them).
     tail = dataclasses.replace(no_runs, last_keep=40, max_tokens=12000)

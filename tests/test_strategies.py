@@ -210,10 +210,11 @@ def test_registry_reserved_calls_follow_the_order() -> None:
 def test_events_are_named_by_rung_or_by_reason() -> None:
     """Manual events keep strategy 0 and are named by their reason; compressions by rung."""
     assert registry.event_kind(0, "manual") == "pop"
-    assert [registry.event_kind(0, r) for r in ("clear", "fork", "erase")] == [
+    assert [registry.event_kind(0, r) for r in ("clear", "fork", "erase", "undo")] == [
         "clear",
         "fork",
         "erase",
+        "undo",
     ]
     assert not registry.is_compression(registry.MANUAL)
     assert registry.event_kind(4, "tokens") == "round summary"

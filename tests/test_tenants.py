@@ -757,3 +757,35 @@ def test_a_forced_owner_is_held_to_the_setting(admin_url: URL, empty_db_url: str
                     sa.text(f'ALTER DATABASE "{name}" OWNER TO {_quoted(str(admin_url.username))}')
                 )
     admin.dispose()
+
+
+def test_the_acme_role_undoes_a_compression_of_its_own_tenant(
+    db_url: str, world: World, acme: Role
+) -> None:
+    """An undo needs no privilege beyond what a memory of the tenant uses: the working set is
+    spliced with INSERT and `autoctx_unlink_working`, positions moved included (in a fork,
+    whose positions are dense). docs/design.md §7."""
+    sid = world.a[0]
+    owner = AutoContextMemory.open(sid, db_url, tenant="acme", create=False)
+    applied = [e for e in owner.events() if e.status == "applied" and e.strategy]
+    child_id = f"{sid}-undo-{uuid.uuid4().hex[:6]}"
+    owner.fork(child_id)
+    child = AutoContextMemory.open(
+        child_id, acme.url, tenant="acme", summarizer=OfflineSummarizer(), create=False
+    )
+    target = next(
+        e for e in reversed(applied) if e.summary_message_id in {m.id for m in child.messages()}
+    )
+    done = child.undo(target.id, force=True)
+    assert done.undoes == target.id
+    assert set(target.replaced_ids) <= {m.id for m in child.messages()}
+    (row,) = sql(
+        child, "select undone_event_id from autoctx_undos where session_id = :s", s=child_id
+    )
+    assert row.undone_event_id == target.id
+    # A session of another tenant is an unknown one.
+    with pytest.raises(SessionNotFound):
+        AutoContextMemory.open(world.b[0], acme.url, tenant="acme", create=False).undo(1)
+    assert_every_original_reachable(
+        AutoContextMemory.open(child_id, db_url, tenant="acme", create=False)
+    )

@@ -1,5 +1,6 @@
-"""`autoctx fork | erase | purge | import`: a session branched, erased, retired or restored
-(docs/design.md §9; the SQL is in autoctx._store.lifecycle)."""
+"""`autoctx fork | undo | erase | purge | import`: a session branched, a compression taken
+back, a session erased, retired or restored (docs/design.md §7, §9; the SQL is in
+autoctx._store.lifecycle and autoctx._store.undo)."""
 
 from __future__ import annotations
 
@@ -96,6 +97,54 @@ def fork(
     typer.echo(
         f"forked {session!r} into {new!r} at message {ids[-1] if ids else '-'}: "
         f"{info.message_count} working messages, {info.token_count:,} tokens"
+    )
+
+
+@app.command()
+@friendly_errors
+def undo(
+    session: SessionArg,
+    event_id: Annotated[
+        int, typer.Argument(metavar="EVENT_ID", help="The compression to take back.")
+    ],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Undo even when the working context reaches the window; the next compression "
+            "then chooses again (never the same range).",
+        ),
+    ] = False,
+    tenant: TenantOption = None,
+    as_json: AsJson = False,
+    database_url: DatabaseUrl = None,
+    verbose: Verbose = False,
+) -> None:
+    """Put the messages the compression EVENT_ID replaced back in place of its replacement.
+
+    One level deep (a summary among them stays a summary), in one transaction, recorded as an
+    event (reason 'undo') that names EVENT_ID; the compressor does not plan that range again.
+    Refused, with nothing changed, when the working context would reach the window (unless
+    --force), when the replacement is no longer in the working context (the message names
+    the event that holds it now), or when what it replaced was erased. `autoctx history`
+    lists the events.
+
+    Examples:
+
+    ```
+    autoctx undo agent-42 17
+    autoctx undo agent-42 17 --force
+    ```
+    """
+    done = _memory(session, tenant, database_url).undo(event_id, force=force)
+    if as_json:
+        _print_json({"session_id": session, "event": _event_json(done)})
+        return
+    typer.echo(
+        f"undid event {event_id} of {session!r} (event {done.id}): "
+        f"{done.messages_before} -> {done.messages_after} working messages, "
+        f"{done.tokens_before:,} -> {done.tokens_after:,} tokens"
+        + (" (forced over the window)" if done.note else "")
     )
 
 

@@ -187,6 +187,7 @@ def _event_json(e: Event) -> dict[str, Any]:
         "error": e.error,
         "session_version": e.session_version,
         "created_at": e.created_at,
+        "undoes": e.undoes,
         "facts": _facts_json(e.facts),
     }
 
@@ -474,6 +475,9 @@ def _cost(event: Event) -> str:
 
 
 def _why(event: Event) -> str:
+    if event.undoes is not None:  # an undo says what it took back (docs/design.md §7)
+        why = f"undo of event {event.undoes}"
+        return f"{why}, {event.note}" if event.note else why
     return f"{event.reason}: {event.note}" if event.note else event.reason
 
 

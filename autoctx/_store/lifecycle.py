@@ -126,6 +126,7 @@ EVENT_COLUMNS = (
     "config",
     "created_at",
     "note",
+    "undoes",
     "facts_found",
     "facts_kept",
     "facts_repaired",

@@ -117,6 +117,7 @@ def event_of(values: Mapping[Any, Any]) -> Event:
         created_at=values.get("created_at"),
         note=values.get("note"),
         inherited=bool(values.get("inherited", False)),
+        undoes=values.get("undoes"),
         facts=facts_of_row(values),
     )
 
@@ -179,6 +180,7 @@ def event_row(
     latency_ms: float | None = None,
     error: str | None = None,
     note: str | None = None,
+    undoes: int | None = None,
     facts: FactCheck | None = None,
 ) -> dict[str, Any]:
     """The `compression_events` row of one event: every writer of events (an apply, a recorded
@@ -207,6 +209,7 @@ def event_row(
         "session_version": session_version,
         "config": dict(config),
         "note": note,
+        "undoes": undoes,
         **fact_columns(facts),
     }
 

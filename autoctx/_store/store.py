@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid as uuid_mod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
@@ -38,6 +38,7 @@ from .._messages import Msg, json_text
 from .._plans import Edit, Snapshot, splice
 from .._replacements import ApplyOutcome, Replacement, next_handle_after
 from .._structure import MsgMeta, meta_of
+from . import undo
 from .rows import (
     SessionInfo,
     array_literal,
@@ -70,6 +71,9 @@ from .sql import (
     originals_below,
 )
 from .tables import compression_events, lineage, messages, offloads, sessions, working_set
+
+if TYPE_CHECKING:  # the store applies an undo's plan; it does not make one
+    from .._undo import Restoration
 
 
 @dataclass(frozen=True, slots=True)
@@ -995,6 +999,28 @@ class SessionStore(TenantScope):
             )
         )
         return [event_of(e) for e in event_rows]
+
+    def restore(
+        self, plan: Restoration, *, seen_version: int, note: str | None, config: Mapping[str, Any]
+    ) -> Event | None:
+        """Apply an undo's plan (docs/design.md §7) as one unit of work, like `apply`: lock the
+        session row, check that the plan's span is still in the working set as planned and
+        that nothing was written since the snapshot at `seen_version` (so that the plan's
+        window check is exact), write (`undo.write_restoration`), commit. None, with nothing
+        written, when the session moved on: plan again from a new snapshot."""
+        with self.transaction() as conn:
+            row = self.lock_row(conn)
+            if row.version != seen_version or self._check_ranges(conn, [plan.edit])[0] is None:
+                return None
+            event = undo.write_restoration(conn, self, row, plan, note=note, config=config)
+        self._snapshot = None
+        self._appended = None
+        self._tail = (event.session_version, dict(row.open_calls))
+        return event
+
+    def undone_ranges(self) -> frozenset[tuple[int, ...]]:
+        """The ranges of the compressions this session's undos took back."""
+        return undo.undone_ranges(self)
 
     def record_event(
         self,

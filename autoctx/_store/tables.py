@@ -168,6 +168,8 @@ compression_events = sa.Table(
     sa.Column("note", sa.Text, nullable=True),
     #: Copied from the parent by a fork: counted in the session that paid for it (0009).
     sa.Column("inherited", sa.Boolean, nullable=False, server_default=sa.false()),
+    #: An undo's event: the id of the compression it took back (0017); NULL otherwise.
+    sa.Column("undoes", sa.BigInteger, nullable=True),
     # The fact check of the summary the event wrote (migration 0016, docs/design.md §6): NULL
     # where no summary was checked; the dropped facts as the check found them.
     sa.Column("facts_found", sa.Integer, nullable=True),
@@ -179,6 +181,10 @@ compression_events = sa.Table(
     sa.Column("facts_repair_calls", sa.SmallInteger, nullable=False, server_default="0"),
     _session_fk(),
     sa.Index("compression_events_status_idx", "session_id", "status"),
+    # The undo events, which the compressor reads when a call fires (0017).
+    sa.Index(
+        "compression_events_undo_idx", "session_id", postgresql_where=sa.text("reason = 'undo'")
+    ),
 )
 
 offloads = sa.Table(

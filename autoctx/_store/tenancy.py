@@ -63,6 +63,7 @@ READ_ONLY: Final = (
     "autoctx_coverage",
     "autoctx_problem_sessions",
     "autoctx_forks",
+    "autoctx_undos",
     "autoctx_fact_checks",
     GRANTS,
 )

@@ -232,6 +232,7 @@ MANUAL_KINDS: Final[Mapping[str, str]] = {
     "clear": "clear",
     "fork": "fork",
     "erase": "erase",
+    "undo": "undo",
 }
 _MANUAL_COLOR: Final = "#000000"
 

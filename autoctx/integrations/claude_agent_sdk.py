@@ -342,8 +342,5 @@ class AutoContextSessionStore(SessionStore):
 
     async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
         tenant, sid = self._main_id(key)
-        subs = await asyncio.to_thread(
-            self._client_now().sessions, tenant=tenant, prefix=sid + "/"
-        )
+        subs = await asyncio.to_thread(self._client_now().sessions, tenant=tenant, prefix=sid + "/")
         return sorted(unquote(i.session_id.removeprefix(sid + "/")) for i in subs)
-
