@@ -135,7 +135,7 @@ class Trigger:
 
 def trigger_of(message_count: int, token_count: int, config: AutoContextConfig) -> Trigger:
     return Trigger(
-        by_count=message_count >= config.msg_threshold,
+        by_count=config.msg_threshold is not None and message_count >= config.msg_threshold,
         by_tokens=token_count >= config.token_trigger,
     )
 
@@ -145,7 +145,10 @@ def under_target(
 ) -> bool:
     """Whether the context is under the target; with `arriving`, whether it still is once that
     many more tokens have come in (see `SessionState.arriving`)."""
-    return token_count + arriving < config.token_target and message_count < config.msg_target
+    target = config.msg_target
+    return token_count + arriving < config.token_target and (
+        target is None or message_count < target
+    )
 
 
 def is_due(info: SessionTotals, config: AutoContextConfig) -> bool:
@@ -400,7 +403,7 @@ class Compressor:
         ctx = PlanContext(
             token_pressure=state.by_tokens and tokens >= cfg.token_target,
             failed=frozenset(state.failed),
-            count_pressure=snap.message_count >= cfg.msg_target,
+            count_pressure=cfg.msg_target is not None and snap.message_count >= cfg.msg_target,
             layouts=self.session.layouts,
             arriving=state.arriving,
         )

@@ -126,8 +126,11 @@ class AutoContextConfig:
     configuration are the exceptions: they are fixed when the session is created.
     """
 
-    #: Compress when the working context holds at least this many messages.
-    msg_threshold: int = 100
+    #: Compress when the working context holds at least this many messages; None (the
+    #: default) compresses on tokens only. Off by default, from measurement (docs/design.md §2):
+    #: no peer has a count trigger, and on long tool tasks it fired summarizer calls while the
+    #: tokens were far under their trigger. 100 is the design's value.
+    msg_threshold: int | None = None
     #: The model's context window, in tokens.
     max_tokens: int = 131072
     #: Tokens of each model call that are not the working context: the tool definitions, the
@@ -195,8 +198,9 @@ class AutoContextConfig:
     fact_index_ratio: float = 0.15
 
     def __post_init__(self) -> None:
+        if self.msg_threshold is not None:
+            _check_int("msg_threshold", self.msg_threshold, minimum=1)
         positive_ints = (
-            "msg_threshold",
             "max_tokens",
             "large_payload_chars",
             "max_message_chars",
@@ -370,8 +374,10 @@ class AutoContextConfig:
         return int(self.message_window * self.target_ratio)
 
     @property
-    def msg_target(self) -> int:
-        """Working messages under which compression stops."""
+    def msg_target(self) -> int | None:
+        """Working messages under which compression stops; None without a count trigger."""
+        if self.msg_threshold is None:
+            return None
         return int(self.msg_threshold * self.target_ratio)
 
     @property

@@ -241,7 +241,8 @@ def render(
     room = max_tokens - int(config.get("reserve_tokens", 0))
     trigger = room * float(config["token_ratio"])
     target = room * float(config["target_ratio"])
-    msg_threshold = int(config["msg_threshold"])
+    # None: no count trigger (the default), so no lines on the message axis.
+    msg_threshold = config.get("msg_threshold")
 
     ax_tok.plot(
         xs,
@@ -274,20 +275,21 @@ def render(
         color="#333333",
         linewidth=1.1,
     )
-    ax_msg.axhline(
-        msg_threshold,
-        color="#C0392B",
-        linestyle="--",
-        linewidth=1.2,
-        label=f"trigger {msg_threshold} messages",
-    )
-    ax_msg.axhline(
-        msg_threshold * float(config["target_ratio"]),
-        color="#27AE60",
-        linestyle=":",
-        linewidth=1.4,
-        label=f"target {msg_threshold * float(config['target_ratio']):.0f} messages",
-    )
+    if msg_threshold is not None:
+        ax_msg.axhline(
+            int(msg_threshold),
+            color="#C0392B",
+            linestyle="--",
+            linewidth=1.2,
+            label=f"trigger {msg_threshold} messages",
+        )
+        ax_msg.axhline(
+            int(msg_threshold) * float(config["target_ratio"]),
+            color="#27AE60",
+            linestyle=":",
+            linewidth=1.4,
+            label=f"target {int(msg_threshold) * float(config['target_ratio']):.0f} messages",
+        )
 
     for strategy in sorted({m.strategy for m in series.marks}):
         applied = [m for m in series.marks if m.strategy == strategy and m.status == "applied"]
@@ -338,7 +340,9 @@ def render(
     # Outside the axes: the curve fills the whole plot area sooner or later.
     ax_tok.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)
     ax_msg.set_ylabel("messages")
-    ax_msg.set_ylim(0, max([p.messages for p in series.points] + [msg_threshold]) * 1.15)
+    ax_msg.set_ylim(
+        0, max([p.messages for p in series.points] + [int(msg_threshold or 0), 1]) * 1.15
+    )
     ax_msg.grid(True, alpha=0.25)
     ax_msg.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)
     ax_msg.set_xlabel("original messages appended" if x == "step" else "time (UTC)")

@@ -37,7 +37,10 @@ Workloads (every tool output carries one unique fact marker, ``fact_id=F<n>-<hex
 at a random place in it): `toolchat` (400 Agents-SDK-like turns, W = 16,000), `longtask` (one
 task of 400 tool steps, W = 32,000), `bigtask` (one task of 300 tool steps whose outputs are
 all 500 to 8,000 characters, W = 32,000), `multitask` (12 tasks of 10 to 120 steps in one session,
-W = 32,000), `chat` (600 small rounds, a quarter of them with one tool call, W = 16,000), and
+W = 32,000), `chat` (600 small rounds, a quarter of them with one tool call, W = 16,000),
+`coding-agent` (240 tool steps of mostly short shell results and a few 50-150 KB dumps, one
+task and one follow-up, W = 128,000), `support-agent` (60 user turns answered with small JSON
+records, the user restating constraints, W = 16,000), and
 `trajectories` (`--trajectories DIR`: JSON/JSONL files of OpenAI-format chat messages, W from
 `--window`).
 

@@ -38,7 +38,7 @@ from autoctx import (
 from autoctx._memory import internals
 from autoctx._worker import AutoContextWorker
 from tests.dbsql import sql
-from tests.histories import SMALL, file_dump
+from tests.histories import NO_MASKING, SMALL, file_dump
 from tests.invariants import assert_consistent
 from tests.openai_server import OpenAIServer, Reply
 
@@ -204,7 +204,8 @@ def test_no_model_call_is_over_the_window_while_compression_runs_behind(
     server.reset()
     slow = Gate(hold_s=0.04)
     server.set_default(slow)
-    config = AutoContextConfig(max_tokens=6000, msg_threshold=1000, last_keep=6)
+    # Masking off: the short tags let it keep this task under the target alone (no summary).
+    config = AutoContextConfig(max_tokens=6000, msg_threshold=1000, last_keep=6, **NO_MASKING)
     mem = open_memory(config=config, summarizer=_summarizer(server), background=True)
     rng = random.Random(11)
     mem.add([Msg.system("You are a coding agent."), Msg.user("Migrate every module.")])

@@ -219,3 +219,35 @@ def test_autoctx_config_option_refuses_what_is_not_a_config(admin_url: URL) -> N
         proc = _bench(admin_url, "--systems", "autoctx", "--autoctx-config", bad)
         assert proc.returncode == 2, bad
         assert "--autoctx-config" in proc.stderr
+
+
+def test_the_agent_shaped_workloads_have_the_shapes_they_claim() -> None:
+    """coding-agent: 150-300 steps, most outputs 100-2,000 characters, a few of 50-150 KB, one
+    or two user turns; support-agent: 40-80 user turns, small JSON results of 200-1,500
+    characters (a fact marker added), constraints restated. Both seeded: the same seed gives
+    the same messages."""
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import agent_cost
+    finally:
+        sys.path.remove(str(BENCH.parent))
+
+    coding = agent_cost.coding_agent(42, agent_cost.SIZES["coding-agent"])
+    assert coding == agent_cost.coding_agent(42, agent_cost.SIZES["coding-agent"])
+    assert 150 <= agent_cost.SIZES["coding-agent"] <= 300
+    assert sum(m["role"] == "user" for m in coding) in (1, 2)
+    outputs = [len(m["content"]) for m in coding if m["role"] == "tool"]
+    marker = len("fact_id=F00001-abcdef\n")
+    huge = [n for n in outputs if n > 3_000]
+    assert huge and all(50_000 <= n <= 150_000 + marker for n in huge)
+    assert len(huge) < len(outputs) / 10
+    assert all(100 <= n <= 2_000 + marker for n in outputs if n <= 3_000)
+
+    support = agent_cost.support_agent(42, agent_cost.SIZES["support-agent"])
+    assert support == agent_cost.support_agent(42, agent_cost.SIZES["support-agent"])
+    users = [m["content"] for m in support if m["role"] == "user"]
+    assert 40 <= len(users) <= 80
+    results = [m for m in support if m["role"] == "tool"]
+    assert results and all(200 <= len(m["content"]) <= 1_500 + marker for m in results)
+    restated = [u for u in users if "." in u[:60] and u.split(".")[0] + "." in users[0]]
+    assert len(restated) > 2, "the user restates the first turn's constraints"

@@ -232,3 +232,38 @@ def test_a_cancelled_async_compression_frees_its_claim_at_every_await_point(
     engine.dispose()
     # The claim's wait, the summarizer's answer and the database steps all suspend the call.
     assert points >= 5, points
+
+
+def test_a_session_without_a_count_trigger_is_due_by_tokens_only(db_url: str) -> None:
+    """`msg_threshold=None` (the default) is a JSON null in the recorded config: the worker's
+    query reads it as no count trigger, not as a threshold it cannot read (which would make
+    every such session due at every version)."""
+    from autoctx import Msg
+    from autoctx._store.claims import due_sessions
+
+    tenant = f"counts-{uuid.uuid4().hex[:8]}"
+    config = dataclasses.replace(SMALL, msg_threshold=None)
+    many = AutoContextMemory.open(
+        f"many-{uuid.uuid4().hex[:6]}",
+        db_url,
+        config,
+        tenant=tenant,
+        summarizer=OfflineSummarizer(),
+    )
+    many.add([Msg.user(f"note {k}") for k in range(200)])  # far over 60 messages, few tokens
+    assert not many.needs_compression()
+    counted = AutoContextMemory.open(
+        f"counted-{uuid.uuid4().hex[:6]}",
+        db_url,
+        SMALL,
+        tenant=tenant,
+        summarizer=OfflineSummarizer(),
+    )
+    counted.add([Msg.user(f"note {k}") for k in range(200)])
+    assert counted.needs_compression()
+    heavy = _due(db_url, f"heavy-{uuid.uuid4().hex[:6]}", tenant)
+    engine = many.engine
+    due = {d.session_id for d in due_sessions(engine, limit=10, tenant=tenant)}
+    assert due == {counted.session_id, heavy}
+    for mem in (many, counted):
+        mem.close()

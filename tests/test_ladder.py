@@ -787,6 +787,25 @@ def test_the_bound_holds_when_the_config_blocks_the_history_strategies(
     check_all(mem)
 
 
+def test_without_a_count_trigger_many_small_messages_do_not_compress(open_memory: Open) -> None:
+    """docs/design.md §2: by default only tokens trigger a compression; with the design's
+    `msg_threshold=100` the same messages do."""
+    small = [Msg.user(f"note {k}: the build is green") for k in range(300)]
+    plain = open_memory(config=AutoContextConfig(max_tokens=16_000))
+    plain.add(small)
+    assert plain.config.msg_threshold is None and plain.token_count() < 16_000 * 0.75
+    assert not plain.needs_compression() and plain.compress_if_needed() == []
+    counted = open_memory(
+        sid=f"counted-{uuid.uuid4().hex[:6]}",
+        config=AutoContextConfig(max_tokens=16_000, msg_threshold=100),
+    )
+    counted.add(small)
+    assert counted.needs_compression()
+    events = [e for e in counted.compress_if_needed() if e.status == "applied"]
+    assert events and {e.reason for e in events} == {"count"}
+    assert counted.message_count() < 60
+
+
 def test_add_never_compresses_by_itself(open_memory: Open) -> None:
     mem = open_memory(config=SMALL)
     added = mem.add(multi_round(4, rounds=4, steps=8))

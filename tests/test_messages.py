@@ -333,13 +333,22 @@ def test_config_refuses_invalid_values_naming_the_field() -> None:
     # before the sizes derived from the window are computed from it.
     with pytest.raises(ConfigError, match="max_tokens must be at most"):
         AutoContextConfig(max_tokens=10**400)
-    assert json.loads(json.dumps(AutoContextConfig().to_json()))["msg_threshold"] == 100
+    assert json.loads(json.dumps(AutoContextConfig().to_json()))["msg_threshold"] is None
+    counted = AutoContextConfig(msg_threshold=100).to_json()
+    assert json.loads(json.dumps(counted))["msg_threshold"] == 100
 
 
 def test_config_defaults_are_the_specs() -> None:
     """docs/design.md §2 and 3 name the defaults; a change of one is a change of behaviour."""
     defaults = AutoContextConfig()
-    assert (defaults.msg_threshold, defaults.max_tokens) == (100, 131072)
+    # No count trigger by default (docs/design.md §2); the design's 100 is one setting away.
+    assert (defaults.msg_threshold, defaults.msg_target, defaults.max_tokens) == (
+        None,
+        None,
+        131072,
+    )
+    counted = AutoContextConfig(msg_threshold=100)
+    assert (counted.msg_threshold, counted.msg_target) == (100, 60)
     assert (defaults.token_ratio, defaults.target_ratio) == (0.75, 0.6)
     options = RuntimeOptions()
     assert (options.max_passes, options.max_llm_calls) == (10, 8)

@@ -22,6 +22,7 @@ from autoctx._strategies import plan_s7 as s7
 from autoctx._strategies import plan_s8 as s8
 from autoctx._strategies._common import MIN_LLM_RANGE_TOKENS
 from autoctx._structure import MsgMeta
+from autoctx._tags import TAG_TOKENS
 
 PRESSURE = PlanContext(token_pressure=True)
 COUNT_ONLY = PlanContext(token_pressure=False)
@@ -821,7 +822,7 @@ def test_s6_budget_never_leaves_the_summary_over_the_token_target() -> None:
     config = cfg(max_tokens=10_000, fold_keep_tokens=0, fold_budget_tokens=4_000)
     [e] = s6(h.snap(), config, PRESSURE)
     body_chars = sum(m.chars for m in h.msgs[2:-2])
-    room_tokens = config.token_target - 3_100 - 20 - 24
+    room_tokens = config.token_target - 3_100 - 20 - TAG_TOKENS
     assert room_tokens < config.fold_budget_tokens
     assert e.char_budget is not None
     assert e.char_budget < int(0.3 * body_chars)  # the old budget, over the window
@@ -848,7 +849,7 @@ def test_s6_budget_follows_the_token_target_like_the_folds() -> None:
     [e] = s6(h.snap(), config, PRESSURE)
     assert e.char_budget is not None
     body_chars = sum(m.chars for m in h.msgs[2:-2])
-    room_tokens = config.token_target - 200 - 20 - 24
+    room_tokens = config.token_target - 200 - 20 - TAG_TOKENS
     deep = int(config.fold_budget_tokens * body_chars / e.replaced_tokens)
     assert config.fold_budget_tokens < min(0.3 * e.replaced_tokens, room_tokens)
     assert e.char_budget == deep
@@ -872,7 +873,7 @@ def test_s6_budget_leaves_room_for_what_arrives_before_it_commits() -> None:
     [alone] = s6(h.snap(), config, PRESSURE)
     [beside] = s6(h.snap(), config, PlanContext(token_pressure=True, arriving=2_000))
     body_chars = sum(m.chars for m in h.msgs[2:-2])
-    room_tokens = config.token_target - 3_100 - 20 - 2_000 - 24
+    room_tokens = config.token_target - 3_100 - 20 - 2_000 - TAG_TOKENS
     assert beside.char_budget == int(room_tokens * body_chars / beside.replaced_tokens)
     assert alone.char_budget is not None and beside.char_budget < alone.char_budget
     assert beside.replaced_ids == alone.replaced_ids  # the same range, summarized shorter

@@ -171,9 +171,14 @@ def demo(
     console.print(Text(f"  database    {where}"))
     console.print(Text(f"  summarizer  {_describe_summarizer(summarizer, offline)}"))
     console.print(
-        f"  window      {config.max_tokens:,} tokens; compress at {config.token_trigger:,} tokens "
-        f"or {config.msg_threshold} messages, down to {config.token_target:,} / "
-        f"{config.msg_target}; last_keep {config.last_keep}, large > "
+        f"  window      {config.max_tokens:,} tokens; compress at {config.token_trigger:,} tokens"
+        + (
+            f" or {config.msg_threshold} messages, down to {config.token_target:,} / "
+            f"{config.msg_target}"
+            if config.msg_threshold is not None
+            else f", down to {config.token_target:,}"
+        )
+        + f"; last_keep {config.last_keep}, large > "
         f"{config.large_payload_chars:,} chars"
     )
     console.print(
@@ -234,7 +239,9 @@ def demo(
     # many of the calls that fired went all the way to the target.
     calls = sum(e.model is not None and e.reason != "fallback" for e in events)
     reached = sum(
-        f is not None and f[0] < config.msg_target and f[1] < config.token_target
+        f is not None
+        and (config.msg_target is None or f[0] < config.msg_target)
+        and f[1] < config.token_target
         for f in result.fired
     )
     console.print(

@@ -51,7 +51,8 @@ _RESERVE = _NUMBER.format(key="reserve_tokens", low=">= 0", high="<= 1e18")
 #: at its version; not one of the (session, version) pairs in `skip`.
 _DUE_WHERE = f"""
     s.settled_version IS DISTINCT FROM s.version
-      AND coalesce(s.message_count >= {_MSG_THRESHOLD}
+      AND coalesce((jsonb_typeof(s.config -> 'msg_threshold') IS DISTINCT FROM 'null'
+                    AND s.message_count >= {_MSG_THRESHOLD})
                    OR s.token_count >= trunc(({_MAX_TOKENS} - coalesce({_RESERVE}, 0))
                                              * {_TOKEN_RATIO}),
                    true)

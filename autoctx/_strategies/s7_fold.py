@@ -37,7 +37,12 @@ def plan_s7(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
         keep_tokens = max(0, config.fold_keep_tokens - ctx.arriving)
         # The kept rounds hold the same share of the message target as of the token target,
         # so that a fold the message count called for also ends under its target.
-        keep_messages = config.msg_target * keep_tokens // max(1, config.token_target)
+        # Without a count trigger, the tokens alone bound them.
+        keep_messages = (
+            len(lay)
+            if config.msg_target is None
+            else config.msg_target * keep_tokens // max(1, config.token_target)
+        )
     kept = kept_from(lay, keep_tokens, keep_messages)
     members = tuple(i for i in range(kept) if not lay.is_protected(i))
     if not members:
