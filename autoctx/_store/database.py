@@ -18,16 +18,18 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Engine, make_url
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic (and the template engine it loads) is imported where a migration step needs it, not
+# at `import autoctx`: a process whose schema is current pays for it only at its first check.
 
 from .._errors import DatabaseUnavailable, SchemaError
 from .locks import CONNECT_OPTION
@@ -269,6 +271,8 @@ def resolve_url(database_url: str | URL | None) -> URL:
 
 def alembic_config(url: URL | None = None) -> Config:
     """An Alembic config pointing at the migrations shipped inside the package."""
+    from alembic.config import Config
+
     script_dir = importlib.resources.files("autoctx._migrations")
     cfg = Config()
     cfg.set_main_option("script_location", str(script_dir))
@@ -280,17 +284,23 @@ def alembic_config(url: URL | None = None) -> Config:
 
 
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
 
 
 def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
 def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
     return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
@@ -313,6 +323,9 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
     migration that fails rolls everything back and releases the lock with it, and its own
     error is what the caller sees, so no other process is left waiting for the lock.
     """
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
     try:
         with engine.begin() as conn:
             # DDL waits for the calls in flight, and the others wait for this lock: no timeout.
