@@ -402,7 +402,7 @@ def split(db: BenchDatabase, parts: list[list[Item]]) -> dict[str, float]:
     sa.event.listen(engine, "after_cursor_execute", after)
     try:
         with (
-            patched(agents_mod, "_convert", watch.wrap("convert", agents_mod._convert)),
+            patched(agents_mod, "convert", watch.wrap("convert", agents_mod.convert)),
             patched(autoctx._memory, "prepare", watch.wrap("prepare", autoctx._intake.prepare)),
             patched(autoctx._intake, "count_tokens", watch.wrap("count", count_tokens)),
         ):
