@@ -1,6 +1,6 @@
 """What an erasure writes (docs/design.md §9): tombstones, and summaries rewritten without what
 was erased. Pure: the store reads the rows, calls `rewrite_erased`, and writes what it returns
-in the same transaction (`autoctx._store.lifecycle.erase`).
+in the same transaction (`autoctx._store.erase.erase`).
 
 - An erased original keeps its role, id, time, pinned flag and tool structure (every call id
   and tool name, every result's call id), so that the working context stays valid OpenAI chat;

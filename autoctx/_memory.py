@@ -83,6 +83,7 @@ from ._search import (
     validate_scope,
 )
 from ._sessions import SessionInfo
+from ._store import erase as erase_sql
 from ._store import lifecycle, locks
 from ._store import search as search_store
 from ._store.claims import SessionClaim, aclaimed, claimed
@@ -831,7 +832,7 @@ class AutoContextMemory:
         ids = _arguments.erasure_ids(message_ids)
         note = _arguments.reason(reason)
         try:
-            return lifecycle.erase(
+            return erase_sql.erase(
                 self._store,
                 ids,
                 note=note,

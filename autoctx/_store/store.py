@@ -182,7 +182,7 @@ class SessionStore(TenantScope):
     Bound to one session id and the incarnation it first sees (the module docstring), and the
     only owner of that session's caches: the planning snapshot, the tail (the version this
     store's last write produced and the open calls then) and the totals of its latest append.
-    Fork and erasure (`lifecycle.fork`, `lifecycle.erase`) work on the session through its
+    Fork and erasure (`lifecycle.fork`, `erase.erase`) work on the session through its
     internal API (`transaction`, `statement`, `scope`, `row_condition`, `lock_row`,
     `rewritten`), never through these caches; search takes it as a tenant scope.
     """
