@@ -11,6 +11,7 @@ messages = mem.to_openai()
 from . import _arguments
 from ._anthropic import from_anthropic_messages
 from ._anthropic import to_anthropic as to_anthropic_messages
+from ._async_memory import AsyncAutoContextMemory
 from ._background import BackgroundMode
 from ._client import AutoContextClient
 from ._config import AutoContextConfig, RuntimeOptions
@@ -49,7 +50,7 @@ from ._errors import (
     UndoRefused,
 )
 from ._events import Event, FactCheck
-from ._memory import AsyncAutoContextMemory, AutoContextMemory, MessageInput, ToolFormat
+from ._memory import AutoContextMemory, MessageInput, ToolFormat
 from ._messages import (
     Msg,
     OpaqueBlock,

@@ -47,9 +47,10 @@ from ._sessions import SessionInfo
 from ._store.database import check_connection, create_engine, ensure_schema, resolve_url
 
 if TYPE_CHECKING:
+    from ._async_memory import AsyncAutoContextMemory
     from ._background import BackgroundMode
     from ._config import AutoContextConfig, RuntimeOptions
-    from ._memory import AsyncAutoContextMemory, AutoContextMemory
+    from ._memory import AutoContextMemory
     from ._summarizers import Summarizer
 
 T = TypeVar("T")
@@ -244,7 +245,7 @@ class AutoContextClient:
     ) -> AsyncAutoContextMemory:
         """`open`, for asyncio: the memory is opened in a worker thread and returned as an
         `AsyncAutoContextMemory` (registered with this client like any other)."""
-        from ._memory import AsyncAutoContextMemory  # the memory module imports this one
+        from ._async_memory import AsyncAutoContextMemory  # it imports this module
 
         args = OpenArguments(
             session_id, config, options, tenant, summarizer, create, background, hooks

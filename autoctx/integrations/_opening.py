@@ -12,10 +12,11 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
+from .._async_memory import AsyncAutoContextMemory
 from .._client import AutoContextClient
 from .._config import AutoContextConfig
 from .._errors import ConfigError
-from .._memory import AsyncAutoContextMemory, AutoContextMemory
+from .._memory import AutoContextMemory
 
 
 def checked_client(

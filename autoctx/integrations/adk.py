@@ -72,10 +72,10 @@ with framework_of("Google ADK", needs="Google ADK", extra="adk", packages=("goog
 from sqlalchemy.engine import URL
 
 from .. import _arguments
+from .._async_memory import AsyncAutoContextMemory
 from .._client import AutoContextClient
 from .._config import AutoContextConfig, RuntimeOptions, options_argument
 from .._errors import ConfigError, InvalidArgument, SessionNotFound
-from .._memory import AsyncAutoContextMemory
 from .._messages import Block, Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from .._summarizers import Summarizer
 from .._tools import tool_definitions

@@ -75,10 +75,10 @@ with framework_of(
 from sqlalchemy.engine import URL
 
 from .. import _messages as ax
+from .._async_memory import AsyncAutoContextMemory
 from .._client import AutoContextClient
 from .._config import AutoContextConfig
 from .._errors import InvalidMessage
-from .._memory import AsyncAutoContextMemory
 from ._opening import checked_client, open_async_memory
 
 if TYPE_CHECKING:

@@ -57,10 +57,10 @@ with framework_of(
 from sqlalchemy.engine import URL
 
 from .. import _arguments
+from .._async_memory import AsyncAutoContextMemory
 from .._client import AutoContextClient
 from .._config import AutoContextConfig, RuntimeOptions, options_argument
 from .._errors import ConfigError, InvalidArgument, SessionNotFound
-from .._memory import AsyncAutoContextMemory
 from .._messages import Msg, TextBlock
 from .._sessions import SessionInfo
 from .._summarizers import Summarizer

@@ -72,10 +72,10 @@ with framework_of(
     from pydantic_ai.toolsets import FunctionToolset
 
 from .. import _arguments
+from .._async_memory import AsyncAutoContextMemory
 from .._client import AutoContextClient
 from .._config import AutoContextConfig, RuntimeOptions, options_argument
 from .._errors import InvalidMessage, InvalidSessionId
-from .._memory import AsyncAutoContextMemory
 from .._messages import (
     REASONING_TYPES,
     Block,
