@@ -214,8 +214,6 @@ CIRCLE_EXCEPTIONS: dict[tuple[str, ...], str] = {
     ("autoctx._async_memory", "autoctx._client", "autoctx._memory"): (
         "the memory opens through the client, and back"
     ),
-    # The undo's SQL takes the store it serves (by type only); goes with the store's split.
-    ("autoctx._store.store", "autoctx._store.undo"): "the undo's SQL names the store's type",
 }
 
 

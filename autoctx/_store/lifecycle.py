@@ -49,8 +49,9 @@ from .rows import (
     session_info,
 )
 from .scope import TenantScope
+from .session_row import session_gone
 from .sql import COVERING_CHAIN, SNAPSHOT, WORKING_IDS, avoid_nested_loops
-from .store import SessionStore, session_gone
+from .store import SessionStore
 from .tables import compression_events, lineage, messages, offloads, sessions, working_set
 
 #: The columns each table's rows are copied, exported and imported with.

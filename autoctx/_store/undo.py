@@ -34,7 +34,7 @@ from .tables import compression_events, messages, sessions, working_set
 
 if TYPE_CHECKING:  # the store applies a plan; it does not make one
     from .._undo import Restoration
-    from .store import SessionStore
+    from .session_row import SessionRow
 
 #: The messages an undo puts back: their metadata, the erasure that rewrote each (if any), and
 #: each one's oldest original by lineage (itself for an original), which orders a fold's kept
@@ -125,7 +125,7 @@ class Whereabouts:
     chain: tuple[tuple[int, int | None], ...]
 
 
-def find_event(store: SessionStore, event_id: int) -> Event | None:
+def find_event(store: SessionRow, event_id: int) -> Event | None:
     """The session's event with that id, or None."""
     with store.statement() as conn:
         row = conn.execute(
@@ -140,7 +140,7 @@ def find_event(store: SessionStore, event_id: int) -> Event | None:
     return None if row is None else event_from_row(row)
 
 
-def restored(store: SessionStore, ids: Sequence[int], *, order_keys: bool) -> Restored:
+def restored(store: SessionRow, ids: Sequence[int], *, order_keys: bool) -> Restored:
     """The messages an undo puts back (see `Restored`)."""
     params = {
         "sid": store.session_id,
@@ -175,7 +175,7 @@ def restored(store: SessionStore, ids: Sequence[int], *, order_keys: bool) -> Re
     return Restored(metas, erased, keys)
 
 
-def whereabouts(store: SessionStore, message_id: int) -> Whereabouts:
+def whereabouts(store: SessionRow, message_id: int) -> Whereabouts:
     """Where `message_id` went (see `Whereabouts`)."""
     params = {"sid": store.session_id, "mid": message_id}
     with store.statement() as conn:
@@ -193,7 +193,7 @@ def whereabouts(store: SessionStore, message_id: int) -> Whereabouts:
     return Whereabouts(None if row is None else event_from_row(row), chain)
 
 
-def undone_ranges(store: SessionStore) -> frozenset[tuple[int, ...]]:
+def undone_ranges(store: SessionRow) -> frozenset[tuple[int, ...]]:
     """The ranges the session's undos took back (see `_UNDONE`)."""
     with store.statement() as conn:
         rows = conn.exec_driver_sql(_UNDONE, {"sid": store.session_id}).all()
@@ -216,7 +216,7 @@ def _unlink(conn: Connection, sid: str, ids: list[int]) -> list[tuple[int, int]]
 
 def write_restoration(
     conn: Connection,
-    store: SessionStore,
+    store: SessionRow,
     row: Row[Any],
     plan: Restoration,
     *,
