@@ -21,7 +21,7 @@ from ._background import (
     BackgroundMode,
 )
 from ._client import OpenArguments, open_shared
-from ._compressor import Compressor, is_due
+from ._compressor import Compressor
 from ._config import (
     AutoContextConfig,
     RuntimeOptions,
@@ -42,6 +42,7 @@ from ._summarizers import (
     AsyncSummarizer,
     Summarizer,
 )
+from ._trigger import is_due
 
 
 class AsyncAutoContextMemory:

@@ -74,6 +74,7 @@ from ._summary import (
 )
 from ._tags import offload_tag
 from ._tokens import TokenCounter
+from ._trigger import is_due, trigger_of, under_target
 
 logger = logging.getLogger("autoctx")
 
@@ -117,45 +118,6 @@ _TOKENS_ONLY: Final = registry.TOKENS_ONLY_STRATEGIES
 #: Passes whose arrivals `SessionState.arriving` averages: a few, so that it follows a change
 #: of the agent's pace, and more than one, so that one large tool output does not set it.
 _ARRIVALS_KEPT: Final = 4
-
-
-@dataclass(frozen=True, slots=True)
-class Trigger:
-    by_count: bool
-    by_tokens: bool
-
-    @property
-    def fired(self) -> bool:
-        return self.by_count or self.by_tokens
-
-    @property
-    def reason(self) -> str:
-        return "tokens" if self.by_tokens else "count"
-
-
-def trigger_of(message_count: int, token_count: int, config: AutoContextConfig) -> Trigger:
-    return Trigger(
-        by_count=config.msg_threshold is not None and message_count >= config.msg_threshold,
-        by_tokens=token_count >= config.token_trigger,
-    )
-
-
-def under_target(
-    message_count: int, token_count: int, config: AutoContextConfig, arriving: int = 0
-) -> bool:
-    """Whether the context is under the target; with `arriving`, whether it still is once that
-    many more tokens have come in (see `SessionState.arriving`)."""
-    target = config.msg_target
-    return token_count + arriving < config.token_target and (
-        target is None or message_count < target
-    )
-
-
-def is_due(info: SessionTotals, config: AutoContextConfig) -> bool:
-    """Whether a `compress_if_needed()` call from these totals has anything to try: the trigger
-    holds, and no earlier call settled at this very version (docs/design.md §2)."""
-    fired = trigger_of(info.message_count, info.token_count, config).fired
-    return fired and info.settled_version != info.version
 
 
 @dataclass

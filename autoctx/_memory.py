@@ -42,7 +42,7 @@ from ._background import (
 )
 from ._client import AutoContextClient, OpenArguments, open_shared
 from ._coerce import coerce_messages
-from ._compressor import Compressor, SessionState, is_due, trigger_of
+from ._compressor import Compressor, SessionState
 from ._config import (
     AutoContextConfig,
     RuntimeOptions,
@@ -102,6 +102,7 @@ from ._tools import (
     call_arguments,
     tool_definitions,
 )
+from ._trigger import is_due, trigger_of
 
 logger = logging.getLogger("autoctx")
 

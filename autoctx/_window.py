@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from ._background import BackgroundMode, BackgroundState
-from ._compressor import is_due
 from ._config import AutoContextConfig
 from ._events import Event
 from ._store.rows import SessionInfo
+from ._trigger import is_due
 
 _R = TypeVar("_R")
 

@@ -45,6 +45,7 @@ CORE = (
     "autoctx._replacements",
     "autoctx._prompts",
     "autoctx._strategies",
+    "autoctx._trigger",
 )
 #: Rule 1: what the core never imports.
 SHELL = ("autoctx._store", "autoctx._summarizers")
@@ -53,6 +54,7 @@ PLANNING_MODULES = (
     "autoctx._compressor",
     "autoctx._drivers",
     "autoctx._strategies",
+    "autoctx._trigger",
     "autoctx._prompts",
     "autoctx._agent_plan",
     "autoctx._summarizers",

@@ -1,0 +1,51 @@
+"""When a compression is due: the trigger of a session's totals, and its target.
+
+Pure: the memory asks before it claims the session (`is_due`), the loop asks at each step
+(`trigger_of`, `under_target`); both read the thresholds of the config (docs/design.md §2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._config import AutoContextConfig
+from ._effects import SessionTotals
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    by_count: bool
+    by_tokens: bool
+
+    @property
+    def fired(self) -> bool:
+        return self.by_count or self.by_tokens
+
+    @property
+    def reason(self) -> str:
+        return "tokens" if self.by_tokens else "count"
+
+
+def trigger_of(message_count: int, token_count: int, config: AutoContextConfig) -> Trigger:
+    return Trigger(
+        by_count=config.msg_threshold is not None and message_count >= config.msg_threshold,
+        by_tokens=token_count >= config.token_trigger,
+    )
+
+
+def under_target(
+    message_count: int, token_count: int, config: AutoContextConfig, arriving: int = 0
+) -> bool:
+    """Whether the context is under the target; with `arriving`, whether it still is once that
+    many more tokens have come in (see `SessionState.arriving`)."""
+    target = config.msg_target
+    return token_count + arriving < config.token_target and (
+        target is None or message_count < target
+    )
+
+
+def is_due(info: SessionTotals, config: AutoContextConfig) -> bool:
+    """Whether a `compress_if_needed()` call from these totals has anything to try: the trigger
+    holds, and no earlier call settled at this very version (docs/design.md §2)."""
+    fired = trigger_of(info.message_count, info.token_count, config).fired
+    return fired and info.settled_version != info.version
