@@ -271,7 +271,7 @@ class AutoContextClient:
     def _open(self, args: OpenArguments) -> AutoContextMemory:
         """What every way of opening a memory comes to: open it, with this client's hooks
         first, and register it."""
-        from ._memory import open_memory  # the memory module imports this one
+        from ._memory_open import open_memory  # it imports this module
 
         hooks = self.hooks + hooks_of(args.hooks)
         mem = open_memory(self, args, hooks=hooks, log_level=self._summarizer_log_level)

@@ -23,6 +23,7 @@ def coerce_messages(
     blocks (`tool_use`, `tool_result`, `image`, `document`, `thinking`, `redacted_thinking`);
     one whose turn carries tool results becomes a tool message (and a user message for any
     text after them)."""
+
     def one(item: Mapping[str, Any], i: int) -> list[Msg]:
         if is_anthropic(item):
             return from_anthropic(item, index=i)

@@ -27,8 +27,7 @@ import time
 GOAL_MS = 150.0
 
 INSIDE = (
-    "import time; t = time.perf_counter(); import autoctx; "
-    "print((time.perf_counter() - t) * 1000)"
+    "import time; t = time.perf_counter(); import autoctx; print((time.perf_counter() - t) * 1000)"
 )
 
 
