@@ -40,6 +40,18 @@ def checked_client(
     return client
 
 
+def checked_namespace(namespace: object, where: str, prefixes: str) -> str:
+    """`namespace` as given: the text an integration puts before every `prefixes` (ADK's
+    app_name, the Claude Agent SDK's project_key) to make its tenant; `ConfigError` naming
+    `where` for one that is not a string."""
+    if not isinstance(namespace, str):
+        raise ConfigError(
+            f"{where}: namespace must be a string (put before every {prefixes}), got "
+            f"{type(namespace).__name__}"
+        )
+    return namespace
+
+
 def open_memory(
     client: AutoContextClient | None,
     database_url: str | URL | None,

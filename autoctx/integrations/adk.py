@@ -79,7 +79,7 @@ from .._errors import ConfigError, InvalidArgument, SessionNotFound
 from .._messages import Block, Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from .._summarizers import Summarizer
 from .._tools import tool_definitions
-from ._opening import checked_client, open_async_memory
+from ._opening import checked_client, checked_namespace, open_async_memory
 
 __all__ = [
     "AutoContextPlugin",
@@ -302,12 +302,7 @@ class AutoContextSessionService(BaseSessionService):
     ) -> None:
         self._client = checked_client(client, database_url, "AutoContextSessionService")
         self._database_url = database_url
-        if not isinstance(namespace, str):
-            raise ConfigError(
-                "AutoContextSessionService: namespace must be a string (put before every "
-                f"app_name), got {type(namespace).__name__}"
-            )
-        self.namespace = namespace
+        self.namespace = checked_namespace(namespace, "AutoContextSessionService", "app_name")
         self.config = config
         self._summarizer = summarizer
         self._options = options_argument(options)

@@ -60,11 +60,11 @@ from .. import _arguments
 from .._async_memory import AsyncAutoContextMemory
 from .._client import AutoContextClient
 from .._config import AutoContextConfig, RuntimeOptions, options_argument
-from .._errors import ConfigError, InvalidArgument, SessionNotFound
+from .._errors import InvalidArgument, SessionNotFound
 from .._messages import Msg, TextBlock
 from .._sessions import SessionInfo
 from .._summarizers import Summarizer
-from ._opening import checked_client, open_async_memory
+from ._opening import checked_client, checked_namespace, open_async_memory
 
 __all__ = ["AutoContextSessionStore", "entry_message", "is_compact_boundary"]
 
@@ -152,12 +152,7 @@ class AutoContextSessionStore(SessionStore):
     ) -> None:
         self._client = checked_client(client, database_url, "AutoContextSessionStore")
         self._database_url = database_url
-        if not isinstance(namespace, str):
-            raise ConfigError(
-                "AutoContextSessionStore: namespace must be a string (put before every "
-                f"project_key), got {type(namespace).__name__}"
-            )
-        self.namespace = namespace
+        self.namespace = checked_namespace(namespace, "AutoContextSessionStore", "project_key")
         self.config = config
         self._summarizer = summarizer
         self._options = options_argument(options)
