@@ -1294,11 +1294,12 @@ def compare(res: dict[str, Any]) -> None:
     res["fewest_calls_bounded_peer"] = fewest["system"]
     for f in res["systems"]:
         f["cost_vs_cheapest_bounded_peer"] = f["total_cost"] / max(1, cheapest["total_cost"])
-    best = max(bounded, key=lambda f: f["visible_mean"] or 0.0)
+    # Peer figures of an earlier run (--peers-from) may predate the visible-facts measure.
+    best = max(bounded, key=lambda f: f.get("visible_mean") or 0.0)
     res["most_visible_bounded_peer"] = best["system"]
     for f in res["systems"]:
-        base = best["visible_mean"]
-        mine = f["visible_mean"]
+        base = best.get("visible_mean")
+        mine = f.get("visible_mean")
         f["visible_vs_best_bounded_peer"] = None if mine is None or not base else mine / base
 
 
