@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pytest
@@ -18,10 +18,13 @@ import pytest
 from autoctx import AutoContextClient, AutoContextMemory, SessionNotFound
 from autoctx._store.database import resolve_url
 from autoctx._strategies.registry import CURRENT_ROUND
+from autoctx._tokens import get_encoding
 from tests.agent_model import ScriptedAgent, tool_output
 from tests.dbsql import sql
 
 T = TypeVar("T")
+
+_ENCODING = get_encoding("o200k_base")
 
 #: The window of every framework run: a few 2-20 KB tool outputs fill it.
 WINDOW = 16_000
@@ -67,6 +70,66 @@ SMALL_WINDOW = 6_000
 def small_output_size(step: int) -> int:
     """2-6 KB, varying from step to step: a step of `SMALL_WINDOW` runs."""
     return 2_000 + (step * 7_919) % 4_001
+
+
+#: The extra tools of the reserve tests: a real agent offers tens of tools with long
+#: descriptions, about 2,000 tokens of definitions here, a third of `SMALL_WINDOW`.
+BIG_TOOLS = 12
+
+
+def big_tool_specs(count: int = BIG_TOOLS) -> list[tuple[str, str, dict[str, Any]]]:
+    """`count` tool definitions as `(name, description, JSON schema of the parameters)`, each
+    about 150 tokens as sent; a framework test wraps them in its tools (which are never called)."""
+    specs = []
+    for k in range(count):
+        description = (
+            f"Inspect part {k} of the repository: read the files it names, list the symbols "
+            f"they define and report every call site of those symbols with its line number, "
+            f"so that a change to part {k} can be checked against everything that uses it."
+        )
+        parameters = {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": f"The directory of part {k}."},
+                "depth": {"type": "integer", "description": "How many levels of calls."},
+            },
+            "required": ["path"],
+        }
+        specs.append((f"inspect_part_{k:02d}", description, parameters))
+    return specs
+
+
+def tools_tokens(body: Mapping[str, Any]) -> int:
+    """The tokens of a request's tool definitions as sent (their JSON, o200k_base)."""
+    return len(_ENCODING.encode_ordinary(json.dumps(body.get("tools") or [])))
+
+
+def whole_requests(agent_model: Any) -> list[int]:
+    """The tokens of every request the scripted model received, whole: its messages and system
+    text (the server's count) plus its tool definitions."""
+    return [
+        tokens + tools_tokens(body)
+        for tokens, body in zip(agent_model.inputs, agent_model.requests, strict=True)
+    ]
+
+
+def assert_whole_requests_fit(agent_model: Any, mem_reserve: int, *, measured: bool) -> None:
+    """With the reserve measured (the default) every whole request of the run stayed under
+    `SMALL_WINDOW` and the reserve covers the tools; with no reserve (`reserve_tokens=0` set)
+    some request went over: the tools are what the messages' bound leaves out."""
+    whole = whole_requests(agent_model)
+    tools = tools_tokens(agent_model.requests[0])
+    assert tools > SMALL_WINDOW // 4, tools  # the run's tools are a large share of the window
+    print(
+        f"whole requests: largest {max(whole)} / {SMALL_WINDOW}, "
+        f"tools {tools}, reserve {mem_reserve}"
+    )
+    if measured:
+        assert tools * 0.8 < mem_reserve, (tools, mem_reserve)
+        assert max(whole) < SMALL_WINDOW, max(whole)
+    else:
+        assert mem_reserve == 0
+        assert max(whole) >= SMALL_WINDOW, max(whole)
 
 
 def assert_every_request_ends_with_input(agent_model: ScriptedAgent) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,11 +40,13 @@ from google.adk.events.event_actions import EventActions
 from google.adk.models.anthropic_llm import AnthropicLlm
 from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
 from autoctx import (
     AutoContextClient,
     AutoContextConfig,
+    AutoContextMemory,
     ConfigError,
     InvalidArgument,
     OfflineSummarizer,
@@ -525,6 +527,8 @@ def _runner(
     work: Callable[[int], str],
     *,
     plugin: bool = True,
+    extra_tools: Sequence[BaseTool] = (),
+    instruction: str = "Run the steps with run_step.",
 ) -> Runner:
     model = AnthropicLlm(
         model="claude-sonnet-4-5", client=AsyncAnthropic(base_url=srv.base_url, api_key="t")
@@ -534,12 +538,10 @@ def _runner(
         """Do one step of the work and return its log."""
         return work(step)
 
-    tools: list[Any] = [run_step]
+    tools: list[Any] = [run_step, *extra_tools]
     if isinstance(service, AutoContextSessionService):
         tools.extend(context_tools(service))
-    agent = LlmAgent(
-        name="coder", model=model, instruction="Run the steps with run_step.", tools=tools
-    )
+    agent = LlmAgent(name="coder", model=model, instruction=instruction, tools=tools)
     plugins = [AutoContextPlugin(service)] if plugin else []
     app = App(name="coder", root_agent=agent, plugins=plugins)
     return Runner(app=app, session_service=service)
@@ -607,6 +609,55 @@ def test_a_long_run_through_the_runner_stays_under_the_window(
         f"adk long run: {len(scripted.inputs)} requests, largest "
         f"{scripted.largest_request()} / {framework_runs.WINDOW}"
     )
+
+
+class _DeclaredTool(BaseTool):
+    """A tool ADK declares to the model and the scripted model never calls."""
+
+    def __init__(self, name: str, description: str, schema: dict[str, Any]) -> None:
+        super().__init__(name=name, description=description)
+        self._schema = schema
+
+    def _get_declaration(self) -> types.FunctionDeclaration | None:
+        return types.FunctionDeclaration(
+            name=self.name, description=self.description, parameters_json_schema=self._schema
+        )
+
+
+@pytest.mark.parametrize("measured", [True, False], ids=["measured", "reserve_0"])
+def test_the_whole_request_with_many_tools_stays_under_a_small_window(
+    server: AnthropicServer, db_url: str, session_id: str, measured: bool
+) -> None:
+    """The plugin measures each request's tool declarations and system instruction into the
+    session's reserve: messages, tools and system text together stay under the window. With
+    `reserve_tokens=0` set (no room kept) the same run goes over it."""
+    scripted = server.agent
+    scripted.calls_per_run = 30
+    config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW)
+    if not measured:
+        config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW, reserve_tokens=0)
+    extra = [_DeclaredTool(*spec) for spec in framework_runs.big_tool_specs()]
+    instruction = "Run the steps with run_step. " + AutoContextMemory.system_prompt_snippet()
+    work = framework_runs.Work(framework_runs.small_output_size)
+
+    async def run() -> int:
+        service = AutoContextSessionService(
+            db_url, config=config, summarizer=OfflineSummarizer(), namespace=f"{session_id}-"
+        )
+        await service.create_session(app_name="coder", user_id="ann", session_id="task")
+        runner = _runner(
+            server, service, lambda step: work(), extra_tools=extra, instruction=instruction
+        )
+        assert await _run(runner, "ann", "task", "Run the 30 steps.") == "All steps are done."
+        memory = await service.memory("coder", "ann", "task")
+        reserve = memory.sync.config.reserve_tokens
+        await service.close()
+        return reserve
+
+    reserve = asyncio.run(run())
+    assert work.calls == 30 and server.rejected == []
+    assert len(scripted.requests[0]["tools"]) == 1 + framework_runs.BIG_TOOLS + 2
+    framework_runs.assert_whole_requests_fit(scripted, reserve, measured=measured)
 
 
 def test_without_the_plugin_the_runner_sends_every_event(

@@ -8,7 +8,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ from agentscope.tool import FunctionTool, Toolkit
 from autoctx import (
     AutoContextClient,
     AutoContextConfig,
+    AutoContextMemory,
     ConfigError,
     InvalidMessage,
     OfflineSummarizer,
@@ -85,6 +86,8 @@ def make_agent(
     context_size: int = 128_000,
     stream: bool = False,
     tool: Any = work,
+    extra_tools: Sequence[Any] = (),
+    system_prompt: str = "You run the job step by step.",
 ) -> Agent:
     model = OpenAIChatModel(
         credential=OpenAICredential(api_key="test", base_url=srv.base_url),
@@ -95,9 +98,9 @@ def make_agent(
     allow = PermissionDecision(behavior=PermissionBehavior.ALLOW, message="test tool")
     return Agent(
         name="worker",
-        system_prompt="You run the job step by step.",
+        system_prompt=system_prompt,
         model=model,
-        toolkit=Toolkit(tools=[FunctionTool(tool, permission=allow)]),
+        toolkit=Toolkit(tools=[FunctionTool(tool, permission=allow), *extra_tools]),
         middlewares=[middleware] if middleware is not None else [],
         # The runtime-state hints are user messages; the scripted model reads a user message
         # last as the start of a new run.
@@ -277,6 +280,44 @@ def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
     framework_runs.assert_current_round_summarized(mw.memory.sync)
     framework_runs.assert_reachable(mw.memory.sync, range(30))
     run(mw.close())
+
+
+@pytest.mark.parametrize("measured", [True, False], ids=["measured", "reserve_0"])
+def test_the_whole_request_with_many_tools_stays_under_a_small_window(
+    open_mw: Any, measured: bool
+) -> None:
+    """The middleware measures each model call's tool schemas and system prompt into the
+    session's reserve: messages, tools and system prompt together stay under the window. With
+    `reserve_tokens=0` set (no room kept) the same run goes over it."""
+    agent_model = ScriptedAgent(calls_per_run=30, tool_name="small_work")
+    config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW)
+    if not measured:
+        config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW, reserve_tokens=0)
+    allow = PermissionDecision(behavior=PermissionBehavior.ALLOW, message="test tool")
+
+    def unused(**_: Any) -> str:
+        return ""
+
+    extra = [
+        FunctionTool(unused, name=name, description=text, input_schema=schema, permission=allow)
+        for name, text, schema in framework_runs.big_tool_specs()
+    ]
+    prompt = "You run the job step by step. " + AutoContextMemory.system_prompt_snippet()
+
+    async def go() -> int:
+        mw = await open_mw(config)
+        with OpenAIServer(default=agent_model) as srv:
+            agent = make_agent(srv, mw, tool=small_work, extra_tools=extra, system_prompt=prompt)
+            reply = await agent.reply(UserMsg(name="user", content="Run the 30 steps."))
+            assert reply.get_text_content() == agent_model.final_answer
+        reserve = mw.memory.sync.config.reserve_tokens
+        await mw.close()
+        return reserve
+
+    reserve = run(go())
+    assert len(agent_model.inputs) == 31
+    assert len(agent_model.offered_tools(0)) == 1 + framework_runs.BIG_TOOLS + 2
+    framework_runs.assert_whole_requests_fit(agent_model, reserve, measured=measured)
 
 
 def test_without_the_middleware_the_same_run_overflows(db_url: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import convert_to_openai_messages
-from langchain_core.tools import tool
+from langchain_core.tools import StructuredTool, tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -117,6 +117,43 @@ def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
     mem = middleware.memory({"configurable": {"thread_id": session_id}})
     framework_runs.assert_current_round_summarized(mem)
     framework_runs.assert_reachable(mem, range(30))
+
+
+@pytest.mark.parametrize("measured", [True, False], ids=["measured", "reserve_0"])
+def test_the_whole_request_with_many_tools_stays_under_a_small_window(
+    make_middleware: Callable[..., AutoContextMiddleware], session_id: str, measured: bool
+) -> None:
+    """The middleware measures the tool definitions and the system prompt of each model call
+    into the session's reserve: messages, tools and system prompt together stay under the
+    window. With `reserve_tokens=0` set (no room kept) the same run goes over it."""
+    config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW)
+    if not measured:
+        config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW, reserve_tokens=0)
+    middleware = make_middleware(config=config)
+    agent_model = ScriptedAgent(calls_per_run=30, tool_name="work")
+    work = framework_runs.Work(framework_runs.small_output_size)
+    extra = [
+        StructuredTool(name=name, description=text, args_schema=schema, func=lambda **_: "")
+        for name, text, schema in framework_runs.big_tool_specs()
+    ]
+    with OpenAIServer(default=agent_model) as srv:
+        model = ChatOpenAI(model="test-model", base_url=srv.base_url, api_key="test", max_retries=0)
+        agent = create_agent(
+            model,
+            tools=[framework_runs.work_tool(tool, work), *extra],
+            system_prompt="Work. " + AutoContextMemory.system_prompt_snippet(),
+            middleware=[middleware],
+        )
+        result = agent.invoke(
+            {"messages": [{"role": "user", "content": "Do the 30 steps"}]},
+            {"configurable": {"thread_id": session_id}, "recursion_limit": 500},
+        )
+    assert result["messages"][-1].content == agent_model.final_answer and work.calls == 30
+    mem = middleware.memory({"configurable": {"thread_id": session_id}})
+    assert len(agent_model.offered_tools(0)) == 1 + framework_runs.BIG_TOOLS + 2
+    framework_runs.assert_whole_requests_fit(
+        agent_model, mem.config.reserve_tokens, measured=measured
+    )
 
 
 def test_many_short_runs_and_a_restart_with_a_checkpointer(

@@ -22,6 +22,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.tools import Tool
 
 from autoctx import (
     AutoContextClient,
@@ -225,6 +226,50 @@ def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
     memory = asyncio.run(capability.open())
     framework_runs.assert_current_round_summarized(memory.sync)
     framework_runs.assert_reachable(memory.sync, range(30))
+    asyncio.run(capability.aclose())
+
+
+@pytest.mark.parametrize("measured", [True, False], ids=["measured", "reserve_0"])
+def test_the_whole_request_with_many_tools_stays_under_a_small_window(
+    server: tuple[OpenAIServer, ScriptedAgent], db_url: str, session_id: str, measured: bool
+) -> None:
+    """The capability measures each request's tool definitions and instructions into the
+    session's reserve: messages, tools and instructions together stay under the window. With
+    `reserve_tokens=0` set (no room kept) the same run goes over it."""
+    srv, scripted = server
+    scripted.calls_per_run = 30
+    scripted.tool_name = "run_step"
+    config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW)
+    if not measured:
+        config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW, reserve_tokens=0)
+    capability = AutoContextCapability(session_id, db_url, config, summarizer=OfflineSummarizer())
+    model = OpenAIChatModel(
+        "test-model", provider=OpenAIProvider(base_url=srv.base_url, api_key="t")
+    )
+    extra = [
+        Tool.from_schema(lambda **_: "", name=name, description=text, json_schema=schema)
+        for name, text, schema in framework_runs.big_tool_specs()
+    ]
+    agent = Agent(
+        model,
+        instructions="Run the steps. " + AutoContextMemory.system_prompt_snippet(),
+        capabilities=[capability],
+        tools=extra,
+    )
+    calls: list[int] = []
+
+    @agent.tool_plain
+    def run_step(step: int) -> str:
+        calls.append(step)
+        return tool_output(step, framework_runs.small_output_size(len(calls)))
+
+    result = agent.run_sync("Run the 30 steps.")
+    assert result.output == "All steps are done." and len(calls) == 30
+    assert len(scripted.offered_tools(0)) == 1 + framework_runs.BIG_TOOLS + 2
+    memory = asyncio.run(capability.open())
+    framework_runs.assert_whole_requests_fit(
+        scripted, memory.sync.config.reserve_tokens, measured=measured
+    )
     asyncio.run(capability.aclose())
 
 

@@ -23,8 +23,11 @@ How ADK's objects map onto autoctx's (docs/design.md §8):
   <session_id>``; each write is one message holding the delta, and the state is the deltas
   folded in order. ``temp:`` keys are never stored (ADK's rule).
 - `AutoContextPlugin` (an ADK `BasePlugin`; `before_model_callback` works the same way as an
-  agent's callback): before every model call of a run it compresses the session when its
-  trigger holds and replaces the request's contents with the working context, converted back
+  agent's callback): before every model call of a run it measures the request's tool
+  declarations and system instruction into the session's `reserve_tokens` (unless the config
+  sets it; they are sent beside the contents, so their tokens come off the window), compresses
+  the session when its trigger holds and replaces the request's contents with the working
+  context, converted back
   to `google.genai` contents (an event autoctx has not compressed is sent as ADK stored it;
   a summary or preview as the text autoctx wrote). ADK's runner builds each request from
   every event of the session; with the plugin the model receives the bounded context instead.
@@ -543,9 +546,42 @@ class AutoContextSessionService(BaseSessionService):
         its trigger holds, and send the model the working context."""
         session = callback_context.session
         memory = await self.memory(session.app_name, session.user_id, session.id)
+        await memory.reserve_for(*_sent_beside(llm_request))
         await memory.compress_if_needed()
         llm_request.contents = to_contents(await memory.messages())
         return None
+
+
+def _sent_beside(request: LlmRequest) -> tuple[list[dict[str, Any]], str | None]:
+    """What an ADK model request sends beside its contents: the function declarations of its
+    tools (a tool ADK does not declare as a function, such as a provider's built-in search,
+    by its kind) and its system instruction."""
+    tools: list[dict[str, Any]] = []
+    config = request.config
+    for tool in (config.tools if config is not None else None) or ():
+        declarations = getattr(tool, "function_declarations", None)
+        if declarations:
+            tools.extend(d.model_dump(mode="json", exclude_none=True) for d in declarations)
+        else:
+            tools.append({"name": type(tool).__name__})
+    system = config.system_instruction if config is not None else None
+    return tools, _instruction_text(system) or None
+
+
+def _instruction_text(value: Any) -> str:
+    """The text of a `system_instruction` (a string, a `Content`, a `Part` or a list of them;
+    what is not text, such as an image, counts as nothing here)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, types.Content):
+        return _instruction_text(value.parts or [])
+    if isinstance(value, types.Part):
+        return value.text or ""
+    if isinstance(value, list):
+        return "\n".join(_instruction_text(item) for item in value)
+    return ""
 
 
 class AutoContextPlugin(BasePlugin):

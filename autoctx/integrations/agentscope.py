@@ -19,8 +19,10 @@ What each hook does:
 - `on_model_call`: every message of the agent's context not yet stored is added to the autoctx
   session (once: a cursor per AgentScope message id counts the blocks already stored), the
   session is compressed if needed, and the model receives the agent's system prompt followed by
-  autoctx's working context converted back to AgentScope messages. This is where the bound is
-  kept, at every model call of a reply, not only between replies.
+  autoctx's working context converted back to AgentScope messages. The tool schemas and the
+  system prompt of the call are measured into the session's `reserve_tokens` (unless the config
+  sets it), which comes off the window, so the whole request stays under `max_tokens`. This is
+  where the bound is kept, at every model call of a reply, not only between replies.
 - `on_compress_context`: replaces AgentScope's built-in one-shot summary. It stores what is
   new, compresses the session with autoctx's ladder, and drops from `agent.state.context` the
   messages already stored, except the last one (the reply in progress, which the agent's loop
@@ -406,10 +408,14 @@ class AutoContextMiddleware(MiddlewareBase):
         next_handler: Callable[..., Awaitable[Any]],
     ) -> Any:
         await self.sync(agent)
-        await self.memory.compress_if_needed()
-        working = _from_autoctx(await self.memory.messages(), agent.name)
         given: list[Msg] = input_kwargs["messages"]
         system = [m for m in given[:1] if m.role == "system"]
+        # The tool schemas and the system prompt are sent beside the working context: their
+        # tokens come off the window unless the config sets `reserve_tokens` (design.md §2).
+        instructions = "\n".join(m.get_text_content() or "" for m in system) or None
+        await self.memory.reserve_for(input_kwargs.get("tools") or (), instructions)
+        await self.memory.compress_if_needed()
+        working = _from_autoctx(await self.memory.messages(), agent.name)
         return await next_handler(messages=[*system, *working])
 
     async def on_acting(

@@ -24,6 +24,11 @@ store keeps them (docs/design.md §8):
   the clear is an audit event whose offload holds what the compaction replaced (the lineage),
   and the working context goes on from the boundary and the CLI's summary after it. Nothing
   is lost: `load` reads the originals.
+- The store never sees a model request: the CLI builds each one (its tool definitions, its
+  system prompt) and compacts its own context, so there is nothing here to measure into
+  `reserve_tokens` (docs/design.md §2) and the store compresses nothing by itself. Whoever
+  compresses these sessions (`compress_if_needed()`, a worker) sets `reserve_tokens` in the
+  config to what the CLI sends beside the messages.
 - `list_session_summaries` folds each main transcript with the SDK's own
   `fold_session_summary` when it is asked (no sidecar is kept), stamped with the session's
   `updated_at`, the clock `list_sessions` reports too.

@@ -22,6 +22,9 @@ Before every model call (`before_model`, which the agent loop enters again after
 tool calls) the messages the graph state gained since the last call are appended to the
 session, the session compresses if its trigger holds, and the state's messages are replaced by
 the session's working context: that is what the model receives, and it stays under
+`max_tokens`. The model call itself (`wrap_model_call`) sends the tool definitions and the
+system prompt beside those messages: they are measured into the session's `reserve_tokens`
+(unless the config sets it), which comes off the window, so the whole request stays under
 `max_tokens`. After the run (`after_agent`) its final messages are appended too.
 
 Why the state is replaced rather than left to grow: LangGraph writes the whole state to the
@@ -45,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NotRequired, cast
 
 from ._optional import framework_of
@@ -56,10 +59,16 @@ with framework_of(
     extra="langchain",
     packages=("langchain", "langchain_core", "langgraph"),
 ):
-    from langchain.agents.middleware.types import AgentMiddleware, AgentState
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ModelRequest,
+        ModelResponse,
+    )
     from langchain_core.messages import AnyMessage, RemoveMessage
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.config import get_config
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.runtime import Runtime
@@ -213,6 +222,35 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
             "autoctx_synced": len(working),
         }
 
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelResponse[Any]:
+        return handler(self._with_room(get_config(), request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        config = get_config()
+        return await handler(await asyncio.to_thread(self._with_room, config, request))
+
+    def _with_room(self, config: RunnableConfig, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """`request`, with room kept for what it sends beside the messages: its tool
+        definitions (this middleware's context tools among them) and system prompt are
+        measured into the session's reserve unless the config sets `reserve_tokens`
+        (docs/design.md §2). `before_model` compressed before this measure was known (the
+        first call of a session, or tools that changed): when the reserve grew, the session
+        compresses to the smaller window and the request gets that working context."""
+        mem = self.memory(config)
+        before = mem.config.reserve_tokens
+        tools = [_tool_definition(tool) for tool in request.tools]
+        if mem.reserve_for(tools, request.system_prompt) <= before:
+            return request
+        if not mem.compress_if_needed():
+            return request
+        return request.override(messages=working_messages(mem))
+
     def after_agent(self, state: AutoContextState, runtime: Runtime[Any]) -> dict[str, Any]:
         return {"autoctx_synced": self._store_new(self.memory(), state)}
 
@@ -231,6 +269,15 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextState, Any, Any]):
             mem.add(from_langchain(new))
             mem.compress_if_needed()
         return len(messages)
+
+
+def _tool_definition(tool: BaseTool | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A tool of a model request as the model receives it: the OpenAI function definition
+    LangChain's chat models bind (a provider's own dict tool as given)."""
+    try:
+        return convert_to_openai_tool(tool)
+    except (TypeError, ValueError):
+        return tool if isinstance(tool, Mapping) else {"name": str(getattr(tool, "name", tool))}
 
 
 def working_messages(mem: AutoContextMemory) -> list[AnyMessage]:

@@ -12,7 +12,9 @@ context, and every message the run produces is stored in the session once.
 How it hooks in (`pydantic_ai.capabilities.AbstractCapability`):
 
 - `before_model_request`: the messages the run added since the last request (the user prompt,
-  the model's last response, the tool returns) are converted and added to the session, the
+  the model's last response, the tool returns) are converted and added to the session; the
+  request's tool definitions and instructions, sent beside the messages, are measured into the
+  session's `reserve_tokens` (unless the config sets it), which comes off the window; the
   memory compresses when its trigger holds, and the request's messages are replaced by the
   working context converted back to `ModelMessage`s. The run's own history (`ctx.messages`,
   `result.all_messages()`) is left as Pydantic AI built it: it is the record of the run, never
@@ -66,7 +68,7 @@ with framework_of(
         ToolReturnPart,
         UserPromptPart,
     )
-    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
     from pydantic_ai.run import AgentRunResult
     from pydantic_ai.tools import RunContext, Tool
     from pydantic_ai.toolsets import FunctionToolset
@@ -297,6 +299,23 @@ def to_model_messages(messages: Sequence[Msg]) -> list[ModelMessage]:
 # ---------------------------------------------------------------------------------------------
 
 
+def _sent_beside(
+    parameters: ModelRequestParameters,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """What a model request sends beside its messages: the definitions of its function and
+    output tools, and its instructions (which Pydantic AI never puts in the history)."""
+    tools = [
+        {
+            "name": tool.name,
+            "description": tool.description or "",
+            "parameters": tool.parameters_json_schema,
+        }
+        for tool in (*parameters.function_tools, *parameters.output_tools)
+    ]
+    parts = parameters.instruction_parts or ()
+    return tools, "\n\n".join(part.content for part in parts) or None
+
+
 class _Shared:
     """The memory, opened on first use and shared by the per-run copies of a capability."""
 
@@ -406,6 +425,7 @@ class AutoContextCapability(AbstractCapability[Any]):
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         memory = await self._store(ctx.messages[self._start + self._stored :])
+        await memory.reserve_for(*_sent_beside(request_context.model_request_parameters))
         await memory.compress_if_needed()
         request_context.messages = to_model_messages(await memory.messages())
         return request_context
