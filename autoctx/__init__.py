@@ -50,7 +50,8 @@ from ._errors import (
     UndoRefused,
 )
 from ._events import Event, FactCheck
-from ._memory import AutoContextMemory, MessageInput, ToolFormat
+from ._memory import AutoContextMemory, MessageInput
+from ._memory_reads import ToolFormat
 from ._messages import (
     Msg,
     OpaqueBlock,

@@ -28,7 +28,8 @@ from ._config import (
 )
 from ._erasure_result import AutoContextErasure
 from ._events import Event
-from ._memory import AutoContextMemory, MessageInput, ToolFormat, internals
+from ._memory import AutoContextMemory, MessageInput, internals
+from ._memory_reads import ToolFormat
 from ._messages import Msg, to_openai_messages
 from ._observe import CompressionHooks
 from ._search import (

@@ -11,96 +11,64 @@ Opened with ``background=True``, a memory compresses at the trigger in a backgro
 task for the async memory) and makes a call wait only when the working context is at the
 window (see `autoctx._background`); a background compression takes the lock for its database
 steps only, never while the summarizer writes.
+
+The memory is one class built in layers, one module per job: what it holds and its lock
+(`_memory_state`), its compressions (`_memory_compress`), its reads (`_memory_reads`), and
+here its writes, fork, erasure and lifecycle, with the internal API autoctx's own code uses.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from concurrent.futures import wait as wait_for_futures
 from dataclasses import replace
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any
 
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL
 
 from . import _arguments, _reserve
 from . import _undoing as undoing
-from . import _window as window
 from ._agent_plan import validate_plan
-from ._anthropic import anthropic_tools, to_anthropic
 from ._background import (
     BackgroundMode,
     BackgroundState,
-    done_future,
     validate_background,
 )
 from ._client import AutoContextClient, OpenArguments, open_shared
 from ._coerce import coerce_messages
-from ._compressor import Compressor, SessionState
+from ._compression_state import SessionState
+from ._compressor import Compressor
 from ._config import (
     AutoContextConfig,
     RuntimeOptions,
 )
-from ._dropped import dropped_facts
 from ._erasure import Derived, rewrite_erased
 from ._erasure_result import AutoContextErasure
 from ._errors import (
     AutoContextError,
-    EventNotFound,
-    InvalidArgument,
     InvalidMessage,
-    InvalidMessageId,
-    InvalidPage,
-    SessionNotFound,
 )
 from ._events import Event
 from ._intake import Prepared, prepare, stand_in
-from ._messages import Msg, to_openai_messages
-from ._observe import CompressionHooks, Observer
-from ._prompts import RELOAD_SNIPPET
+from ._memory_reads import MemoryReads
+from ._memory_state import _serialized
+from ._messages import Msg
+from ._observe import CompressionHooks
 from ._read_check import ReadCheck
-from ._search import (
-    DEFAULT_LIMIT,
-    AutoContextSearchHit,
-    SearchScope,
-    validate_limit,
-    validate_query,
-    validate_scope,
-)
 from ._sessions import SessionInfo
 from ._store import erase as erase_sql
-from ._store import lifecycle, locks
-from ._store import search as search_store
-from ._store.claims import SessionClaim, claimed
+from ._store import lifecycle
+from ._store.claims import SessionClaim
 from ._store.store import SessionStore
 from ._summarizers import (
-    OfflineSummarizer,
     Summarizer,
 )
 from ._tokens import TokenCounter
-from ._tools import (
-    SEARCH_TOOL_NAME,
-    TOOL_NAME,
-    answer_reload_call,
-    answer_search_call,
-    call_arguments,
-    tool_definitions,
-)
-from ._trigger import is_due, trigger_of
 
-logger = logging.getLogger("autoctx")
-
-ToolFormat = Literal["openai", "anthropic"]
 MessageInput = Msg | Mapping[str, Any] | Iterable[Msg | Mapping[str, Any]]
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepared:
@@ -138,34 +106,7 @@ def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepa
     return replace(prepared, final=False)
 
 
-def _serialized(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Run the method under its memory's lock (reentrant: public methods call each other).
-
-    The outermost call is tried again when it met a foreign lock past PostgreSQL's
-    `lock_timeout` (its transaction rolled back, so nothing of it was written), and raises that
-    `Conflict` when the lock is still held (autoctx._store.locks)."""
-
-    @functools.wraps(method)
-    def locked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        mem: AutoContextMemory = args[0]  # type: ignore[assignment]
-        with mem._lock:
-            if mem._depth:
-                return method(*args, **kwargs)
-            mem._depth += 1
-            try:
-                for _ in range(locks.RETRIES):
-                    try:
-                        return method(*args, **kwargs)
-                    except locks.LockWaitTimeout:
-                        time.sleep(locks.RETRY_PAUSE_S)
-                return method(*args, **kwargs)
-            finally:
-                mem._depth -= 1
-
-    return locked
-
-
-class AutoContextMemory:
+class AutoContextMemory(MemoryReads):
     """The working memory of one agent session, kept in PostgreSQL.
 
     >>> mem = AutoContextMemory.open("agent-42")           # embedded PostgreSQL by default
@@ -279,131 +220,6 @@ class AutoContextMemory:
         )
         return self._store.append(prepared, add_key=key)
 
-    def compress_if_needed(self) -> list[Event]:
-        """Run the compression loop if the trigger holds; returns this call's events, and
-        those of the background compressions that finished since the previous call.
-
-        In background mode (``open(..., background=True)``) it does not wait for the
-        summarizer: at the trigger it starts a background compression (`compress_in_background`)
-        and returns. It waits only when the working context is at the window (`max_tokens`
-        tokens or more: the next model call would be over it): for the compression under way,
-        then compressing here whatever is still over, so that it returns under the window as
-        ever. With ``background="worker"`` it starts nothing (`autoctx worker` processes
-        compress the session) and, at the window, waits for a worker's compression first.
-        An error that ended a background compression is raised here, once (a summarizer
-        failure is a `failed` event, as always, never an error).
-        """
-        return window.run(
-            window.compress_if_needed(self._background_mode, self.config, self._background),
-            self._take_step,
-        )
-
-    def compress_in_background(self) -> Future[list[Event]]:
-        """Start compressing in a background thread when the trigger holds, and return at
-        once, with the compression's future: its result is the compression's events (which
-        the next `compress_if_needed()` returns too). A compression already running is
-        returned as it is; with nothing to do, a future that is already done, with no events.
-
-        The thread belongs to the memory's client; it takes the memory's lock for each
-        database step only, so the agent appends and reads meanwhile, and appends that arrive
-        while it summarizes are kept after the summary (docs/design.md §5). `close()` stops it
-        at its next step; nothing of an answer still in flight is written.
-        """
-        with self._lock:
-            self._check_open()
-            running = self._running
-            if running is not None and not running.done():
-                return running
-            compressor, info = self._compression()
-            if not is_due(info, self.config):
-                return done_future([])
-            guard, stop = self._background.guard(self._lock), self._background.stop
-            engine, session_id, tenant = self.engine, self.session_id, self._store.tenant
-
-            def run() -> list[Event]:
-                # The claim `autoctx worker` takes: while this thread compresses, no worker
-                # does, and a session a worker is compressing is left to it.
-                with claimed(engine, session_id, 0.0, tenant=tenant) as held:
-                    return compressor.run(info, guard=guard, stop=stop) if held else []
-
-            future = self._runner.submit(run, name=f"autoctx-compress-{self.session_id[:40]}")
-            future.add_done_callback(self._background.collect)
-            self._running = future
-            return future
-
-    def _take_step(self, step: window.Step) -> object:
-        """Do what a step of the window policy asks (`autoctx._window`), in this thread.
-
-        The waits run outside the memory's lock: the background compression's steps take it."""
-        match step:
-            case window.ReadTotals():
-                return self.refresh()
-            case window.StartBackground():
-                return self.compress_in_background()
-            case window.BackgroundRunning():
-                running = self._running
-                return running is not None and not running.done()
-            case window.WaitForStep(seen=seen):
-                # Woken as each step ends; the timeout only guards against a lost wake-up.
-                self._background.wait_for_step(seen, timeout=1.0)
-                return None
-            case window.WaitForBackground():
-                self._wait_background()
-                return None
-            case window.Compress(over_window=over_window, claim=claim, hand_over=hand_over):
-                held = self._session_claim() if claim else contextlib.nullcontext()
-                with held, self._lock:  # the loop and the events it returns: one call
-                    self._compress_now(over_window=over_window)
-                    return self._background.take(raise_errors=True) if hand_over else []
-            case window.TakeEvents():
-                with self._lock:
-                    return self._background.take(raise_errors=True)
-
-    def _wait_background(self) -> None:
-        """Wait for this memory's background compression, if one runs (never under the
-        memory's lock: the compression's steps take it)."""
-        running = self._running
-        if running is not None:
-            wait_for_futures([running])
-
-    @_serialized
-    def _compress_now(self, *, over_window: bool = False) -> None:
-        """The compression loop in this thread, under the memory's lock (with `over_window`,
-        only when the working context is at the window); its events wait for the next
-        `compress_if_needed()` to return them."""
-        compressor, info = self._compression()
-        if not over_window or info.token_count >= self.config.message_window:
-            self._background.keep(compressor.run(info))
-
-    def _session_claim(self) -> contextlib.AbstractContextManager[bool]:
-        """Wait for the claim a worker holds on the session (its compression) and keep it for
-        the block, so that no worker compresses beside this memory."""
-        return claimed(
-            self.engine,
-            self.session_id,
-            self.options.compress_deadline_s,
-            tenant=self._store.tenant,
-        )
-
-    @_serialized
-    def _compression(self) -> tuple[Compressor, SessionInfo]:
-        """The compressor of one `compress_if_needed()` call and the totals it starts from."""
-        self._check_open()
-        info = self._store.totals()
-        compressor = Compressor(
-            self._store,
-            self.session_id,
-            self.config,
-            self._counter,
-            self._summarizer,
-            self._session,
-            Observer(self.session_id, self._hooks),
-            # What keeps the bound when the summarizer fails (docs/design.md §2).
-            fallback=OfflineSummarizer(),
-            options=self.options,
-        )
-        return compressor, info
-
     @_serialized
     def pop_last(self, split: Callable[[Msg], Msg | None] | None = None) -> Msg | None:
         """Take the last working message out of the working context and return it.
@@ -468,40 +284,6 @@ class AutoContextMemory:
         self._check_open()
         self._store.set_plan(validate_plan(plan) if plan is not None else None)
 
-    # -- reading ----------------------------------------------------------------------------
-
-    def messages(self) -> list[Msg]:
-        """The working context, in order. In background mode, kept under the window first
-        (see `compress_if_needed()`: this is what the next model call reads)."""
-        window.run(
-            window.before_read(self._background_mode, self.config, self._background),
-            self._take_step,
-        )
-        return self._working()
-
-    @_serialized
-    def _working(self) -> list[Msg]:
-        self._check_open()
-        return self._store.load_working()
-
-    def to_openai(self) -> list[dict[str, Any]]:
-        """The working context as OpenAI Chat Completions messages.
-
-        Over the window (nobody called `compress_if_needed()`), it logs a warning once per
-        memory; with `RuntimeOptions(strict=True)` it raises `ContextOverWindow` instead."""
-        return to_openai_messages(self._for_model(self.messages()))
-
-    def to_anthropic(self) -> tuple[str, list[dict[str, Any]]]:
-        """The working context as `(system, messages)` for the Anthropic Messages API: the
-        system text, then user and assistant turns that alternate, each call's results in the
-        user turn after it. Over the window, as `to_openai()`."""
-        return to_anthropic(self._for_model(self.messages()))
-
-    def _for_model(self, msgs: list[Msg]) -> list[Msg]:
-        """`msgs`, read for a model call: checked against the window (docs/design.md §2)."""
-        self._read_check.check(msgs, self.config, self.options, self.session_id)
-        return msgs
-
     @_serialized
     def reserve_for(
         self,
@@ -521,244 +303,6 @@ class AutoContextMemory:
             self._store.set_config(changed.to_json())
             self.config = changed
         return self.config.reserve_tokens
-
-    @_serialized
-    def refresh(self) -> SessionInfo:
-        """Re-read the session row (one primary-key read)."""
-        self._check_open()
-        self._info = self._store.totals()
-        return self._info
-
-    def token_count(self) -> int:
-        """Working tokens, from the session row (no recount)."""
-        return self.refresh().token_count
-
-    def message_count(self) -> int:
-        """Working messages, from the session row."""
-        return self.refresh().message_count
-
-    def version(self) -> int:
-        """The session's version (one more with every committed write), from the session row.
-
-        `token_count()`, `message_count()` and `version()` are methods, in the sync memory as in
-        the async one: each reads the database."""
-        return self.refresh().version
-
-    @_serialized
-    def _appended_over_trigger(self) -> bool:
-        """Whether this memory's latest `add()` left the session at or over its trigger, from
-        the totals that append committed (no read). After an `add()`, `compress_if_needed()`
-        only has work when this holds, so an agent loop can skip that call's read of the
-        session row; another writer's later appends are seen by the next check."""
-        totals = self._store.totals_after_append()
-        return totals is None or trigger_of(*totals, self.config).fired
-
-    @_serialized
-    def needs_compression(self) -> bool:
-        """The trigger of docs/design.md §2, from the session row: one indexed read."""
-        info = self.refresh()
-        return trigger_of(info.message_count, info.token_count, self.config).fired
-
-    @_serialized
-    def events(self) -> list[Event]:
-        """Every compression event of the session, oldest first."""
-        self._check_open()
-        return self._store.events()
-
-    @_serialized
-    def dropped(self, event_id: int) -> list[str]:
-        """The facts of the originals compression `event_id` replaced that the working
-        context does not show now, best ranked first (docs/design.md §6): what to reload
-        (`reload(event.offload_uuid, originals=True)`) before relying on it.
-
-        The same extractor and matching as the check after every summary; it answers for
-        every compression, previews and masking included. Raises `InvalidEventId` for an id
-        that is not a positive integer, and `EventNotFound` for one the session does not have
-        or whose event compressed nothing (a failed attempt, a pop, a clear, a fork, an
-        erasure).
-        """
-        self._check_open()
-        checked = _arguments.event_id(event_id)
-        event = next((e for e in self._store.events() if e.id == checked), None)
-        if event is None or event.status != "applied" or event.offload_uuid is None:
-            raise EventNotFound(
-                f"session {self.session_id!r} has no compression event {checked}"
-                + ("" if event is None else f" (event {checked} compressed nothing)")
-                + "; mem.events() lists them"
-            )
-        return self._dropped_of(event.offload_uuid)
-
-    def _dropped_of(self, offload: _arguments.OffloadRef) -> list[str]:
-        originals = self._store.reload(offload, originals=True)
-        return dropped_facts(originals, self._store.load_working())
-
-    @_serialized
-    def originals(self, offset: int = 0, limit: int | None = None) -> list[Msg]:
-        """Every message the session was given, as given and in the order appended, whatever
-        its compressions did since (a page of them with `offset` and `limit`): the record a
-        framework reads back as its own history, where `messages()` is what the model reads.
-        A message `pop_last()` or `clear()` took out of the working context is still here."""
-        self._check_open()
-        offset, limit = _arguments.page(offset, limit, "originals")
-        return self._store.load_originals(offset, limit)
-
-    # -- reload -----------------------------------------------------------------------------
-
-    @_serialized
-    def reload(
-        self,
-        offload_id: int | str | uuid.UUID | None = None,
-        offset: int = 0,
-        limit: int | None = None,
-        *,
-        message_id: int | None = None,
-        session_id: str | None = None,
-        originals: bool = False,
-    ) -> list[Msg]:
-        """The messages an offload removed (one level deep), optionally a page of them; or,
-        with `message_id` instead of an offload id, that one stored message (a search hit).
-
-        The offload id is the handle its tag shows (``12`` in ``<!-- offload 12 -->``, as an int
-        or as text), or its uuid (as events, search hits and tags written before handles show
-        it).
-
-        With `originals=True`, the originals behind the offload instead: lineage followed down
-        through the summaries and previews it holds (and theirs), so that the raw messages
-        come back in one call, in the order they were appended; `offset` and `limit` page them.
-
-        `session_id` reads another session of this memory's tenant (of the untenanted sessions
-        for an untenanted memory), as a search of scope "tenant" finds them. Raises
-        `InvalidOffloadId` for an empty or malformed id, `OffloadNotFound` for an id unknown to
-        the session (or a session outside the tenant), `MessageNotFound` likewise for a message
-        id, and `InvalidMessageId` for a message id that is not a positive integer (as `fork`
-        and `erase` do) or for both (or neither) of the two ids.
-        """
-        self._check_open()
-        if (offload_id is None) == (message_id is None):
-            raise InvalidMessageId(
-                "pass an offload id (the number in an offload tag, or a search hit's "
-                "offload_uuid) or "
-                "message_id= (a search hit's message_id), not both and not neither"
-            )
-        offset, limit = _arguments.page(offset, limit)
-        if not isinstance(originals, bool):
-            raise InvalidPage(
-                f"reload: originals must be True or False, got {type(originals).__name__}"
-            )
-        if originals and message_id is not None:
-            raise InvalidMessageId(
-                "originals=True reads the originals behind an offload: pass the offload id "
-                "(a search hit's offload_uuid), not message_id="
-            )
-        other = self._other_session(session_id)
-        if message_id is not None:
-            checked = _arguments.message_id(message_id, "message_id")
-            msgs = [self._reload_message(checked, other)]
-        else:
-            assert offload_id is not None
-            msgs = self._reload_offload(
-                _arguments.offload_id(offload_id), other, originals=originals
-            )
-        return msgs[offset : None if limit is None else offset + limit]
-
-    def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
-        """The definitions of the memory's model tools (`context_reload`, `context_search`):
-        OpenAI function tools for a chat completion's `tools=`, or with `format="anthropic"`
-        the Messages API's tools; `handle_tool_call()` answers a call of any of them (an OpenAI
-        tool call or an Anthropic tool_use block)."""
-        if format == "anthropic":
-            return anthropic_tools(tool_definitions(self.config))
-        if format != "openai":
-            raise InvalidArgument(f"tools(format={format!r}): use 'openai' or 'anthropic'")
-        return tool_definitions(self.config)
-
-    @_serialized
-    def handle_tool_call(self, call: Any) -> str:
-        """Answer a model's call of one of `tools()` with text, by its function name: an OpenAI
-        tool-call dict, the `openai` client's tool-call object, or a `ToolUseBlock`. Never
-        raises for a bad call: the model reads the answer, so a wrong uuid or malformed
-        arguments are explained in it.
-        """
-        self._check_open()
-        name, arguments = call_arguments(call)
-        if name == TOOL_NAME:
-            return answer_reload_call(
-                arguments,
-                lambda u, sid, deep: self._reload_offload(
-                    u, self._other_session(sid), originals=deep
-                ),
-                self.config.reload_page_chars,
-                lambda mid, sid: self._reload_message(mid, self._other_session(sid)),
-                self._dropped_of,
-            )
-        if name == SEARCH_TOOL_NAME:
-            return answer_search_call(
-                arguments,
-                lambda q, scope, n: self.search(q, scope=scope, limit=n),
-                own_session=self.session_id,
-                max_chars=self.config.reload_page_chars,
-            )
-        return (
-            f"Unknown tool {name!r}: this handler answers {TOOL_NAME} and {SEARCH_TOOL_NAME} only."
-        )
-
-    def _other_session(self, session_id: str | None) -> str | None:
-        """The other session of the tenant a reload names (None: this memory's own)."""
-        if session_id is None:
-            return None
-        _arguments.session_id(session_id)
-        return None if session_id == self.session_id else session_id
-
-    def _reload_offload(
-        self, offload: _arguments.OffloadRef, session_id: str | None, *, originals: bool = False
-    ) -> list[Msg]:
-        if session_id is None:
-            return self._store.reload(offload, originals=originals)
-        return search_store.reload_in_tenant(self._store, session_id, offload, originals=originals)
-
-    def _reload_message(self, message_id: int, session_id: str | None) -> Msg:
-        if session_id is None:
-            incarnation = self._store.incarnation()
-            return search_store.load_message(
-                self._store, self.session_id, message_id, incarnation=incarnation
-            )
-        return search_store.load_message(self._store, session_id, message_id)
-
-    # -- search -----------------------------------------------------------------------------
-
-    @_serialized
-    def search(
-        self, query: str, *, scope: SearchScope = "session", limit: int = DEFAULT_LIMIT
-    ) -> list[AutoContextSearchHit]:
-        """The originals that match `query`, best first: full-text search (PostgreSQL's
-        `websearch_to_tsquery` syntax: words, "a phrase", -excluded, or) with the session's
-        `search_config`, ranked by cover density.
-
-        `scope="session"` searches this session, `"tenant"` every session of this memory's
-        tenant (for an untenanted memory, every untenanted session); another tenant's message
-        is never a hit. Each hit names its session, message, role, time, a snippet with the
-        matched words marked, and where the original is now (`in_working_context`, or the
-        `offload_uuid` that holds it); `reload(message_id=..., session_id=...)` reads it whole.
-        Raises `InvalidSearch` for an empty or overlong query, an unknown scope, or a limit
-        outside 1..100.
-        """
-        self._check_open()
-        text = validate_query(query)
-        where = validate_scope(scope)
-        count = validate_limit(limit)
-        incarnation = self._store.incarnation()
-        if where == "session":
-            return search_store.search_session(
-                self._store, self.session_id, text, count, incarnation=incarnation
-            )
-        return search_store.search_tenant(
-            self._store, text, count, alive=(self.session_id, incarnation)
-        )
-
-    @staticmethod
-    def system_prompt_snippet() -> str:
-        """Text for the agent's system prompt that explains offload tags, reload and search."""
-        return RELOAD_SNIPPET
 
     # -- fork and erasure (docs/design.md §9; the SQL is autoctx._store.lifecycle's) ---------
 
@@ -869,46 +413,10 @@ class AutoContextMemory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- for autoctx's own integrations (the Agents SDK session, the CLI) ----------------------
-
-    @_serialized
-    def _working_ids(self, limit: int | None = None) -> tuple[tuple[uuid.UUID, int], list[int]]:
-        """The epoch of the session's message content (its incarnation and its erasure count:
-        a message's content changes only when one of them does) and its working message ids
-        (the last `limit` of them)."""
-        self._check_open()
-        erasures, ids = self._store.working_ids(limit)
-        return (self._store.incarnation(), erasures), ids
-
-    @_serialized
-    def _message_documents(self, ids: Sequence[int]) -> list[tuple[int, str, str, Any, Any]]:
-        """Stored messages as (id, role, kind, content, metadata) JSON, for those ids."""
-        self._check_open()
-        return self._store.message_documents(ids)
-
-    @_serialized
-    def _count_originals(self) -> int:
-        self._check_open()
-        return self._store.count_originals()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SessionNotFound(
-                f"the memory of session {self.session_id!r} is closed; open it again"
-            )
-
-    @property
-    def engine(self) -> Engine:
-        return self._store.engine
-
-    @property
-    def summarizer(self) -> Summarizer:
-        return self._summarizer
-
 
 class MemoryInternals:
     """What autoctx's own code needs of a memory beyond its public methods, each named here,
-    so that nothing outside this module touches a memory's private members. Reached with
+    so that nothing outside the memory's modules touches its private members. Reached with
     `internals(mem)`.
 
     - the async twin: the lock, the background state and mode, the compression of one call,

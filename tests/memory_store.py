@@ -31,7 +31,8 @@ from typing import Any, Protocol
 
 from autoctx import AutoContextConfig, AutoContextMemory, Event, Msg, OfflineSummarizer, Summarizer
 from autoctx._coerce import coerce_messages
-from autoctx._compressor import Compressor, SessionState
+from autoctx._compression_state import SessionState
+from autoctx._compressor import Compressor
 from autoctx._intake import OpenCalls, Prepared, bind, count_tokens, prepare
 from autoctx._messages import to_openai_messages
 from autoctx._plans import Snapshot

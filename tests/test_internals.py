@@ -11,9 +11,15 @@ from autoctx import AsyncAutoContextMemory, AutoContextMemory
 from autoctx._memory import MemoryInternals, internals
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autoctx"
-#: The memory's own module: everything in it is the memory's own code (the async twin has
-#: its own module, `_async_memory`, and is checked like any other code).
-OWN_MODULE = PACKAGE / "_memory.py"
+#: The memory's own modules (one class in layers, one module per job): everything in them is
+#: the memory's own code (the async twin has its own module, `_async_memory`, and is checked
+#: like any other code).
+OWN_MODULES = tuple(
+    PACKAGE / f"{name}.py"
+    for name in ("_memory", "_memory_state", "_memory_compress", "_memory_reads")
+)
+#: The classes the memory is made of, and its internal API.
+OWN_CLASSES = ("AutoContextMemory", "MemoryState", "MemoryCompression", "MemoryReads")
 #: Receivers that name a memory in autoctx's code (`mem._lock`, `self.sync._store`, ...).
 MEMORY_RECEIVERS = ("mem", "memory", "sync", "child", "parent")
 
@@ -46,8 +52,15 @@ def _trees() -> dict[Path, ast.Module]:
 
 
 def _private_members() -> set[str]:
-    """The memory's private methods and the private attributes it sets."""
-    return _defined_in(_trees()[OWN_MODULE])["AutoContextMemory"]
+    """The memory's private methods and the private attributes it sets, in any of its layers."""
+    trees = _trees()
+    return {
+        name
+        for path in OWN_MODULES
+        for cls, names in _defined_in(trees[path]).items()
+        if cls in OWN_CLASSES
+        for name in names
+    }
 
 
 def _reaches(
@@ -93,14 +106,14 @@ def test_no_code_outside_the_memory_touches_its_private_members() -> None:
         name
         for path, tree in trees.items()
         for cls, names in _defined_in(tree).items()
-        if not (path == OWN_MODULE and cls in ("AutoContextMemory", "MemoryInternals"))
+        if not (path in OWN_MODULES and cls in (*OWN_CLASSES, "MemoryInternals"))
         for name in names
     }
     unique = private - others
     reaches = {
         f"{path.relative_to(PACKAGE.parent)}:{line}: {text}"
         for path, tree in trees.items()
-        if path != OWN_MODULE
+        if path not in OWN_MODULES
         for line, text in _reaches(tree, private, unique, only=None)
     }
     assert reaches == set()
