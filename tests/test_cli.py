@@ -691,6 +691,26 @@ def test_help_keeps_every_example_on_its_own_line() -> None:
             assert example in lines, f"{' '.join(path)} --help:\n{page.stdout}"
 
 
+def test_help_piped_pads_no_line_with_spaces() -> None:
+    """Typer pads each help line to the page's width; into a pipe those spaces are trimmed,
+    as every command's own output is: every help page, and a usage error on stderr, of a real
+    process whose output is a pipe."""
+    root = typer.main.get_command(app)
+    assert isinstance(root, TyperGroup)
+    pages = [(), ("db",), *_leaf_commands(root)]
+    for path in pages:
+        page = invoke([*path, "--help"])
+        assert page.exit_code == 0 and "Usage: " in page.stdout, path
+        padded = [line for line in page.stdout.splitlines() if line.endswith(" ")]
+        assert padded == [], f"{' '.join(path)} --help: {padded[:3]}"
+    piped = run_cli(["--help"])
+    assert piped.returncode == 0 and "Usage: " in piped.stdout and "─ Commands ─" in piped.stdout
+    assert [line for line in piped.stdout.splitlines() if line.endswith(" ")] == []
+    wrong = run_cli(["search"])
+    assert wrong.returncode == 2 and "Missing argument" in wrong.stderr
+    assert [line for line in wrong.stderr.splitlines() if line.endswith(" ")] == []
+
+
 def test_reload_refuses_a_prefix_shorter_than_eight(
     demo_id: str, db_url: str, store: StoreOf
 ) -> None:

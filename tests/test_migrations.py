@@ -244,6 +244,58 @@ def test_the_deferred_search_vector_downgrades_and_upgrades_honestly(empty_db_ur
         engine.dispose()
 
 
+def test_the_reasoning_search_upgrades_old_sessions_and_downgrades_to_the_old_vector(
+    empty_db_url: str,
+) -> None:
+    """Migration 0018: an original holding a thinking block, written while the vector read no
+    reasoning, is found by its reasoning after the upgrade; the downgrade gives back 0010's
+    function, word for word, and that original's vector without the reasoning."""
+    engine = create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool)
+    thinking = '[{"type": "opaque", "data": {"type": "thinking", "thinking": "plover-8808"}}]'
+
+    def migrate(revision: str) -> None:
+        with engine.connect() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, revision)
+            conn.commit()
+
+    def read(statement: str) -> str:
+        with engine.connect() as conn:
+            return str(conn.execute(sa.text(statement)).scalar_one())
+
+    body = (
+        "select pg_get_function_sqlbody('autoctx_search_vector(jsonb, text, text)'::regprocedure)"
+    )
+    vector = "select search_tsv::text from messages where session_id = 'old' and id = 2"
+    try:
+        upgrade(engine)
+        mem = AutoContextMemory.open("old", empty_db_url)
+        mem.add([Msg.user("hello"), Msg.assistant("thinking")])
+        mem.close()
+        migrate("0017")
+        before = read(body)
+        with engine.begin() as conn:  # written as a 0017 store writes it, vector computed
+            conn.execute(
+                sa.text(
+                    "update messages set content = cast(:c as jsonb) "
+                    "where session_id = 'old' and id = 2"
+                ),
+                {"c": thinking},
+            )
+        assert "plover" not in read(vector)
+        upgrade(engine)
+        assert "plover" in read(vector)
+        again = AutoContextMemory.open("old", empty_db_url)
+        assert [h.message_id for h in again.search('"plover-8808"')] == [2]
+        again.close()
+        migrate("0017")
+        assert read(body) == before
+        assert "plover" not in read(vector)
+    finally:
+        engine.dispose()
+
+
 def test_every_key_and_index_of_session_tables_leads_with_session_id(db_url: str) -> None:
     engine = create_engine(normalize_url(db_url), poolclass=sa.NullPool)
     inspector = sa.inspect(engine)

@@ -181,6 +181,57 @@ def test_search_finds_a_message_with_reasoning_and_reloads_it_whole(open_memory:
     assert again.content[0] == OpaqueBlock(RESPONSES_REASONING)
 
 
+#: Reasoning whose words occur nowhere else, in each shape autoctx stores it, and the word of
+#: each that a search finds (None: the block has no text to index).
+REASONING_WORDS: list[tuple[dict[str, Any], str | None]] = [
+    (
+        {"type": "thinking", "thinking": "so the heron-1101 fails", "signature": "c2ln"},
+        "heron-1101",
+    ),
+    ({"type": "redacted_thinking", "data": "ocelot-2202"}, None),
+    (
+        {
+            "type": "reasoning",
+            "id": "rs_9",
+            "summary": [{"type": "summary_text", "text": "weigh the ibis-3303 first"}],
+            "content": [{"type": "reasoning_text", "text": "the jacana-4404 log is long"}],
+            "encrypted_content": "kiwi-5505",
+        },
+        "ibis-3303",
+    ),
+    ({"type": "reasoning", "reasoning": "then the lapwing-6606 path"}, "lapwing-6606"),
+    (
+        {"agentscope": {"type": "thinking", "thinking": "merlin-7707 next", "id": "b9"}},
+        "merlin-7707",
+    ),
+]
+
+
+def test_search_finds_words_that_occur_only_in_reasoning(open_memory: Opener, db_url: str) -> None:
+    """Thinking blocks, reasoning items (summary and content) and LangChain's and AgentScope's
+    reasoning are indexed text: a search finds a word that occurs only there, through the API
+    and the CLI, and marks it in the snippet. Encrypted and redacted reasoning is not text."""
+    mem = open_memory()
+    ids: dict[str, int] = {}
+    for n, (block, word) in enumerate(REASONING_WORDS):
+        mem.add(Msg.user(f"step {n}"))
+        mem.add(Msg("assistant", (OpaqueBlock(block), TextBlock(f"done {n}"))))
+        if word is not None:
+            ids[word] = mem.messages()[-1].id
+    ids["jacana-4404"] = ids["ibis-3303"]  # the reasoning item's content text
+    for word, message_id in ids.items():
+        hits = mem.search(f'"{word}"')
+        assert [h.message_id for h in hits] == [message_id], word
+        assert f"**{word.split('-')[0]}" in hits[0].snippet, hits[0].snippet
+    for word in ("ocelot-2202", "kiwi-5505"):
+        assert mem.search(f'"{word}"') == [], word
+    result = CliRunner().invoke(
+        app, ["search", '"merlin-7707"', "--session", mem.session_id, "--json", "-d", db_url]
+    )
+    assert result.exit_code == 0, result.output
+    assert [h["message_id"] for h in json.loads(result.stdout)] == [ids["merlin-7707"]]
+
+
 def test_to_anthropic_keeps_anthropic_thinking_and_leaves_out_other_reasoning(
     open_memory: Opener,
 ) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import re
@@ -11,7 +10,7 @@ import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final, ParamSpec, TextIO, TypeVar, cast
+from typing import Any, Final, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 import typer
@@ -42,6 +41,7 @@ from .._strategies import registry
 from .._summarizers import OFFLINE_MODEL
 from .._tags import OFFLOAD_TAG_RE, tag_ids
 from .._transcript import render_transcript
+from .trimmed import trimmed
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,39 +52,12 @@ R = TypeVar("R")
 # ---------------------------------------------------------------------------------------------
 
 
-class _TrimmedLines(io.TextIOBase):
-    """A pipe or a file as rich writes to it, less the spaces rich pads each line with up to
-    the table's width: they are not output, and they break `diff`, `grep 'x$'` and editors."""
-
-    def __init__(self, out: TextIO) -> None:
-        self._out = out
-        self._pending = ""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        *lines, self._pending = (self._pending + text).split("\n")
-        if lines:
-            self._out.write("".join(line.rstrip(" ") + "\n" for line in lines))
-        return len(text)
-
-    def flush(self) -> None:
-        # Rich ends every print with a newline; a partial line is written as it is.
-        if self._pending:
-            self._out.write(self._pending)
-            self._pending = ""
-        self._out.flush()
-
-
 def _console(*, stderr: bool = False) -> Console:
     # Built per command, not at import: the test runner swaps sys.stdout for each invocation.
     stream = sys.stderr if stderr else sys.stdout
     if stream.isatty():
         return Console(highlight=False, soft_wrap=False, stderr=stderr)
-    # A TextIOBase is what IO[str] stands for at run time; typeshed does not relate the two.
-    trimmed = cast(TextIO, _TrimmedLines(stream))
-    return Console(highlight=False, soft_wrap=False, file=trimmed)
+    return Console(highlight=False, soft_wrap=False, file=trimmed(stream))
 
 
 def _print_whole(console: Console, table: Table) -> None:

@@ -3,15 +3,34 @@
 from __future__ import annotations
 
 import logging
+import sys
 from importlib import metadata
 from typing import Annotated, Final
 
 import typer
+import typer.rich_utils
+from rich.console import Console
 
 from .._errors import AutoContextError
 from .._store.database import (
     ENV_URL,
 )
+from .trimmed import trimmed
+
+
+def _help_console(stderr: bool = False) -> Console:
+    """Typer's console for help and usage errors, which pads every line to its width with
+    spaces: into a pipe or a file they are trimmed, as every command's own output is."""
+    console = _typer_console(stderr=stderr)
+    console.file = trimmed(sys.stderr if stderr else sys.stdout)
+    return console
+
+
+# Typer builds this console for each help page and usage error, through this name (a
+# process that imports the CLI gets the trimming for its other Typer apps too: harmless, since
+# it only drops trailing spaces outside a terminal).
+_typer_console = typer.rich_utils._get_rich_console
+typer.rich_utils._get_rich_console = _help_console
 
 app = typer.Typer(
     name="autoctx",

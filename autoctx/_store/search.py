@@ -88,13 +88,18 @@ _CONFIG_OF = (
 )
 
 #: The text ts_headline marks: the message's text as the index reads it (text blocks, tool
-#: names, outputs, then the arguments, decoded from their JSON), its `/` a separator for the
-#: parser and restored by `clean_snippet`.
+#: names, outputs, the model's reasoning (migration 0018), then the arguments, decoded from
+#: their JSON), its `/` a separator for the parser and restored by `clean_snippet`.
 _PLAIN_PATHS = (
     "$[*].text",
     "$[*].name",
     '$[*].output ? (@.type() == "string")',
     "$[*].output[*].text",
+    '$[*].data ? (@.type == "thinking").thinking',
+    '$[*].data.agentscope ? (@.type == "thinking").thinking',
+    '$[*].data ? (@.type == "reasoning").summary[*].text',
+    '$[*].data ? (@.type == "reasoning").content[*].text',
+    '$[*].data ? (@.type == "reasoning").reasoning ? (@.type() == "string")',
 )
 _PLAIN_ARRAY = " || ".join(f"jsonb_path_query_array(m.content, '{p}')" for p in _PLAIN_PATHS)
 _ARGUMENT_TEXT = (
