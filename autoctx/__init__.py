@@ -8,7 +8,11 @@ events = mem.compress_if_needed()
 messages = mem.to_openai()
 """
 
-from . import _arguments
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import _arguments, _shared_opening
 from ._anthropic import from_anthropic_messages
 from ._anthropic import to_anthropic as to_anthropic_messages
 from ._async_memory import AsyncAutoContextMemory
@@ -75,6 +79,23 @@ from ._summarizers import (
     SummaryRequest,
     SummaryResult,
 )
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+    from ._open_arguments import OpenArguments
+
+
+def _open_shared(database_url: str | URL | None, auto_upgrade: bool, args: OpenArguments) -> object:
+    """`AutoContextMemory.open` (and the async twin's): through the process's shared client."""
+    from ._client import open_shared
+
+    return open_shared(database_url, auto_upgrade, args)
+
+
+# The memory does not import the client, which is above it (autoctx._shared_opening): the
+# package, which Python loads before any of its modules, installs the opening it calls.
+_shared_opening.install(_open_shared)
 
 
 def upgrade_database(database_url: str | None = None) -> str:

@@ -20,7 +20,6 @@ from ._anthropic import to_anthropic
 from ._background import (
     BackgroundMode,
 )
-from ._client import OpenArguments, open_shared
 from ._compressor import Compressor
 from ._config import (
     AutoContextConfig,
@@ -32,12 +31,14 @@ from ._memory import AutoContextMemory, MessageInput, internals
 from ._memory_reads import ToolFormat
 from ._messages import Msg, to_openai_messages
 from ._observe import CompressionHooks
+from ._open_arguments import OpenArguments
 from ._search import (
     DEFAULT_LIMIT,
     AutoContextSearchHit,
     SearchScope,
 )
 from ._sessions import SessionInfo
+from ._shared_opening import open_shared
 from ._store.claims import aclaimed
 from ._summarizers import (
     AsyncSummarizer,
@@ -96,7 +97,10 @@ class AsyncAutoContextMemory:
         args = OpenArguments(
             session_id, config, options, tenant, summarizer, create, background, hooks
         )
-        return cls(await asyncio.to_thread(open_shared, database_url, auto_upgrade, args))
+        sync = await asyncio.to_thread(
+            open_shared, database_url, auto_upgrade, args, AutoContextMemory
+        )
+        return cls(sync)
 
     async def add(self, messages: MessageInput, *, idempotency_key: str | None = None) -> list[Msg]:
         """As `AutoContextMemory.add`. Cancelled (a timeout of `asyncio.wait_for`, say), the

@@ -31,93 +31,27 @@ import logging
 import os
 import threading
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from sqlalchemy.engine import URL, Engine
 
 from . import _arguments
-from ._background import BackgroundRunner, validate_background
-from ._config import config_argument, options_argument
+from ._async_memory import AsyncAutoContextMemory
+from ._background import BackgroundRunner
 from ._errors import InvalidArgument
+from ._memory import AutoContextMemory, internals
+from ._memory_open import open_memory
 from ._observe import CompressionHooks, hooks_of
+from ._open_arguments import OpenArguments
+from ._session_caches import SessionCaches
 from ._sessions import SessionInfo
 from ._store.database import check_connection, create_engine, ensure_schema, resolve_url
 
 if TYPE_CHECKING:
-    from ._async_memory import AsyncAutoContextMemory
     from ._background import BackgroundMode
     from ._config import AutoContextConfig, RuntimeOptions
-    from ._memory import AutoContextMemory
     from ._summarizers import Summarizer
-
-T = TypeVar("T")
-
-
-class SessionCaches:
-    """The session caches of one client's adapters, least recently used dropped beyond
-    `capacity` sessions: a process that serves many sessions keeps the busy ones' content.
-
-    A cache is made by the adapter that asks first (`get(key, make)`) and is the adapter's own
-    to keep consistent (it checks the session's epoch on each read, docs/design.md §5); the
-    client only holds it, so that every adapter object of a session in the process shares it,
-    and drops them all on `close()` and in a forked child.
-    """
-
-    def __init__(self, capacity: int = 64) -> None:
-        self.capacity = capacity
-        self._caches: OrderedDict[Hashable, object] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable, make: Callable[[], T]) -> T:
-        """The cache of `key` (the adapter's kind and the session), made by `make` if none."""
-        with self._lock:
-            cache = self._caches.get(key)
-            if cache is None:
-                cache = make()
-                self._caches[key] = cache
-                while len(self._caches) > self.capacity:
-                    self._caches.popitem(last=False)
-            else:
-                self._caches.move_to_end(key)
-            return cache  # type: ignore[return-value]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._caches.clear()
-
-    def after_fork_in_child(self) -> None:
-        # A lock another thread held at the fork would stay held; the parent's caches are
-        # dropped with it (cheap to refill, and nothing of them is the child's to trust).
-        self._lock = threading.Lock()
-        self._caches = OrderedDict()
-
-
-@dataclass(frozen=True, slots=True)
-class OpenArguments:
-    """The arguments every `open` takes past where to connect (the client's, the memories',
-    their async twins'), in their order. Each `open` keeps its own explicit signature, which
-    its users read, and hands them on as this one value."""
-
-    session_id: str
-    config: AutoContextConfig | None
-    options: RuntimeOptions | None
-    tenant: str | None
-    summarizer: Summarizer | None
-    create: bool
-    background: BackgroundMode
-    hooks: CompressionHooks | Sequence[CompressionHooks] | None
-
-    def check(self) -> None:
-        """Raise the error a bad argument gets (each names the argument and the fix)."""
-        _arguments.session_id(self.session_id)
-        _arguments.tenant(self.tenant)
-        validate_background(self.background)
-        config_argument(self.config)
-        options_argument(self.options)
-        hooks_of(self.hooks)
 
 
 class AutoContextClient:
@@ -245,8 +179,6 @@ class AutoContextClient:
     ) -> AsyncAutoContextMemory:
         """`open`, for asyncio: the memory is opened in a worker thread and returned as an
         `AsyncAutoContextMemory` (registered with this client like any other)."""
-        from ._async_memory import AsyncAutoContextMemory  # it imports this module
-
         args = OpenArguments(
             session_id, config, options, tenant, summarizer, create, background, hooks
         )
@@ -271,8 +203,6 @@ class AutoContextClient:
     def _open(self, args: OpenArguments) -> AutoContextMemory:
         """What every way of opening a memory comes to: open it, with this client's hooks
         first, and register it."""
-        from ._memory_open import open_memory  # it imports this module
-
         hooks = self.hooks + hooks_of(args.hooks)
         mem = open_memory(self, args, hooks=hooks, log_level=self._summarizer_log_level)
         with self._lock:
@@ -310,8 +240,6 @@ class AutoContextClient:
         self._lock = threading.Lock()
         self.runner.after_fork_in_child()
         self.session_caches.after_fork_in_child()
-        from ._memory import internals  # the memory module imports this one
-
         for mem in list(self._memories):
             internals(mem).after_fork_in_child()
 

@@ -25,19 +25,19 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Engine
 
 from . import _arguments, _reserve
 from . import _undoing as undoing
 from ._agent_plan import validate_plan
 from ._background import (
     BackgroundMode,
+    BackgroundRunner,
     BackgroundState,
     validate_background,
 )
-from ._client import AutoContextClient, OpenArguments, open_shared
 from ._coerce import coerce_messages
 from ._compression_state import SessionState
 from ._compressor import Compressor
@@ -57,8 +57,11 @@ from ._memory_reads import MemoryReads
 from ._memory_state import _serialized
 from ._messages import Msg
 from ._observe import CompressionHooks
+from ._open_arguments import OpenArguments
 from ._read_check import ReadCheck
+from ._session_caches import SessionCaches
 from ._sessions import SessionInfo
+from ._shared_opening import open_shared
 from ._store import erase as erase_sql
 from ._store import lifecycle
 from ._store.claims import SessionClaim
@@ -106,6 +109,34 @@ def _checked_remainder(rest: object, last: Msg, mem: AutoContextMemory) -> Prepa
     return replace(prepared, final=False)
 
 
+class MemoryClient(Protocol):
+    """What a memory holds of the client that opened it (`AutoContextClient` is one): the
+    memory does not import the client, which is above it (it opens memories)."""
+
+    #: The threads of the background compressions.
+    runner: BackgroundRunner
+    #: What the adapters of its memories cache of their sessions (an erasure empties them).
+    session_caches: SessionCaches
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def open(
+        self,
+        session_id: str,
+        config: AutoContextConfig | None = None,
+        *,
+        options: RuntimeOptions | None = None,
+        tenant: str | None = None,
+        summarizer: Summarizer | None = None,
+        create: bool = True,
+        background: BackgroundMode = False,
+        hooks: CompressionHooks | Sequence[CompressionHooks] | None = None,
+    ) -> AutoContextMemory:
+        """Open a session's memory through this client (a fork's child, here)."""
+        ...
+
+
 class AutoContextMemory(MemoryReads):
     """The working memory of one agent session, kept in PostgreSQL.
 
@@ -123,7 +154,7 @@ class AutoContextMemory(MemoryReads):
         summarizer: Summarizer,
         *,
         owns_summarizer: bool = False,
-        client: AutoContextClient,
+        client: MemoryClient,
         background: BackgroundMode = False,
         hooks: Sequence[CompressionHooks] = (),
         options: RuntimeOptions | None = None,
@@ -194,7 +225,7 @@ class AutoContextMemory(MemoryReads):
         args = OpenArguments(
             session_id, config, options, tenant, summarizer, create, background, hooks
         )
-        return open_shared(database_url, auto_upgrade, args)
+        return open_shared(database_url, auto_upgrade, args, AutoContextMemory)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -477,7 +508,7 @@ class MemoryInternals:
         return self._mem._for_model(msgs)
 
     @property
-    def client(self) -> AutoContextClient:
+    def client(self) -> MemoryClient:
         """The client the memory was opened through (its `session_caches` are shared by every
         adapter object of the process's sessions)."""
         return self._mem._client

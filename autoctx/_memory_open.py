@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from . import _reserve
-from ._client import AutoContextClient, OpenArguments
 from ._config import (
     AutoContextConfig,
     config_argument,
@@ -22,8 +21,9 @@ from ._config import (
 from ._errors import (
     SessionNotFound,
 )
-from ._memory import AutoContextMemory
+from ._memory import AutoContextMemory, MemoryClient
 from ._observe import CompressionHooks
+from ._open_arguments import OpenArguments
 from ._search import (
     NOT_INDEXED,
     SEARCH_CONFIGS,
@@ -42,7 +42,7 @@ logger = logging.getLogger("autoctx")
 
 
 def open_memory(
-    client: AutoContextClient,
+    client: MemoryClient,
     args: OpenArguments,
     *,
     hooks: Sequence[CompressionHooks] = (),

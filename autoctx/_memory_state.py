@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from sqlalchemy.engine import Engine
 
@@ -30,9 +30,6 @@ from ._store import locks
 from ._store.store import SessionStore
 from ._summarizers import Summarizer
 from ._tokens import TokenCounter
-
-if TYPE_CHECKING:
-    from ._client import AutoContextClient
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -87,7 +84,6 @@ class MemoryState:
     _background_mode: BackgroundMode
     _background: BackgroundState
     _running: Future[list[Event]] | None
-    _client: AutoContextClient
     _runner: BackgroundRunner
 
     @_serialized

@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autoctx import AutoContextClient, AutoContextConfig, OfflineSummarizer
-from autoctx._client import SessionCaches
+from autoctx._session_caches import SessionCaches
 from autoctx.integrations import openai_agents
 from autoctx.integrations.openai_agents import AutoContextSession
 

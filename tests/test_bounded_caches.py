@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from autoctx import AutoContextClient, OfflineSummarizer
-from autoctx._client import SessionCaches
+from autoctx._session_caches import SessionCaches
 from autoctx.integrations import openai_agents
 from autoctx.integrations.openai_agents import AutoContextSession
 
