@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib
 import inspect
+import json
+import subprocess
 import sys
 import typing
 from collections.abc import Callable
@@ -246,3 +249,42 @@ def test_a_message_id_is_checked_alike_by_reload_fork_and_erase(
     assert [(m.id, m.text) for m in mem.messages()] == before
     with pytest.raises(SessionNotFound):  # no fork was made
         AutoContextMemory.open(f"{mem.session_id}-f", mem.engine.url, create=False)
+
+
+#: Libraries `import autoctx` must not load (issue 33: the import stays under 150 ms; these
+#: are most of what it cost, see bench/import_time.py): they load with the first public name
+#: that needs them.
+HEAVY = ("sqlalchemy", "psycopg", "openai", "tiktoken", "alembic")
+
+
+def test_importing_autoctx_loads_no_heavy_library() -> None:
+    """A fresh interpreter: `import autoctx` loads none of `HEAVY`; the first use of
+    `AutoContextMemory` loads SQLAlchemy and psycopg (so the check sees them when they load)."""
+    code = (
+        "import json, sys\n"
+        "import autoctx\n"
+        f"heavy = {HEAVY!r}\n"
+        "loaded = lambda: sorted({m.split('.')[0] for m in sys.modules} & set(heavy))\n"
+        "at_import = loaded()\n"
+        "autoctx.AutoContextMemory\n"
+        "print(json.dumps([at_import, loaded()]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    at_import, after_use = json.loads(out)
+    assert at_import == []
+    assert {"sqlalchemy", "psycopg"} <= set(after_use)
+
+
+def test_every_public_name_is_importable_lazily_and_by_type_checkers() -> None:
+    """Each name of `__all__` resolves through the package's lazy imports to the object its
+    module defines, and `dir(autoctx)` lists it; an unknown name is an AttributeError."""
+    for name in autoctx.__all__:
+        assert name in dir(autoctx), name
+        value = getattr(autoctx, name)
+        module, attribute = autoctx._EXPORTS.get(name, (None, name))
+        if module is not None:
+            assert value is getattr(importlib.import_module(f"autoctx.{module}"), attribute)
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        autoctx.NoSuchName  # noqa: B018
