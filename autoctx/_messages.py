@@ -662,4 +662,3 @@ def as_openai_dict(value: object) -> Any:
     if callable(dump) and hasattr(type(value), "model_fields"):
         return dump(mode="json", exclude_none=True)
     return value
-

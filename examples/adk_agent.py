@@ -59,9 +59,7 @@ async def main() -> None:
     if await sessions.get_session(app_name="coder", user_id="me", session_id=args.session) is None:
         await sessions.create_session(app_name="coder", user_id="me", session_id=args.session)
     message = types.Content(role="user", parts=[types.Part(text=args.task)])
-    async for event in runner.run_async(
-        user_id="me", session_id=args.session, new_message=message
-    ):
+    async for event in runner.run_async(user_id="me", session_id=args.session, new_message=message):
         if event.is_final_response() and event.content and event.content.parts:
             print("".join(p.text or "" for p in event.content.parts))
     memory = await sessions.memory("coder", "me", args.session)

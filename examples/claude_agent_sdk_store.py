@@ -31,19 +31,39 @@ from autoctx.integrations.claude_agent_sdk import AutoContextSessionStore
 def transcript(session_id: str) -> list[dict]:
     def user(uuid_: str, text: str, parent: str | None) -> dict:
         message = {"role": "user", "content": text}
-        return {"type": "user", "uuid": uuid_, "parentUuid": parent, "sessionId": session_id,
-                "timestamp": "2026-01-01T00:00:00.000Z", "message": message}
+        return {
+            "type": "user",
+            "uuid": uuid_,
+            "parentUuid": parent,
+            "sessionId": session_id,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": message,
+        }
 
     def assistant(uuid_: str, text: str, parent: str) -> dict:
-        message = {"role": "assistant", "id": f"msg_{uuid_}",
-                   "content": [{"type": "text", "text": text}]}
-        return {"type": "assistant", "uuid": uuid_, "parentUuid": parent,
-                "sessionId": session_id, "timestamp": "2026-01-01T00:00:01.000Z",
-                "message": message}
+        message = {
+            "role": "assistant",
+            "id": f"msg_{uuid_}",
+            "content": [{"type": "text", "text": text}],
+        }
+        return {
+            "type": "assistant",
+            "uuid": uuid_,
+            "parentUuid": parent,
+            "sessionId": session_id,
+            "timestamp": "2026-01-01T00:00:01.000Z",
+            "message": message,
+        }
 
-    boundary = {"type": "system", "subtype": "compact_boundary", "uuid": "b1",
-                "parentUuid": None, "logicalParentUuid": "a1", "content": "Conversation compacted",
-                "timestamp": "2026-01-01T00:05:00.000Z"}
+    boundary = {
+        "type": "system",
+        "subtype": "compact_boundary",
+        "uuid": "b1",
+        "parentUuid": None,
+        "logicalParentUuid": "a1",
+        "content": "Conversation compacted",
+        "timestamp": "2026-01-01T00:05:00.000Z",
+    }
     summary = user("u2", "Summary: the test failed on a missing data.csv; it is fixed.", "b1")
     summary["isCompactSummary"] = True
     return [
@@ -80,8 +100,10 @@ async def main() -> None:
     memory = await store.memory(key)
     for event in await memory.events():
         replaced = await memory.reload(event.offload_uuid, originals=True)
-        print(f"compact boundary: event {event.id} ({event.reason}), "
-              f"{len(replaced)} entries behind it")
+        print(
+            f"compact boundary: event {event.id} ({event.reason}), "
+            f"{len(replaced)} entries behind it"
+        )
     print(f"working context: {[m.text[:40] for m in await memory.messages()]}")
     await store.delete(key)
     await store.close()

@@ -461,6 +461,7 @@ def _copy(conn: Connection, parent: Any, child_id: str, cut: _Cut) -> SessionInf
 # Erasure
 # ---------------------------------------------------------------------------------------------
 
+
 #: Every message derived from the given ones by lineage (their summaries, and theirs, ...).
 @dataclass(frozen=True, slots=True)
 class SessionRows:
