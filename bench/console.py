@@ -9,22 +9,25 @@ Two sessions are built through the library's bulk path (`mem.add` with lists of
 enough that nothing compresses), and `compressed`, the same number of originals with
 `compress_if_needed()` after every batch (the offline summarizer, a 32,000-token window), so that
 it holds a long event history, offloads and lineage. Then `autoctx ui`'s server (the console's
-own `make_server`, in this process, on 127.0.0.1) answers each page `--repeats` times over HTTP;
-the median is printed beside the baseline: the same page's SQL (the console's own statements,
-same parameters) sent with raw psycopg 3 on one open connection, median of as many runs. The
-difference is the console's own cost: the pool, the tenant scope, building the objects,
-rendering the template and HTTP. EXPLAIN of each page's main statement is checked for
-sequential scans of the session tables.
+own `make_server`, in this process, on 127.0.0.1) answers each page `--repeats` times over HTTP,
+on one kept-alive connection as a browser asks; the median is printed beside two baselines: the
+same page's SQL (the statements the console sent for that very page, recorded from its answer,
+same parameters) sent with raw psycopg 3 on one open connection in one transaction, one statement
+after another (the goal's baseline), and the same statements in one round trip (psycopg's
+pipeline mode, as the console sends them), median of as many runs each. The difference is the
+console's own cost: the pool, the tenant scope, building the objects, rendering the page and
+HTTP. EXPLAIN of each page's main statement is checked for sequential scans of the session
+tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -47,16 +50,8 @@ from autoctx._search import websearch_text
 from autoctx._store import console as db
 from autoctx._store import search as search_store
 from autoctx._store.store import SessionStore
-from autoctx._ui.app import (
-    CHILDREN_PAGE,
-    EVENTS_PAGE,
-    OFFLOAD_PAGE,
-    SEARCH_LIMIT,
-    SESSIONS_PAGE,
-    WORKING_PAGE,
-)
+from autoctx._ui.app import SEARCH_LIMIT
 from autoctx._ui.server import make_server
-from autoctx._ui.timeline import BUCKETS
 
 console = Console(width=150)
 SCOPE = "s.tenant IS NULL"
@@ -155,36 +150,75 @@ def build_fleet(url: Any, tenant: str, sessions: int) -> float:
     return time.perf_counter() - started
 
 
-def timed(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm: the first request opens the pool and parses the templates
-    runs = []
-    for _ in range(repeats):
-        started = time.perf_counter()
+def timed(fns: Sequence[Callable[[], Any]], repeats: int) -> list[float]:
+    """The median time of each of `fns`, run in turns (one warm-up each first: the first
+    request opens the pool and parses the templates), the order rotating from turn to turn so
+    that a noisy neighbour on the machine slows every side alike."""
+    for fn in fns:
         fn()
-        runs.append(time.perf_counter() - started)
-    return median(runs)
+    runs: list[list[float]] = [[] for _ in fns]
+    for turn in range(repeats):
+        for k in range(len(fns)):
+            which = (k + turn) % len(fns)
+            started = time.perf_counter()
+            fns[which]()
+            runs[which].append(time.perf_counter() - started)
+    return [median(r) for r in runs]
 
 
-def fetch(base: str, path: str, cookie: str) -> Callable[[], int]:
+def fetch(server: http.client.HTTPConnection, path: str, cookie: str) -> Callable[[], int]:
+    """A GET of `path` on one kept-alive connection, as a browser asks for a site's pages."""
+
     def get() -> int:
-        request = urllib.request.Request(base + path, headers={"Cookie": cookie})
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            body = answer.read()
-            assert answer.status == 200, path
-            return len(body)
+        server.request("GET", path, headers={"Cookie": cookie})
+        answer = server.getresponse()
+        body = answer.read()
+        assert answer.status == 200, path
+        return len(body)
 
     return get
 
 
-def raw(
-    conn: psycopg.Connection[Any], statements: Sequence[tuple[str, dict[str, Any]]]
-) -> Callable[[], None]:
+def raw(conn: psycopg.Connection[Any], statements: Statements) -> Callable[[], None]:
+    """The statements one after another in one transaction, as psycopg sends them unasked."""
+
     def run() -> None:
         with conn.transaction():
             for sql, params in statements:
                 conn.execute(sql, params).fetchall()
 
     return run
+
+
+def pipelined(conn: psycopg.Connection[Any], statements: Statements) -> Callable[[], None]:
+    """The same statements in one transaction in one round trip (psycopg's pipeline mode), as
+    the console sends a page's."""
+
+    def run() -> None:
+        with conn.pipeline(), conn.transaction():
+            cursors = [conn.execute(sql, params) for sql, params in statements]
+        for cursor in cursors:
+            cursor.fetchall()
+
+    return run
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Statements]:
+    """The statements of the console's page reads (`autoctx._store.console.read`, which every
+    page but the search sends its SQL through) while the block runs, in order."""
+    sent: Statements = []
+    read = db.read
+
+    def record(store: Any, *reads: db.Read[Any]) -> list[Any]:
+        sent.extend((r.sql, dict(r.params)) for r in reads)
+        return read(store, *reads)
+
+    db.read = record
+    try:
+        yield sent
+    finally:
+        db.read = read
 
 
 def seq_scans(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> str:
@@ -234,7 +268,7 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
             "WHERE session_id = 'raw'"
         ).fetchone()
         assert w is not None
-        n_working, first_pos, last_pos = int(w[0]), int(w[1]), int(w[2])
+        n_working, last_pos = int(w[0]), int(w[2])
         middle = conn.execute(
             "SELECT position FROM working_set WHERE session_id = 'raw' ORDER BY position "
             "OFFSET %s LIMIT 1",
@@ -258,13 +292,13 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
         ).fetchone()
         assert deep is not None
         n_behind = conn.execute(
-            db._ORIGINALS.format(scope=SCOPE)
+            db._ORIGINALS.format(named="o.uuid = %(ref)s", scope=SCOPE)
             .replace(
                 "SELECT m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens",
                 "SELECT count(*)",
             )
             .replace("ORDER BY m.id\n", ""),
-            {"sid": "compressed", "uuid": deep[0], "after": 0, "limit": 10**9, "tenant": None},
+            {"sid": "compressed", "ref": deep[0], "after": 0, "limit": 10**9, "tenant": None},
         ).fetchone()[0]
         counts = conn.execute(
             "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM lineage), "
@@ -278,123 +312,29 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
     figures: list[dict[str, Any]] = []
     engine = AutoContextClient.shared(bdb.url, auto_upgrade=False).engine
     with served(engine, None) as (base, cookie):
-        t = {"tenant": None}
-
-        def p(**values: Any) -> dict[str, Any]:
-            return {**t, **values}
-
-        one_session = db._SESSIONS.format(where=f"s.session_id = %(sid)s AND {SCOPE}")
-        events_fwd = db._EVENTS.format(scope=SCOPE, op=">", direction="ASC")
-        events_back = db._EVENTS.format(scope=SCOPE, op="<", direction="DESC")
-        working_fwd = db._WORKING.format(scope=SCOPE, op=">", direction="ASC")
-        working_back = db._WORKING.format(scope=SCOPE, op="<", direction="DESC")
-        count_before = (
-            "SELECT count(*) FROM working_set w WHERE w.session_id = %(sid)s "
-            "AND w.position < %(first)s"
-        )
         summary_id = int(big_summary[0])
-        offload_ids = list(offload[1])[:OFFLOAD_PAGE]
-        pages: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
-            (
-                "timeline of `raw`",
-                "/s/raw",
-                [
-                    (one_session, p(sid="raw")),
-                    (db._TIMELINE.format(scope=SCOPE), p(sid="raw", buckets=BUCKETS)),
-                    (db._GROWTH.format(scope=SCOPE), p(sid="raw", buckets=BUCKETS)),
-                ],
-            ),
-            (
-                "timeline of `compressed`",
-                "/s/compressed",
-                [
-                    (one_session, p(sid="compressed")),
-                    (db._TIMELINE.format(scope=SCOPE), p(sid="compressed", buckets=BUCKETS)),
-                    (db._GROWTH.format(scope=SCOPE), p(sid="compressed", buckets=BUCKETS)),
-                ],
-            ),
-            (
-                "events, first page",
-                "/s/compressed/events",
-                [
-                    (one_session, p(sid="compressed")),
-                    (events_fwd, p(sid="compressed", key=-(2**62), limit=EVENTS_PAGE + 1)),
-                ],
-            ),
-            (
-                "events, last page",
-                f"/s/compressed/events?before={last_event + 1}",
-                [
-                    (one_session, p(sid="compressed")),
-                    (events_back, p(sid="compressed", key=last_event + 1, limit=EVENTS_PAGE + 1)),
-                ],
-            ),
-            (
-                "working context, first page (raw)",
-                "/s/raw/working",
-                [
-                    (one_session, p(sid="raw")),
-                    (working_fwd, p(sid="raw", key=-(2**62), limit=WORKING_PAGE + 1)),
-                    (count_before, {"sid": "raw", "first": first_pos}),
-                ],
-            ),
-            (
-                "working context, middle page (raw)",
-                f"/s/raw/working?after={middle[0]}",
-                [
-                    (one_session, p(sid="raw")),
-                    (working_fwd, p(sid="raw", key=middle[0], limit=WORKING_PAGE + 1)),
-                    (count_before, {"sid": "raw", "first": middle[0] + 1}),
-                ],
-            ),
-            (
-                "working context, last page (raw)",
-                f"/s/raw/working?before={last_pos + 1}",
-                [
-                    (one_session, p(sid="raw")),
-                    (working_back, p(sid="raw", key=last_pos + 1, limit=WORKING_PAGE + 1)),
-                    (count_before, {"sid": "raw", "first": last_pos - WORKING_PAGE}),
-                ],
-            ),
+        pages: list[Page] = [
+            ("timeline of `raw`", "/s/raw", None),
+            ("timeline of `compressed`", "/s/compressed", None),
+            ("events, first page", "/s/compressed/events", None),
+            ("events, last page", f"/s/compressed/events?before={last_event + 1}", None),
+            ("working context, first page (raw)", "/s/raw/working", None),
+            ("working context, middle page (raw)", f"/s/raw/working?after={middle[0]}", None),
+            ("working context, last page (raw)", f"/s/raw/working?before={last_pos + 1}", None),
             (
                 f"message + lineage ({big_summary[1]:,} replaced)",
                 f"/s/compressed/m/{summary_id}",
-                [
-                    (one_session, p(sid="compressed")),
-                    (db._MESSAGE.format(scope=SCOPE), p(sid="compressed", id=summary_id)),
-                    (
-                        db._CHILDREN.format(scope=SCOPE),
-                        p(sid="compressed", mid=summary_id, after=0, limit=CHILDREN_PAGE + 1),
-                    ),
-                    (db._COVERING.format(scope=SCOPE), p(sid="compressed", mid=summary_id)),
-                ],
+                None,
             ),
             (
                 f"offload, first page ({len(offload[1]):,} messages)",
                 f"/s/compressed/o/{offload[0]}",
-                [
-                    (one_session, p(sid="compressed")),
-                    (
-                        db._OFFLOAD.format(named="o.uuid = %(ref)s", scope=SCOPE),
-                        p(sid="compressed", ref=offload[0]),
-                    ),
-                    (db._BY_ID.format(scope=SCOPE), p(sid="compressed", ids=offload_ids)),
-                ],
+                None,
             ),
             (
                 f"offload, originals behind it, first page ({n_behind:,})",
                 f"/s/compressed/o/{deep[0]}?view=originals",
-                [
-                    (one_session, p(sid="compressed")),
-                    (
-                        db._OFFLOAD.format(named="o.uuid = %(ref)s", scope=SCOPE),
-                        p(sid="compressed", ref=deep[0]),
-                    ),
-                    (
-                        db._ORIGINALS.format(scope=SCOPE),
-                        p(sid="compressed", uuid=deep[0], after=0, limit=OFFLOAD_PAGE + 1),
-                    ),
-                ],
+                None,
             ),
         ]
         figures += measure(f"{args.messages:,}-message sessions", pages, base, cookie, bdb, args)
@@ -434,24 +374,14 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
                 )
             ]
         middle, last = order[len(order) // 2], order[-1]
-        count = "SELECT count(*) FROM sessions s WHERE s.tenant = %(tenant)s"
 
         def fleet_page(
             name: str, sort: db.SessionSort, after: str | None, before: str | None
-        ) -> tuple[str, str, list[tuple[str, dict[str, Any]]]]:
-            cursor = after if after is not None else before
+        ) -> Page:
             path = f"/?sort={sort}" + (
                 f"&after={quote(after)}" if after else f"&before={quote(before)}" if before else ""
             )
-            params = {"tenant": FLEET, "limit": SESSIONS_PAGE + 1, "cursor": cursor}
-            return (
-                name,
-                path,
-                [
-                    (db.sessions_sql(FLEET, sort, after=after, before=before), params),
-                    (count, {"tenant": FLEET}),
-                ],
-            )
+            return (name, path, None)
 
         fleet = [
             fleet_page("sessions, first page (nearest the window)", "window", None, None),
@@ -475,7 +405,10 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
             json.dump(figures, out, indent=2)
 
 
-Page = tuple[str, str, list[tuple[str, dict[str, Any]]]]
+Statements = list[tuple[str, dict[str, Any]]]
+#: A page: its name, its path, and its statements (None: the ones the console sends for it,
+#: recorded from its own answer).
+Page = tuple[str, str, Statements | None]
 #: The issue's goal: a page costs at most this much more than its SQL alone.
 GOAL = 1.5
 FLEET = "fleet"
@@ -483,13 +416,13 @@ FLEET = "fleet"
 
 @contextlib.contextmanager
 def served(engine: Any, tenant: str | None) -> Iterator[tuple[str, str]]:
-    """The console's own server for `tenant` in a thread: its base URL and the token's cookie
-    (what a browser holds after opening the printed URL)."""
+    """The console's own server for `tenant` in a thread: its address (host:port) and the
+    token's cookie (what a browser holds after opening the printed URL)."""
     server = make_server(engine, tenant, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield (
-            f"http://127.0.0.1:{server.server_address[1]}",
+            f"127.0.0.1:{server.server_address[1]}",
             f"{server.access.cookie}={server.access.token}",
         )
     finally:
@@ -532,26 +465,49 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Each page over HTTP and its statements sent raw, median of `--repeats` after a warm-up
     each, printed as a table with the ratio; the figures."""
-    table = Table(title=f"{title}: console pages, median of {args.repeats} (after one warm-up)")
-    for col in ("page", "console (HTTP)", "raw SQL (psycopg)", "ratio", "bytes", "seq scans"):
+    table = Table(
+        title=f"{title}: console pages, median of {args.repeats} in turns (after one warm-up)"
+    )
+    for col in (
+        "page",
+        "console (HTTP)",
+        "raw SQL (psycopg)",
+        "ratio",
+        "raw SQL, one round trip",
+        "ratio",
+        "bytes",
+        "seq scans",
+    ):
         table.add_column(col, justify="left" if col in ("page", "seq scans") else "right")
     figures = []
+    server = http.client.HTTPConnection(base, timeout=120)
     with raw_connection(bdb) as conn:
         conn.execute("SET jit = off")  # as the console's transactions run
         conn.commit()
-        for name, path, statements in pages:
-            page_s = timed(fetch(base, path, cookie), args.repeats)
-            size = fetch(base, path, cookie)()
-            sql_s = timed(raw(conn, statements), args.repeats)
+        for name, path, given in pages:
+            with recording() as sent:
+                size = fetch(server, path, cookie)()
+            statements = given if given is not None else sent
+            assert statements, path
+            page_s, sql_s, one_s = timed(
+                [
+                    fetch(server, path, cookie),
+                    raw(conn, statements),
+                    pipelined(conn, statements),
+                ],
+                args.repeats,
+            )
             main_sql, main_params = statements[-1] if len(statements) == 1 else statements[1]
             scans = seq_scans(conn, main_sql, main_params)
             conn.rollback()
-            ratio = page_s / sql_s
+            ratio, one_ratio = page_s / sql_s, page_s / one_s
             table.add_row(
                 name,
                 f"{page_s * 1000:,.1f} ms",
                 f"{sql_s * 1000:,.1f} ms",
                 f"{ratio:.2f}x",
+                f"{one_s * 1000:,.1f} ms",
+                f"{one_ratio:.2f}x",
                 f"{size:,}",
                 scans,
             )
@@ -560,13 +516,17 @@ def measure(
                     "set": title,
                     "page": name,
                     "path": path,
+                    "statements": len(statements),
                     "console_s": page_s,
                     "sql_s": sql_s,
                     "ratio": ratio,
+                    "sql_one_round_trip_s": one_s,
+                    "ratio_one_round_trip": one_ratio,
                     "bytes": size,
                     "seq_scans": scans,
                 }
             )
+    server.close()
     console.print(table)
     return figures
 

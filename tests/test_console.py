@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import http.client
 import itertools
 import logging
 import os
@@ -19,6 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import markupsafe
+import psycopg
 import pytest
 import sqlalchemy as sa
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
@@ -39,6 +42,7 @@ import autoctx
 from autoctx import AutoContextClient, AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
 from autoctx._cli import app
 from autoctx._store import console as db
+from autoctx._store.catalog import Catalog
 from autoctx._store.inspect import lineage_edges
 from autoctx._store.store import SessionStore
 from autoctx._ui import timeline
@@ -251,6 +255,8 @@ def test_every_page_answers_and_nothing_writes(ui: Served, world: World, db_url:
         f"/s/{s}/m/{world.summary_id}?after=1",
         f"/s/{s}/o/{world.offload}",
         f"/s/{s}/o/{world.offload}?page=1",
+        # Past any array's end: an empty page, not a database error.
+        f"/s/{s}/o/{world.offload}?page={2**62}",
         f"/search?q={MARKER}",
         f"/search?q={MARKER}&session={s}",
     ):
@@ -271,6 +277,49 @@ def test_the_console_reads_in_read_only_transactions(db_url: str, world: World) 
             sa.text("update sessions set version = version where session_id = :s"),
             {"s": world.main},
         )
+
+
+def test_a_page_read_is_one_read_only_transaction_that_leaves_the_pool_clean(
+    db_url: str, world: World
+) -> None:
+    """`db.read` sends a page's statements together in one READ ONLY transaction scoped to the
+    tenant: a write among them fails, and the connection goes back to the pool idle."""
+    engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
+    store = Catalog(engine, None)
+    write = db.Read("UPDATE sessions SET version = version", {}, lambda found: found)
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+        db.read(store, db.session_row(store, world.main), write)
+    # The same pooled connections serve the next reads: the failed transaction is gone.
+    for _ in range(3):
+        (info, scope, setting) = db.read(
+            store,
+            db.session_row(store, world.main),
+            db.Read("SELECT current_setting('transaction_read_only')", {}, lambda f: f[0][0]),
+            db.Read("SELECT current_setting('autoctx.tenant')", {}, lambda f: f[0][0]),
+        )
+        assert info.session_id == world.main and scope == "on" and setting == ""
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW transaction_read_only").scalar_one() == "off"
+    (setting,) = db.read(
+        Catalog(engine, "acme"),
+        db.Read("SELECT current_setting('autoctx.tenant')", {}, lambda f: f[0][0]),
+    )
+    assert setting == "acme"
+
+
+def test_kept_alive_answers_do_not_wait_for_a_delayed_ack(ui: Served, world: World) -> None:
+    """Headers and body are two writes: with Nagle's algorithm on, every answer after the first
+    on a kept-alive connection (what a browser does) waited about 40 ms for the client's ACK."""
+    connection = http.client.HTTPConnection(ui.host, ui.port, timeout=30)
+    took = []
+    for _ in range(7):
+        started = time.perf_counter()
+        connection.request("GET", "/no-such-page", headers={"Cookie": ui.cookie})
+        answer = connection.getresponse()
+        assert answer.status == 404 and answer.read()
+        took.append(time.perf_counter() - started)
+    connection.close()
+    assert sorted(took)[len(took) // 2] < 0.030, took
 
 
 def test_markup_in_a_message_is_escaped(ui: Served, world: World) -> None:

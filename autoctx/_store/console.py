@@ -9,26 +9,33 @@ looks exactly like an unknown one (`SessionNotFound`, `MessageNotFound`, `Offloa
 Nothing here loads a whole session: each page is a keyset read on an index that exists (the
 primary keys of the session tables), at most `limit` rows, with no OFFSET; the session list
 ranks the tenant's sessions by an aggregate and pages after a cursor session. Every transaction is
-`READ ONLY` (see `read_only`), so the console cannot write even by mistake.
+`READ ONLY`, so the console cannot write even by mistake.
+
+A page is one `read`: its statements (each a `Read`: the SQL, its parameters, and what its rows
+become) go to the server together, in one READ ONLY transaction with the tenant scope, in one
+round trip (psycopg's pipeline mode). So no statement of a page may need another's result: where
+one did (the index of a working page's first row, the event that wrote a message, the messages
+of an offload's page), the statement computes it itself.
 """
 
 from __future__ import annotations
 
 import uuid as uuid_mod
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Generic, Literal, TypeVar
 
-from sqlalchemy.engine import Connection, Engine
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row, tuple_row
+from sqlalchemy.engine import Engine
 
 from .._arguments import OffloadRef
 from .._errors import MessageNotFound, OffloadNotFound, SessionNotFound
 from .._events import Event
 from .._messages import Msg
-from .rows import event_from_row, msg_from_columns
+from .rows import event_of, msg_from_columns
 from .scope import TenantScope
 
 __all__ = [
@@ -37,17 +44,19 @@ __all__ = [
     "MessageDetail",
     "MessageRow",
     "OffloadInfo",
+    "Read",
     "SessionRow",
     "SessionSort",
     "TimelinePoint",
     "covering_chain",
     "events_page",
     "lineage_children",
+    "made_by",
     "message",
     "offload_info",
     "offload_messages",
     "offload_originals",
-    "one_transaction",
+    "read",
     "read_only",
     "session_row",
     "sessions_page",
@@ -153,8 +162,22 @@ class OffloadInfo:
 
 
 def read_only(engine: Engine) -> Engine:
-    """The engine the console reads through: every transaction READ ONLY."""
+    """The engine the console's searches read through: every transaction READ ONLY."""
     return engine.execution_options(postgresql_readonly=True)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Read(Generic[T]):
+    """One statement of a page: its SQL, its parameters, and what its rows become."""
+
+    sql: str
+    params: Mapping[str, Any]
+    build: Callable[[list[Any]], T]
+    #: Rows as dicts by column name (else tuples).
+    named: bool = False
 
 
 #: The tenant setting the policies read (as `SET_TENANT` sets it), and no JIT: a page's
@@ -163,43 +186,50 @@ def read_only(engine: Engine) -> Engine:
 _SCOPE = "SELECT set_config('autoctx.tenant', %(t)s, true), set_config('jit', 'off', true)"
 
 
-#: The page transaction of this thread (`one_transaction`), which `_read` joins.
-_PAGE: ContextVar[tuple[TenantScope, Connection] | None] = ContextVar("console_page", default=None)
+def read(store: TenantScope, *reads: Read[Any]) -> list[Any]:
+    """What each of `reads` builds, in order: its statements run in one READ ONLY transaction
+    scoped to the store's tenant for the row-level security policies (without a tenant, the
+    setting is the empty string: the untenanted sessions), so a page's header and its rows are
+    read together.
 
-
-@contextmanager
-def one_transaction(store: TenantScope) -> Iterator[None]:
-    """Every read of this thread inside the block runs in one transaction (one connection, one
-    tenant scope): a page's header and its rows are read together, consistent with each other,
-    for one BEGIN and one COMMIT."""
-    with _read(store) as conn:
-        token = _PAGE.set((store, conn))
+    One round trip: BEGIN READ ONLY, the scope, the statements and COMMIT go to the server in
+    one pipeline (psycopg's), on a connection of the store's pool, and their rows come back
+    together. Through SQLAlchemy the same page cost a round trip for each of them (six for a
+    page of four statements) and SQLAlchemy's own work per statement and row."""
+    pooled = store.engine.raw_connection()
+    try:
+        conn = pooled.driver_connection
+        assert isinstance(conn, psycopg.Connection)
+        conn.autocommit = True
         try:
-            yield
+            cursors = [conn.cursor(row_factory=dict_row if r.named else tuple_row) for r in reads]
+            with conn.pipeline():
+                conn.execute("BEGIN READ ONLY")
+                conn.execute(_SCOPE, {"t": store.tenant or ""})
+                for cursor, r in zip(cursors, reads, strict=True):
+                    cursor.execute(r.sql, r.params)
+                conn.execute("COMMIT")
+            rows = [cursor.fetchall() for cursor in cursors]
         finally:
-            _PAGE.reset(token)
-
-
-@contextmanager
-def _read(store: TenantScope) -> Iterator[Connection]:
-    """One transaction, scoped to the store's tenant for the row-level security policies
-    (without a tenant, the setting is the empty string: the untenanted sessions); the page's
-    own when one is open (`one_transaction`)."""
-    page = _PAGE.get()
-    if page is not None and page[0] is store:
-        yield page[1]
-        return
-    with store.engine.begin() as conn:
-        conn.exec_driver_sql(_SCOPE, {"t": store.tenant or ""})
-        yield conn
-
-
-def _in_scope(store: TenantScope, alias: str = "s") -> str:
-    return _tenant_scope(store.tenant, alias)
+            # A statement that failed leaves the transaction open (a pipeline skips the rest
+            # up to its end, COMMIT included): the pool gets the connection back idle.
+            if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
+                conn.rollback()
+            conn.autocommit = False
+    except psycopg.OperationalError:
+        pooled.invalidate()
+        raise
+    finally:
+        pooled.close()
+    return [r.build(found) for r, found in zip(reads, rows, strict=True)]
 
 
 def _tenant_scope(tenant: str | None, alias: str = "s") -> str:
     return f"{alias}.tenant = %(tenant)s" if tenant is not None else f"{alias}.tenant IS NULL"
+
+
+def _in_scope(store: TenantScope, alias: str = "s") -> str:
+    return _tenant_scope(store.tenant, alias)
 
 
 def _params(store: TenantScope, **values: Any) -> dict[str, Any]:
@@ -224,21 +254,9 @@ WHERE {where}
 """
 
 
-def _session_row(r: Any) -> SessionRow:
+def _session_row(r: Sequence[Any]) -> SessionRow:
     return SessionRow(
-        r.session_id,
-        r.tenant,
-        r.model,
-        r.message_count,
-        r.token_count,
-        r.max_tokens,
-        r.fill,
-        r.cost,
-        r.failures,
-        r.events,
-        r.version,
-        r.updated_at,
-        dict(r.config),
+        r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], dict(r[12])
     )
 
 
@@ -263,7 +281,7 @@ def sessions_page(
     after: str | None = None,
     before: str | None = None,
     limit: int,
-) -> tuple[list[SessionRow], int]:
+) -> tuple[Read[list[SessionRow]], Read[int]]:
     """Up to `limit` of the tenant's sessions in `sort` order (highest first, then by id):
     the first ones, those after the session `after`, or those before the session `before`
     (a keyset page: no offset, whatever the page); and how many sessions there are.
@@ -274,20 +292,25 @@ def sessions_page(
     """
     sql = sessions_sql(store.tenant, sort, after=after, before=before)
     params = _params(store, limit=limit, cursor=after if after is not None else before)
-    with _read(store) as conn:
-        rows = [_session_row(r) for r in conn.exec_driver_sql(sql, params)]
-        total = conn.exec_driver_sql(
-            f"SELECT count(*) FROM sessions s WHERE {_in_scope(store)}", params
-        ).scalar_one()
-    if before is not None:
-        rows.reverse()
-    return rows, int(total)
+
+    def rows(found: list[Any]) -> list[SessionRow]:
+        out = [_session_row(r) for r in found]
+        return out[::-1] if before is not None else out
+
+    return (
+        Read(sql, params, rows),
+        Read(
+            f"SELECT count(*) FROM sessions s WHERE {_in_scope(store)}",
+            _params(store),
+            lambda found: int(found[0][0]),
+        ),
+    )
 
 
 def sessions_sql(
     tenant: str | None, sort: SessionSort, *, after: str | None, before: str | None
 ) -> str:
-    """The statement of a page of `sessions_page` (bench/console.py sends it raw)."""
+    """The statement of a page of `sessions_page`."""
     backwards = before is not None
     cursor = (
         ""
@@ -303,18 +326,24 @@ def sessions_sql(
     )
 
 
-def session_row(store: TenantScope, session_id: str) -> SessionRow:
-    """One session of the tenant; `SessionNotFound` for any other id."""
+def session_row(store: TenantScope, session_id: str) -> Read[SessionRow]:
+    """One session of the tenant; its build raises `SessionNotFound` for any other id."""
+
+    def build(found: list[Any]) -> SessionRow:
+        if not found:
+            raise SessionNotFound(
+                f"session {session_id!r} does not exist among "
+                + (
+                    f"tenant {store.tenant!r}"
+                    if store.tenant is not None
+                    else "untenanted sessions"
+                )
+                + "; start the console with --tenant for another tenant's sessions"
+            )
+        return _session_row(found[0])
+
     sql = _SESSIONS.format(where=f"s.session_id = %(sid)s AND {_in_scope(store)}")
-    with _read(store) as conn:
-        row = conn.exec_driver_sql(sql, _params(store, sid=session_id)).one_or_none()
-    if row is None:
-        raise SessionNotFound(
-            f"session {session_id!r} does not exist among "
-            + (f"tenant {store.tenant!r}" if store.tenant is not None else "untenanted sessions")
-            + "; start the console with --tenant for another tenant's sessions"
-        )
-    return _session_row(row)
+    return Read(sql, _params(store, sid=session_id), build)
 
 
 _TIMELINE = """
@@ -362,20 +391,22 @@ ORDER BY min(o.k)
 
 def timeline(
     store: TenantScope, session_id: str, *, buckets: int
-) -> tuple[list[TimelinePoint], list[Growth]]:
+) -> tuple[Read[list[TimelinePoint]], Read[list[Growth]]]:
     """Every compression event's numbers (no text), oldest first, and the appends between
-    them in at most `buckets` (+ one per event) steps: the token timeline, in one transaction."""
+    them in at most `buckets` (+ one per event) steps: the token timeline."""
     params = _params(store, sid=session_id, buckets=buckets)
-    with _read(store) as conn:
-        points = [
-            TimelinePoint(*r)
-            for r in conn.exec_driver_sql(_TIMELINE.format(scope=_in_scope(store)), params)
-        ]
-        growth = [
-            Growth(int(r[0]), int(r[1]), int(r[2]))
-            for r in conn.exec_driver_sql(_GROWTH.format(scope=_in_scope(store)), params)
-        ]
-    return points, growth
+    return (
+        Read(
+            _TIMELINE.format(scope=_in_scope(store)),
+            params,
+            lambda found: [TimelinePoint(*r) for r in found],
+        ),
+        Read(
+            _GROWTH.format(scope=_in_scope(store)),
+            params,
+            lambda found: [Growth(int(r[0]), int(r[1]), int(r[2])) for r in found],
+        ),
+    )
 
 
 _EVENTS = """
@@ -395,15 +426,36 @@ def _keyset(after: int | None, before: int | None) -> tuple[str, str, int]:
 
 def events_page(
     store: TenantScope, session_id: str, *, after: int | None, before: int | None, limit: int
-) -> list[Event]:
+) -> Read[list[Event]]:
     """Up to `limit` events after (or before) an event id, in id order: a keyset page on the
     primary key (session_id, id)."""
     op, direction, key = _keyset(after, before)
     sql = _EVENTS.format(scope=_in_scope(store), op=op, direction=direction)
-    with _read(store) as conn:
-        rows = conn.exec_driver_sql(sql, _params(store, sid=session_id, key=key, limit=limit))
-        found = [event_from_row(r) for r in rows]
-    return found[::-1] if before is not None else found
+
+    def build(found: list[Any]) -> list[Event]:
+        events = [event_of(r) for r in found]
+        return events[::-1] if before is not None else events
+
+    return Read(sql, _params(store, sid=session_id, key=key, limit=limit), build, named=True)
+
+
+#: The event that wrote a message (None for an original): by the message's own `event_id`.
+_MADE_BY = """
+SELECT e.* FROM messages m
+JOIN sessions s ON s.session_id = m.session_id
+JOIN compression_events e ON e.session_id = m.session_id AND e.id = m.event_id
+WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {scope}
+"""
+
+
+def made_by(store: TenantScope, session_id: str, message_id: int) -> Read[Event | None]:
+    """The compression event that wrote message `message_id` (None for an original)."""
+    return Read(
+        _MADE_BY.format(scope=_in_scope(store)),
+        _params(store, sid=session_id, id=message_id),
+        lambda found: event_of(found[0]) if found else None,
+        named=True,
+    )
 
 
 #: The page's positions first (a range of the primary key, at most `limit` rows), then each
@@ -425,8 +477,14 @@ CROSS JOIN LATERAL (
 ORDER BY w.position {{direction}}
 """
 
+#: The working messages up to a page's key (an index-only count on the primary key): those
+#: before the page's first row, whichever side of the key the page is (`working_page`).
+_BEFORE = (
+    "SELECT count(*) FROM working_set w WHERE w.session_id = %(sid)s AND w.position {cmp} %(key)s"
+)
 
-def _message_row(r: Any) -> MessageRow:
+
+def _message_row(r: Sequence[Any]) -> MessageRow:
     return MessageRow(
         r[0],
         r[1],
@@ -442,25 +500,27 @@ def _message_row(r: Any) -> MessageRow:
 
 def working_page(
     store: TenantScope, session_id: str, *, after: int | None, before: int | None, limit: int
-) -> tuple[list[MessageRow], int]:
+) -> tuple[Read[list[MessageRow]], Read[int]]:
     """Up to `limit` working messages after (or before) a working-set position, in order (a
-    keyset page on the primary key (session_id, position)), and the index of the first one
-    in the working context."""
+    keyset page on the primary key (session_id, position)), and the number of working messages
+    up to the key: before a page after the key, the index of its first row (its first row is
+    the first position past the key); before a page before the key, the index of its first
+    row plus the page's length (the caller subtracts it)."""
     op, direction, key = _keyset(after, before)
     sql = _WORKING.format(scope=_in_scope(store), op=op, direction=direction)
-    with _read(store) as conn:
-        params = _params(store, sid=session_id, key=key, limit=limit)
-        found = [_message_row(r) for r in conn.exec_driver_sql(sql, params)]
-        if before is not None:
-            found.reverse()
-        first = found[0].key if found else key
-        # An index-only count on the primary key: the messages before this page.
-        index = conn.exec_driver_sql(
-            "SELECT count(*) FROM working_set w WHERE w.session_id = %(sid)s "
-            "AND w.position < %(first)s",
-            {"sid": session_id, "first": first},
-        ).scalar_one()
-    return found, int(index)
+
+    def rows(found: list[Any]) -> list[MessageRow]:
+        out = [_message_row(r) for r in found]
+        return out[::-1] if before is not None else out
+
+    return (
+        Read(sql, _params(store, sid=session_id, key=key, limit=limit), rows),
+        Read(
+            _BEFORE.format(cmp="<" if before is not None else "<="),
+            {"sid": session_id, "key": key},
+            lambda found: int(found[0][0]),
+        ),
+    )
 
 
 _MESSAGE = f"""
@@ -487,16 +547,21 @@ class MessageDetail:
     position: int | None
 
 
-def message(store: TenantScope, session_id: str, message_id: int) -> MessageDetail:
-    """One stored message of a session of the tenant; `MessageNotFound` otherwise."""
-    with _read(store) as conn:
-        row = conn.exec_driver_sql(
-            _MESSAGE.format(scope=_in_scope(store)),
-            _params(store, sid=session_id, id=message_id),
-        ).one_or_none()
-    if row is None:
-        raise MessageNotFound(f"no message {message_id} in session {session_id!r}")
-    return MessageDetail(msg_from_columns(*row[:8]), row[8], row[9], row[10], row[11])
+def message(store: TenantScope, session_id: str, message_id: int) -> Read[MessageDetail]:
+    """One stored message of a session of the tenant; its build raises `MessageNotFound`
+    otherwise."""
+
+    def build(found: list[Any]) -> MessageDetail:
+        if not found:
+            raise MessageNotFound(f"no message {message_id} in session {session_id!r}")
+        row = found[0]
+        return MessageDetail(msg_from_columns(*row[:8]), row[8], row[9], row[10], row[11])
+
+    return Read(
+        _MESSAGE.format(scope=_in_scope(store)),
+        _params(store, sid=session_id, id=message_id),
+        build,
+    )
 
 
 _CHILDREN = f"""
@@ -517,13 +582,14 @@ ORDER BY l.ordinal
 
 def lineage_children(
     store: TenantScope, session_id: str, message_id: int, *, after: int, limit: int
-) -> list[MessageRow]:
+) -> Read[list[MessageRow]]:
     """The messages `message_id` replaced directly, in order, after lineage ordinal `after`
     (a keyset page on lineage's primary key (session_id, summary_id, ordinal))."""
-    sql = _CHILDREN.format(scope=_in_scope(store))
-    params = _params(store, sid=session_id, mid=message_id, after=after, limit=limit)
-    with _read(store) as conn:
-        return [_message_row(r) for r in conn.exec_driver_sql(sql, params)]
+    return Read(
+        _CHILDREN.format(scope=_in_scope(store)),
+        _params(store, sid=session_id, mid=message_id, after=after, limit=limit),
+        lambda found: [_message_row(r) for r in found],
+    )
 
 
 _COVERING = """
@@ -539,13 +605,13 @@ WHERE {scope} ORDER BY u.depth
 """
 
 
-def covering_chain(store: TenantScope, session_id: str, message_id: int) -> list[int]:
+def covering_chain(store: TenantScope, session_id: str, message_id: int) -> Read[list[int]]:
     """The summaries above `message_id`, nearest first (lineage's replaced_id index)."""
-    sql = _COVERING.format(scope=_in_scope(store))
-    with _read(store) as conn:
-        return [
-            r[0] for r in conn.exec_driver_sql(sql, _params(store, sid=session_id, mid=message_id))
-        ]
+    return Read(
+        _COVERING.format(scope=_in_scope(store)),
+        _params(store, sid=session_id, mid=message_id),
+        lambda found: [r[0] for r in found],
+    )
 
 
 _OFFLOAD = """
@@ -557,39 +623,53 @@ WHERE o.session_id = %(sid)s AND {named} AND {scope}
 """
 
 
-def offload_info(store: TenantScope, session_id: str, offload: OffloadRef) -> OffloadInfo:
-    """An offload (by uuid or handle) of a session of the tenant; `OffloadNotFound`
-    otherwise."""
-    named = "o.handle = %(ref)s" if isinstance(offload, int) else "o.uuid = %(ref)s"
-    with _read(store) as conn:
-        row = conn.exec_driver_sql(
-            _OFFLOAD.format(named=named, scope=_in_scope(store)),
-            _params(store, sid=session_id, ref=offload),
-        ).one_or_none()
-    if row is None:
-        raise OffloadNotFound(f"no offloaded context with id {offload} in session {session_id!r}")
-    return OffloadInfo(row[0], row[1], row[2], row[3], tuple(row[4]), row[5])
+def _named(offload: OffloadRef) -> str:
+    """The condition on `offloads o` that picks the offload `%(ref)s` (a handle or a uuid)."""
+    return "o.handle = %(ref)s" if isinstance(offload, int) else "o.uuid = %(ref)s"
 
 
+def offload_info(store: TenantScope, session_id: str, offload: OffloadRef) -> Read[OffloadInfo]:
+    """An offload (by uuid or handle) of a session of the tenant; its build raises
+    `OffloadNotFound` otherwise."""
+
+    def build(found: list[Any]) -> OffloadInfo:
+        if not found:
+            raise OffloadNotFound(
+                f"no offloaded context with id {offload} in session {session_id!r}"
+            )
+        row = found[0]
+        return OffloadInfo(row[0], row[1], row[2], row[3], tuple(row[4]), row[5])
+
+    return Read(
+        _OFFLOAD.format(named=_named(offload), scope=_in_scope(store)),
+        _params(store, sid=session_id, ref=offload),
+        build,
+    )
+
+
+#: A page of the messages an offload removed, in its order: the slice `start` (0-based) to
+#: `stop` of its `message_ids`, read from the offload in the same statement.
 _BY_ID = f"""
 SELECT {_MSG_COLUMNS}
-FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS u(id, ord)
-JOIN sessions s ON s.session_id = %(sid)s
+FROM offloads o
+JOIN sessions s ON s.session_id = o.session_id
+CROSS JOIN LATERAL unnest(o.message_ids[%(start)s + 1 : %(stop)s]) WITH ORDINALITY AS u(id, ord)
 JOIN messages m ON m.session_id = %(sid)s AND m.id = u.id
-WHERE {{scope}}
+WHERE o.session_id = %(sid)s AND {{named}} AND {{scope}}
 ORDER BY u.ord
 """
 
 
-def offload_messages(store: TenantScope, session_id: str, ids: Sequence[int]) -> list[Msg]:
-    """The stored messages `ids` (a page of an offload's), in that order, exactly as stored."""
-    if not ids:
-        return []
-    with _read(store) as conn:
-        rows = conn.exec_driver_sql(
-            _BY_ID.format(scope=_in_scope(store)), _params(store, sid=session_id, ids=list(ids))
-        )
-        return [msg_from_columns(*r) for r in rows]
+def offload_messages(
+    store: TenantScope, session_id: str, offload: OffloadRef, *, start: int, limit: int
+) -> Read[list[Msg]]:
+    """The stored messages of an offload's `message_ids` from index `start`, at most `limit`,
+    in that order, exactly as stored."""
+    return Read(
+        _BY_ID.format(named=_named(offload), scope=_in_scope(store)),
+        _params(store, sid=session_id, ref=offload, start=start, stop=start + limit),
+        lambda found: [msg_from_columns(*r) for r in found],
+    )
 
 
 #: The originals behind an offload, down through nested summaries. Every message a compression
@@ -611,7 +691,7 @@ removed AS MATERIALIZED (
     FROM offloads o
     JOIN sessions s ON s.session_id = o.session_id
     CROSS JOIN LATERAL unnest(o.message_ids) AS u(id)
-    WHERE o.session_id = %(sid)s AND o.uuid = %(uuid)s AND {{scope}}
+    WHERE o.session_id = %(sid)s AND {{named}} AND {{scope}}
 ),
 down(id) AS (
     SELECT r.id FROM removed r WHERE r.id IN (SELECT id FROM sums)
@@ -644,13 +724,12 @@ ORDER BY m.id
 
 
 def offload_originals(
-    store: TenantScope, session_id: str, offload_uuid: uuid_mod.UUID, *, after: int, limit: int
-) -> list[Msg]:
+    store: TenantScope, session_id: str, offload: OffloadRef, *, after: int, limit: int
+) -> Read[list[Msg]]:
     """Up to `limit` of the originals behind an offload (following lineage down through the
     summaries it removed), in id order after id `after`, exactly as stored."""
-    with _read(store) as conn:
-        rows = conn.exec_driver_sql(
-            _ORIGINALS.format(scope=_in_scope(store)),
-            _params(store, sid=session_id, uuid=offload_uuid, after=after, limit=limit),
-        )
-        return [msg_from_columns(*r) for r in rows]
+    return Read(
+        _ORIGINALS.format(named=_named(offload), scope=_in_scope(store)),
+        _params(store, sid=session_id, ref=offload, after=after, limit=limit),
+        lambda found: [msg_from_columns(*r) for r in found],
+    )

@@ -19,7 +19,6 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Final
@@ -45,7 +44,7 @@ from .._store import console as db
 from .._store import search as search_store
 from .._store.catalog import Catalog
 from .._strategies import registry
-from . import timeline
+from . import lists, timeline
 
 try:
     import jinja2
@@ -142,10 +141,6 @@ def _text(query: Mapping[str, list[str]], name: str) -> str | None:
     return values[0] if values and values[0] != "" else None
 
 
-def _when(value: datetime | None) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
-
-
 @dataclass(frozen=True, slots=True)
 class Page:
     status: int
@@ -173,9 +168,9 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.filters["q"] = lambda v: quote(str(v), safe="")
-        self.env.filters["when"] = _when
-        self.env.filters["num"] = lambda v: f"{v:,}" if v is not None else ""
+        self.env.filters["q"] = lists.q
+        self.env.filters["when"] = lists.when
+        self.env.filters["num"] = lists.num
         self.env.globals.update(
             strategy_names=registry.STRATEGY_NAMES,
             strategy_colors=registry.STRATEGY_COLORS,
@@ -205,8 +200,7 @@ class Console:
                     args = [unquote(g) for g in match.groups()]
                     if args:
                         args[0] = _session_id(args[0])
-                    with db.one_transaction(self.store):
-                        return view(query, *args)
+                    return view(query, *args)
                 except (SessionNotFound, MessageNotFound, OffloadNotFound) as exc:
                     return self.error_page(HTTPStatus.NOT_FOUND, str(exc))
                 except (
@@ -241,8 +235,11 @@ class Console:
         for cursor in (after, before):
             if cursor is not None:
                 _session_id(cursor)
-        rows, total = db.sessions_page(
-            self.store, sort, after=after, before=before, limit=SESSIONS_PAGE + 1
+        rows, total = db.read(
+            self.store,
+            *db.sessions_page(
+                self.store, sort, after=after, before=before, limit=SESSIONS_PAGE + 1
+            ),
         )
         if before is not None:
             has_prev, has_next = len(rows) > SESSIONS_PAGE, True
@@ -253,6 +250,7 @@ class Console:
         return self._render(
             "sessions.html",
             rows=rows,
+            rows_html=lists.session_rows(rows),
             total=total,
             sort=sort,
             sorts=db.SESSION_SORTS,
@@ -260,12 +258,15 @@ class Console:
             next_key=rows[-1].session_id if rows and has_next else None,
         )
 
-    def _header(self, session_id: str) -> db.SessionRow:
+    def _header(self, session_id: str) -> db.Read[db.SessionRow]:
         return db.session_row(self.store, session_id)
 
     def session(self, query: Mapping[str, list[str]], session_id: str) -> Page:
-        info = self._header(session_id)
-        points, growth = db.timeline(self.store, session_id, buckets=timeline.BUCKETS)
+        info, points, growth = db.read(
+            self.store,
+            self._header(session_id),
+            *db.timeline(self.store, session_id, buckets=timeline.BUCKETS),
+        )
         window = info.max_tokens
         trigger = target = None
         if window:
@@ -292,10 +293,13 @@ class Console:
         )
 
     def events(self, query: Mapping[str, list[str]], session_id: str) -> Page:
-        info = self._header(session_id)
         after, before = _int(query, "after"), _int(query, "before")
-        rows = db.events_page(
-            self.store, session_id, after=after, before=before, limit=EVENTS_PAGE + 1
+        info, rows = db.read(
+            self.store,
+            self._header(session_id),
+            db.events_page(
+                self.store, session_id, after=after, before=before, limit=EVENTS_PAGE + 1
+            ),
         )
         if before is not None:
             has_prev, has_next = len(rows) > EVENTS_PAGE, True
@@ -307,17 +311,25 @@ class Console:
             "events.html",
             info=info,
             rows=rows,
+            rows_html=lists.event_rows(
+                rows, session_id, colors=registry.STRATEGY_COLORS, kind=registry.event_kind
+            ),
             prev_key=rows[0].id if rows and has_prev else None,
             next_key=rows[-1].id if rows and has_next else None,
         )
 
     def working(self, query: Mapping[str, list[str]], session_id: str) -> Page:
-        info = self._header(session_id)
         after, before = _int(query, "after"), _int(query, "before")
-        rows, index = db.working_page(
-            self.store, session_id, after=after, before=before, limit=WORKING_PAGE + 1
+        info, rows, index = db.read(
+            self.store,
+            self._header(session_id),
+            *db.working_page(
+                self.store, session_id, after=after, before=before, limit=WORKING_PAGE + 1
+            ),
         )
         if before is not None:
+            # The count is of the messages before the key: the page's rows are among them.
+            index -= len(rows)
             has_next = True
             if len(rows) > WORKING_PAGE:
                 rows = rows[-WORKING_PAGE:]
@@ -329,40 +341,38 @@ class Console:
             "working.html",
             info=info,
             rows=rows,
+            rows_html=lists.message_rows(rows, session_id, numbered=True, index=index),
             index=index,
             prev_key=rows[0].key if rows and index > 0 else None,
             next_key=rows[-1].key if rows and has_next else None,
         )
 
     def message(self, query: Mapping[str, list[str]], session_id: str, message_id: str) -> Page:
-        info = self._header(session_id)
         mid = int(message_id)
         if mid > _LARGEST:
             raise ConsoleRequestError(f"no message id is larger than {_LARGEST}")
-        detail = db.message(self.store, session_id, mid)
         # Lineage ordinals start at 0: the first page is everything after -1.
         after = _int(query, "after", minimum=-1)
         after = -1 if after is None else after
-        children = db.lineage_children(
-            self.store, session_id, mid, after=after, limit=CHILDREN_PAGE + 1
+        info, detail, children, chain, made_by = db.read(
+            self.store,
+            self._header(session_id),
+            db.message(self.store, session_id, mid),
+            db.lineage_children(self.store, session_id, mid, after=after, limit=CHILDREN_PAGE + 1),
+            db.covering_chain(self.store, session_id, mid),
+            db.made_by(self.store, session_id, mid),
         )
         more = len(children) > CHILDREN_PAGE
         children = children[:CHILDREN_PAGE]
-        chain = db.covering_chain(self.store, session_id, mid)
-        made_by = None
-        if detail.event_id is not None:
-            found = db.events_page(
-                self.store, session_id, after=detail.event_id - 1, before=None, limit=1
-            )
-            made_by = found[0] if found and found[0].id == detail.event_id else None
         return self._render(
             "message.html",
             info=info,
             detail=detail,
             msg=detail.msg,
-            parts=parts(detail.msg),
+            parts_html=lists.parts_html(parts(detail.msg)),
             stored_json=json.dumps(detail.msg.stored_json(), ensure_ascii=False, indent=2),
             children=children,
+            children_html=lists.message_rows(children, session_id, numbered=False),
             after=after,
             next_key=children[-1].key if children and more else None,
             chain=chain,
@@ -370,7 +380,6 @@ class Console:
         )
 
     def offload(self, query: Mapping[str, list[str]], session_id: str, text: str) -> Page:
-        info = self._header(session_id)
         try:
             offload_id = parse_offload_id(text)
         except InvalidOffloadId:
@@ -378,14 +387,19 @@ class Console:
                 "an offload page takes the offload's handle (the number in its tag) or its "
                 "full uuid, as the events page links it"
             ) from None
-        found = db.offload_info(self.store, session_id, offload_id)
-        offload_id = found.uuid
         view = _text(query, "view") or "removed"
+        if view not in ("removed", "originals"):
+            raise ConsoleRequestError("the URL parameter 'view' takes removed or originals")
         if view == "originals":
             # Every original behind it, down through nested summaries, keyset-paged by id.
             after = _int(query, "after") or 0
-            msgs = db.offload_originals(
-                self.store, session_id, offload_id, after=after, limit=OFFLOAD_PAGE + 1
+            info, found, msgs = db.read(
+                self.store,
+                self._header(session_id),
+                db.offload_info(self.store, session_id, offload_id),
+                db.offload_originals(
+                    self.store, session_id, offload_id, after=after, limit=OFFLOAD_PAGE + 1
+                ),
             )
             more = len(msgs) > OFFLOAD_PAGE
             msgs = msgs[:OFFLOAD_PAGE]
@@ -394,25 +408,31 @@ class Console:
                 info=info,
                 offload=found,
                 view=view,
-                msgs=[(None, m, parts(m)) for m in msgs],
+                msgs=[(None, m, lists.parts_html(parts(m))) for m in msgs],
                 page=0,
                 pages=0,
                 after=after,
                 next_after=msgs[-1].id if msgs and more else None,
                 more=more,
             )
-        if view != "removed":
-            raise ConsoleRequestError("the URL parameter 'view' takes removed or originals")
         page = _int(query, "page") or 0
-        start = page * OFFLOAD_PAGE
-        ids = found.message_ids[start : start + OFFLOAD_PAGE]
-        msgs = db.offload_messages(self.store, session_id, ids)
+        # An array holds fewer than 2**31 elements: a page past that is empty, as any page past
+        # the end is (and the statement's int4 subscript never overflows).
+        start = min(page * OFFLOAD_PAGE, 2**31 - 1 - OFFLOAD_PAGE)
+        info, found, msgs = db.read(
+            self.store,
+            self._header(session_id),
+            db.offload_info(self.store, session_id, offload_id),
+            db.offload_messages(
+                self.store, session_id, offload_id, start=start, limit=OFFLOAD_PAGE
+            ),
+        )
         return self._render(
             "offload.html",
             info=info,
             offload=found,
             view=view,
-            msgs=[(start + k, m, parts(m)) for k, m in enumerate(msgs)],
+            msgs=[(start + k, m, lists.parts_html(parts(m))) for k, m in enumerate(msgs)],
             page=page,
             pages=max(1, -(-len(found.message_ids) // OFFLOAD_PAGE)),
             after=0,
@@ -430,7 +450,7 @@ class Console:
             words = validate_query(text)
             limit = validate_limit(SEARCH_LIMIT)
             if session_id is not None:
-                self._header(session_id)
+                db.read(self.store, self._header(session_id))
                 hits = search_store.search_session(self.store, session_id, words, limit)
             else:
                 hits = search_store.search_tenant(self.store, words, limit)

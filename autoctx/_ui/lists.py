@@ -1,0 +1,187 @@
+"""The console's long lists (the rows of a table, the blocks of messages), as HTML built in
+Python.
+
+The working context's 100 rows through Jinja took 0.85 ms (a call, a filter and an escape
+per cell, a loop object per row) of a page whose SQL takes about 1 ms, too much for a page to
+stay within 1.5x of its SQL (issue 33); built here, the same markup takes 0.16 ms. Every piece
+of stored or agent text goes through `markupsafe.escape`, as the templates' autoescape does;
+numbers are formatted, never escaped text; each function returns `Markup`, which the template
+inserts as is. The templates keep the page around the lists.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Protocol
+from urllib.parse import quote
+
+from markupsafe import Markup, escape
+
+from .._events import Event
+from .._store.console import MessageRow, SessionRow
+
+__all__ = ["Part", "event_rows", "message_rows", "num", "parts_html", "q", "session_rows", "when"]
+
+
+class Part(Protocol):
+    """One block of a message as the page shows it (`autoctx._ui.app.Part`)."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+def q(value: object) -> str:
+    """A path segment or query value: every reserved character percent-encoded."""
+    return quote(str(value), safe="")
+
+
+def num(value: int | None) -> str:
+    return f"{value:,}" if value is not None else ""
+
+
+def when(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+
+
+@functools.lru_cache(maxsize=64)
+def _word(value: str) -> str:
+    """A role or a kind, escaped (a handful of values, escaped once each)."""
+    return str(escape(value))
+
+
+def message_rows(
+    rows: Sequence[MessageRow], session_id: str, *, numbered: bool, index: int = 0
+) -> Markup:
+    """The rows of a message list (the working context, what a summary replaced): number,
+    id (a link to the message), role, kind, tokens and the start of its text."""
+    base = f"/s/{q(session_id)}/m/"
+    out: list[str] = []
+    add = out.append
+    for k, r in enumerate(rows):
+        n = f'<td class="n">{index + k}</td>\n  ' if numbered else ""
+        kind = "" if r.kind == "original" else "kind"
+        more = '<span class="muted"> …</span>' if r.clipped else ""
+        add(
+            f"<tr>\n  {n}"
+            f'<td class="id"><a href="{base}{r.id}">#{r.id}</a></td>\n'
+            f"  <td>{_word(r.role)}{'*' if r.pinned else ''}</td>\n"
+            f'  <td class="{kind}">{_word(r.kind)}</td>\n'
+            f'  <td class="n">{r.tokens:,}</td>\n'
+            f'  <td class="preview">{escape(r.preview)}{more}</td>\n</tr>\n'
+        )
+    return Markup("".join(out))
+
+
+def session_rows(rows: Iterable[SessionRow]) -> Markup:
+    """The rows of the session list."""
+    out: list[str] = []
+    add = out.append
+    for r in rows:
+        fill = f"{r.fill * 100:.0f}%" if r.fill is not None else ""
+        failed = "failed" if r.failures else ""
+        add(
+            "<tr>\n"
+            f'  <td class="id"><a href="/s/{q(r.session_id)}">{escape(r.session_id)}</a></td>\n'
+            f'  <td class="n">{num(r.message_count)}</td>\n'
+            f'  <td class="n">{num(r.token_count)}</td>\n'
+            f'  <td class="n">{num(r.max_tokens)}</td>\n'
+            f'  <td class="n">{fill}</td>\n'
+            f'  <td class="n">{num(r.cost)}</td>\n'
+            f'  <td class="n">{num(r.events)}</td>\n'
+            f'  <td class="n {failed}">{num(r.failures)}</td>\n'
+            f"  <td>{escape(r.model)}</td>\n"
+            f"  <td>{when(r.updated_at)}</td>\n"
+            "</tr>\n"
+        )
+    return Markup("".join(out))
+
+
+def _facts(e: Event) -> str:
+    f = e.facts
+    if f is None:
+        return ""
+    title = escape(
+        f"of {f.found} facts found in what it replaced: {f.kept} kept by the summary, "
+        f"{f.repaired} by the repair, {f.listed} on the index line, {f.dropped} dropped"
+    )
+    out = f'<span title="{title}">{f.found - f.dropped}/{f.found}</span>'
+    if f.dropped_facts:
+        items = "".join(f"<li><code>{escape(fact)}</code></li>" for fact in f.dropped_facts)
+        out += (
+            f'<details class="dropped"><summary>{f.dropped} dropped</summary>'
+            f"<ul>{items}</ul></details>"
+        )
+    return out
+
+
+def event_rows(
+    rows: Iterable[Event],
+    session_id: str,
+    *,
+    colors: Mapping[int, str],
+    kind: Callable[[int, str], str],
+) -> Markup:
+    """The rows of the events table."""
+    base = f"/s/{q(session_id)}"
+    out: list[str] = []
+    add = out.append
+    for e in rows:
+        status = (
+            f'<span class="{"failed" if e.status == "failed" else ""}">{escape(e.status)}</span>'
+        )
+        status += f", {escape(e.reason)}"
+        if e.undoes is not None:
+            status += (
+                f' of <a class="undoes" href="{base}/events?after={e.undoes - 1}#e{e.undoes}">'
+                f"event #{e.undoes}</a>"
+            )
+        if e.note:
+            status += f' <span class="muted">({escape(e.note)})</span>'
+        model = escape(e.model or "")
+        if e.prompt_tokens is not None:
+            model += Markup(
+                f'<br><span class="n">{num(e.prompt_tokens)} + {num(e.completion_tokens)}</span>'
+            )
+        if e.latency_ms is not None:
+            model += Markup(f"<br>{e.latency_ms:.0f} ms")
+        where = ""
+        if e.offload_uuid:
+            where = f'<a href="{base}/o/{e.offload_uuid}">{e.offload_uuid}</a>'
+        if e.summary_message_id:
+            where += (
+                f'<br><a href="{base}/m/{e.summary_message_id}">message #{e.summary_message_id}</a>'
+            )
+        color = escape(colors.get(e.strategy, "#777"))
+        add(
+            f'<tr id="e{e.id}">\n'
+            f'  <td class="n">{e.id}</td>\n'
+            f'  <td class="when">{when(e.created_at)}</td>\n'
+            f'  <td><span class="tag" style="background: {color}">S{e.strategy}</span> '
+            f"{escape(kind(e.strategy, e.reason))}</td>\n"
+            f"  <td>{status}</td>\n"
+            f'  <td class="n">{num(e.tokens_before)} → {num(e.tokens_after)}</td>\n'
+            f'  <td class="n">{num(e.messages_before)} → {num(e.messages_after)}</td>\n'
+            f'  <td class="n">{len(e.replaced_ids)}</td>\n'
+            f'  <td class="facts">{_facts(e)}</td>\n'
+            f"  <td>{model}</td>\n"
+            f'  <td class="id offload">{where}</td>\n'
+            f'  <td class="error">{escape(e.error or "")}</td>\n'
+            "</tr>\n"
+        )
+    return Markup("".join(out))
+
+
+def parts_html(parts: Iterable[Part]) -> Markup:
+    """A message's blocks in order: each one's label and its text exactly as stored."""
+    return Markup(
+        "".join(
+            f'<div class="part">{escape(p.label)}</div>\n'
+            f'<pre class="stored">{escape(p.text)}</pre>\n'
+            for p in parts
+        )
+    )
