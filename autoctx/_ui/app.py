@@ -408,7 +408,10 @@ class Console:
                 info=info,
                 offload=found,
                 view=view,
-                msgs=[(None, m, lists.parts_html(parts(m))) for m in msgs],
+                msgs=msgs,
+                msgs_html=lists.message_blocks(
+                    [(None, m, lists.parts_html(parts(m))) for m in msgs], session_id
+                ),
                 page=0,
                 pages=0,
                 after=after,
@@ -432,7 +435,11 @@ class Console:
             info=info,
             offload=found,
             view=view,
-            msgs=[(start + k, m, lists.parts_html(parts(m))) for k, m in enumerate(msgs)],
+            msgs=msgs,
+            msgs_html=lists.message_blocks(
+                [(start + k, m, lists.parts_html(parts(m))) for k, m in enumerate(msgs)],
+                session_id,
+            ),
             page=page,
             pages=max(1, -(-len(found.message_ids) // OFFLOAD_PAGE)),
             after=0,

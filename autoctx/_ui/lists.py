@@ -20,9 +20,20 @@ from urllib.parse import quote
 from markupsafe import Markup, escape
 
 from .._events import Event
+from .._messages import Msg
 from .._store.console import MessageRow, SessionRow
 
-__all__ = ["Part", "event_rows", "message_rows", "num", "parts_html", "q", "session_rows", "when"]
+__all__ = [
+    "Part",
+    "event_rows",
+    "message_blocks",
+    "message_rows",
+    "num",
+    "parts_html",
+    "q",
+    "session_rows",
+    "when",
+]
 
 
 class Part(Protocol):
@@ -185,3 +196,21 @@ def parts_html(parts: Iterable[Part]) -> Markup:
             for p in parts
         )
     )
+
+
+def message_blocks(msgs: Iterable[tuple[int | None, Msg, Markup]], session_id: str) -> Markup:
+    """Whole messages (an offload's page): each one's place in the offload when it has one,
+    its id (a link to the message), role, kind and tokens, then its blocks (`parts_html`)."""
+    base = f"/s/{q(session_id)}/m/"
+    out: list[str] = []
+    add = out.append
+    for k, m, blocks in msgs:
+        place = f"<b>[{k}]</b> " if k is not None else ""
+        kind = "" if m.kind == "original" else "kind"
+        add(
+            f'<div class="msg" id="m{m.id}">\n'
+            f'<div>{place}<a href="{base}{m.id}">#{m.id}</a> {_word(m.role)} '
+            f'<span class="{kind}">{_word(m.kind)}</span> {num(m.tokens)} tokens</div>\n'
+            f"{blocks}</div>\n"
+        )
+    return Markup("".join(out))
