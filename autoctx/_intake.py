@@ -356,9 +356,11 @@ def count_tokens(msg: Msg, counter: TokenCounter) -> int:
             total += counter.count(block.name) + counter.count(block.arguments)
         elif isinstance(block, ToolResultBlock):
             total += counter.count(block.output_text)
-            for part in block.output:
-                if isinstance(part, OpaqueBlock):
-                    total += counter.count(json_text(jsonb_order(part.data)))
+            # A string output has no parts (iterating it would visit every character).
+            if not isinstance(block.output, str):
+                for part in block.output:
+                    if isinstance(part, OpaqueBlock):
+                        total += counter.count(json_text(jsonb_order(part.data)))
         else:
             total += counter.count(_opaque_json(block))
     return total

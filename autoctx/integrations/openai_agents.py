@@ -391,7 +391,8 @@ class AutoContextSession:
         mem = self.memory()
         msgs = [msg for msg, _ in converted]
         stored = internals(mem).replace_working(msgs) if replace else mem.add(msgs)
-        self._ledger.stored(items)
+        # The items as `convert` checked them: plain JSON, not checked again for the digests.
+        self._ledger.stored([item for _, group in converted for item in group])
         # What was just written is known: the next read need not fetch it back. (The epoch
         # is not known here; a read with a new epoch starts the cache over anyway.)
         shared = _item_cache(mem)
@@ -596,8 +597,9 @@ class _Ledger:
                 self._known[digest] = max(self._known.pop(digest, 0), count)
             self._trim()
 
-    def stored(self, items: Sequence[Any]) -> None:
-        digests = [_digest(item) for item in items]
+    def stored(self, items: Sequence[Mapping[str, Any]]) -> None:
+        """Items just stored, each a plain JSON dict (as `convert` gives them back)."""
+        digests = [_plain_digest(item) for item in items]
         with self._lock:
             # In place: `+=` would also walk every count held (O(history) per append).
             for digest in digests:
