@@ -194,13 +194,14 @@ def read(store: TenantScope, *reads: Read[Any]) -> list[Any]:
 
     One round trip: BEGIN READ ONLY, the scope, the statements and COMMIT go to the server in
     one pipeline (psycopg's), on a connection of the store's pool, and their rows come back
-    together. Through SQLAlchemy the same page cost a round trip for each of them (six for a
+    together. Through SQLAlchemy the same page cost a round trip for each of them (seven for a
     page of four statements) and SQLAlchemy's own work per statement and row."""
     pooled = store.engine.raw_connection()
     try:
         conn = pooled.driver_connection
         assert isinstance(conn, psycopg.Connection)
-        conn.autocommit = True
+        # The transaction is the pipeline's own BEGIN ... COMMIT: psycopg must not open one.
+        was_autocommit, conn.autocommit = conn.autocommit, True
         try:
             cursors = [conn.cursor(row_factory=dict_row if r.named else tuple_row) for r in reads]
             with conn.pipeline():
@@ -215,7 +216,7 @@ def read(store: TenantScope, *reads: Read[Any]) -> list[Any]:
             # up to its end, COMMIT included): the pool gets the connection back idle.
             if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
                 conn.rollback()
-            conn.autocommit = False
+            conn.autocommit = was_autocommit
     except psycopg.OperationalError:
         pooled.invalidate()
         raise
