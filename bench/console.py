@@ -170,8 +170,15 @@ def fetch(server: http.client.HTTPConnection, path: str, cookie: str) -> Callabl
     """A GET of `path` on one kept-alive connection, as a browser asks for a site's pages."""
 
     def get() -> int:
-        server.request("GET", path, headers={"Cookie": cookie})
-        answer = server.getresponse()
+        try:
+            server.request("GET", path, headers={"Cookie": cookie})
+            answer = server.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            # The console closes a connection idle for 30 s (a slow page's raw runs in
+            # between): a browser opens another, and so does this.
+            server.close()
+            server.request("GET", path, headers={"Cookie": cookie})
+            answer = server.getresponse()
         body = answer.read()
         assert answer.status == 200, path
         return len(body)
