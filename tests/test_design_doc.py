@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -17,14 +18,17 @@ OUTSIDE_DOCUMENT = "SPEC" + ".md"
 _CITATION = re.compile(r"`(test_[a-z0-9_]+)::([a-z0-9_*]+)`")
 
 
-def _tests_of(module: str) -> set[str]:
+@functools.cache  # the document cites most modules many times: each is parsed once
+def _tests_of(module: str) -> frozenset[str]:
     tree = ast.parse((ROOT / "tests" / f"{module}.py").read_text(encoding="utf-8"))
-    return {
+    # What pytest collects: module-level functions and the methods of module-level classes.
+    nodes = [*tree.body, *(n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body)]
+    return frozenset(
         node.name
-        for node in ast.walk(tree)
+        for node in nodes
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and node.name.startswith("test_")
-    }
+    )
 
 
 def test_every_test_the_design_cites_exists() -> None:

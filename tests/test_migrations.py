@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 import threading
 import uuid
 import venv
@@ -311,7 +312,13 @@ def test_every_key_and_index_of_session_tables_leads_with_session_id(db_url: str
 
 @pytest.mark.slow
 def test_the_built_wheel_carries_the_migrations(tmp_path: Path, empty_db_url: str) -> None:
-    """A plain (non-editable) install of the wheel in a fresh venv runs `autoctx db upgrade`."""
+    """A plain (non-editable) install of the wheel in a fresh venv runs `autoctx db upgrade`.
+
+    The venv gets the wheel alone (`--no-deps`) and finds its dependencies in this test
+    environment's site-packages, appended to its path by a `.pth` file (a `.pth` file of that
+    directory, this checkout's editable install among them, is not read): installing them again
+    was most of the suite's longest test. `pip check` still holds the wheel's declared
+    dependencies against what the venv sees, and the venv imports autoctx from the wheel."""
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)],
@@ -320,13 +327,27 @@ def test_the_built_wheel_carries_the_migrations(tmp_path: Path, empty_db_url: st
     )
     wheel = next(dist.glob("autoctx_pg-*.whl"))
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
+    venv.create(env_dir)
     python = env_dir / "bin" / "python"
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(wheel)],
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         check=True,
         capture_output=True,
-    )
+        text=True,
+    ).stdout.strip()
+    here = dict.fromkeys(sysconfig.get_path(k) for k in ("purelib", "platlib"))
+    (Path(purelib) / "borrowed_dependencies.pth").write_text("\n".join(here) + "\n")
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    subprocess.run([*pip, "install", "--quiet", "--no-deps", str(wheel)], check=True)
+    subprocess.run([*pip, "check"], check=True, capture_output=True)
+    where = subprocess.run(
+        [str(python), "-c", "import autoctx; print(autoctx.__file__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    ).stdout.strip()
+    assert Path(where).is_relative_to(env_dir), where
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(
         [str(env_dir / "bin" / "autoctx"), "db", "upgrade", "--database-url", empty_db_url],
