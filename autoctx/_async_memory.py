@@ -44,7 +44,6 @@ from ._summarizers import (
     AsyncSummarizer,
     Summarizer,
 )
-from ._trigger import is_due
 
 
 class AsyncAutoContextMemory:
@@ -204,7 +203,7 @@ class AsyncAutoContextMemory:
         if running is not None:
             return running  # another task of this memory started one meanwhile
         loop = asyncio.get_running_loop()
-        if not is_due(info, self.sync.config):
+        if not compressor.wanted(info):
             nothing: asyncio.Future[list[Event]] = loop.create_future()
             nothing.set_result([])
             return nothing

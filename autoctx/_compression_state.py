@@ -66,6 +66,10 @@ class SessionState:
     #: snapshot and its commit), newest last: see `arriving`. A tuple, replaced whole: the
     #: agent's thread reads it while a background compression records.
     arrivals: tuple[int, ...] = ()
+    #: The working tokens the latest call of this process left (None before one): masking
+    #: alone looks again once the context has grown past it (`masking_due`). Not stored: a
+    #: new process looks once more, which costs one plan.
+    mask_floor: int | None = None
 
     def arriving(self, config: AutoContextConfig) -> int:
         """Tokens a pass that runs beside the caller should expect to come in before it

@@ -47,13 +47,20 @@ from ._strategies import registry
 from ._strategies._common import layout_of
 from ._summarizing import Summarizing
 from ._summary import AsyncSummarizer
-from ._trigger import is_due, trigger_of, under_target
+from ._tags import TAG_TOKENS
+from ._trigger import is_due, masking_due, trigger_of, under_target, wanted
 
 logger = logging.getLogger("autoctx")
 
 # The rules over rungs, read from their records (`registry`, docs/design.md §3): see there
 # what each set means and why.
 FOLD: Final = registry.FOLD
+MASKING: Final = registry.MASKING
+#: Masking alone, under the trigger, runs when the tokens it saves are at least this share of
+#: what follows its first masked output (docs/design.md §3, "early masking"): with a prompt
+#: cache, that tail is what the next model call pays in full once, while the saving is paid
+#: less at every call after it.
+MASK_ALONE_PAYS: Final = 0.5
 #: The order of a pass (docs/design.md §3): the fold (7) before S5 and S6.
 STRATEGIES = registry.ORDER
 #: The strategies that act on what precedes the current round (the others rewrite only what
@@ -148,6 +155,10 @@ class Compressor(Summarizing):
         )
         return sink
 
+    def wanted(self, info: SessionTotals) -> bool:
+        """Whether a call from these totals has anything to do (`autoctx._trigger.wanted`)."""
+        return wanted(info, self.config, self.session.mask_floor)
+
     def steps(
         self, info: SessionTotals, events: list[Event] | None = None, *, beside: bool = False
     ) -> Effects[list[Event]]:
@@ -164,6 +175,8 @@ class Compressor(Summarizing):
         # Settled: an earlier call at this very version could not reach the target, so there
         # is nothing new to try until the session changes.
         if not is_due(info, cfg):
+            if masking_due(info, cfg, self.session.mask_floor):
+                return (yield from self._mask_alone(info, events))
             return [] if events is None else events
         state = CallState(
             plan=info.plan,
@@ -176,6 +189,7 @@ class Compressor(Summarizing):
         for _ in range(self.options.max_passes):
             snap = yield from ask(ReadSnapshot())
             if under_target(snap.message_count, snap.token_count, cfg, state.arriving):
+                self.session.mask_floor = snap.token_count
                 return state.events
             # What an undo took back is not planned again, by any rung, in any call: the call
             # chooses again rather than redo it (docs/design.md §7). Read after the snapshot,
@@ -200,6 +214,7 @@ class Compressor(Summarizing):
             # a spent budget), the offline summarizer writes what is left to write.
             yield from self._fallback(state)
             final = yield from ask(ReadTotals())
+        self.session.mask_floor = final.token_count
         if not under_target(final.message_count, final.token_count, cfg):
             if final.token_count >= cfg.message_window:
                 yield from self._report_over_window(state)  # an event: the version stays
@@ -218,6 +233,37 @@ class Compressor(Summarizing):
         if strategy in _TOKENS_ONLY:
             return snap.token_count + state.arriving >= self.config.token_target
         return True  # S5 and S6 check the token trigger themselves (`PlanContext.token_pressure`)
+
+    def _mask_alone(self, info: SessionTotals, events: list[Event] | None) -> Effects[list[Event]]:
+        """Masking alone, under the trigger (docs/design.md §3, "early masking"): every
+        candidate in one apply when what it saves pays for the prompt cache it breaks
+        (`MASK_ALONE_PAYS`); no LLM, no other rung, no settling."""
+        state = CallState(plan=info.plan, events=[] if events is None else events)
+        snap = yield from ask(ReadSnapshot())
+        state.failed.update((yield from ask(ReadUndone())))
+        ctx = PlanContext(
+            token_pressure=False,
+            failed=frozenset(state.failed),
+            count_pressure=False,
+            layouts=self.session.layouts,
+        )
+        edits = plan_strategy(MASKING, snap, self.config, ctx)
+        if edits and _masking_pays(snap, edits, self.config):
+            attempt = self.observer.begin(MASKING, "tokens", snap.token_count, snap.message_count)
+            try:
+                replacements = yield from self._build(snap, edits, state, "tokens")
+                if replacements:
+                    outcome = yield from ask(
+                        ApplyReplacements(
+                            tuple(replacements), "tokens", self.config.to_json(), snap.version
+                        )
+                    )
+                    self._recorded(state, outcome.events)
+            finally:
+                attempt.end()
+        final = yield from ask(ReadTotals())
+        self.session.mask_floor = final.token_count
+        return state.events
 
     def _pass(self, snap: Snapshot, state: CallState) -> Effects[str]:
         """Try S1..S6 in order and apply the first that finds work.
@@ -456,3 +502,12 @@ def _outside(outer: Edit, edits: Sequence[Edit]) -> list[Edit]:
 def _covered_by(outer: Sequence[Edit], edits: Sequence[Edit]) -> bool:
     """Whether the one edit of `outer` (S6's) replaces every message that `edits` replace."""
     return len(outer) == 1 and not _outside(outer[0], edits)
+
+
+def _masking_pays(snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig) -> bool:
+    """Whether masking `edits` alone saves `MASK_ALONE_PAYS` of what follows the first of them
+    (a masked output is estimated at its preview, about four characters a token, and its tag)."""
+    preview = config.mask_preview_chars // 4 + TAG_TOKENS
+    gain = sum(max(0, e.replaced_tokens - preview) for e in edits)
+    tail = sum(m.tokens for m in snap.messages[edits[0].start :])
+    return gain >= MASK_ALONE_PAYS * tail

@@ -42,13 +42,15 @@ _MIN_COMPRESS_TOKENS_AT_REFERENCE: Final = 5000
 _LAST_KEEP_AT_REFERENCE: Final = 50
 _LAST_KEEP_MIN: Final = 8
 _TOKEN_RATIO: Final = 0.75
-_TARGET_RATIO: Final = 0.6
+_TARGET_RATIO: Final = 0.4
 _PREVIEW_CHARS: Final = 200
 #: Masking (docs/design.md §3): the most recent tool results it keeps, and the characters of
 #: its previews; it masks outputs over twice the preview (a shorter one gains little).
 _MASK_KEEP: Final = 3
 _MASK_PREVIEW_CHARS: Final = 100
 _MASK_MIN_PER_PREVIEW: Final = 2
+_MASK_RATIO: Final = 0.15
+_MASK_FACT_CHARS: Final = 48
 _RELOAD_PAGE_CHARS: Final = 4000
 #: The summarizer sees a tenth of the large threshold of each tool output (512 characters at
 #: the default): its first lines and last lines, where a result says what it is and how it
@@ -143,7 +145,7 @@ class AutoContextConfig:
     #: a `target_ratio` the caller set at 0.75 or more, halfway from it to 1).
     token_ratio: float = _UNSET_RATIO
     #: Compression goes on until tokens and messages are under this share of their triggers'
-    #: bases (default 0.6; under a `token_ratio` the caller set at 0.6 or less, 0.8 of it).
+    #: bases (default 0.4; under a `token_ratio` the caller set at 0.4 or less, 0.8 of it).
     target_ratio: float = _UNSET_RATIO
     large_payload_chars: int = 5120
     #: Characters kept in a preview (default 200, at most half of `large_payload_chars`).
@@ -174,6 +176,14 @@ class AutoContextConfig:
     #: Masking leaves tool outputs of at most this many characters alone (default twice
     #: `mask_preview_chars`).
     mask_min_chars: int = _UNSET
+    #: Masking runs alone (no LLM, before the token trigger) once the working context reaches
+    #: this share of the window, when what it saves is worth the prompt cache it breaks
+    #: (docs/design.md §3, "early masking"; default 0.15); None masks only in a compression
+    #: the trigger fired.
+    mask_ratio: float | None = _MASK_RATIO
+    #: Characters of a masked preview's facts line: the output's best facts (labelled ids, ids,
+    #: errors, paths) that its head does not show (docs/design.md §3; default 48, 0 for none).
+    mask_fact_chars: int = _MASK_FACT_CHARS
     #: Picks the token encoding; fixed when a session is created.
     model: str = "gpt-4o"
     #: Largest payload (characters of text, tool input and output) one message may carry.
@@ -189,10 +199,10 @@ class AutoContextConfig:
     #: the vector, and searches find nothing in the session). Fixed when the session is
     #: created, like `model`.
     search_config: str | None = DEFAULT_SEARCH_CONFIG
-    #: The fact check (docs/design.md §6) asks the summarizer once to repair a summary that
-    #: left out facts of what it replaced; False lists them on the index line alone (no
-    #: extra summarizer call).
-    fact_repair: bool = True
+    #: The fact check (docs/design.md §6) lists the facts a summary left out on its index line;
+    #: True also asks the summarizer once to repair a summary whose missing facts the line
+    #: cannot hold (one more call; off by default, docs/design.md §6 says why).
+    fact_repair: bool = False
     #: The index line of the facts a summary still lacks takes at most this share of the
     #: summary's budget (default 0.15; 0 adds no line).
     fact_index_ratio: float = 0.15
@@ -305,6 +315,9 @@ class AutoContextConfig:
 
     def _derive_mask_sizes(self) -> None:
         _check_int("mask_preview_chars", self.mask_preview_chars, minimum=1)
+        if self.mask_ratio is not None:
+            _check_share("mask_ratio", self.mask_ratio)
+        _check_int("mask_fact_chars", self.mask_fact_chars, minimum=0)
         if _given(self.mask_min_chars):
             _check_int("mask_min_chars", self.mask_min_chars, minimum=1)
             if self.mask_min_chars <= self.mask_preview_chars:
@@ -367,6 +380,13 @@ class AutoContextConfig:
     def token_trigger(self) -> int:
         """Working tokens at which compression starts."""
         return int(self.message_window * self.token_ratio)
+
+    @property
+    def mask_trigger(self) -> int | None:
+        """Working tokens at which masking may run alone (None: only in a compression)."""
+        if self.mask_ratio is None:
+            return None
+        return int(self.message_window * self.mask_ratio)
 
     @property
     def token_target(self) -> int:

@@ -172,6 +172,12 @@ class FactChecker:
         for k, subject in enumerate(subjects):
             if subject.fallback or not first_missing[k]:
                 continue
+            if len(self.index_line(subject, texts[k], first_missing[k])[1]) == len(
+                first_missing[k]
+            ):
+                # The index line lists every fact the summary lacks: they stay in view, and a
+                # call to the summarizer would add nothing the agent does not see.
+                continue
             deadline = budget.take_call()
             if deadline is None:
                 break  # the call's budget is spent: the index line alone

@@ -18,7 +18,7 @@ from ._observe import Observer
 from ._sessions import SessionInfo
 from ._store.claims import claimed
 from ._summarizers import OfflineSummarizer
-from ._trigger import is_due, trigger_of
+from ._trigger import trigger_of
 
 
 class MemoryCompression(MemoryState):
@@ -60,7 +60,7 @@ class MemoryCompression(MemoryState):
             if running is not None and not running.done():
                 return running
             compressor, info = self._compression()
-            if not is_due(info, self.config):
+            if not compressor.wanted(info):
                 return done_future([])
             guard, stop = self._background.guard(self._lock), self._background.stop
             engine, session_id, tenant = self.engine, self.session_id, self._store.tenant

@@ -114,6 +114,8 @@ class Edit:
     #: Previews only: the characters the preview keeps when not `preview_chars` (masking's
     #: `mask_preview_chars`, docs/design.md §3).
     preview_chars: int | None = None
+    #: Masking only: the characters of the preview's facts line (`mask_fact_chars`).
+    fact_chars: int = 0
 
     @property
     def estimated_gain(self) -> int:

@@ -20,6 +20,7 @@ from ._events import Event, FactCheck
 from ._intake import Prepared
 from ._messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from ._plans import Edit
+from ._strategies.facts import extract, normalize
 from ._tags import offload_tag
 
 #: Tool-call arguments longer than this are replaced by a pointer to the offload in S5: the
@@ -74,9 +75,13 @@ def _with_tag(text: str, handle: int) -> str:
     return f"{text}\n{offload_tag(handle)}"
 
 
-def preview(msg: Msg, config: AutoContextConfig, handle: int, chars: int | None = None) -> Msg:
+def preview(
+    msg: Msg, config: AutoContextConfig, handle: int, chars: int | None = None, facts: int = 0
+) -> Msg:
     """S2/S3 and masking: the first `preview_chars` characters (`chars` when given: masking's
-    `mask_preview_chars`), '...', a newline and the tag.
+    `mask_preview_chars`), '...', a newline and the tag; with `facts` (masking's
+    `mask_fact_chars`), a line before the tag of the output's best facts that the head does not
+    show, within that many characters (docs/design.md §3).
 
     Role and name stay; a tool message keeps every result's call id and tool name (the tag goes
     on the last one).
@@ -87,6 +92,9 @@ def preview(msg: Msg, config: AutoContextConfig, handle: int, chars: int | None 
         blocks: list[Block] = []
         for k, r in enumerate(results):
             head = r.output_text[:n] + "..."
+            line = _facts_line(r.output_text, head, facts)
+            if line:
+                head = f"{head}\n{line}"
             if k == len(results) - 1:
                 head = _with_tag(head, handle)
             blocks.append(ToolResultBlock(r.tool_use_id, head, r.name))
@@ -95,6 +103,33 @@ def preview(msg: Msg, config: AutoContextConfig, handle: int, chars: int | None 
     return Msg(
         msg.role, (TextBlock(_with_tag(text[:n] + "...", handle)),), name=msg.name, kind="preview"
     )
+
+
+#: Facts a masked preview's line chooses from (the extractor's best, in its order).
+_PREVIEW_FACTS: Final = 12
+
+
+def _facts_line(text: str, head: str, chars: int) -> str:
+    """The facts line of a masked output: its best facts not in `head`, best first while they
+    fit in `chars` (a fact that does not fit is passed over for a shorter one after it)."""
+    if chars <= 0 or len(text) <= len(head):
+        return ""
+    shown = normalize(head)
+    picked: list[str] = []
+    used = len(_FACTS_OPENING)
+    for fact in extract([("output", text)], _PREVIEW_FACTS):
+        if fact.key in shown:
+            continue
+        cost = len(fact.text) + len(_FACTS_SEPARATOR)
+        if used + cost > chars:
+            continue
+        picked.append(fact.text)
+        used += cost
+    return _FACTS_OPENING + _FACTS_SEPARATOR.join(picked) if picked else ""
+
+
+_FACTS_OPENING: Final = "facts: "
+_FACTS_SEPARATOR: Final = " | "
 
 
 def summarized_payload(msg: Msg, summary: str, handle: int) -> Msg:

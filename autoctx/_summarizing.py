@@ -151,7 +151,10 @@ class Summarizing:
             if not edit.llm:
                 final = snap.messages[edit.start].final
                 shown = self._prepare(
-                    preview(msgs[0], self.config, offload.handle, edit.preview_chars), final
+                    preview(
+                        msgs[0], self.config, offload.handle, edit.preview_chars, edit.fact_chars
+                    ),
+                    final,
                 )
                 # A preview near the size floor can cost as many tokens as its original (the
                 # tag's own tokens): it would save nothing, and every applied event saves

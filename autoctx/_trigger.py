@@ -1,7 +1,8 @@
 """When a compression is due: the trigger of a session's totals, and its target.
 
-Pure: the memory asks before it claims the session (`is_due`), the loop asks at each step
-(`trigger_of`, `under_target`); both read the thresholds of the config (docs/design.md §2).
+Pure: the memory asks before it claims the session (`is_due`, `wanted`), the loop asks at each
+step (`trigger_of`, `under_target`); both read the thresholds of the config (docs/design.md §2),
+and masking alone asks `masking_due` (§3, "early masking").
 """
 
 from __future__ import annotations
@@ -49,3 +50,20 @@ def is_due(info: SessionTotals, config: AutoContextConfig) -> bool:
     holds, and no earlier call settled at this very version (docs/design.md §2)."""
     fired = trigger_of(info.message_count, info.token_count, config).fired
     return fired and info.settled_version != info.version
+
+
+def masking_due(info: SessionTotals, config: AutoContextConfig, floor: int | None) -> bool:
+    """Whether masking may run alone, under the trigger (docs/design.md §3, "early masking"):
+    the working context is at the mask trigger and, when an earlier call of this process left
+    it at `floor` tokens, has grown by `min_compress_tokens` since (so that a context whose
+    outputs are all masked already is not planned again at every append)."""
+    trigger = config.mask_trigger
+    if trigger is None or info.token_count < trigger or info.settled_version == info.version:
+        return False  # a call settled at this version has masked what it could
+    return floor is None or info.token_count >= floor + max(1, config.min_compress_tokens)
+
+
+def wanted(info: SessionTotals, config: AutoContextConfig, floor: int | None) -> bool:
+    """Whether a `compress_if_needed()` call from these totals has anything to do: the
+    ladder (`is_due`) or masking alone (`masking_due`)."""
+    return is_due(info, config) or masking_due(info, config, floor)

@@ -24,7 +24,7 @@ from ._background import BackgroundMode, BackgroundState
 from ._config import AutoContextConfig
 from ._events import Event
 from ._store.rows import SessionInfo
-from ._trigger import is_due
+from ._trigger import is_due, masking_due
 
 _R = TypeVar("_R")
 
@@ -118,7 +118,9 @@ def keep_window(
     background compression at the trigger."""
     info: SessionInfo = yield ReadTotals()
     if info.token_count < config.message_window:
-        if start and is_due(info, config):
+        # Masking alone may start under the trigger (docs/design.md §3); the memory checks
+        # its floor (`Compressor.wanted`) before it starts anything.
+        if start and (is_due(info, config) or masking_due(info, config, None)):
             yield StartBackground()
         return
     while (yield BackgroundRunning()):

@@ -7,7 +7,7 @@ every system reaches through its own client). Every system compacts at 0.75 W:
 
 - `autoctx`: `AutoContextMemory` with `AutoContextConfig(max_tokens=W)`,
   `compress_if_needed()` before every model call, the summarizer an `OpenAISummarizer` pointed
-  at the server;
+  at the server (its default early masking, no LLM, starts at 0.15 W: docs/design.md §3);
 - `langchain`: `create_agent` with `SummarizationMiddleware(ChatOpenAI(base_url=server,
   profile={"max_input_tokens": W}), trigger=("fraction", 0.75))` and its other defaults (keep
   20 messages, trim 4,000 tokens to summarize, the approximate token counter), an in-memory

@@ -167,6 +167,38 @@ def test_without_the_repair_the_index_line_lists_the_facts_and_names_the_offload
     assert normalize(PLANTED[0]) in normalize(working)  # the constraint, ranked first
 
 
+def test_no_repair_is_asked_for_what_the_index_line_holds(
+    open_memory: Open, server: OpenAIServer
+) -> None:
+    """With the repair on, a summary whose missing facts all fit on its index line is not
+    repaired: they are in view already, and a call would add nothing the agent does not see
+    (docs/design.md §6). The same history with a line too short for them asks repairs."""
+    server.default = repairing_reply
+    roomy = dataclasses.replace(REPAIR, fact_index_ratio=0.99)
+    before = len(server.requests)
+    mem = open_memory(config=roomy, summarizer=openai(server))
+    mem.add(planted_history())
+    mem.compress_if_needed()
+    bodies = server.requests[before:]
+    assert bodies, "the summarizer wrote the summaries"
+    assert not any(b["messages"][-1]["content"].startswith("Summary to revise:") for b in bodies)
+    checked = summaries(mem)
+    assert checked and all(e.facts.repair_calls == 0 for e in checked)
+    # Every fact a summary lacked went on its line: nothing was dropped for want of a repair.
+    assert any(e.facts.listed for e in checked) and all(e.facts.dropped == 0 for e in checked)
+    check_counts(mem)
+    # A line with room for none of them: the same history asks for repairs.
+    tight = dataclasses.replace(REPAIR, fact_index_ratio=0.0)
+    before = len(server.requests)
+    other = open_memory(f"{mem.session_id}-t", config=tight, summarizer=openai(server))
+    other.add(planted_history())
+    other.compress_if_needed()
+    assert any(
+        b["messages"][-1]["content"].startswith("Summary to revise:")
+        for b in server.requests[before:]
+    )
+
+
 def test_the_index_line_keeps_to_its_share_of_the_budget(open_memory: Open) -> None:
     """A lossy summarizer keeps nothing: the line lists what fits in `fact_index_ratio` of
     the summary's budget, best rank first, and the summary with its line stays within the

@@ -228,3 +228,19 @@ def test_only_the_scan_bound_is_read() -> None:
     parts += [("user", "late ERR-9009 there")]
     found = texts(extract(parts))  # type: ignore[arg-type]
     assert "ERR-1001" in found and "ERR-9009" not in found
+
+
+def test_a_labelled_identifier_comes_with_its_label_before_the_bare_ones() -> None:
+    """``key=value`` whose value is an identifier says what it identifies: it ranks as an
+    identifier, before the bare identifiers of its source, and the bare value inside it is not
+    listed again; a number with a unit or a plain number stays a value."""
+    text = (
+        "worker 3f9a2c1e started\nbuild-2031 queued\nrequest_id=req_8f3a21 failed\n"
+        "took=250ms timeout=30"
+    )
+    found = extract([("output", text)])
+    assert texts(found)[:3] == ["request_id=req_8f3a21", "3f9a2c1e", "build-2031"]
+    assert found[0].rank == IDENTIFIER
+    assert "req_8f3a21" not in texts(found)
+    by_text = {f.text: f.rank for f in found}
+    assert by_text["took=250ms"] == VALUE and by_text["timeout=30"] == VALUE

@@ -348,8 +348,14 @@ def test_config_defaults_are_the_specs() -> None:
         131072,
     )
     counted = AutoContextConfig(msg_threshold=100)
-    assert (counted.msg_threshold, counted.msg_target) == (100, 60)
-    assert (defaults.token_ratio, defaults.target_ratio) == (0.75, 0.6)
+    assert (counted.msg_threshold, counted.msg_target) == (100, 40)
+    # The 0.4 target and early masking: bench/README.md, "Early masking and the defaults".
+    assert (defaults.token_ratio, defaults.target_ratio) == (0.75, 0.4)
+    assert (defaults.mask_ratio, defaults.mask_fact_chars, defaults.fact_repair) == (
+        0.15,
+        48,
+        False,
+    )
     options = RuntimeOptions()
     assert (options.max_passes, options.max_llm_calls) == (10, 8)
     assert (defaults.large_payload_chars, defaults.preview_chars, defaults.last_keep) == (
@@ -364,12 +370,12 @@ def test_config_defaults_are_the_specs() -> None:
 def test_config_sizes_follow_the_window_when_not_set() -> None:
     """docs/design.md §2: `AutoContextConfig(max_tokens=W)` alone is a sound config."""
     reference = AutoContextConfig()
-    assert reference.token_target == 78_643
-    assert (reference.fold_keep_tokens, reference.fold_budget_tokens) == (19_660, 7_864)
+    assert reference.token_target == 52_428
+    assert (reference.fold_keep_tokens, reference.fold_budget_tokens) == (13_107, 5_242)
     small = AutoContextConfig(max_tokens=16_000)
     assert small.min_compress_tokens == round(5000 * 16_000 / 131_072) == 610
-    assert small.fold_keep_tokens == small.token_target // 4 == 2_400
-    assert small.fold_budget_tokens == small.token_target // 10 == 960
+    assert small.fold_keep_tokens == small.token_target // 4 == 1_600
+    assert small.fold_budget_tokens == small.token_target // 10 == 640
     # The protected tail is a size relative to the window too (50 messages of agent steps
     # would fill a 32,000-token window's target by themselves), never under 8 messages.
     assert reference.last_keep == 50
@@ -394,12 +400,12 @@ def test_config_defaults_adapt_to_what_the_caller_set() -> None:
     assert AutoContextConfig(large_payload_chars=2000).transcript_clip_chars == 200
     assert AutoContextConfig(transcript_clip_chars=7).transcript_clip_chars == 7
     assert AutoContextConfig(target_ratio=0.9).token_ratio == 0.95
-    assert AutoContextConfig(token_ratio=0.5).target_ratio == 0.4
-    keep = AutoContextConfig(max_tokens=10_000, fold_keep_tokens=5_500)
+    assert AutoContextConfig(token_ratio=0.45).target_ratio == pytest.approx(0.36)
+    keep = AutoContextConfig(max_tokens=10_000, fold_keep_tokens=3_500)
     assert keep.fold_keep_tokens + keep.fold_budget_tokens < keep.token_target
     # The record of a session derives again what was derived, and keeps what was set.
     stored = AutoContextConfig(max_tokens=16_000, min_compress_tokens=42).to_json()
-    assert stored["min_compress_tokens"] == 42 and stored["fold_keep_tokens"] == 2_400
+    assert stored["min_compress_tokens"] == 42 and stored["fold_keep_tokens"] == 1_600
     assert "fold_keep_tokens" in stored["derived"]
     again = AutoContextConfig.from_json(json.loads(json.dumps(stored)))
     assert again == AutoContextConfig(max_tokens=16_000, min_compress_tokens=42)

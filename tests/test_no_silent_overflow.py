@@ -97,7 +97,8 @@ def test_reserve_tokens_comes_off_the_window_for_every_trigger_and_target() -> N
     assert plain.reserve_tokens == 0 and plain.message_window == 16_000
     assert reserved.message_window == 12_000
     assert reserved.token_trigger == int(12_000 * 0.75)
-    assert reserved.token_target == int(12_000 * 0.6)
+    assert reserved.token_target == int(12_000 * 0.4)
+    assert reserved.mask_trigger == int(12_000 * 0.15)
     assert reserved.fold_keep_tokens + reserved.fold_budget_tokens < reserved.token_target
     assert AutoContextConfig.from_json(reserved.to_json()) == reserved
     with pytest.raises(ConfigError, match="reserve_tokens"):

@@ -30,8 +30,10 @@ BIG = 2000  # chars above the test configs' large_payload_chars (1000)
 
 
 def cfg(**changes: Any) -> AutoContextConfig:
-    """Small thresholds so that histories stay short."""
+    """Small thresholds so that histories stay short, and the 0.6 token target these
+    hand-built histories are sized for (the default is 0.4)."""
     base: dict[str, Any] = {
+        "target_ratio": 0.6,
         "large_payload_chars": 1000,
         "preview_chars": 100,
         "reload_page_chars": 500,

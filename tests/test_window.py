@@ -89,6 +89,25 @@ def test_at_the_trigger_background_mode_starts_a_compression_and_returns() -> No
     assert steps == [window.ReadTotals(), window.StartBackground(), window.TakeEvents()]
 
 
+def test_at_the_mask_trigger_background_mode_starts_masking_alone() -> None:
+    """Under the token trigger, at the mask trigger (docs/design.md §3, "early masking"): the
+    background compression starts (the memory then checks its floor); without a mask ratio,
+    nothing starts."""
+    at_mask = CONFIG.mask_trigger
+    assert at_mask is not None and UNDER_TRIGGER < at_mask < AT_TRIGGER
+    steps, _ = _drive(
+        window.compress_if_needed(True, CONFIG, BackgroundState("s")),
+        [_info(at_mask), None, EVENTS],
+    )
+    assert steps == [window.ReadTotals(), window.StartBackground(), window.TakeEvents()]
+    no_mask = AutoContextConfig(max_tokens=10_000, msg_threshold=1000, mask_ratio=None)
+    steps, _ = _drive(
+        window.compress_if_needed(True, no_mask, BackgroundState("s")),
+        [_info(at_mask), EVENTS],
+    )
+    assert steps == [window.ReadTotals(), window.TakeEvents()]
+
+
 def test_at_the_trigger_worker_mode_leaves_the_compression_to_the_workers() -> None:
     steps, _ = _drive(
         window.compress_if_needed("worker", CONFIG, BackgroundState("s")),

@@ -350,6 +350,7 @@ def make_edit(
     char_budget: int | None = None,
     token_budget: int | None = None,
     preview_chars: int | None = None,
+    fact_chars: int = 0,
 ) -> Edit:
     """The edit replacing ``snapshot.messages[start:end]``, or only its `members` (indices in
     order, the first at `start`, the last at ``end - 1``) when they are not the whole span."""
@@ -373,6 +374,7 @@ def make_edit(
         members=members,
         span_ids=None if members is None else snapshot.ids(start, end),
         preview_chars=preview_chars,
+        fact_chars=fact_chars,
     )
 
 

@@ -55,6 +55,9 @@ _SENTENCE_MAX_CHARS: Final = 300
 
 CONSTRAINT: Final = 0
 IDENTIFIER: Final = 1
+#: An identifier with its label (``request_id=req_8f3a``): an identifier's rank, listed before
+#: the bare identifiers of its source (the label says what it identifies).
+LABELLED: Final = 5
 LOCATION: Final = 2
 VALUE: Final = 3
 QUOTED: Final = 4
@@ -161,6 +164,15 @@ _PATTERNS: Final[tuple[tuple[re.Pattern[str], int], ...]] = (
     (_KEY_VALUE, VALUE),
 )
 _PROSE: Final = frozenset({"user", "assistant", "system"})
+#: The order of the ranks within a source (a labelled identifier first among identifiers).
+_ORDER: Final[dict[int, float]] = {
+    CONSTRAINT: 0,
+    LABELLED: 0.5,
+    IDENTIFIER: 1,
+    LOCATION: 2,
+    VALUE: 3,
+    QUOTED: 4,
+}
 #: The order of the sources' facts after the constraints (see the module docstring).
 _TIERS: Final[dict[str, int]] = {
     "user": 0,
@@ -228,7 +240,8 @@ def _from_window(window: _Window, source: Source) -> Iterable[tuple[int, int, st
         for m in pattern.finditer(text):
             found = _clean(m.group(0))
             if len(found) >= 3:
-                yield rank, m.start(), found
+                labelled = pattern is _KEY_VALUE and _labels_an_identifier(found)
+                yield (LABELLED if labelled else rank), m.start(), found
     if source in _PROSE:
         for m in _QUOTED.finditer(text):
             inner = next(g for g in m.groups() if g is not None).strip()
@@ -236,6 +249,17 @@ def _from_window(window: _Window, source: Source) -> Iterable[tuple[int, int, st
                 yield QUOTED, m.start(), inner
     if source == "user":
         yield from _constraints(window)
+
+
+def _labels_an_identifier(pair: str) -> bool:
+    """Whether ``key=value`` names an identifier (``request_id=req_8f3a``,
+    ``commit=3f9a2c1``): a value with a letter and a digit that is no number with a unit."""
+    value = pair.partition("=")[2]
+    return (
+        any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+        and _NUMBER_UNIT.fullmatch(value) is None
+    )
 
 
 def _constraints(window: _Window) -> Iterable[tuple[int, int, str]]:
@@ -262,7 +286,7 @@ def extract(parts: Iterable[tuple[Source, str]], limit: int = DEFAULT_LIMIT) -> 
     docstring; one per matching key, none contained in a better one, at most `limit`."""
     if limit <= 0:
         return ()
-    found: dict[str, tuple[tuple[int, int], int, str]] = {}
+    found: dict[str, tuple[tuple[int, float], int, str, int]] = {}
     budget = SCAN_TOTAL
     order = 0
     for source, text in parts:
@@ -281,14 +305,15 @@ def extract(parts: Iterable[tuple[Source, str]], limit: int = DEFAULT_LIMIT) -> 
                 key = normalize(fact)
                 if len(key) < 3:
                     continue
-                place = (0 if rank == CONSTRAINT else 1 + tier, rank)
+                place = (0 if rank == CONSTRAINT else 1 + tier, _ORDER[rank])
                 seen = found.get(key)
                 if seen is None or place < seen[0]:
-                    found[key] = (place, order + position, fact)
+                    reported = IDENTIFIER if rank == LABELLED else rank
+                    found[key] = (place, order + position, fact, reported)
             order += len(window.text) + 1
     ranked = sorted(found.items(), key=lambda kv: (kv[1][0], kv[1][1]))
     out: list[Fact] = []
-    for key, ((_, rank), _, fact) in ranked:
+    for key, (_, _, fact, rank) in ranked:
         # A fact inside a better one (a path inside a URL, an id inside a constraint) is kept
         # by whatever keeps the better one; listing it too would only spend the bound.
         if any(key in kept.key for kept in out):

@@ -176,6 +176,7 @@ LADDER: Final[tuple[Rung, ...]] = (
 RUNGS: Final[Mapping[int, Rung]] = {rung.number: rung for rung in LADDER}
 #: The numbers of the rungs other modules name a rule after.
 FOLD: Final = s7_fold.STRATEGY
+MASKING: Final = s8_mask.STRATEGY
 LARGE: Final = s5_large.STRATEGY
 CURRENT_ROUND: Final = s6_current_round.STRATEGY
 

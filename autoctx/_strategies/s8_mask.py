@@ -52,7 +52,15 @@ def plan_s8(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
         kept_step_start(snapshot, lay, config, ctx),
     )
     return [
-        make_edit(snapshot, STRATEGY, i, i + 1, "preview", preview_chars=config.mask_preview_chars)
+        make_edit(
+            snapshot,
+            STRATEGY,
+            i,
+            i + 1,
+            "preview",
+            preview_chars=config.mask_preview_chars,
+            fact_chars=config.mask_fact_chars,
+        )
         for i in lay.maskable_in(0, limit)
         if _maskable(lay, i) and not has_failed(snapshot, ctx, i, i + 1)
     ]

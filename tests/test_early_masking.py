@@ -1,0 +1,172 @@
+"""Early masking (docs/design.md §3): under the token trigger, once the working context reaches
+`mask_ratio` of the window, masking runs alone (no LLM, no other rung) when what it saves pays
+for the prompt cache it breaks; and each masked preview carries a line of its output's best
+facts. On real PostgreSQL through `AutoContextMemory`, with the summarizer a real local HTTP
+server speaking the OpenAI protocol, so that "no LLM call" is what the server saw."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from autoctx import (
+    AutoContextConfig,
+    AutoContextMemory,
+    ConfigError,
+    Msg,
+    OpenAISummarizer,
+    ToolUseBlock,
+)
+from autoctx._compressor import MASK_ALONE_PAYS
+from autoctx._tags import OFFLOAD_TAG_RE
+from tests.invariants import assert_every_original_reachable, assert_totals_match
+from tests.openai_server import OpenAIServer
+
+Open = Callable[..., AutoContextMemory]
+
+#: A 16,000-token window: the mask trigger at the default 0.15 is 2,400 tokens, the token
+#: trigger 12,000.
+CONFIG = AutoContextConfig(max_tokens=16_000)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as s:
+        yield s
+
+
+def step(rng: random.Random, k: int, chars: int) -> list[Msg]:
+    """One tool step: a call and an output of `chars` characters with one labelled id in it."""
+    call = Msg.assistant(None, [ToolUseBlock(f"c{k}", "run_tests", '{"path": "tests"}')])
+    lines = [f"test_{k}_{n} passed in {rng.randrange(900)} ms" for n in range(chars // 32)]
+    lines.insert(len(lines) // 2, f"run_id=R{k:04d}-{rng.getrandbits(24):06x}")
+    return [call, Msg.tool(f"c{k}", "\n".join(lines))]
+
+
+def test_masking_runs_alone_under_the_trigger_without_a_summarizer_call(
+    open_memory: Open, server: OpenAIServer
+) -> None:
+    summarizer = OpenAISummarizer(
+        base_url=server.base_url, api_key="test", timeout=10, max_retries=0
+    )
+    mem = open_memory(config=CONFIG, summarizer=summarizer)
+    rng = random.Random(3)
+    mem.add([Msg.system("You are a coding agent."), Msg.user("Make the tests pass.")])
+    masked_events = 0
+    for k in range(40):
+        mem.add(step(rng, k, 1_500))
+        before = mem.refresh().token_count
+        events = mem.compress_if_needed()
+        # Never the ladder: the context stays under the token trigger all along.
+        assert before < CONFIG.token_trigger
+        assert all(e.strategy == 8 and e.status == "applied" for e in events)
+        masked_events += len(events)
+        if events:
+            assert mem.refresh().token_count < before
+    # Forty steps of about 400 tokens: over the token trigger by far without early masking.
+    assert sum(m.tokens for m in mem.messages()) < CONFIG.token_trigger
+    assert masked_events > 0
+    assert server.requests == []  # masking alone asks no summarizer
+    tools = [m for m in mem.messages() if m.role == "tool"]
+    assert [m.kind for m in tools[-3:]] == ["original"] * 3  # mask_keep
+    assert all(m.kind == "preview" for m in tools[:-6])
+    assert_every_original_reachable(mem)
+    assert_totals_match(mem)
+
+
+def test_a_masked_preview_carries_its_outputs_labelled_ids_and_reloads(
+    open_memory: Open,
+) -> None:
+    mem = open_memory(config=CONFIG)
+    rng = random.Random(5)
+    added: list[Msg] = [Msg.system("You are a coding agent."), Msg.user("Go.")]
+    for k in range(12):
+        added.extend(step(rng, k, 1_500))
+    mem.add(added)
+    mem.compress_if_needed()
+    originals = {m.tool_results[0].tool_use_id: m for m in added if m.role == "tool"}
+    previews = [m for m in mem.messages() if m.kind == "preview"]
+    assert previews
+    for m in previews:
+        text = m.tool_results[0].output_text
+        original = originals[m.tool_results[0].tool_use_id].tool_results[0].output_text
+        lines = text.splitlines()
+        head = original[: CONFIG.mask_preview_chars]
+        assert text.startswith(head + "...\n")
+        tag = OFFLOAD_TAG_RE.fullmatch(lines[-1])
+        assert tag is not None
+        # The line before the tag lists facts of the output that its head does not show,
+        # the labelled run id first, within `mask_fact_chars`.
+        facts = lines[-2]
+        assert facts.startswith("facts: ") and len(facts) <= CONFIG.mask_fact_chars
+        run_id = next(x for x in original.splitlines() if x.startswith("run_id="))
+        assert facts.removeprefix("facts: ").split(" | ")[0] == run_id
+        (back,) = mem.reload(tag.group("handle"))
+        assert back.tool_results[0].output_text == original
+
+
+def test_masking_alone_waits_while_it_would_not_pay(open_memory: Open) -> None:
+    """Outputs just over the floor behind a long tail: masking them would save less than
+    `MASK_ALONE_PAYS` of the tail a prompt cache must read again, so nothing runs until the
+    trigger; the same outputs at the trigger are masked by the ladder."""
+    config = dataclasses.replace(CONFIG, mask_keep=1)
+    mem = open_memory(config=config)
+    rng = random.Random(9)
+    mem.add([Msg.system("You are a coding agent."), Msg.user("Go.")])
+    for k in range(2):
+        mem.add(step(rng, k, 260))  # just over mask_min_chars (200)
+    # A long tail of prose after them (not tool output: nothing masking could take).
+    mem.add([Msg.assistant("notes " + "word " * 2_500)])
+    mem.add(step(rng, 99, 260))
+    info = mem.refresh()
+    assert config.mask_trigger is not None
+    assert config.mask_trigger <= info.token_count < config.token_trigger
+    assert mem.compress_if_needed() == []
+    assert [m.kind for m in mem.messages() if m.role == "tool"] == ["original"] * 3
+    assert MASK_ALONE_PAYS > 0
+
+
+def test_masking_alone_plans_again_only_after_the_context_grew(open_memory: Open) -> None:
+    mem = open_memory(config=CONFIG)
+    rng = random.Random(11)
+    mem.add([Msg.system("You are a coding agent."), Msg.user("Go.")])
+    for k in range(8):
+        mem.add(step(rng, k, 1_500))
+    first = mem.compress_if_needed()
+    assert first and {e.strategy for e in first} == {8}
+    # A small append (under min_compress_tokens) does not make it look again, even though one
+    # more output left the kept three.
+    mem.add(step(rng, 8, 240))
+    assert mem.compress_if_needed() == []
+    # Enough new tokens: it looks again and masks what pays.
+    for k in range(9, 13):
+        mem.add(step(rng, k, 1_500))
+    assert {e.strategy for e in mem.compress_if_needed()} == {8}
+
+
+def test_without_a_mask_ratio_masking_waits_for_the_trigger(open_memory: Open) -> None:
+    config = dataclasses.replace(CONFIG, mask_ratio=None)
+    assert config.mask_trigger is None
+    mem = open_memory(config=config)
+    rng = random.Random(13)
+    mem.add([Msg.system("You are a coding agent."), Msg.user("Go.")])
+    for k in range(10):
+        mem.add(step(rng, k, 1_500))
+    assert mem.refresh().token_count < config.token_trigger
+    assert mem.compress_if_needed() == []
+
+
+def test_early_masking_config_is_validated() -> None:
+    assert (CONFIG.mask_ratio, CONFIG.mask_fact_chars) == (0.15, 48)
+    assert CONFIG.mask_trigger == int(CONFIG.message_window * 0.15)
+    again = AutoContextConfig.from_json(CONFIG.to_json())
+    assert again == CONFIG
+    for bad in (1.0, -0.1, "0.2", True):
+        with pytest.raises(ConfigError, match="mask_ratio"):
+            AutoContextConfig(mask_ratio=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="mask_fact_chars"):
+        AutoContextConfig(mask_fact_chars=-1)
+    assert AutoContextConfig(mask_ratio=0.0).mask_trigger == 0
