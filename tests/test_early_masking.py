@@ -170,3 +170,17 @@ def test_early_masking_config_is_validated() -> None:
     with pytest.raises(ConfigError, match="mask_fact_chars"):
         AutoContextConfig(mask_fact_chars=-1)
     assert AutoContextConfig(mask_ratio=0.0).mask_trigger == 0
+
+
+def test_a_second_call_without_new_messages_does_nothing(open_memory: Open) -> None:
+    """docs/design.md §2, "no work for nothing", on the early-masking path: a call right after
+    one that masked, with nothing appended, writes nothing."""
+    mem = open_memory(config=CONFIG)
+    rng = random.Random(17)
+    mem.add([Msg.system("You are a coding agent."), Msg.user("Go.")])
+    for k in range(8):
+        mem.add(step(rng, k, 1_500))
+    assert {e.strategy for e in mem.compress_if_needed()} == {8}
+    version = mem.refresh().version
+    assert mem.compress_if_needed() == []
+    assert mem.refresh().version == version
