@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+import autoctx._store.store
 from autoctx import (
     AsyncAutoContextMemory,
     AutoContextClient,
@@ -381,9 +382,16 @@ def test_appends_interleaved_from_two_memories_fall_back_and_keep_order(open_mem
     assert a.messages()[-1].tool_results[0].name == "ls"
 
 
-def test_a_big_batch_after_its_own_write_is_one_statement(open_memory: Open) -> None:
-    """Payloads travel as binary array parameters (no escaping), so even a batch of large
-    messages, with quotes, backslashes and non-ASCII text, is appended in one statement."""
+@pytest.mark.parametrize("as_texts", [False, True], ids=["one-json", "array-of-texts"])
+def test_a_big_batch_after_its_own_write_is_one_statement(
+    open_memory: Open, monkeypatch: pytest.MonkeyPatch, as_texts: bool
+) -> None:
+    """The batch travels as one JSON parameter (its content spliced in as the JSON it is), or
+    past `LARGE_BATCH_CHARS` as an array of its rows' JSON texts (one jsonb value holds at most
+    256 MB), so even a batch of large messages, with quotes, backslashes and non-ASCII text,
+    is appended in one statement, and read back exactly."""
+    if as_texts:
+        monkeypatch.setattr(autoctx._store.store, "LARGE_BATCH_CHARS", 0)
     mem = open_memory()
     mem.add(Msg.user("first"))
     statements: list[str] = []
@@ -392,7 +400,16 @@ def test_a_big_batch_after_its_own_write_is_one_statement(open_memory: Open) -> 
         statements.append(statement)
 
     tricky = 'quote " backslash \\ brace { comma , é 漢字 \n'
-    big = [Msg.user(tricky * 2_000), Msg.assistant("b" * 40_000, metadata={"k": tricky})]
+    big = [
+        Msg.user(tricky * 2_000, name=tricky, pinned=True),
+        Msg.assistant("b" * 40_000, metadata={"k": tricky, "n": [1.5, None, True]}),
+        Msg.assistant(
+            None, [ToolUseBlock('c"1', "l{s}", '{"q": "\\\\"}'), ToolUseBlock("c2", "ls")]
+        ),
+        Msg.tool('c"1', tricky),
+        Msg.tool("c2", "two"),
+        Msg.assistant("done"),
+    ]
     sa.event.listen(mem.engine, "before_cursor_execute", capture)
     try:
         mem.add(big)
@@ -401,8 +418,26 @@ def test_a_big_batch_after_its_own_write_is_one_statement(open_memory: Open) -> 
     data = [s.strip() for s in statements if s.strip() != "select 1"]
     assert len(data) == 1 and data[0].startswith("WITH s AS"), data
     back = mem.messages()
-    assert [m.text for m in back] == ["first", tricky * 2_000, "b" * 40_000]
-    assert back[-1].metadata == {"k": tricky}
+    assert [m.text for m in back[:3]] == ["first", tricky * 2_000, "b" * 40_000]
+    assert back[1].name == tricky and back[1].pinned and not back[2].pinned
+    assert back[2].metadata == {"k": tricky, "n": [1.5, None, True]}
+    assert [m.to_openai() for m in back[1:]] == [m.to_openai() for m in big]
+    rows = sql(
+        mem,
+        "select call_ids, result_ids, tool_names, final, kind, tokens, chars from messages "
+        "where session_id = :s order by id",
+        s=mem.session_id,
+    )
+    assert [(r.call_ids, r.result_ids, r.tool_names) for r in rows[3:6]] == [
+        (['c"1', "c2"], [], ["l{s}", "ls"]),
+        ([], ['c"1'], ["l{s}"]),
+        ([], ["c2"], ["ls"]),
+    ]
+    # An assistant message without calls is a final answer (docs/design.md §1).
+    assert [r.final for r in rows] == [False, False, True, False, False, False, True]
+    assert {r.kind for r in rows} == {"original"}
+    assert [r.tokens for r in rows] == [m.tokens for m in back]
+    assert [r.chars for r in rows[1:]] == [m.payload_chars for m in big]
     assert mem.token_count() == recount(mem)
 
 

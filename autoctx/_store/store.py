@@ -40,7 +40,6 @@ from .._structure import MsgMeta
 from .compression import CachedSnapshot, CompressionWrites
 from .rows import (
     SessionInfo,
-    array_literal,
     documents,
     event_from_row,
     event_row,
@@ -53,6 +52,7 @@ from .session_row import session_gone
 from .sql import (
     ADDED_WITH_KEY,
     APPEND_AT_VERSION,
+    APPEND_LARGE_AT_VERSION,
     DELETE_SESSION,
     DOCUMENTS_BY_ID,
     LAST_WORKING,
@@ -85,21 +85,42 @@ def offload_named(offload: OffloadRef) -> sa.ColumnElement[bool]:
     return offloads.c.uuid == offload
 
 
-def _columns(session_id: str, bound: Sequence[Prepared]) -> dict[str, list[Any]]:
-    """The batch as one list per column (the arrays `APPEND_AT_VERSION` unnests): JSON
-    documents as their text, and each row's id arrays as one array literal (a ragged list of
-    lists is not a PostgreSQL array)."""
-    rows = [message_row(session_id, 0, p, None) for p in bound]
-    scalars = ("role", "name", "kind", "pinned", "final", "tokens", "chars")
-    columns: dict[str, list[Any]] = {key: [r[key] for r in rows] for key in scalars}
-    columns["content"] = [json_text(r["content"]) for r in rows]
-    columns["metadata"] = [
-        p.metadata_json if p.metadata_json is not None else json_text(r["metadata"])
-        for p, r in zip(bound, rows, strict=True)
-    ]
-    for key in ("call_ids", "result_ids", "tool_names"):
-        columns[key] = [array_literal(r[key]) for r in rows]
-    return columns
+#: Characters of a batch's rows beyond which the append sends them as an array of texts
+#: (`APPEND_LARGE_AT_VERSION`): one jsonb value holds at most 256 MB, and a character is at
+#: most four bytes of UTF-8.
+LARGE_BATCH_CHARS = 50_000_000
+
+
+def _append_rows(bound: Sequence[Prepared]) -> tuple[str, str | list[str]]:
+    """The append statement for the batch and its `rows` parameter: a JSON array of one object
+    per message (one text for psycopg to send, where an array per column cost it a Python walk
+    of each), or for a very large batch a list of those objects' texts. Each message's content
+    and metadata are spliced in as the JSON texts they are (written once, never escaped as
+    strings), its scalars and id arrays written by one `json_text`."""
+    rows = []
+    for p in bound:
+        m = p.msg
+        calls = m.tool_uses
+        results = m.tool_results
+        head = json_text(
+            {
+                "role": m.role,
+                "name": m.name,
+                "kind": m.kind,
+                "pinned": m.pinned,
+                "final": p.final,
+                "tokens": p.tokens,
+                "chars": p.chars,
+                "call_ids": [c.id for c in calls],
+                "result_ids": [r.tool_use_id for r in results],
+                "tool_names": [c.name for c in calls] + [r.name for r in results],
+            }
+        )
+        metadata = p.metadata_json if p.metadata_json is not None else json_text(dict(m.metadata))
+        rows.append(f'{head[:-1]},"content":{json_text(m.content_json())},"metadata":{metadata}}}')
+    if sum(map(len, rows)) > LARGE_BATCH_CHARS:
+        return APPEND_LARGE_AT_VERSION, rows
+    return APPEND_AT_VERSION, "[" + ",".join(rows) + "]"
 
 
 class SessionStore(CompressionWrites):
@@ -224,6 +245,7 @@ class SessionStore(CompressionWrites):
         if the session is at `version`; None if it is not. The one place both append paths
         (`append`, `replace_working`) bind a batch."""
         bound = bind(prepared, open_calls, session_id=self.session_id)
+        statement, rows = _append_rows(bound)
         params = {
             "sid": self.session_id,
             "inc": self.incarnation(),
@@ -232,9 +254,9 @@ class SessionStore(CompressionWrites):
             "added_tokens": sum(p.tokens for p in bound),
             "open_calls": json_text(open_calls.to_json()),
             "add_key": add_key,
-            **_columns(self.session_id, bound),
+            "rows": rows,
         }
-        claimed = conn.exec_driver_sql(APPEND_AT_VERSION, params).one_or_none()
+        claimed = conn.exec_driver_sql(statement, params).one_or_none()
         if claimed is None:
             return None  # another writer moved the session on
         first_id, message_count, token_count = claimed

@@ -400,7 +400,9 @@ class AutoContextSession:
             if shared.epoch is not None:
                 for msg, (_, group) in zip(stored, converted, strict=True):
                     if msg.id is not None:
-                        shared.items[msg.id] = [plain_copy(dict(item)) for item in group]
+                        shared.items[msg.id] = [
+                            plain_copy(item if type(item) is dict else dict(item)) for item in group
+                        ]
                 shared.trim()
         if self.compress and internals(mem).appended_over_trigger():
             mem.compress_if_needed()
