@@ -297,6 +297,63 @@ def test_the_reasoning_search_upgrades_old_sessions_and_downgrades_to_the_old_ve
         engine.dispose()
 
 
+def test_message_json_is_compressed_with_lz4_where_the_server_has_it(empty_db_url: str) -> None:
+    """Migration 0019: a server with lz4 compresses new content and metadata with it (and still
+    reads the values pglz wrote before); the downgrade gives the columns back their default.
+    A server without lz4 keeps pglz."""
+    engine = create_engine(normalize_url(empty_db_url), poolclass=sa.NullPool)
+    big = "tool output line with some words 0123456789\n" * 200  # over TOAST's 2 KB
+
+    def read(statement: str) -> list[object]:
+        with engine.connect() as conn:
+            return list(conn.execute(sa.text(statement)).scalars())
+
+    compression = (
+        "select attcompression::text from pg_attribute where attrelid = 'messages'::regclass "
+        "and attname in ('content', 'metadata') order by attname"
+    )
+    methods = (
+        "select pg_column_compression(content) from messages where session_id = 's' order by id"
+    )
+    try:
+        upgrade(engine)
+        has_lz4 = read(
+            "select 'lz4' = any(enumvals) from pg_settings where name = 'default_toast_compression'"
+        ) == [True]
+        mem = AutoContextMemory.open("s", empty_db_url)
+        mem.add(Msg.user("hello"))
+        mem.close()
+        with engine.connect() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0018")
+            conn.commit()
+        assert read(compression) == ["", ""]
+        with engine.begin() as conn:  # written as a 0018 store writes it
+            conn.execute(
+                sa.text(
+                    "update messages set content = jsonb_build_array(jsonb_build_object("
+                    "'type', 'text', 'text', cast(:t as text))) where session_id = 's'"
+                ),
+                {"t": big},
+            )
+        upgrade(engine)
+        assert read(compression) == (["l", "l"] if has_lz4 else ["", ""])
+        again = AutoContextMemory.open("s", empty_db_url)
+        again.add(Msg.assistant(big))
+        assert [m.text for m in again.messages()] == [big, big]
+        again.close()
+        assert read(methods) == (["pglz", "lz4"] if has_lz4 else ["pglz", "pglz"])
+        with engine.connect() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0018")
+            conn.commit()
+        assert read(compression) == ["", ""]
+    finally:
+        engine.dispose()
+
+
 def test_every_key_and_index_of_session_tables_leads_with_session_id(db_url: str) -> None:
     engine = create_engine(normalize_url(db_url), poolclass=sa.NullPool)
     inspector = sa.inspect(engine)
