@@ -11,6 +11,7 @@ from typing import Any, Final
 from ._config import AutoContextConfig
 from ._events import Event
 from ._strategies._common import Layouts
+from ._trigger import MaskFloor
 
 #: Passes whose arrivals `SessionState.arriving` averages: a few, so that it follows a change
 #: of the agent's pace, and more than one, so that one large tool output does not set it.
@@ -66,10 +67,10 @@ class SessionState:
     #: snapshot and its commit), newest last: see `arriving`. A tuple, replaced whole: the
     #: agent's thread reads it while a background compression records.
     arrivals: tuple[int, ...] = ()
-    #: The working tokens the latest call of this process left (None before one): masking
-    #: alone looks again once the context has grown past it (`masking_due`). Not stored: a
-    #: new process looks once more, which costs one plan.
-    mask_floor: int | None = None
+    #: The working tokens and messages the latest call of this process left (None before
+    #: one): masking alone looks again once the context has moved on from them
+    #: (`masking_due`). Not stored: a new process looks once more, which costs one plan.
+    mask_floor: MaskFloor | None = None
 
     def arriving(self, config: AutoContextConfig) -> int:
         """Tokens a pass that runs beside the caller should expect to come in before it

@@ -48,7 +48,7 @@ from ._strategies._common import layout_of
 from ._summarizing import Summarizing
 from ._summary import AsyncSummarizer
 from ._tags import TAG_TOKENS
-from ._trigger import is_due, masking_due, trigger_of, under_target, wanted
+from ._trigger import MaskFloor, is_due, masking_due, trigger_of, under_target, wanted
 
 logger = logging.getLogger("autoctx")
 
@@ -189,7 +189,7 @@ class Compressor(Summarizing):
         for _ in range(self.options.max_passes):
             snap = yield from ask(ReadSnapshot())
             if under_target(snap.message_count, snap.token_count, cfg, state.arriving):
-                self.session.mask_floor = snap.token_count
+                self.session.mask_floor = MaskFloor(snap.token_count, snap.message_count)
                 return state.events
             # What an undo took back is not planned again, by any rung, in any call: the call
             # chooses again rather than redo it (docs/design.md §7). Read after the snapshot,
@@ -214,7 +214,7 @@ class Compressor(Summarizing):
             # a spent budget), the offline summarizer writes what is left to write.
             yield from self._fallback(state)
             final = yield from ask(ReadTotals())
-        self.session.mask_floor = final.token_count
+        self.session.mask_floor = MaskFloor(final.token_count, final.message_count)
         if not under_target(final.message_count, final.token_count, cfg):
             if final.token_count >= cfg.message_window:
                 yield from self._report_over_window(state)  # an event: the version stays
@@ -262,7 +262,7 @@ class Compressor(Summarizing):
             finally:
                 attempt.end()
         final = yield from ask(ReadTotals())
-        self.session.mask_floor = final.token_count
+        self.session.mask_floor = MaskFloor(final.token_count, final.message_count)
         return state.events
 
     def _pass(self, snap: Snapshot, state: CallState) -> Effects[str]:
@@ -506,8 +506,9 @@ def _covered_by(outer: Sequence[Edit], edits: Sequence[Edit]) -> bool:
 
 def _masking_pays(snap: Snapshot, edits: Sequence[Edit], config: AutoContextConfig) -> bool:
     """Whether masking `edits` alone saves `MASK_ALONE_PAYS` of what follows the first of them
-    (a masked output is estimated at its preview, about four characters a token, and its tag)."""
-    preview = config.mask_preview_chars // 4 + TAG_TOKENS
+    (a masked output is estimated at its preview and its facts line, about four characters a
+    token, and its tag)."""
+    preview = (config.mask_preview_chars + config.mask_fact_chars) // 4 + TAG_TOKENS
     gain = sum(max(0, e.replaced_tokens - preview) for e in edits)
     tail = sum(m.tokens for m in snap.messages[edits[0].start :])
     return gain >= MASK_ALONE_PAYS * tail

@@ -52,18 +52,42 @@ def is_due(info: SessionTotals, config: AutoContextConfig) -> bool:
     return fired and info.settled_version != info.version
 
 
-def masking_due(info: SessionTotals, config: AutoContextConfig, floor: int | None) -> bool:
+@dataclass(frozen=True, slots=True)
+class MaskFloor:
+    """Where the latest call of this process left the working context (its tokens and
+    messages): masking alone looks again only once the context has moved on from it
+    (`masking_due`)."""
+
+    tokens: int
+    messages: int
+
+
+def turnover_messages(config: AutoContextConfig) -> int:
+    """The messages after which the tool results that masking keeps have all been replaced by
+    newer ones: `mask_keep` steps of a call and its result (one step when it keeps none, the
+    latest step then being what holds an output back)."""
+    return 2 * max(1, config.mask_keep)
+
+
+def masking_due(info: SessionTotals, config: AutoContextConfig, floor: MaskFloor | None) -> bool:
     """Whether masking may run alone, under the trigger (docs/design.md §3, "early masking"):
     the working context is at the mask trigger and, when an earlier call of this process left
-    it at `floor` tokens, has grown by `min_compress_tokens` since (so that a context whose
-    outputs are all masked already is not planned again at every append)."""
+    it at `floor`, has grown by `min_compress_tokens` since, or by enough messages that the
+    tool results masking kept then have left the kept ones (`turnover_messages`). So a context
+    whose outputs are all masked already is not planned again at every append, and an output
+    that the kept results held back (a large file read by the latest steps) is masked once they
+    have moved on, however few tokens the steps after it added."""
     trigger = config.mask_trigger
     if trigger is None or info.token_count < trigger or info.settled_version == info.version:
         return False  # a call settled at this version has masked what it could
-    return floor is None or info.token_count >= floor + max(1, config.min_compress_tokens)
+    return (
+        floor is None
+        or info.token_count >= floor.tokens + max(1, config.min_compress_tokens)
+        or info.message_count >= floor.messages + turnover_messages(config)
+    )
 
 
-def wanted(info: SessionTotals, config: AutoContextConfig, floor: int | None) -> bool:
+def wanted(info: SessionTotals, config: AutoContextConfig, floor: MaskFloor | None) -> bool:
     """Whether a `compress_if_needed()` call from these totals has anything to do: the
     ladder (`is_due`) or masking alone (`masking_due`)."""
     return is_due(info, config) or masking_due(info, config, floor)

@@ -22,6 +22,7 @@ from autoctx import (
 )
 from autoctx._compressor import MASK_ALONE_PAYS
 from autoctx._tags import OFFLOAD_TAG_RE
+from autoctx._trigger import turnover_messages
 from tests.invariants import assert_every_original_reachable, assert_totals_match
 from tests.openai_server import OpenAIServer
 
@@ -145,6 +146,41 @@ def test_masking_alone_plans_again_only_after_the_context_grew(open_memory: Open
     for k in range(9, 13):
         mem.add(step(rng, k, 1_500))
     assert {e.strategy for e in mem.compress_if_needed()} == {8}
+
+
+def test_an_output_the_kept_results_held_back_is_masked_once_they_moved_on(
+    open_memory: Open,
+) -> None:
+    """A large output that the latest steps held back (the kept results, the latest step) is
+    masked once `mask_keep` more steps came in, although they added far fewer tokens than
+    `min_compress_tokens`: the look again follows the kept results turning over too."""
+    config = AutoContextConfig(max_tokens=128_000)
+    assert turnover_messages(config) == 2 * config.mask_keep
+    mem = open_memory(config=config)
+    rng = random.Random(19)
+    mem.add([Msg.system("You are a coding agent."), Msg.user("Go.")])
+    # A long task (more than `last_keep` messages in the round) of short shell results, which
+    # are under `mask_min_chars`: nothing to mask.
+    for k in range(config.last_keep):
+        mem.add(step(rng, -k, 150))
+    mem.add(step(rng, 0, 100_000))  # a file dump: the latest step, kept whole
+    assert config.mask_trigger is not None
+    assert mem.refresh().token_count >= config.mask_trigger
+    assert mem.compress_if_needed() == []
+    left = mem.refresh().token_count
+    # Short shell steps: the dump is among the kept results until `mask_keep` of them came.
+    for k in range(1, config.mask_keep):
+        mem.add(step(rng, k, 150))
+        assert mem.compress_if_needed() == []
+    mem.add(step(rng, config.mask_keep, 150))
+    assert mem.refresh().token_count < left + config.min_compress_tokens
+    events = mem.compress_if_needed()
+    assert [(e.strategy, e.status) for e in events] == [(8, "applied")]
+    tools = [m for m in mem.messages() if m.role == "tool"]
+    assert [m.kind for m in tools[-config.mask_keep - 1 :]] == ["preview"] + ["original"] * 3
+    assert {m.kind for m in tools[: -config.mask_keep - 1]} == {"original"}
+    assert_every_original_reachable(mem)
+    assert_totals_match(mem)
 
 
 def test_without_a_mask_ratio_masking_waits_for_the_trigger(open_memory: Open) -> None:
