@@ -66,10 +66,13 @@ def _json_row(row: Mapping[str, Any]) -> dict[str, Any]:
 def build_document(rows: SessionRows) -> dict[str, Any]:
     """The export document of a session's rows (JSON values only)."""
     by_id = {m["id"]: m for m in rows.messages}
+    # The message that stands for an offload: the one its first message's lineage row, of the
+    # same event, names (an event of a masking pass made an offload per output).
+    summary_of = {(r["event_id"], r["replaced_id"]): r["summary_id"] for r in rows.lineage}
     offload_of = {
-        e["summary_message_id"]: e["offload_uuid"]
-        for e in rows.events
-        if e["summary_message_id"] is not None and e["offload_uuid"] is not None
+        summary_of[key]: o["uuid"]
+        for o in rows.offloads
+        if o["message_ids"] and (key := (o["event_id"], o["message_ids"][0])) in summary_of
     }
     strategy_of = {e["id"]: e["strategy"] for e in rows.events}
     handle_of = {o["uuid"]: o["handle"] for o in rows.offloads}

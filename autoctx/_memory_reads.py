@@ -27,6 +27,7 @@ from ._search import (
     validate_scope,
 )
 from ._store import search as search_store
+from ._store.undo import offloads_of
 from ._tools import (
     SEARCH_TOOL_NAME,
     TOOL_NAME,
@@ -110,16 +111,18 @@ class MemoryReads(MemoryCompression):
         self._check_open()
         checked = _arguments.event_id(event_id)
         event = next((e for e in self._store.events() if e.id == checked), None)
-        if event is None or event.status != "applied" or event.offload_uuid is None:
+        applied = event is not None and event.status == "applied"
+        offloads = offloads_of(self._store, event) if event is not None and applied else []
+        if not offloads:
             raise EventNotFound(
                 f"session {self.session_id!r} has no compression event {checked}"
                 + ("" if event is None else f" (event {checked} compressed nothing)")
                 + "; mem.events() lists them"
             )
-        return self._dropped_of(event.offload_uuid)
+        return self._dropped_of(offloads)
 
-    def _dropped_of(self, offload: _arguments.OffloadRef) -> list[str]:
-        originals = self._store.reload(offload, originals=True)
+    def _dropped_of(self, offloads: Sequence[_arguments.OffloadRef]) -> list[str]:
+        originals = [m for o in offloads for m in self._store.reload(o, originals=True)]
         return dropped_facts(originals, self._store.load_working())
 
     @_serialized
@@ -219,7 +222,7 @@ class MemoryReads(MemoryCompression):
                 ),
                 self.config.reload_page_chars,
                 lambda mid, sid: self._reload_message(mid, self._other_session(sid)),
-                self._dropped_of,
+                lambda offload: self._dropped_of([offload]),
             )
         if name == SEARCH_TOOL_NAME:
             return answer_search_call(

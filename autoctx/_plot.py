@@ -76,20 +76,22 @@ class Series:
 def reconstruct(stamps: Sequence[MessageStamp], events: Sequence[Event]) -> Series:
     """The working totals after every append and every compression, in order.
 
-    An applied event is replayed at the message it wrote; a pop that left nothing in place of
-    the popped message wrote none, so it is replayed at its own time, like the attempts that
-    changed nothing (failed, skipped, conflict), which are placed after the last original
-    appended before them.
+    An applied event is replayed at the first message it wrote (a masking pass writes one per
+    output); a pop that left nothing in place of the popped message wrote none, so it is
+    replayed at its own time, like the attempts that changed nothing (failed, skipped,
+    conflict), which are placed after the last original appended before them.
     """
     by_id = {e.id: e for e in events}
+    written = {s.event_id for s in stamps if s.event_id is not None}
     # Applied events that wrote no message, in time order, replayed between the stamps.
     unwritten = sorted(
-        (e for e in events if e.status == "applied" and e.summary_message_id is None),
+        (e for e in events if e.status == "applied" and e.id not in written),
         key=lambda e: (e.created_at is None, e.created_at or datetime.min, e.id),
     )
     series = Series([Point(0, stamps[0].created_at if stamps else None, 0, 0)])
     tokens = messages = step = 0
     original_times: list[datetime] = []
+    replayed: set[int] = set()
 
     def replay(event: Event, at: datetime | None) -> None:
         nonlocal tokens, messages
@@ -109,7 +111,9 @@ def reconstruct(stamps: Sequence[MessageStamp], events: Sequence[Event]) -> Seri
             step += 1
             original_times.append(s.created_at)
             series.points.append(Point(step, s.created_at, tokens, messages))
-        else:
+        elif event.id not in replayed:
+            # A masking pass wrote a message for each output it masked: one mark, at the first.
+            replayed.add(event.id)
             replay(event, s.created_at)
     for e in unwritten[k:]:
         replay(e, e.created_at)

@@ -20,6 +20,7 @@ from ._events import Event, FactCheck
 from ._intake import Prepared
 from ._messages import Block, Msg, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from ._plans import Edit
+from ._strategies import s8_mask
 from ._strategies.facts import extract, normalize
 from ._tags import offload_tag
 
@@ -59,11 +60,25 @@ class Replacement:
 @dataclass(frozen=True, slots=True)
 class ApplyOutcome:
     """What applying a batch of replacements did: its events (one `applied` event per
-    replacement, or one `conflict` event per range that changed since the snapshot), and
-    whether it lost such a race (then nothing of the batch was written)."""
+    `event_groups` group, or `conflict` events for the ranges that changed since the snapshot,
+    grouped the same way), and whether it lost such a race (then nothing of the batch was
+    written)."""
 
     events: list[Event]
     conflict: bool
+
+
+def event_groups(replacements: Sequence[Replacement]) -> list[list[int]]:
+    """Which replacements of one batch share an event, as lists of their indexes in order
+    (docs/design.md §7, "one masking pass, one event").
+
+    A batch is one rung's replacements in one transaction. Masking writes every old output
+    of the context in one pass (hundreds on a long run): one event for the whole pass, with
+    the lineage and the offload of each message, keeps the audit readable. Every other rung
+    writes one event per range, which names its summary message and its offload."""
+    if replacements and all(r.edit.strategy == s8_mask.STRATEGY for r in replacements):
+        return [list(range(len(replacements)))]
+    return [[k] for k in range(len(replacements))]
 
 
 def next_handle_after(current: int, replacements: Sequence[Replacement]) -> int:

@@ -7,7 +7,9 @@ in, a `Restoration` (or an `UndoRefused` naming the session, the event and the f
 store applies it in one transaction, like every plan (`autoctx._store.undo.restore`).
 
 Where the originals go. Every rung but the fold replaced one contiguous span, and its
-replacement stands where that span stood: the originals take its place, in their order. The
+replacement stands where that span stood: the originals take its place, in their order. A
+masking pass is one event that wrote a replacement for each output it masked: its undo puts
+every one back, in one unit, or none. The
 fold went around the system and pinned messages inside its range, which kept their places
 before its summary; the undo puts each back between the originals where it stood. Messages keep
 the order they were appended in through every compression, so where a kept message stood among
@@ -32,18 +34,25 @@ _FOLD: Final = 7
 
 
 @dataclass(frozen=True, slots=True)
-class Restoration:
-    """An undo planned on a snapshot.
+class Span:
+    """One replacement an undo takes out, and what it puts back in its place.
 
     `edit` names the span of the snapshot it rewrites (its `replaced_ids`, checked again at
-    apply time like every edit's): the compression's replacement, and for a fold the kept
-    messages before it that stood among its originals. `sequence` is what stands in the span
-    afterwards, in order; `removed` what leaves the working context (the replacement).
-    """
+    apply time like every edit's): the replacement, and for a fold the kept messages before it
+    that stood among its originals. `sequence` is what stands in the span afterwards, in
+    order; `removed` the replacement that leaves the working context."""
 
     edit: Edit
     sequence: tuple[int, ...]
     removed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Restoration:
+    """An undo planned on a snapshot: a span for each replacement the compression wrote (one,
+    or one per masked output of a masking pass), in working order."""
+
+    spans: tuple[Span, ...]
     undone: int
     tokens_before: int
     tokens_after: int
@@ -61,7 +70,7 @@ def not_undoable(session_id: str, event: Event) -> UndoRefused | None:
             f"{where} is a {kind}, not a compression: only an applied compression (strategy "
             "1-8) can be undone; `autoctx history` lists them",
         )
-    if event.status != "applied" or event.summary_message_id is None or not event.replaced_ids:
+    if event.status != "applied" or not event.replaced_ids:
         return UndoRefused(
             "not_applied",
             f"{where} is a {event.status} attempt that changed nothing: there is nothing to "
@@ -73,37 +82,49 @@ def not_undoable(session_id: str, event: Event) -> UndoRefused | None:
 def plan_restoration(
     snapshot: Snapshot,
     event: Event,
+    written: Sequence[tuple[int, tuple[int, ...]]],
     restored: Mapping[int, MsgMeta],
     order_keys: Mapping[int, int],
     *,
     max_tokens: int,
     force: bool,
-) -> Restoration | None:
-    """The restoration of `event` on `snapshot`, or None when its replacement is not in the
-    working context (the caller says where it went).
+) -> Restoration | int:
+    """The restoration of `event` on `snapshot`, or the id of a replacement of it that is not
+    in the working context (the caller says where it went).
 
-    `restored`: the metadata of the messages the compression replaced; `order_keys`: for a
-    fold, each one's oldest original by lineage (see the module docstring). Raises
-    `UndoRefused` ('over_window') when the working context would reach `max_tokens` and
-    `force` is not set, and ('pairing') if the result would break the tool pairing of
-    docs/design.md §1 (which no compression's replacement can do: a defect, said as one).
+    `written`: each replacement the compression wrote, with the ids it replaced, in order (a
+    masking pass wrote many, every other compression one); `restored`: the metadata of the
+    messages it replaced; `order_keys`: for a fold, each one's oldest original by lineage (see
+    the module docstring). Raises `UndoRefused` ('over_window') when the working context would
+    reach `max_tokens` and `force` is not set, and ('pairing') if the result would break the
+    tool pairing of docs/design.md §1 (which no compression's replacement can do: a defect,
+    said as one).
     """
     sid = snapshot.session_id
-    summary = event.summary_message_id
-    if summary is None:
-        raise ValueError(f"event {event.id} replaced nothing: check `not_undoable` first")
-    index = next((i for i, m in enumerate(snapshot.messages) if m.id == summary), None)
-    if index is None:
-        return None
     metas = snapshot.messages
-    originals = [restored[i] for i in event.replaced_ids]
-    start = index
-    sequence: list[MsgMeta] = list(originals)
-    if event.strategy == _FOLD:
-        start, sequence = _around_kept(metas, index, originals, order_keys)
-    span = metas[start : index + 1]
-    span_tokens = sum(m.tokens for m in span)
-    tokens_after = snapshot.token_count - span_tokens + sum(m.tokens for m in sequence)
+    where = {m.id: i for i, m in enumerate(metas)}
+    spans: list[tuple[int, int, list[MsgMeta]]] = []
+    for summary, replaced in written:
+        index = where.get(summary)
+        if index is None:
+            return summary
+        start = index
+        sequence: list[MsgMeta] = [restored[i] for i in replaced]
+        if event.strategy == _FOLD:
+            start, sequence = _around_kept(metas, index, sequence, order_keys)
+        spans.append((start, index + 1, sequence))
+    spans.sort(key=lambda span: span[0])
+    after: list[MsgMeta] = []
+    at = 0
+    for start, end, sequence in spans:
+        after.extend(metas[at:start])
+        after.extend(sequence)
+        at = end
+    after.extend(metas[at:])
+    tokens_after = snapshot.token_count + sum(
+        sum(m.tokens for m in sequence) - sum(m.tokens for m in metas[start:end])
+        for start, end, sequence in spans
+    )
     if tokens_after >= max_tokens and not force:
         raise UndoRefused(
             "over_window",
@@ -112,7 +133,6 @@ def plan_restoration(
             "(undo a later compression, or pop messages), or pass force=True (`autoctx undo "
             "--force`) and let the next compress_if_needed() choose again",
         )
-    after = (*metas[:start], *sequence, *metas[index + 1 :])
     broken = _pairing_problem(after)
     if broken is not None:
         raise UndoRefused(
@@ -120,23 +140,28 @@ def plan_restoration(
             f"undoing event {event.id} of session {sid!r} would leave message "
             f"{after[broken].id} {_PAIRING_TEXT}; nothing was changed (please report this)",
         )
-    edit = Edit(
-        strategy=MANUAL,
-        start=start,
-        end=index + 1,
-        replaced_ids=tuple(m.id for m in span),
-        new_kind="original",
-        llm=False,
-        replaced_tokens=span_tokens,
-    )
     return Restoration(
-        edit=edit,
-        sequence=tuple(m.id for m in sequence),
-        removed=summary,
+        spans=tuple(
+            Span(
+                edit=Edit(
+                    strategy=MANUAL,
+                    start=start,
+                    end=end,
+                    replaced_ids=tuple(m.id for m in metas[start:end]),
+                    new_kind="original",
+                    llm=False,
+                    replaced_tokens=sum(m.tokens for m in metas[start:end]),
+                ),
+                sequence=tuple(m.id for m in sequence),
+                removed=metas[end - 1].id,
+            )
+            for start, end, sequence in spans
+        ),
         undone=event.id,
         tokens_before=snapshot.token_count,
         tokens_after=tokens_after,
-        messages_after=snapshot.message_count - len(span) + len(sequence),
+        messages_after=snapshot.message_count
+        + sum(len(sequence) - (end - start) for start, end, sequence in spans),
         forced=tokens_after >= max_tokens,
     )
 

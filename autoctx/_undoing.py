@@ -39,7 +39,7 @@ def undo(store: SessionStore, event_id: int, *, config: AutoContextConfig, force
     refused = not_undoable(sid, event)
     if refused is not None:
         raise refused
-    assert event.summary_message_id is not None
+    written = [(w.summary_id, w.replaced_ids) for w in sql.written_by(store, event.id)]
     for _ in range(_ATTEMPTS):
         # The snapshot first: an erasure that commits after it moves the version on, and the
         # apply then refuses the plan, which is made again with what the erasure left.
@@ -57,13 +57,14 @@ def undo(store: SessionStore, event_id: int, *, config: AutoContextConfig, force
         plan = plan_restoration(
             snapshot,
             event,
+            written,
             back.metas,
             back.order_keys,
             max_tokens=config.max_tokens,
             force=force,
         )
-        if plan is None:
-            raise _moved(store, event)
+        if isinstance(plan, int):
+            raise _moved(store, event, plan)
         note = (
             f"forced: {plan.tokens_after} working tokens, window {config.max_tokens}"
             if plan.forced
@@ -81,11 +82,10 @@ def undo(store: SessionStore, event_id: int, *, config: AutoContextConfig, force
     )
 
 
-def _moved(store: SessionStore, event: Event) -> UndoRefused:
-    """The refusal for a replacement no longer in the working context, naming where it went."""
+def _moved(store: SessionStore, event: Event, summary: int) -> UndoRefused:
+    """The refusal for a replacement (`summary`) of `event` no longer in the working context,
+    naming where it went."""
     sid = store.session_id
-    summary = event.summary_message_id
-    assert summary is not None
     where = sql.whereabouts(store, summary)
     head = (
         f"event {event.id} of session {sid!r} cannot be undone: its replacement (message "
@@ -114,6 +114,6 @@ def _moved(store: SessionStore, event: Event) -> UndoRefused:
             "moved",
             f"{head}: event {removed.id} ({event_label(removed.strategy, removed.reason)}) "
             "took it out and nothing in the working context holds it now; its originals stay "
-            f"reloadable (`autoctx reload {sid} {event.offload_uuid}`)",
+            f"reloadable (`autoctx lineage {sid} {summary}` names them)",
         )
     return UndoRefused("moved", f"{head}; nothing in the working context holds it now")

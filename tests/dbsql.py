@@ -32,3 +32,19 @@ def handle_of(mem: AutoContextMemory, offload_uuid: Any) -> int:
     )
     assert len(rows) == 1, f"no offload {offload_uuid} in {mem.session_id}"
     return int(rows[0].handle)
+
+
+def offload_of_summaries(mem: AutoContextMemory) -> dict[int, Any]:
+    """The offload of what each message a compression wrote replaced, by that message's id: the
+    offload whose first message that message's lineage row of the same event names (one per
+    range; a masking pass, one event, has one per output)."""
+    return {
+        r.summary: r.uuid
+        for r in sql(
+            mem,
+            "select l.summary_id as summary, o.uuid from offloads o join lineage l "
+            "on l.session_id = o.session_id and l.event_id = o.event_id "
+            "and l.replaced_id = o.message_ids[1] where o.session_id = :s",
+            s=mem.session_id,
+        )
+    }

@@ -20,7 +20,7 @@ from autoctx._store.tables import offloads, working_set
 from autoctx._tags import tag_ids
 from autoctx._tokens import TokenCounter
 from autoctx._transcript import render_transcript
-from tests.dbsql import sql
+from tests.dbsql import offload_of_summaries, sql
 
 #: The audit views migration 0002 creates (docs/design.md §7).
 AUDIT_VIEWS = (
@@ -152,22 +152,12 @@ def assert_every_original_reachable(mem: AutoContextMemory) -> None:
                 )
             )
         }
-        uuid_of_summary = {
-            r.summary: r.uuid
-            for r in conn.execute(
-                sa.text(
-                    "select e.summary_message_id as summary, o.uuid from offloads o join "
-                    "compression_events e on e.session_id = o.session_id and e.id = o.event_id "
-                    "where o.session_id = :s"
-                ),
-                {"s": mem.session_id},
-            )
-        }
         n_offloads = conn.execute(
             sa.select(sa.func.count())
             .select_from(offloads)
             .where(offloads.c.session_id == mem.session_id)
         ).scalar_one()
+    uuid_of_summary = offload_of_summaries(mem)
     assert len(uuid_of_summary) == n_offloads
     reachable = set(working)
     frontier = [i for i in working if i in uuid_of_summary]
@@ -186,8 +176,9 @@ def assert_consistent(mem: AutoContextMemory) -> None:
     """Structural invariants of a session, read with plain SQL.
 
     - every offload and lineage row belongs to an applied (committed) event and agrees with it;
-    - every applied event is whole: its summary message, its offload, one lineage row per
-      replaced message in order;
+    - every applied event is whole: its offload (one per output of a masking pass, which is
+      one event), and each offload's message with one lineage row per replaced message in
+      order;
     - every message is in exactly one place: in the working set, or replaced by exactly one
       applied event (never both, never twice: two compressions never applied over one message);
     - expanding the working set through lineage gives back every original, once, in id order;
@@ -207,12 +198,21 @@ def assert_consistent(mem: AutoContextMemory) -> None:
     offloads = sql(
         mem, "select uuid, event_id, message_ids from offloads where session_id = :s", s=sid
     )
-    assert len(offloads) == len(applied), "one offload per applied event"
+    owned: dict[int, list[Any]] = {}
     for o in offloads:
-        owner = applied.get(o.event_id)
-        assert owner is not None, f"offload {o.uuid} belongs to no applied event"
-        assert owner.offload_uuid == o.uuid, (o, owner)
-        assert list(o.message_ids) == list(owner.replaced_ids), (o, owner)
+        assert o.event_id in applied, f"offload {o.uuid} belongs to no applied event"
+        owned.setdefault(o.event_id, []).append(o)
+    assert set(owned) == set(applied), "an applied event without an offload"
+    for event_id, its in owned.items():
+        owner = applied[event_id]
+        # One range, one offload, named by the event; a masking pass (one event) has an offload
+        # per output it masked and names none (docs/design.md §7).
+        if len(its) > 1:
+            assert (owner.summary_message_id, owner.offload_uuid) == (None, None), owner
+        else:
+            assert owner.offload_uuid == its[0].uuid, (its[0], owner)
+        its.sort(key=lambda o: list(owner.replaced_ids).index(o.message_ids[0]))
+        assert [i for o in its for i in o.message_ids] == list(owner.replaced_ids), owner
     lineage: dict[int, list[tuple[int, int, int]]] = {}
     for r in sql(
         mem,
@@ -228,16 +228,25 @@ def assert_consistent(mem: AutoContextMemory) -> None:
             s=sid,
         )
     }
-    assert set(summaries) == {e.summary_message_id for e in applied.values()}, (
-        "every made message belongs to an applied event and every applied event made one"
+    # Each offload's message: the one whose first lineage row, of the same event, is the
+    # offload's first message.
+    first_of = {(r[2], r[1]): sid_ for sid_, rows in lineage.items() for r in rows if r[0] == 0}
+    made = set()
+    for o in offloads:
+        summary_id = first_of.get((o.event_id, o.message_ids[0]))
+        assert summary_id is not None and summary_id in summaries, o
+        made.add(summary_id)
+        owner = applied[o.event_id]
+        if owner.summary_message_id is not None:
+            assert owner.summary_message_id == summary_id, (o, owner)
+        assert summaries[summary_id].event_id == o.event_id, (summaries[summary_id], o)
+        rows = sorted(lineage[summary_id])
+        assert [r[0] for r in rows] == list(range(len(o.message_ids))), o
+        assert [r[1] for r in rows] == list(o.message_ids), o
+        assert {r[2] for r in rows} == {o.event_id}, o
+    assert set(summaries) == made, (
+        "every made message belongs to an offload of an applied event, and every offload made one"
     )
-    for e in applied.values():
-        summary = summaries[e.summary_message_id]
-        assert summary.event_id == e.id, (summary, e)
-        rows = sorted(lineage.get(e.summary_message_id, []))
-        assert [r[0] for r in rows] == list(range(len(e.replaced_ids))), e
-        assert [r[1] for r in rows] == list(e.replaced_ids), e
-        assert {r[2] for r in rows} == {e.id}, e
     assert set(lineage) <= set(summaries), "lineage rows without a summary of an applied event"
     replaced = Counter(i for e in applied.values() for i in e.replaced_ids)
     twice = [i for i, n in replaced.items() if n > 1]

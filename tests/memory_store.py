@@ -36,7 +36,7 @@ from autoctx._compressor import Compressor
 from autoctx._intake import OpenCalls, Prepared, bind, count_tokens, prepare
 from autoctx._messages import to_openai_messages
 from autoctx._plans import Snapshot
-from autoctx._replacements import ApplyOutcome, Replacement, next_handle_after
+from autoctx._replacements import ApplyOutcome, Replacement, event_groups, next_handle_after
 from autoctx._structure import MsgMeta, meta_of
 from autoctx._tokens import TokenCounter
 from tests.invariants import (
@@ -81,6 +81,8 @@ class MemoryStore:
         self.next_handle = 1
         #: summary id -> the ids it replaced, in order (one level deep).
         self.lineage: dict[int, tuple[int, ...]] = {}
+        #: The offload of what each made message replaced.
+        self.offload_of: dict[int, uuid.UUID] = {}
         self.open_calls = OpenCalls()
         self._next_id = 1
 
@@ -167,18 +169,18 @@ class MemoryStore:
         # refuses the same way).
         taken = min(r.handle for r in replacements) < self.next_handle
         if taken or any(e is None for e in edits):
+            changed = [r for r, e in zip(replacements, edits, strict=True) if e is None or taken]
             return ApplyOutcome(
                 [
                     self.record_event(
-                        strategy=r.edit.strategy,
+                        strategy=changed[group[0]].edit.strategy,
                         status="conflict",
                         reason=reason,
-                        replaced_ids=r.edit.replaced_ids,
+                        replaced_ids=[i for k in group for i in changed[k].edit.replaced_ids],
                         error="the working set changed since the snapshot",
                         config=config,
                     )
-                    for r, e in zip(replacements, edits, strict=True)
-                    if e is None or taken
+                    for group in event_groups(changed)
                 ],
                 True,
             )
@@ -186,38 +188,50 @@ class MemoryStore:
         count, tokens = self.message_count, self.token_count
         changes = []
         applied: list[Event] = []
-        for r, edit in zip(replacements, edits, strict=True):
-            assert edit is not None
-            msg_id = self._next_id
-            self._next_id += 1
-            msg = dataclasses.replace(r.new.msg, id=msg_id, tokens=r.new.tokens)
-            self.messages[msg_id] = msg
-            self.offloads[r.offload_uuid] = edit.replaced_ids
-            assert r.handle not in self.handles, "a handle is unique within the session"
-            self.handles[r.handle] = r.offload_uuid
-            self.lineage[msg_id] = edit.replaced_ids
-            before_count, before_tokens = count, tokens
-            count += 1 - len(edit.replaced_ids)
-            tokens += r.new.tokens - edit.replaced_tokens
+        for group in event_groups(replacements):
+            before = (count, tokens)
+            replaced: list[int] = []
+            made: list[int] = []
+            event_id = len(self.events) + 1
+            for k in group:
+                r, edit = replacements[k], edits[k]
+                assert edit is not None
+                msg_id = self._next_id
+                self._next_id += 1
+                made.append(msg_id)
+                msg = dataclasses.replace(r.new.msg, id=msg_id, tokens=r.new.tokens)
+                self.messages[msg_id] = msg
+                self.offloads[r.offload_uuid] = edit.replaced_ids
+                assert r.handle not in self.handles, "a handle is unique within the session"
+                self.handles[r.handle] = r.offload_uuid
+                self.lineage[msg_id] = edit.replaced_ids
+                self.offload_of[msg_id] = r.offload_uuid
+                count += 1 - len(edit.replaced_ids)
+                tokens += r.new.tokens - edit.replaced_tokens
+                replaced.extend(edit.replaced_ids)
+                changes.append(
+                    (edit, meta_of(msg, id=msg_id, final=r.new.final, tokens=r.new.tokens))
+                )
+            single = replacements[group[0]] if len(group) == 1 else None
             applied.append(
                 self._event(
-                    strategy=edit.strategy,
+                    strategy=replacements[group[0]].edit.strategy,
                     status="applied",
                     reason=reason,
-                    replaced_ids=edit.replaced_ids,
-                    before=(before_count, before_tokens),
+                    replaced_ids=tuple(replaced),
+                    before=before,
                     after=(count, tokens),
-                    summary_message_id=msg_id,
-                    offload_uuid=r.offload_uuid,
-                    model=r.model,
-                    prompt_tokens=r.prompt_tokens,
-                    completion_tokens=r.completion_tokens,
-                    latency_ms=r.latency_ms,
+                    summary_message_id=made[0] if single else None,
+                    offload_uuid=single.offload_uuid if single else None,
+                    model=single.model if single else None,
+                    prompt_tokens=single.prompt_tokens if single else None,
+                    completion_tokens=single.completion_tokens if single else None,
+                    latency_ms=single.latency_ms if single else None,
                     session_version=version,
-                    facts=r.facts,
+                    facts=single.facts if single else None,
                 )
             )
-            changes.append((edit, meta_of(msg, id=msg_id, final=r.new.final, tokens=r.new.tokens)))
+            assert applied[-1].id == event_id
         self.next_handle = next_handle_after(self.next_handle, replacements)
         after = snap.apply(changes, self.next_handle)
         # The totals the events counted are the totals of the spliced working set.
@@ -377,11 +391,7 @@ class MemorySession:
         )
         assert store.token_count == sum(self._fresh_count(m) for m in working)
         # Every original reachable by reload from a working message, one level at a time.
-        offload_of = {
-            e.summary_message_id: e.offload_uuid
-            for e in store.events
-            if e.status == "applied" and e.offload_uuid is not None
-        }
+        offload_of = store.offload_of
         reachable = {m.id for m in store.working}
         frontier = [i for i in reachable if i in offload_of]
         while frontier:

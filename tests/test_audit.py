@@ -45,7 +45,7 @@ from autoctx._store.database import (
 from autoctx._store.rows import event_row
 from autoctx._store.tables import compression_events
 from autoctx._summarizers import OFFLINE_MODEL
-from tests.dbsql import sql
+from tests.dbsql import offload_of_summaries, sql
 from tests.histories import NO_MASKING, long_task
 from tests.invariants import AUDIT_VIEWS, FACT_VIEWS, LIFECYCLE_VIEWS
 
@@ -522,10 +522,6 @@ def expand(
     return out
 
 
-def offloads(events: list[Event]) -> dict[int, Any]:
-    return {e.summary_message_id: e.offload_uuid for e in applied(events) if e.summary_message_id}
-
-
 @pytest.mark.parametrize("which", ["chat", "task", "failing", "conflict"])
 def test_lineage_of_every_summary_equals_recursive_reload(
     population: Population, which: str
@@ -533,7 +529,7 @@ def test_lineage_of_every_summary_equals_recursive_reload(
     pop = population
     s: Session = getattr(pop, which)
     mem = pop.memory(s)
-    offload_of = offloads(mem.events())
+    offload_of = offload_of_summaries(mem)
     rows = pop.sql("SELECT * FROM autoctx_lineage WHERE session_id = :s", s=s.session_id)
     by_summary: dict[int, set[tuple[int, int, bool]]] = {}
     for r in rows:
@@ -584,7 +580,7 @@ def test_coverage_points_every_replaced_original_at_its_working_message(
     s: Session = getattr(pop, which)
     mem = pop.memory(s)
     working = {m.id: m.kind for m in mem.messages()}
-    offload_of = offloads(mem.events())
+    offload_of = offload_of_summaries(mem)
     # Expected from reload: every working summary, expanded, covers its originals.
     expected: dict[int, tuple[int, int]] = {}
     for wid, kind in working.items():

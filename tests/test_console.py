@@ -13,6 +13,7 @@ import contextlib
 import html
 import http.client
 import itertools
+import json
 import logging
 import os
 import re
@@ -41,6 +42,7 @@ from typer.testing import CliRunner
 import autoctx
 from autoctx import AutoContextClient, AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
 from autoctx._cli import app
+from autoctx._messages import ToolUseBlock
 from autoctx._store import console as db
 from autoctx._store.catalog import Catalog
 from autoctx._store.inspect import lineage_edges
@@ -48,6 +50,7 @@ from autoctx._store.store import SessionStore
 from autoctx._ui import timeline
 from autoctx._ui.app import parts
 from autoctx._ui.server import ConsoleServer, make_server
+from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.test_tenants import Role, login_role
 
@@ -268,6 +271,55 @@ def test_every_page_answers_and_nothing_writes(ui: Served, world: World, db_url:
         assert status == 405
         assert "read-only" in body
     assert _version(db_url, world.main) == before
+
+
+def test_a_masking_pass_is_one_row_and_each_preview_names_its_offload(
+    ui: Served, db_url: str
+) -> None:
+    """One masking pass, one event (docs/design.md §7): the events page shows one row that says
+    how many offloads it made, and each preview's page names its own offload, which opens."""
+    config = AutoContextConfig(max_tokens=6_000, mask_min_chars=200, msg_threshold=None)
+    mem = AutoContextMemory.open(
+        f"ui-mask-{_tag()}", db_url, config, summarizer=OfflineSummarizer()
+    )
+    for k in range(12):
+        mem.add(
+            [
+                Msg.user(f"question {k}"),
+                Msg.assistant(None, [ToolUseBlock(f"c{k}", "grep", json.dumps({"q": k}))]),
+                Msg.tool(
+                    f"c{k}", f"match {k}: " + " ".join(f"line{i}={k * i}" for i in range(100))
+                ),
+                Msg.assistant(f"answer {k}"),
+            ]
+        )
+    passes = [e for e in mem.compress_if_needed() if e.strategy == 8]
+    assert len(passes) == 1 and passes[0].offload_uuid is None
+    (mask,) = passes
+    s = _q(mem.session_id)
+    status, body = ui.get(f"/s/{s}/events")
+    assert status == 200
+    assert body.count('<tr id="e') == len(mem.events())
+    assert f"{len(mask.replaced_ids)} outputs, an offload each" in body
+    own = {
+        r.summary_id: r.uuid
+        for r in sql(
+            mem,
+            "select l.summary_id, o.uuid from offloads o join lineage l on l.session_id = "
+            "o.session_id and l.event_id = o.event_id and l.replaced_id = o.message_ids[1] "
+            "where o.session_id = :s and o.event_id = :e",
+            s=mem.session_id,
+            e=mask.id,
+        )
+    }
+    assert len(own) == len(mask.replaced_ids)
+    for preview_id, offload in own.items():
+        status, body = ui.get(f"/s/{s}/m/{preview_id}")
+        assert status == 200 and f"Written by event {mask.id}" in body
+        assert f'/o/{offload}" id="offload"' in body
+        status, body = ui.get(f"/s/{s}/o/{offload}")
+        assert status == 200
+    mem.delete()
 
 
 def test_the_console_reads_in_read_only_transactions(db_url: str, world: World) -> None:

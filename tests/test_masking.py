@@ -5,18 +5,24 @@ then a long tool chat on real PostgreSQL through `AutoContextMemory`."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
+import uuid
 from collections.abc import Callable
 
 import pytest
+from typer.testing import CliRunner
 
-from autoctx import AutoContextConfig, AutoContextMemory, ConfigError, Msg
+from autoctx import AutoContextConfig, AutoContextMemory, ConfigError, Msg, export_session
+from autoctx._cli import app
 from autoctx._plans import Edit, PlanContext
+from autoctx._plot import reconstruct
+from autoctx._store.inspect import message_stamps
 from autoctx._strategies import plan_s2, plan_s8
 from autoctx._strategies.registry import ORDER, RUNGS
 from autoctx._tags import OFFLOAD_TAG_RE
 from autoctx._tools import SEARCH_TOOL_NAME, TOOL_NAME
-from tests.dbsql import handle_of, sql
+from tests.dbsql import sql
 from tests.histories import SMALL, tool_group
 from tests.invariants import assert_every_original_reachable, assert_totals_match
 from tests.test_strategies import PRESSURE, Hist, cfg
@@ -237,47 +243,162 @@ def test_a_long_tool_chat_masks_in_one_transaction_and_reloads_every_original(
     before = mem.refresh()
     assert before.token_count >= config.token_trigger
     events = mem.compress_if_needed()
-    masks = [e for e in events if e.strategy == 8]
-    # Masking alone brought the chat under the target: nothing else ran, no summarizer call.
-    assert masks and len(masks) == len(events), [(e.strategy, e.status) for e in events]
-    assert all(e.status == "applied" and e.model is None for e in masks)
+    # Masking alone brought the chat under the target: nothing else ran, no summarizer call;
+    # and the pass is one event (docs/design.md §7, "one masking pass, one event").
+    assert [(e.strategy, e.status, e.model) for e in events] == [(8, "applied", None)]
+    (mask,) = events
     after = mem.refresh()
     assert after.token_count < config.token_target
-    # One transaction: every event of the pass saw the same version before it and commits one
-    # version bump.
-    assert len({e.session_version for e in masks}) == 1
-    assert after.version == before.version + 1
+    # One transaction: one version bump, the event's totals those before and after it.
+    assert after.version == before.version + 1 == mask.session_version
+    assert (mask.tokens_before, mask.tokens_after) == (before.token_count, after.token_count)
+    assert (mask.messages_before, mask.messages_after) == (before.message_count,) * 2
     # Every tool output but the three most recent is masked, in place, with its call id and
     # tool name, its head and its tag.
     tools = [m for m in mem.messages() if m.role == "tool"]
     assert [m.kind for m in tools[-3:]] == ["original"] * 3
-    assert all(m.kind == "preview" for m in tools[:-3]) and len(masks) == len(tools) - 3
-    by_summary = {e.summary_message_id: e for e in masks}
+    masked = tools[:-3]
+    assert all(m.kind == "preview" for m in masked)
+    # The event names every output it masked, and no single summary or offload: each preview
+    # has its own offload and its own lineage row, under the pass's event.
+    assert mask.summary_message_id is None and mask.offload_uuid is None
+    assert len(mask.replaced_ids) == len(masked)
+    lineage = {
+        r.summary_id: (r.replaced_id, r.event_id)
+        for r in sql(
+            mem,
+            "select summary_id, replaced_id, event_id from lineage where session_id = :s",
+            s=mem.session_id,
+        )
+    }
+    offloads = {
+        r.handle: (tuple(r.message_ids), r.event_id)
+        for r in sql(
+            mem,
+            "select handle, message_ids, event_id from offloads where session_id = :s",
+            s=mem.session_id,
+        )
+    }
+    assert len(lineage) == len(offloads) == len(masked)
     originals_by_call = {m.tool_results[0].tool_use_id: m for m in added if m.role == "tool"}
-    for m in tools[:-3]:
-        event = by_summary[m.id]
+    for m in masked:
         result = m.tool_results[0]
         original = originals_by_call[result.tool_use_id]
         text = result.output_text
         head = original.tool_results[0].output_text[: config.mask_preview_chars]
         assert text.startswith(head + "...\n")
         tag = OFFLOAD_TAG_RE.fullmatch(text.splitlines()[-1])
-        assert tag is not None and tag.group("handle") == str(handle_of(mem, event.offload_uuid))
+        assert tag is not None
         (back,) = mem.reload(tag.group("handle"))
         assert back.to_openai() == original.to_openai()
         assert result.name and result.name == back.tool_results[0].name
+        assert lineage[m.id] == (back.id, mask.id)
+        assert offloads[int(tag.group("handle"))] == ((back.id,), mask.id)
+    assert sorted(mask.replaced_ids) == sorted(r for r, _ in lineage.values())
     assert_every_original_reachable(mem)
     assert_totals_match(mem)
-    # The audit names the rung.
+    # The audit names the rung, once.
     rows = sql(
         mem,
         "select strategy, count(*) as n from compression_events where session_id = :s "
         "group by strategy",
         s=mem.session_id,
     )
-    assert [(r.strategy, r.n) for r in rows] == [(8, len(masks))]
+    assert [(r.strategy, r.n) for r in rows] == [(8, 1)]
     # A second call with nothing new does nothing.
     assert mem.compress_if_needed() == []
+
+
+def call_of(m: Msg) -> str:
+    return m.tool_results[0].tool_use_id
+
+
+def test_a_masking_pass_is_one_event_in_every_reader(open_memory: Open, db_url: str) -> None:
+    """Every reader of "what did this event write" finds a masking pass's outputs through their
+    offloads and lineage, since its one event names none (docs/design.md §7): `dropped()`, the
+    CLI's history, dropped and lineage, the export, the plot, search, and the erasure."""
+    config = dataclasses.replace(SMALL, max_tokens=12_000, msg_threshold=1_000, mask_min_chars=200)
+    mem = open_memory(config=config)
+    added = tool_chat(11, turns=40)
+    # A word only the tail of one old output holds: a preview never shows it.
+    k = next(
+        i for i, m in enumerate(added) if m.role == "tool" and m.tool_results[0].tool_use_id == "c3"
+    )
+    added[k] = Msg.tool("c3", added[k].tool_results[0].output_text + " quokkafinale")
+    mem.add(added)
+    (mask,) = mem.compress_if_needed()
+    assert (mask.strategy, mask.offload_uuid, mask.summary_message_id) == (8, None, None)
+    sid = mem.session_id
+    offloads = {
+        r.uuid: (r.handle, r.message_ids[0])
+        for r in sql(
+            mem,
+            "select uuid, handle, message_ids from offloads "
+            "where session_id = :s and event_id = :e",
+            s=sid,
+            e=mask.id,
+        )
+    }
+    assert len(offloads) == len(mask.replaced_ids) > 1
+    previews = {
+        int(tag.group("handle")): m
+        for m in mem.messages()
+        if m.kind == "preview"
+        and (tag := OFFLOAD_TAG_RE.fullmatch(m.tool_results[0].output_text.splitlines()[-1]))
+    }
+    uuid_of_handle = {handle: u for u, (handle, _) in offloads.items()}
+    assert set(previews) == set(uuid_of_handle)
+
+    # Search: the hit names the offload of the one output that holds it.
+    (hit,) = mem.search("quokkafinale")
+    assert hit.offload_handle in previews and offloads[hit.offload_uuid] == (
+        hit.offload_handle,
+        hit.message_id,
+    )
+    # dropped(): the facts of every output of the pass that the working context does not show.
+    facts = mem.dropped(mask.id)
+    assert facts, "forty masked outputs lose some facts from view"
+    # The CLI: history says how many offloads, `dropped` lists them, `lineage` names a
+    # preview's own offload.
+    runner = CliRunner()
+    out = runner.invoke(app, ["history", sid, "--database-url", db_url], env={"COLUMNS": "200"})
+    assert out.exit_code == 0 and f"{len(offloads)}, one per output" in out.output
+    out = runner.invoke(app, ["dropped", sid, str(mask.id), "--json", "--database-url", db_url])
+    assert out.exit_code == 0
+    answer = json.loads(out.output)
+    assert set(map(uuid.UUID, answer["offload_uuids"])) == set(offloads)
+    assert answer["dropped"] == facts
+    handle, preview = next(iter(previews.items()))
+    out = runner.invoke(app, ["lineage", sid, str(preview.id), "--json", "--database-url", db_url])
+    assert out.exit_code == 0
+    tree = json.loads(out.output)["tree"]
+    assert uuid.UUID(tree["offload_uuid"]) == uuid_of_handle[handle]
+    assert tree["event_id"] == mask.id
+    # The export names each preview's offload and handle.
+    document = export_session(sid, db_url)
+    named = {
+        w["id"]: (w["offload_uuid"], w["offload_handle"])
+        for w in document["working_messages"]
+        if w["kind"] == "preview"
+    }
+    assert named == {m.id: (str(uuid_of_handle[h]), h) for h, m in previews.items()}
+    # The plot: one mark for the pass.
+    stamps = message_stamps(mem.engine, sid)
+    marks = reconstruct(stamps, mem.events()).marks
+    assert [(m.strategy, m.status) for m in marks] == [(8, "applied")]
+    # The erasure rebuilds the preview of an erased output under its own handle.
+    (original,) = mem.reload(hit.offload_handle)
+    mem.erase([original.id or 0], reason="test")
+    (rebuilt,) = [
+        m
+        for m in mem.messages()
+        if m.id is not None and m.tool_results and m.tool_results[0].tool_use_id == "c3"
+    ]
+    last = rebuilt.tool_results[0].output_text.splitlines()[-1]
+    tag = OFFLOAD_TAG_RE.fullmatch(last)
+    assert tag is not None and int(tag.group("handle")) == hit.offload_handle
+    assert "quokkafinale" not in rebuilt.tool_results[0].output_text
+    assert_every_original_reachable(mem)
 
 
 def test_masking_leaves_the_latest_step_whole_while_it_fits() -> None:

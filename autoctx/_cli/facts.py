@@ -11,6 +11,7 @@ from .. import _arguments
 from .._dropped import dropped_facts
 from .._errors import EventNotFound
 from .._store.store import SessionStore
+from .._store.undo import offloads_of
 from .output import _engine, _print_json, _session, _shown, friendly_errors
 from .root import AsJson, DatabaseUrl, SessionArg, Verbose, app
 
@@ -44,21 +45,36 @@ def dropped(
     store = SessionStore(_engine(database_url), session)
     _session(store)
     event = next((e for e in store.events() if e.id == checked), None)
-    if event is None or event.status != "applied" or event.offload_uuid is None:
+    offloads = [] if event is None or event.status != "applied" else offloads_of(store, event)
+    if event is None or not offloads:
         raise EventNotFound(
             f"session {session!r} has no compression event {checked}; `autoctx history "
             f"{session}` lists them (an event that compressed nothing has no originals)"
         )
-    facts = dropped_facts(store.reload(event.offload_uuid, originals=True), store.load_working())
+    originals = [m for o in offloads for m in store.reload(o, originals=True)]
+    facts = dropped_facts(originals, store.load_working())
     if as_json:
-        _print_json({"event_id": checked, "offload_uuid": event.offload_uuid, "dropped": facts})
+        _print_json(
+            {
+                "event_id": checked,
+                "offload_uuid": event.offload_uuid,
+                "offload_uuids": offloads,
+                "dropped": facts,
+            }
+        )
         return
     if not facts:
         typer.echo(f"event {checked}: the working context shows every fact of its originals")
         return
+    where = (
+        f"autoctx reload {session} {event.offload_uuid}"
+        if event.offload_uuid is not None
+        else f"{len(offloads)} offloads, one per masked output: reload one by the handle its "
+        "preview shows"
+    )
     typer.echo(
         f"event {checked}: {len(facts)} fact(s) of its originals not in the working context "
-        f"(autoctx reload {session} {event.offload_uuid}):"
+        f"({where}):"
     )
     for fact in facts:
         typer.echo(f"  {_shown(fact)}")

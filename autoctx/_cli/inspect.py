@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import sys
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Final
 
 import typer
@@ -17,6 +19,7 @@ from .. import _arguments
 from .._arguments import OffloadRef
 from .._arguments import offload_id as parse_offload_id
 from .._errors import InvalidOffloadId, OffloadNotFound
+from .._events import Event
 from .._messages import Msg, openai_view
 from .._store import inspect as inspect_db
 from .._store.catalog import Catalog
@@ -286,6 +289,31 @@ def history(
 # ---------------------------------------------------------------------------------------------
 
 
+def _offloads_of_summaries(
+    engine: Engine,
+    session: str,
+    edges: Sequence[inspect_db.LineageEdge],
+    events: Mapping[int, Event],
+) -> dict[int, uuid.UUID | None]:
+    """The offload of what each summary of `edges` replaced: its event's, or for an event of a
+    masking pass (which made an offload per output) the one that holds its first original."""
+    firsts = {e.summary_id: (e.event_id, e.replaced_id) for e in edges if e.ordinal == 0}
+    passes = {ev for ev, _ in firsts.values() if ev in events and events[ev].offload_uuid is None}
+    own = (
+        {
+            (o.event_id, o.message_ids[0]): o.uuid
+            for o in inspect_db.offload_rows(engine, session)
+            if o.event_id in passes and o.message_ids
+        }
+        if passes
+        else {}
+    )
+    return {
+        mid: events[ev].offload_uuid if ev in events and ev not in passes else own.get((ev, first))
+        for mid, (ev, first) in firsts.items()
+    }
+
+
 @app.command()
 @friendly_errors
 def lineage(
@@ -333,6 +361,7 @@ def lineage(
         children.setdefault(e.summary_id, []).append(e.replaced_id)
         made_by[e.summary_id] = e.event_id
     leaves = [e.replaced_id for e in edges if e.replaced_id not in children]
+    offload_of = _offloads_of_summaries(engine, session, edges, events)
 
     def node_json(mid: int, level: int) -> dict[str, Any]:
         m = msgs[mid]
@@ -342,7 +371,7 @@ def lineage(
             "working_position": in_working.get(mid),
             "event_id": event.id if event is not None else None,
             "strategy": event.strategy if event is not None else None,
-            "offload_uuid": event.offload_uuid if event is not None else None,
+            "offload_uuid": offload_of.get(mid),
         }
         kids = children.get(mid, [])
         if depth is not None and level > depth:
@@ -377,8 +406,8 @@ def lineage(
             # A line of its own: the ids whole on one line down to a deep level of the tree.
             made = f"S{event.strategy}" if _is_compression(event) else _kind_name(event)
             text.append(f"\nevent {event.id} {made}", style="cyan")
-            if event.offload_uuid is not None:
-                text.append(f", offload {event.offload_uuid}", style="cyan")
+            if offload_of.get(mid) is not None:
+                text.append(f", offload {offload_of[mid]}", style="cyan")
         text.append("\n")
         text.append(_clip(_content_line(m), LINEAGE_PREVIEW_CHARS), style="dim")
         return text

@@ -345,6 +345,8 @@ def _event_line(event: Event, where: str, width: int) -> Text:
     )
     if event.offload_uuid is not None:
         line.append(f"  {_short(event.offload_uuid)}", style="cyan")
+    elif _is_pass(event):
+        line.append(f"  {len(event.replaced_ids)} offloads", style="cyan")
     if event.error:
         line.append(f"  {_clip(_one_line(event.error), 60)}", style="red")
     return line
@@ -486,10 +488,23 @@ def _events_table(events: Sequence[Event], title: str | None) -> Table:
             f"{e.messages_before}→{e.messages_after}",
             str(len(e.replaced_ids)),
             _facts_cell(e.facts),
-            str(e.offload_uuid or ""),
+            _offload_cell(e),
             cost,
         )
     return table
+
+
+def _is_pass(e: Event) -> bool:
+    """An applied event of a masking pass, which made an offload per output it masked."""
+    return e.status == "applied" and e.strategy == registry.MASKING and e.offload_uuid is None
+
+
+def _offload_cell(e: Event) -> str:
+    if e.offload_uuid is not None:
+        return str(e.offload_uuid)
+    if _is_pass(e):
+        return f"{len(e.replaced_ids)}, one per output"
+    return ""
 
 
 def _print_event_records(console: Console, events: Sequence[Event], title: str) -> None:
@@ -514,6 +529,8 @@ def _print_event_records(console: Console, events: Sequence[Event], title: str) 
         )
         if e.offload_uuid is not None:
             fields.append(("offload", Text(str(e.offload_uuid), style="cyan")))
+        elif _is_pass(e):
+            fields.append(("offloads", _offload_cell(e)))
         if e.summary_message_id is not None:
             fields.append(("summary", f"#{e.summary_message_id}"))
         if e.model or e.latency_ms is not None:

@@ -1,5 +1,6 @@
 """The compression's writes of one session's store: a strategy's replacements applied in one
-transaction (each with its offload, lineage and event), an undo's restoration, an attempt that
+transaction (each with its offload and lineage; one event per range, one for a whole masking
+pass), an undo's restoration, an attempt that
 changed nothing recorded as an event, and the working-set unlink they share.
 
 `SessionStore` (autoctx._store.store) is made of this and of its appends and reads; the split
@@ -20,7 +21,7 @@ from sqlalchemy.engine import Connection, Row
 from .._errors import Conflict
 from .._events import Event
 from .._plans import Edit, Snapshot, splice
-from .._replacements import ApplyOutcome, Replacement, next_handle_after
+from .._replacements import ApplyOutcome, Replacement, event_groups, next_handle_after
 from .._structure import meta_of
 from . import undo
 from .rows import event_from_row, event_of, event_row, message_row
@@ -116,9 +117,10 @@ class CompressionWrites(SessionRow):
         config: Mapping[str, Any],
         seen_version: int | None = None,
     ) -> ApplyOutcome:
-        """Apply a strategy's replacements in one transaction, each with its offload, lineage
-        and event. If any replaced range is no longer in the working set as planned, nothing is
-        applied and a `conflict` event is recorded per changed range. So it is when an erasure
+        """Apply a strategy's replacements in one transaction, each with its offload and
+        lineage, and their events (`event_groups`: one per range, one for a masking pass). If
+        any replaced range is no longer in the working set as planned, nothing is applied and
+        `conflict` events name the changed ranges, grouped the same way. So it is when an erasure
         committed after `seen_version` (the snapshot's): the summaries were written from
         content it may have erased."""
         if not replacements:
@@ -136,22 +138,23 @@ class CompressionWrites(SessionRow):
                 if pos is None or erased or taken
             ]
             if not conflicts:
-                applied = self._write(conn, row, replacements, positions, reason, config)
+                applied, new_ids = self._write(conn, row, replacements, positions, reason, config)
         if not conflicts:
-            self._splice(row, replacements, applied)
+            self._splice(row, replacements, new_ids, len(applied))
             # A compression changes no open call: the tail is known at the new version.
             self._tail = (applied[-1].session_version, dict(row.open_calls))
             return ApplyOutcome(applied, False)
+        # Grouped as the events the batch would have written: one for a masking pass.
         events = [
             self.record_event(
-                strategy=r.edit.strategy,
+                strategy=conflicts[group[0]][0].edit.strategy,
                 status="conflict",
                 reason=reason,
-                replaced_ids=r.edit.replaced_ids,
-                error=error,
+                replaced_ids=[i for k in group for i in conflicts[k][0].edit.replaced_ids],
+                error=conflicts[group[0]][1],
                 config=config,
             )
-            for r, error in conflicts
+            for group in event_groups([r for r, _ in conflicts])
         ]
         return ApplyOutcome(events, True)
 
@@ -159,7 +162,8 @@ class CompressionWrites(SessionRow):
         self,
         row: Row[Any],
         replacements: Sequence[Replacement],
-        applied: Sequence[Event],
+        new_ids: Sequence[int],
+        events: int,
     ) -> None:
         """Bring the cached snapshot up to the version this apply committed, without a read.
 
@@ -174,12 +178,10 @@ class CompressionWrites(SessionRow):
         ):
             return
         changes = []
-        for r, event in zip(replacements, applied, strict=True):
-            assert event.summary_message_id is not None
-            new = meta_of(
-                r.new.msg, id=event.summary_message_id, final=r.new.final, tokens=r.new.tokens
+        for r, msg_id in zip(replacements, new_ids, strict=True):
+            changes.append(
+                (r.edit, meta_of(r.new.msg, id=msg_id, final=r.new.final, tokens=r.new.tokens))
             )
-            changes.append((r.edit, new))
         try:
             snapshot = cached.snapshot.apply(
                 changes, next_handle_after(row.next_handle, replacements)
@@ -191,7 +193,7 @@ class CompressionWrites(SessionRow):
             cached.positions, [(r.edit, cached.positions[r.edit.end - 1]) for r in replacements]
         )
         self._snapshot = CachedSnapshot(
-            snapshot, tuple(positions), row.next_event_id + len(applied), cached.incarnation
+            snapshot, tuple(positions), row.next_event_id + events, cached.incarnation
         )
 
     def _check_ranges(self, conn: Connection, edits: Sequence[Edit]) -> list[int | None]:
@@ -222,7 +224,10 @@ class CompressionWrites(SessionRow):
         positions: Sequence[int | None],
         reason: str,
         config: Mapping[str, Any],
-    ) -> list[Event]:
+    ) -> tuple[list[Event], list[int]]:
+        """Write the batch: its events (one per `event_groups` group), and for each
+        replacement its message, offload, lineage and working-set row. Returns the events and
+        the id of each replacement's new message."""
         next_msg, next_event = row.next_message_id, row.next_event_id
         count, tokens = row.message_count, row.token_count
         version = row.version + 1
@@ -232,61 +237,69 @@ class CompressionWrites(SessionRow):
         lineage_rows: list[dict[str, Any]] = []
         working_rows: list[dict[str, Any]] = []
         removed_ids: list[int] = []
-        for r, position in zip(replacements, positions, strict=True):
-            assert position is not None
-            msg_id, event_id = next_msg, next_event
-            next_msg += 1
+        new_ids: list[int] = []
+        for group in event_groups(replacements):
+            event_id = next_event
             next_event += 1
-            replaced = r.edit.replaced_ids
-            replaced_tokens = r.edit.replaced_tokens
             before_count, before_tokens = count, tokens
-            count += 1 - len(replaced)
-            tokens += r.new.tokens - replaced_tokens
+            replaced: list[int] = []
+            for k in group:
+                r, position = replacements[k], positions[k]
+                assert position is not None
+                msg_id = next_msg
+                next_msg += 1
+                new_ids.append(msg_id)
+                count += 1 - len(r.edit.replaced_ids)
+                tokens += r.new.tokens - r.edit.replaced_tokens
+                replaced.extend(r.edit.replaced_ids)
+                msg_rows.append(message_row(self.session_id, msg_id, r.new, event_id))
+                offload_rows.append(
+                    {
+                        "session_id": self.session_id,
+                        "uuid": r.offload_uuid,
+                        "handle": r.handle,
+                        "event_id": event_id,
+                        "message_ids": list(r.edit.replaced_ids),
+                    }
+                )
+                lineage_rows.extend(
+                    {
+                        "session_id": self.session_id,
+                        "summary_id": msg_id,
+                        "ordinal": n,
+                        "replaced_id": rid,
+                        "event_id": event_id,
+                    }
+                    for n, rid in enumerate(r.edit.replaced_ids)
+                )
+                removed_ids.extend(r.edit.replaced_ids)
+                working_rows.append(
+                    {"session_id": self.session_id, "position": position, "message_id": msg_id}
+                )
+            # An event of one range names its summary message and its offload; an event of a
+            # masking pass names neither: its offloads and lineage rows carry its id.
+            single = replacements[group[0]] if len(group) == 1 else None
             event_rows.append(
                 event_row(
                     self.session_id,
                     event_id,
-                    strategy=r.edit.strategy,
+                    strategy=replacements[group[0]].edit.strategy,
                     status="applied",
                     reason=reason,
                     messages=(before_count, count),
                     tokens=(before_tokens, tokens),
                     replaced_ids=replaced,
-                    replaced_tokens=replaced_tokens,
-                    summary_message_id=msg_id,
-                    offload_uuid=r.offload_uuid,
-                    model=r.model,
-                    prompt_tokens=r.prompt_tokens,
-                    completion_tokens=r.completion_tokens,
-                    latency_ms=r.latency_ms,
+                    replaced_tokens=sum(replacements[k].edit.replaced_tokens for k in group),
+                    summary_message_id=new_ids[-1] if single else None,
+                    offload_uuid=single.offload_uuid if single else None,
+                    model=single.model if single else None,
+                    prompt_tokens=single.prompt_tokens if single else None,
+                    completion_tokens=single.completion_tokens if single else None,
+                    latency_ms=single.latency_ms if single else None,
                     session_version=version,
                     config=config,
-                    facts=r.facts,
+                    facts=single.facts if single else None,
                 )
-            )
-            msg_rows.append(message_row(self.session_id, msg_id, r.new, event_id))
-            offload_rows.append(
-                {
-                    "session_id": self.session_id,
-                    "uuid": r.offload_uuid,
-                    "handle": r.handle,
-                    "event_id": event_id,
-                    "message_ids": list(replaced),
-                }
-            )
-            lineage_rows.extend(
-                {
-                    "session_id": self.session_id,
-                    "summary_id": msg_id,
-                    "ordinal": k,
-                    "replaced_id": rid,
-                    "event_id": event_id,
-                }
-                for k, rid in enumerate(replaced)
-            )
-            removed_ids.extend(replaced)
-            working_rows.append(
-                {"session_id": self.session_id, "position": position, "message_id": msg_id}
             )
         conn.execute(sa.insert(compression_events), event_rows)
         conn.execute(sa.insert(messages), msg_rows)
@@ -307,19 +320,20 @@ class CompressionWrites(SessionRow):
                 updated_at=sa.func.now(),
             )
         )
-        return [event_of(e) for e in event_rows]
+        return [event_of(e) for e in event_rows], new_ids
 
     def restore(
         self, plan: Restoration, *, seen_version: int, note: str | None, config: Mapping[str, Any]
     ) -> Event | None:
         """Apply an undo's plan (docs/design.md §7) as one unit of work, like `apply`: lock the
-        session row, check that the plan's span is still in the working set as planned and
+        session row, check that the plan's spans are still in the working set as planned and
         that nothing was written since the snapshot at `seen_version` (so that the plan's
         window check is exact), write (`undo.write_restoration`), commit. None, with nothing
         written, when the session moved on: plan again from a new snapshot."""
         with self.transaction() as conn:
             row = self.lock_row(conn)
-            if row.version != seen_version or self._check_ranges(conn, [plan.edit])[0] is None:
+            edits = [span.edit for span in plan.spans]
+            if row.version != seen_version or None in self._check_ranges(conn, edits):
                 return None
             event = undo.write_restoration(conn, self, row, plan, note=note, config=config)
         self._snapshot = None

@@ -20,6 +20,7 @@ of an offload's page), the statement computes it itself.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid as uuid_mod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -440,21 +441,36 @@ def events_page(
     return Read(sql, _params(store, sid=session_id, key=key, limit=limit), build, named=True)
 
 
-#: The event that wrote a message (None for an original): by the message's own `event_id`.
+#: The event that wrote a message (None for an original): by the message's own `event_id`;
+#: with the offload of what the message replaced (a masking pass's event names none: it made
+#: one per output).
 _MADE_BY = """
-SELECT e.* FROM messages m
+SELECT e.*, own.uuid AS own_offload FROM messages m
 JOIN sessions s ON s.session_id = m.session_id
 JOIN compression_events e ON e.session_id = m.session_id AND e.id = m.event_id
+LEFT JOIN LATERAL (
+    SELECT o.uuid FROM lineage l
+    JOIN offloads o ON o.session_id = l.session_id AND o.event_id = l.event_id
+                   AND o.message_ids[1] = l.replaced_id
+    WHERE l.session_id = m.session_id AND l.summary_id = m.id AND l.ordinal = 0
+) own ON true
 WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {scope}
 """
 
 
 def made_by(store: TenantScope, session_id: str, message_id: int) -> Read[Event | None]:
-    """The compression event that wrote message `message_id` (None for an original)."""
+    """The compression event that wrote message `message_id` (None for an original), its
+    `offload_uuid` the offload of what that message replaced."""
+
+    def build(found: list[Any]) -> Event | None:
+        if not found:
+            return None
+        return dataclasses.replace(event_of(found[0]), offload_uuid=found[0]["own_offload"])
+
     return Read(
         _MADE_BY.format(scope=_in_scope(store)),
         _params(store, sid=session_id, id=message_id),
-        lambda found: event_of(found[0]) if found else None,
+        build,
         named=True,
     )
 
@@ -674,8 +690,9 @@ def offload_messages(
 
 
 #: The originals behind an offload, down through nested summaries. Every message a compression
-#: wrote is its event's `summary_message_id` (one message per applied event), so the summaries
-#: are a small set read from the events; the walk descends through summaries only (one
+#: wrote stands for one of its offloads (the lineage row of the offload's first message, under
+#: the same event, names it), so the summaries are a small set read from the offloads; the
+#: walk descends through summaries only (one
 #: primary-key range of lineage per summary, LATERAL so that it is never a hash join over the
 #: session's whole lineage per level), and the originals are the children that are not
 #: summaries. Originals are appended in order and ids are allocated in commit order, so id
@@ -683,9 +700,10 @@ def offload_messages(
 _ORIGINALS = f"""
 WITH RECURSIVE
 sums AS MATERIALIZED (
-    SELECT e.summary_message_id AS id FROM compression_events e
-    WHERE e.session_id = %(sid)s AND e.status = 'applied' AND e.strategy > 0
-      AND e.summary_message_id IS NOT NULL
+    SELECT l.summary_id AS id FROM offloads o
+    JOIN lineage l ON l.session_id = o.session_id AND l.replaced_id = o.message_ids[1]
+                  AND l.event_id = o.event_id
+    WHERE o.session_id = %(sid)s
 ),
 removed AS MATERIALIZED (
     SELECT u.id

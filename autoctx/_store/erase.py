@@ -51,7 +51,12 @@ SELECT m.id, e.strategy, o.handle,
                  WHERE l.session_id = %(sid)s AND l.summary_id = m.id), '{}')
 FROM up JOIN messages m ON m.session_id = %(sid)s AND m.id = up.id
 LEFT JOIN compression_events e ON e.session_id = %(sid)s AND e.id = m.event_id
-LEFT JOIN offloads o ON o.session_id = %(sid)s AND o.uuid = e.offload_uuid
+LEFT JOIN LATERAL (
+    SELECT o.handle FROM lineage l
+    JOIN offloads o ON o.session_id = l.session_id AND o.event_id = l.event_id
+                   AND o.message_ids[1] = l.replaced_id
+    WHERE l.session_id = %(sid)s AND l.summary_id = m.id AND l.ordinal = 0
+) o ON true
 """
 _REWRITE = """
 UPDATE messages m

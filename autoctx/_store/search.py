@@ -116,12 +116,14 @@ translate(left(
     {HEADLINE_CHARS}), '/' || chr({ord(MARK_START)}) || chr({ord(MARK_STOP)}),
     chr({ord(SLASH_STAND_IN)}) || '  ')"""
 
-#: The offload that holds a hit (the first compression that replaced it): its uuid and handle.
+#: The offload that holds a hit (the first compression that replaced it): its uuid and handle
+#: (of its event's offloads, a masking pass has one per output, the one that took the hit).
 _OFFLOAD_OF_HIT = """
 LEFT JOIN LATERAL (
  SELECT o.uuid, o.handle
- FROM lineage l JOIN compression_events e ON e.session_id = l.session_id AND e.id = l.event_id
- JOIN offloads o ON o.session_id = e.session_id AND o.uuid = e.offload_uuid
+ FROM lineage l
+ JOIN offloads o ON o.session_id = l.session_id AND o.event_id = l.event_id
+                AND l.replaced_id = ANY(o.message_ids)
  WHERE l.session_id = h.session_id AND l.replaced_id = h.id
  ORDER BY l.event_id LIMIT 1) oh ON true"""
 

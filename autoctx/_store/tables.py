@@ -203,6 +203,9 @@ offloads = sa.Table(
         ["compression_events.session_id", "compression_events.id"],
         ondelete="CASCADE",
     ),
+    #: What a compression wrote, by its event (0020): a masking pass's event has an offload
+    #: for each output it masked.
+    sa.Index("offloads_event_idx", "session_id", "event_id"),
 )
 
 lineage = sa.Table(

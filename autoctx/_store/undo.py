@@ -1,15 +1,19 @@
 """The SQL of an undo (docs/design.md §7): what it reads to be planned, and its write.
 
 The plan is pure (`autoctx._undo`); `SessionStore.restore` applies it as one unit of work,
-like every plan: it locks the session row, checks that the span is still where the plan saw
+like every plan: it locks the session row, checks that each span is still where the plan saw
 it (and that nothing else was written since the snapshot, so that the window check of the plan
-is exact), writes, commits. The write:
+is exact), writes, commits. The write, for each span (one, or one per output of a masking
+pass), from the last back:
 
 - the working-set rows of the span leave, and the restored messages take positions from the
   span's first: the gaps that compressions leave between positions are used first, and the
   positions after the span move on only by what does not fit (O(what follows), once, with
   INSERT and `autoctx_unlink_working`, which is all a granted role may do to the working set);
-- one applied event: strategy 0, reason 'undo', `replaced_ids` the replacement that left the
+
+and then:
+
+- one applied event: strategy 0, reason 'undo', `replaced_ids` the replacements that left the
   working context, `undoes` the compression taken back (whose offload and lineage rows name
   what came back), `note` set when the undo was forced over the window;
 - the session's totals and version move on; its open calls do not change (a compression never
@@ -18,6 +22,7 @@ is exact), writes, commits. The write:
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,7 +38,7 @@ from .sql import ALIVE, UNLINK_WORKING
 from .tables import compression_events, messages, sessions, working_set
 
 if TYPE_CHECKING:  # the store applies a plan; it does not make one
-    from .._undo import Restoration
+    from .._undo import Restoration, Span
     from .session_row import SessionRow
 
 #: The messages an undo puts back: their metadata, the erasure that rewrote each (if any), and
@@ -55,12 +60,28 @@ WHERE {ALIVE}
 """
 
 #: The ranges of the compressions the session's undos took back: what the compressor does not
-#: plan again (docs/design.md §7). Through the partial index on the undo events.
+#: plan again (docs/design.md §7). Through the partial index on the undo events. A range is
+#: an offload's: a masking pass's event covers one per output it masked.
 _UNDONE = """
-SELECT c.replaced_ids
+SELECT o.message_ids
 FROM compression_events u
-JOIN compression_events c ON c.session_id = u.session_id AND c.id = u.undoes
+JOIN offloads o ON o.session_id = u.session_id AND o.event_id = u.undoes
 WHERE u.session_id = %(sid)s AND u.reason = 'undo' AND u.status = 'applied'
+"""
+
+#: What a compression wrote: each offload of the event with the message that replaced it (the
+#: summary its first replaced message's lineage row of this event names), in working order.
+_WRITTEN = """
+SELECT (
+           SELECT l.summary_id FROM lineage l
+           WHERE l.session_id = o.session_id AND l.event_id = o.event_id
+             AND l.replaced_id = o.message_ids[1]
+           LIMIT 1
+       ) AS summary_id,
+       o.message_ids, o.uuid
+FROM offloads o
+WHERE o.session_id = %(sid)s AND o.event_id = %(eid)s
+ORDER BY summary_id
 """
 
 #: The working messages from position `p` on, taken out (`UNLINK_WORKING`) to be put back
@@ -112,6 +133,15 @@ class Restored:
     erased: dict[int, int]
     #: id -> its order key (see `_RESTORED`); empty unless asked for.
     order_keys: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """One replacement a compression wrote: its message, what it replaced, its offload."""
+
+    summary_id: int
+    replaced_ids: tuple[int, ...]
+    offload_uuid: uuid.UUID
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +205,21 @@ def restored(store: SessionRow, ids: Sequence[int], *, order_keys: bool) -> Rest
     return Restored(metas, erased, keys)
 
 
+def written_by(store: SessionRow, event_id: int) -> list[Written]:
+    """The replacements the compression `event_id` wrote (see `Written`), in working order."""
+    with store.statement() as conn:
+        rows = conn.exec_driver_sql(_WRITTEN, {"sid": store.session_id, "eid": event_id}).all()
+    return [Written(r.summary_id, tuple(r.message_ids), r.uuid) for r in rows]
+
+
+def offloads_of(store: SessionRow, event: Event) -> list[uuid.UUID]:
+    """The offloads an applied compression made: its own, or one per output of a masking
+    pass (whose event names none)."""
+    if event.offload_uuid is not None:
+        return [event.offload_uuid]
+    return [w.offload_uuid for w in written_by(store, event.id)]
+
+
 def whereabouts(store: SessionRow, message_id: int) -> Whereabouts:
     """Where `message_id` went (see `Whereabouts`)."""
     params = {"sid": store.session_id, "mid": message_id}
@@ -224,53 +269,19 @@ def write_restoration(
     config: Mapping[str, Any],
 ) -> Event:
     """The writes of an undo, in the caller's transaction on the locked session `row`, whose
-    span the caller checked (see the module docstring)."""
+    spans the caller checked (see the module docstring)."""
     sid = store.session_id
-    span = list(plan.edit.replaced_ids)
-    positions = dict(
-        conn.execute(
-            sa.select(working_set.c.message_id, working_set.c.position).where(
-                working_set.c.session_id == sid,
-                working_set.c.message_id == sa.any_(sa.literal(span, sa.ARRAY(sa.BigInteger))),
-            )
-        ).all()
-    )
-    first, last = positions[span[0]], positions[span[-1]]
-    following = conn.execute(
-        sa.select(sa.func.min(working_set.c.position)).where(
-            working_set.c.session_id == sid, working_set.c.position > last
-        )
-    ).scalar_one()
-    end = following if following is not None else row.next_position
-    need = max(first + len(plan.sequence) - end, 0)
-    if need and following is not None:
-        # Taken out and inserted again rather than updated: a granted role splices the working
-        # set with INSERT and `autoctx_unlink_working` only (autoctx._store.tenancy), and a
-        # one-step UPDATE of the positions could collide with the primary key row by row.
-        tail = conn.exec_driver_sql(_TAIL, {"sid": sid, "p": following}).scalars().all()
-        moved = _unlink(conn, sid, list(tail))
-        conn.exec_driver_sql(
-            _MOVED,
-            {
-                "sid": sid,
-                "positions": [position + need for position, _ in moved],
-                "ids": [message_id for _, message_id in moved],
-            },
-        )
-    next_position = max(
-        row.next_position + (need if following is not None else 0), first + len(plan.sequence)
-    )
-    _unlink(conn, sid, span)
-    conn.execute(
-        sa.insert(working_set),
-        [
-            {"session_id": sid, "position": first + k, "message_id": mid}
-            for k, mid in enumerate(plan.sequence)
-        ],
-    )
+    next_position = row.next_position
+    # From the last span back: a span's writes move only what follows it, so the positions
+    # of the spans before it stay as read.
+    for span in reversed(plan.spans):
+        next_position = _restore_span(conn, sid, span, next_position)
+    removed = [span.removed for span in plan.spans]
     removed_tokens = conn.execute(
-        sa.text("SELECT tokens FROM messages WHERE session_id = :sid AND id = :id"),
-        {"sid": sid, "id": plan.removed},
+        sa.select(sa.func.coalesce(sa.func.sum(messages.c.tokens), 0)).where(
+            messages.c.session_id == sid,
+            messages.c.id == sa.any_(sa.literal(removed, sa.ARRAY(sa.BigInteger))),
+        )
     ).scalar_one()
     version = row.version + 1
     values = event_row(
@@ -281,7 +292,7 @@ def write_restoration(
         reason="undo",
         messages=(row.message_count, plan.messages_after),
         tokens=(row.token_count, plan.tokens_after),
-        replaced_ids=[plan.removed],
+        replaced_ids=removed,
         replaced_tokens=removed_tokens,
         session_version=version,
         config=config,
@@ -302,3 +313,48 @@ def write_restoration(
         )
     )
     return event_of(values)
+
+
+def _restore_span(conn: Connection, sid: str, span: Span, next_position: int) -> int:
+    """Put one span's sequence in place of its messages in the working set; returns the
+    session's next free position after it."""
+    ids = list(span.edit.replaced_ids)
+    positions = dict(
+        conn.execute(
+            sa.select(working_set.c.message_id, working_set.c.position).where(
+                working_set.c.session_id == sid,
+                working_set.c.message_id == sa.any_(sa.literal(ids, sa.ARRAY(sa.BigInteger))),
+            )
+        ).all()
+    )
+    first, last = int(positions[ids[0]]), int(positions[ids[-1]])
+    following = conn.execute(
+        sa.select(sa.func.min(working_set.c.position)).where(
+            working_set.c.session_id == sid, working_set.c.position > last
+        )
+    ).scalar_one()
+    end = following if following is not None else next_position
+    need = max(first + len(span.sequence) - end, 0)
+    if need and following is not None:
+        # Taken out and inserted again rather than updated: a granted role splices the working
+        # set with INSERT and `autoctx_unlink_working` only (autoctx._store.tenancy), and a
+        # one-step UPDATE of the positions could collide with the primary key row by row.
+        tail = conn.exec_driver_sql(_TAIL, {"sid": sid, "p": following}).scalars().all()
+        moved = _unlink(conn, sid, list(tail))
+        conn.exec_driver_sql(
+            _MOVED,
+            {
+                "sid": sid,
+                "positions": [position + need for position, _ in moved],
+                "ids": [message_id for _, message_id in moved],
+            },
+        )
+    _unlink(conn, sid, ids)
+    conn.execute(
+        sa.insert(working_set),
+        [
+            {"session_id": sid, "position": first + k, "message_id": mid}
+            for k, mid in enumerate(span.sequence)
+        ],
+    )
+    return max(next_position + (need if following is not None else 0), first + len(span.sequence))

@@ -22,6 +22,7 @@ from markupsafe import Markup, escape
 from .._events import Event
 from .._messages import Msg
 from .._store.console import MessageRow, SessionRow
+from .._strategies.registry import MASKING
 
 __all__ = [
     "Part",
@@ -167,6 +168,11 @@ def event_rows(
             where += (
                 f'<br><a href="{base}/m/{e.summary_message_id}">message #{e.summary_message_id}</a>'
             )
+        elif e.status == "applied" and e.strategy == MASKING and e.replaced_ids:
+            # One masking pass, one event: each output it masked has its own offload, shown
+            # on the preview's page.
+            where = f'<span class="muted">{len(e.replaced_ids)} outputs, an offload each</span>'
+
         color = escape(colors.get(e.strategy, "#777"))
         add(
             f'<tr id="e{e.id}">\n'
