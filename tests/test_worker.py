@@ -365,3 +365,35 @@ def test_the_worker_fills_the_search_vectors_the_appends_left(db_url: str) -> No
     assert _waiting_vectors(db_url, mem.session_id) == 1  # an append still leaves its own
     hits = mem.search("build 1234")
     assert [h.message_id for h in hits][:1] == [1235]  # ids start at 1
+
+
+def test_the_worker_leaves_a_session_between_the_mask_and_the_token_trigger_alone(
+    db_url: str,
+) -> None:
+    """Early masking runs inside `compress_if_needed()` and background mode only; the worker
+    compresses at the trigger (docs/design.md §2 and §3, "early masking"): a session over
+    `mask_ratio` but under the token trigger is not due, and a worker run writes nothing to it.
+    The same session, asked by its own memory, masks alone."""
+    tenant = f"early-{random.randrange(10**9)}"  # apart from the other tests' sessions
+    config = AutoContextConfig(max_tokens=8_000, msg_threshold=None, mask_min_chars=200)
+    mem = AutoContextMemory.open(
+        f"w-early-{random.randrange(10**9)}",
+        db_url,
+        config,
+        summarizer=OfflineSummarizer(),
+        tenant=tenant,
+    )
+    mem.add(_task("early", steps=12))
+    tokens = mem.token_count()
+    assert config.mask_ratio is not None
+    assert config.max_tokens * config.mask_ratio <= tokens < config.token_trigger
+    assert not mem.needs_compression()
+    assert mem.session_id not in [d.session_id for d in due_sessions(mem.engine, limit=1000)]
+    before = (mem.refresh().version, len(mem.events()))
+    with AutoContextWorker(db_url, summarizer=OfflineSummarizer(), tenant=tenant) as worker:
+        assert worker.run(once=True) == 0
+    assert (mem.refresh().version, len(mem.events())) == before
+    # Its own memory masks it, alone and in one event: what the worker left is still to do.
+    assert [(e.strategy, e.status) for e in mem.compress_if_needed()] == [(8, "applied")]
+    assert mem.token_count() < tokens
+    mem.close()
