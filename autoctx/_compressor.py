@@ -42,6 +42,7 @@ from ._effects import (
 )
 from ._events import Event
 from ._plans import Edit, PlanContext, Snapshot
+from ._replacements import ApplyOutcome
 from ._strategies import plan as plan_strategy
 from ._strategies import registry
 from ._strategies._common import layout_of
@@ -249,18 +250,7 @@ class Compressor(Summarizing):
         )
         edits = plan_strategy(MASKING, snap, self.config, ctx)
         if edits and _masking_pays(snap, edits, self.config):
-            attempt = self.observer.begin(MASKING, "tokens", snap.token_count, snap.message_count)
-            try:
-                replacements = yield from self._build(snap, edits, state, "tokens")
-                if replacements:
-                    outcome = yield from ask(
-                        ApplyReplacements(
-                            tuple(replacements), "tokens", self.config.to_json(), snap.version
-                        )
-                    )
-                    self._recorded(state, outcome.events)
-            finally:
-                attempt.end()
+            yield from self._apply(MASKING, snap, edits, state, "tokens")
         final = yield from ask(ReadTotals())
         self.session.mask_floor = MaskFloor(final.token_count, final.message_count)
         return state.events
@@ -332,21 +322,13 @@ class Compressor(Summarizing):
             ):
                 yielded.add(registry.CURRENT_ROUND)
                 continue
-            attempt = self.observer.begin(strategy, reason, snap.token_count, snap.message_count)
-            try:
-                replacements = yield from self._build(snap, edits, state, reason)
-                if not replacements:
-                    if strategy in yielded:
-                        # The rung that cheaper ones gave way to failed: they get their turn
-                        # in a new pass (the failed range is not planned again in this call).
-                        return "replan"
-                    continue  # every range failed: the ladder moves on
-                outcome = yield from ask(
-                    ApplyReplacements(tuple(replacements), reason, cfg.to_json(), snap.version)
-                )
-                self._recorded(state, outcome.events)
-            finally:
-                attempt.end()
+            outcome = yield from self._apply(strategy, snap, edits, state, reason)
+            if outcome is None:
+                if strategy in yielded:
+                    # The rung that cheaper ones gave way to failed: they get their turn in a
+                    # new pass (the failed range is not planned again in this call).
+                    return "replan"
+                continue  # every range failed: the ladder moves on
             if outcome.conflict:
                 return "conflict"
             if state.beside and outcome.events and edits[0].llm:
@@ -358,6 +340,31 @@ class Compressor(Summarizing):
             fell = bool(applied) and applied[-1].tokens_after < applied[0].tokens_before
             return "progress" if fell else "stalled"
         return "stalled"
+
+    def _apply(
+        self,
+        strategy: int,
+        snap: Snapshot,
+        edits: Sequence[Edit],
+        state: CallState,
+        reason: str,
+        *,
+        fallback: bool = False,
+    ) -> Effects[ApplyOutcome | None]:
+        """Build a rung's replacements of `edits` and apply them in one commit, observed as one
+        attempt and recorded; None when every range failed to build (nothing was applied)."""
+        attempt = self.observer.begin(strategy, reason, snap.token_count, snap.message_count)
+        try:
+            replacements = yield from self._build(snap, edits, state, reason, fallback=fallback)
+            if not replacements:
+                return None
+            outcome = yield from ask(
+                ApplyReplacements(tuple(replacements), reason, self.config.to_json(), snap.version)
+            )
+            self._recorded(state, outcome.events)
+            return outcome
+        finally:
+            attempt.end()
 
     def _measure_arrivals(self, snap: Snapshot, first: Event, state: CallState) -> None:
         """What came in between the pass's snapshot and its commit (the commit's first event
@@ -408,23 +415,11 @@ class Compressor(Summarizing):
                 if not edits:
                     continue
                 state.fell_back.update((e.strategy, e.replaced_ids) for e in edits)
-                attempt = self.observer.begin(
-                    strategy, "fallback", snap.token_count, snap.message_count
+                outcome = yield from self._apply(
+                    strategy, snap, edits, state, "fallback", fallback=True
                 )
-                try:
-                    replacements = yield from self._build(
-                        snap, edits, state, "fallback", fallback=True
-                    )
-                    if not replacements:
-                        continue
-                    outcome = yield from ask(
-                        ApplyReplacements(
-                            tuple(replacements), "fallback", cfg.to_json(), snap.version
-                        )
-                    )
-                    self._recorded(state, outcome.events)
-                finally:
-                    attempt.end()
+                if outcome is None:
+                    continue
                 break
             else:
                 return
