@@ -302,8 +302,8 @@ def _offloads_of_summaries(
     own = (
         {
             (o.event_id, o.message_ids[0]): o.uuid
-            for o in inspect_db.offload_rows(engine, session)
-            if o.event_id in passes and o.message_ids
+            for o in inspect_db.offload_rows(engine, session, sorted(passes))
+            if o.message_ids
         }
         if passes
         else {}

@@ -139,11 +139,16 @@ def _offload_select() -> sa.Select[tuple[uuid_mod.UUID, int, list[int], datetime
     )
 
 
-def offload_rows(engine: Engine, session_id: str) -> list[OffloadRow]:
-    """Every offload of the session, oldest first."""
+def offload_rows(
+    engine: Engine, session_id: str, events: Sequence[int] | None = None
+) -> list[OffloadRow]:
+    """Every offload of the session, oldest first; with `events`, those of these events only
+    (through the index on the offloads' event, migration 0020)."""
     stmt = (
         _offload_select().where(offloads.c.session_id == session_id).order_by(offloads.c.event_id)
     )
+    if events is not None:
+        stmt = stmt.where(offloads.c.event_id.in_(list(events)))
     with engine.connect() as conn:
         return [
             OffloadRow(r.uuid, r.event_id, tuple(r.message_ids), r.created_at, r.strategy, r.handle)
