@@ -135,11 +135,14 @@ def _drop_database(admin: URL, name: str) -> None:
 
 
 @contextlib.contextmanager
-def fresh_database(database_url: str | None, prefix: str) -> Iterator[BenchDatabase]:
-    """A new database migrated to head, dropped at the end (even on error or Ctrl-C)."""
+def fresh_database(
+    database_url: str | None, prefix: str, *, template: str | None = None
+) -> Iterator[BenchDatabase]:
+    """A new database migrated to head (a copy of database `template` when given), dropped at
+    the end (even on error or Ctrl-C)."""
     admin = admin_url(database_url)
     name = f"{prefix}_{os.getpid()}_{secrets.token_hex(3)}"
-    ensure_database(admin, name)
+    ensure_database(admin, name, template=f'"{template}"' if template else None)
     url = admin.set(database=name)
     try:
         engine = create_engine(url, poolclass=sa.NullPool)

@@ -33,12 +33,15 @@ from typing import Any
 from urllib.parse import quote
 
 import psycopg
+import psycopg.sql
 from _common import (
     BenchDatabase,
     add_database_argument,
+    admin_url,
     fresh_database,
     machine_description,
     median,
+    psycopg_conninfo,
     raw_connection,
     secs,
 )
@@ -246,12 +249,53 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--sessions", type=int, default=1_000, help="Sessions of the fleet tenant.")
     parser.add_argument("--json", default=None, help="Write the figures to this file.")
+    parser.add_argument(
+        "--built",
+        default=None,
+        metavar="NAME",
+        help="Keep the built sessions in database NAME (built there on the first run, left for "
+        "the next) and measure on a server-side copy of it: runs of several checkouts then "
+        "measure the same rows, each on a pristine copy (search vectors still waiting).",
+    )
     args = parser.parse_args(argv)
-    with fresh_database(args.database_url, "autoctx_bench_console") as bdb:
+    if args.built is None:
+        with fresh_database(args.database_url, "autoctx_bench_console") as bdb:
+            build_all(bdb, args)
+            run(bdb, args)
+        return
+    admin = admin_url(args.database_url)
+    shape = f"console.py --messages {args.messages} --batch {args.batch} --sessions {args.sessions}"
+    if built_shape(admin, args.built) is None:
+        with fresh_database(args.database_url, "autoctx_bench_console_build") as bdb:
+            build_all(bdb, args)
+            AutoContextClient.close_shared()
+            copy_database(admin, bdb.name, args.built, comment=shape)
+    elif built_shape(admin, args.built) != shape:
+        raise SystemExit(
+            f"database {args.built!r} holds {built_shape(admin, args.built)!r}, not {shape!r}"
+        )
+    with fresh_database(args.database_url, "autoctx_bench_console", template=args.built) as bdb:
+        console.print(f"measuring on a copy of {args.built!r} ({shape})")
         run(bdb, args)
 
 
-def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
+def built_shape(admin: Any, name: str) -> str | None:
+    """The arguments database `name` was built with (its comment), None if it does not exist."""
+    with psycopg.connect(psycopg_conninfo(admin), autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+            (name,),
+        ).fetchone()
+    return None if found is None else str(found[0] or "")
+
+
+def copy_database(admin: Any, source: str, name: str, *, comment: str) -> None:
+    with psycopg.connect(psycopg_conninfo(admin), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
+        conn.execute(f'COMMENT ON DATABASE "{name}" IS {psycopg.sql.quote(comment)}')
+
+
+def build_all(bdb: BenchDatabase, args: argparse.Namespace) -> None:
     console.print(f"[bold]console.py[/bold]: {machine_description(bdb)}")
     big = AutoContextConfig(max_tokens=100_000_000)
     bounded = AutoContextConfig(max_tokens=32_000)
@@ -264,7 +308,12 @@ def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
     with raw_connection(bdb) as conn:
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
-        conn.autocommit = False
+
+
+def run(bdb: BenchDatabase, args: argparse.Namespace) -> None:
+    if args.built is not None:
+        console.print(f"[bold]console.py[/bold]: {machine_description(bdb)}")
+    with raw_connection(bdb) as conn:
         ev = conn.execute(
             "SELECT count(*), max(id) FROM compression_events WHERE session_id = 'compressed'"
         ).fetchone()
