@@ -360,8 +360,9 @@ def test_a_page_read_is_one_read_only_transaction_that_leaves_the_pool_clean(
 
 
 def test_kept_alive_answers_do_not_wait_for_a_delayed_ack(ui: Served, world: World) -> None:
-    """Headers and body are two writes: with Nagle's algorithm on, every answer after the first
-    on a kept-alive connection (what a browser does) waited about 40 ms for the client's ACK."""
+    """With Nagle's algorithm on, every answer after the first on a kept-alive connection (what
+    a browser does) waited about 40 ms for the client's ACK (when the headers and the body were
+    two writes; a long answer is still more than one segment)."""
     connection = http.client.HTTPConnection(ui.host, ui.port, timeout=30)
     took = []
     for _ in range(7):

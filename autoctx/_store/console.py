@@ -22,29 +22,29 @@ from __future__ import annotations
 
 import dataclasses
 import uuid as uuid_mod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Generic, Literal, TypeVar
+from typing import Any, Final, Literal
 
-import psycopg
-from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row, tuple_row
 from sqlalchemy.engine import Engine
 
 from .._arguments import OffloadRef
 from .._errors import MessageNotFound, OffloadNotFound, SessionNotFound
-from .._events import Event
+from .._events import Event, FactCheck
 from .._messages import Msg
-from .rows import event_of, msg_from_columns
+from .page_read import PageScope, Read, read
+from .rows import event_of, facts_of_row, msg_from_columns
 from .scope import TenantScope
 
 __all__ = [
     "SESSION_SORTS",
+    "EventRow",
     "Growth",
     "MessageDetail",
     "MessageRow",
     "OffloadInfo",
+    "PageScope",
     "Read",
     "SessionRow",
     "SessionSort",
@@ -101,7 +101,7 @@ _ROW_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SessionRow:
     session_id: str
     tenant: str | None
@@ -120,7 +120,7 @@ class SessionRow:
     config: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TimelinePoint:
     """One compression event, as the token timeline draws it."""
 
@@ -134,7 +134,7 @@ class TimelinePoint:
     created_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MessageRow:
     """A message as a list shows it: its metadata and the start of its text."""
 
@@ -151,7 +151,7 @@ class MessageRow:
     clipped: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OffloadInfo:
     uuid: uuid_mod.UUID
     #: The handle its tag shows the model (docs/design.md §4).
@@ -165,65 +165,6 @@ class OffloadInfo:
 def read_only(engine: Engine) -> Engine:
     """The engine the console's searches read through: every transaction READ ONLY."""
     return engine.execution_options(postgresql_readonly=True)
-
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Read(Generic[T]):
-    """One statement of a page: its SQL, its parameters, and what its rows become."""
-
-    sql: str
-    params: Mapping[str, Any]
-    build: Callable[[list[Any]], T]
-    #: Rows as dicts by column name (else tuples).
-    named: bool = False
-
-
-#: The tenant setting the policies read (as `SET_TENANT` sets it), and no JIT: a page's
-#: statements are short, and compiling them cost more than running them (95 ms of 800 in a
-#: walk over 20,000 messages' lineage).
-_SCOPE = "SELECT set_config('autoctx.tenant', %(t)s, true), set_config('jit', 'off', true)"
-
-
-def read(store: TenantScope, *reads: Read[Any]) -> list[Any]:
-    """What each of `reads` builds, in order: its statements run in one READ ONLY transaction
-    scoped to the store's tenant for the row-level security policies (without a tenant, the
-    setting is the empty string: the untenanted sessions), so a page's header and its rows are
-    read together.
-
-    One round trip: BEGIN READ ONLY, the scope, the statements and COMMIT go to the server in
-    one pipeline (psycopg's), on a connection of the store's pool, and their rows come back
-    together. Through SQLAlchemy the same page cost a round trip for each of them (seven for a
-    page of four statements) and SQLAlchemy's own work per statement and row."""
-    pooled = store.engine.raw_connection()
-    try:
-        conn = pooled.driver_connection
-        assert isinstance(conn, psycopg.Connection)
-        # The transaction is the pipeline's own BEGIN ... COMMIT: psycopg must not open one.
-        was_autocommit, conn.autocommit = conn.autocommit, True
-        try:
-            cursors = [conn.cursor(row_factory=dict_row if r.named else tuple_row) for r in reads]
-            with conn.pipeline():
-                conn.execute("BEGIN READ ONLY")
-                conn.execute(_SCOPE, {"t": store.tenant or ""})
-                for cursor, r in zip(cursors, reads, strict=True):
-                    cursor.execute(r.sql, r.params)
-                conn.execute("COMMIT")
-            rows = [cursor.fetchall() for cursor in cursors]
-        finally:
-            # A statement that failed leaves the transaction open (a pipeline skips the rest
-            # up to its end, COMMIT included): the pool gets the connection back idle.
-            if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
-                conn.rollback()
-            conn.autocommit = was_autocommit
-    except psycopg.OperationalError:
-        pooled.invalidate()
-        raise
-    finally:
-        pooled.close()
-    return [r.build(found) for r, found in zip(reads, rows, strict=True)]
 
 
 def _tenant_scope(tenant: str | None, alias: str = "s") -> str:
@@ -357,7 +298,7 @@ ORDER BY e.id
 """
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Growth:
     """Appends of originals between two events, as the timeline draws them: `appends` appends
     (each one a step of the session), adding `tokens`, after the first `events` events."""
@@ -426,16 +367,69 @@ def _keyset(after: int | None, before: int | None) -> tuple[str, str, int]:
     return ">", "ASC", after if after is not None else -(2**62)
 
 
+@dataclass(slots=True)
+class EventRow:
+    """An event as the events page lists it: what `Event` holds but the ids of the messages it
+    replaced, of which it keeps the count (a fold replaces thousands: copying their ids into
+    an `Event`'s tuple was most of the Python of a page of events)."""
+
+    id: int
+    strategy: int
+    status: str
+    reason: str
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
+    replaced: int
+    summary_message_id: int | None
+    offload_uuid: uuid_mod.UUID | None
+    model: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_ms: float | None
+    error: str | None
+    created_at: datetime | None
+    note: str | None
+    undoes: int | None
+    facts: FactCheck | None
+
+
+def _event_row(v: Mapping[str, Any]) -> EventRow:
+    return EventRow(
+        v["id"],
+        v["strategy"],
+        v["status"],
+        v["reason"],
+        v["messages_before"],
+        v["messages_after"],
+        v["tokens_before"],
+        v["tokens_after"],
+        len(v["replaced_ids"]),
+        v["summary_message_id"],
+        v["offload_uuid"],
+        v["model"],
+        v["prompt_tokens"],
+        v["completion_tokens"],
+        v["latency_ms"],
+        v["error"],
+        v.get("created_at"),
+        v.get("note"),
+        v.get("undoes"),
+        facts_of_row(v),
+    )
+
+
 def events_page(
     store: TenantScope, session_id: str, *, after: int | None, before: int | None, limit: int
-) -> Read[list[Event]]:
+) -> Read[list[EventRow]]:
     """Up to `limit` events after (or before) an event id, in id order: a keyset page on the
     primary key (session_id, id)."""
     op, direction, key = _keyset(after, before)
     sql = _EVENTS.format(scope=_in_scope(store), op=op, direction=direction)
 
-    def build(found: list[Any]) -> list[Event]:
-        events = [event_of(r) for r in found]
+    def build(found: list[Any]) -> list[EventRow]:
+        events = [_event_row(r) for r in found]
         return events[::-1] if before is not None else events
 
     return Read(sql, _params(store, sid=session_id, key=key, limit=limit), build, named=True)
@@ -552,7 +546,7 @@ WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {{scope}}
 """
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MessageDetail:
     msg: Msg
     #: The compression event that wrote it (None for an original).

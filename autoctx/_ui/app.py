@@ -157,7 +157,11 @@ class Console:
                 "autoctx ui needs Jinja2, which the `ui` extra installs: "
                 "pip install 'autoctx-pg[ui]'"
             )
-        self.store = Catalog(db.read_only(engine), tenant)
+        #: The pages' reads: connections of the console's own, pinned to READ ONLY and the
+        #: tenant (`db.PageScope`); the searches go through the library's search, in READ ONLY
+        #: transactions on the engine's pool.
+        self.store = db.PageScope(engine, tenant)
+        self.searches = Catalog(db.read_only(engine), tenant)
         self.tenant = tenant
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_TEMPLATES),
@@ -187,6 +191,10 @@ class Console:
             (re.compile(r"/s/([^/]+)/m/(\d+)"), self.message, ("after",)),
             (re.compile(r"/s/([^/]+)/o/([^/]+)"), self.offload, ("view", "after", "page")),
         ]
+
+    def close(self) -> None:
+        """Close the pages' connections (the engine's pool is its owner's)."""
+        self.store.close()
 
     # -- dispatch -----------------------------------------------------------------------------
 
@@ -458,9 +466,9 @@ class Console:
             limit = validate_limit(SEARCH_LIMIT)
             if session_id is not None:
                 db.read(self.store, self._header(session_id))
-                hits = search_store.search_session(self.store, session_id, words, limit)
+                hits = search_store.search_session(self.searches, session_id, words, limit)
             else:
-                hits = search_store.search_tenant(self.store, words, limit)
+                hits = search_store.search_tenant(self.searches, words, limit)
         return self._render(
             "search.html",
             q=text or "",

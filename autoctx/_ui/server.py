@@ -114,6 +114,12 @@ class ConsoleServer(ThreadingHTTPServer):
     daemon_threads = True
     access: Access
     url: str
+    console: Console
+
+    def server_close(self) -> None:
+        super().server_close()
+        if hasattr(self, "console"):
+            self.console.close()
 
 
 def _url(address: str, port: int, token: str | None) -> str:
@@ -138,7 +144,12 @@ def make_server(
     `allow_hosts`.
     """
     console = Console(engine, tenant)
-    server = ConsoleServer((host, port), _handler(console))
+    try:
+        server = ConsoleServer((host, port), _handler(console))
+    except BaseException:
+        console.close()
+        raise
+    server.console = console
     try:
         address, bound_port = str(server.server_address[0]), int(server.server_address[1])
         if not token and not is_loopback(address):
@@ -163,9 +174,8 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
         server_version = "autoctx-ui"
         protocol_version = "HTTP/1.1"
         timeout = TIMEOUT_S
-        # The headers and the body go out in two writes: with Nagle's algorithm on, the body of
-        # each answer after the first on a kept-alive connection waited for the client's delayed
-        # ACK (40 ms a page on Linux).
+        # With Nagle's algorithm on, an answer's last segment after the first answer on a
+        # kept-alive connection waited for the client's delayed ACK (40 ms a page on Linux).
         disable_nagle_algorithm = True
 
         # -- sending ------------------------------------------------------------------------
@@ -176,16 +186,26 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                 # bare body with no status line and no headers: it gets them, and the close.
                 self.request_version = self.protocol_version
                 self.close_connection = True
-            self.send_response(page.status)
-            self.send_header("Content-Type", page.content_type)
-            self.send_header("Content-Length", str(len(page.body)))
-            for name, value in (*_COMMON_HEADERS, *(headers or {}).items()):
-                self.send_header(name, value)
+            # The status line, the headers and the body in one write (the standard library's
+            # `send_response` and `end_headers` write the headers alone, then the body went in a
+            # second write): the client woke up for the headers and again for the body, each
+            # wake-up a wait for a core on a busy machine.
+            self.log_request(page.status)
+            phrase = self.responses[page.status][0] if page.status in self.responses else ""
+            lines = [
+                f"{self.protocol_version} {page.status} {phrase}",
+                f"Server: {self.version_string()}",
+                f"Date: {self.date_time_string()}",
+                f"Content-Type: {page.content_type}",
+                f"Content-Length: {len(page.body)}",
+            ]
+            lines += [
+                f"{name}: {value}" for name, value in (*_COMMON_HEADERS, *(headers or {}).items())
+            ]
             if self.close_connection:
-                self.send_header("Connection", "close")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(page.body)
+                lines.append("Connection: close")
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "strict")
+            self.wfile.write(head + page.body if self.command != "HEAD" else head)
 
         def send_error(
             self, code: int, message: str | None = None, explain: str | None = None
@@ -296,6 +316,7 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:
             # The method and the path: never the query (a token, search words).
-            log.info("%s %s", self.command, urlsplit(getattr(self, "path", "")).path)
+            if log.isEnabledFor(logging.INFO):
+                log.info("%s %s", self.command, urlsplit(getattr(self, "path", "")).path)
 
     return Handler
