@@ -20,7 +20,6 @@ of an offload's page), the statement computes it itself.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid as uuid_mod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,10 +30,10 @@ from sqlalchemy.engine import Engine
 
 from .._arguments import OffloadRef
 from .._errors import MessageNotFound, OffloadNotFound, SessionNotFound
-from .._events import Event, FactCheck
+from .._events import FactCheck
 from .._messages import Msg
 from .page_read import PageScope, Read, read
-from .rows import event_of, facts_of_row, msg_from_columns
+from .rows import facts_of_row, msg_from_columns
 from .scope import TenantScope
 
 __all__ = [
@@ -452,14 +451,16 @@ WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {scope}
 """
 
 
-def made_by(store: TenantScope, session_id: str, message_id: int) -> Read[Event | None]:
+def made_by(store: TenantScope, session_id: str, message_id: int) -> Read[EventRow | None]:
     """The compression event that wrote message `message_id` (None for an original), its
     `offload_uuid` the offload of what that message replaced."""
 
-    def build(found: list[Any]) -> Event | None:
+    def build(found: list[Any]) -> EventRow | None:
         if not found:
             return None
-        return dataclasses.replace(event_of(found[0]), offload_uuid=found[0]["own_offload"])
+        row = _event_row(found[0])
+        row.offload_uuid = found[0]["own_offload"]
+        return row
 
     return Read(
         _MADE_BY.format(scope=_in_scope(store)),

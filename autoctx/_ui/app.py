@@ -384,6 +384,7 @@ class Console:
             after=after,
             next_key=children[-1].key if children and more else None,
             chain=chain,
+            chain_html=lists.chain_html(chain, session_id),
             made_by=made_by,
         )
 

@@ -111,6 +111,13 @@ def message_rows(
     return Markup("".join(out))
 
 
+def chain_html(chain: Sequence[int], session_id: str) -> Markup:
+    """The summaries above a message, nearest first, each a link, joined by arrows (a chain
+    of folds is tens long)."""
+    base = f"/s/{_segment(session_id)}/m/"
+    return Markup(" → ".join(f'<a href="{base}{c}">#{c}</a>' for c in chain))
+
+
 def session_rows(rows: Iterable[SessionRow]) -> Markup:
     """The rows of the session list."""
     out: list[str] = []
