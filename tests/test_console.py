@@ -359,6 +359,39 @@ def test_a_page_read_is_one_read_only_transaction_that_leaves_the_pool_clean(
     assert setting == "acme"
 
 
+def test_the_pages_own_pool_is_pinned_to_read_only_and_the_tenant(
+    db_url: str, world: World
+) -> None:
+    """A `PageScope` (the pool a console's pages read through) sends a page's statements alone,
+    with no BEGIN or scope of its own: its sessions were pinned at connect to READ ONLY
+    transactions, the tenant and no JIT, so a write among them still fails, the tenant is still
+    the store's, and the connection goes back idle for the next page."""
+    engine = AutoContextClient.shared(db_url, auto_upgrade=False).engine
+    for tenant, expected in ((None, ""), ("acme", "acme")):
+        store = db.PageScope(engine, tenant, size=1)
+        try:
+            write = db.Read("UPDATE sessions SET version = version", {}, lambda found: found)
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                db.read(store, db.Read("SELECT 1", {}, lambda f: f), write)
+            for _ in range(3):
+                (read_only, scope, jit) = db.read(
+                    store,
+                    db.Read("SELECT current_setting('transaction_read_only')", {}, _one),
+                    db.Read("SELECT current_setting('autoctx.tenant')", {}, _one),
+                    db.Read("SELECT current_setting('jit')", {}, _one),
+                )
+                assert (read_only, scope, jit) == ("on", expected, "off")
+            if tenant is None:
+                (info,) = db.read(store, db.session_row(store, world.main))
+                assert info.session_id == world.main
+        finally:
+            store.close()
+
+
+def _one(found: list[Any]) -> Any:
+    return found[0][0]
+
+
 def test_kept_alive_answers_do_not_wait_for_a_delayed_ack(ui: Served, world: World) -> None:
     """With Nagle's algorithm on, every answer after the first on a kept-alive connection (what
     a browser does) waited about 40 ms for the client's ACK (when the headers and the body were
