@@ -99,7 +99,10 @@ def preview(
     show, within that many characters (docs/design.md §3).
 
     Role and name stay; a tool message keeps every result's call id and tool name (the tag goes
-    on the last one).
+    on the last one); an assistant message that makes tool calls (masking's, docs/design.md §3)
+    keeps every call's id and name, its arguments still a JSON object whose strings longer than
+    the preview are cut to their heads, and its opaque blocks (thinking) whole; its text's head
+    carries the tag.
     """
     n = config.preview_chars if chars is None else chars
     if msg.role == "tool":
@@ -114,9 +117,39 @@ def preview(
                 head = _with_tag(head, handle)
             blocks.append(ToolResultBlock(r.tool_use_id, head, r.name))
         return Msg("tool", tuple(blocks), name=msg.name, kind="preview")
+    if msg.role == "assistant" and msg.tool_uses:
+        text = msg.text or ""
+        shown = text if len(text) <= n else text[:n] + "..."
+        # A provider's opaque blocks (a signed thinking block) stay as they are, first: the
+        # Messages API wants a tool-using turn's thinking back unchanged, before its calls.
+        out: list[Block] = [b for b in msg.content if isinstance(b, OpaqueBlock)]
+        out.append(TextBlock(_with_tag(shown, handle)))
+        out += [
+            ToolUseBlock(b.id, b.name, _masked_arguments(b.arguments, n), b.extra)
+            for b in msg.content
+            if isinstance(b, ToolUseBlock)
+        ]
+        return Msg(msg.role, tuple(out), name=msg.name, kind="preview")
     text = msg.text or _opaque_text(msg)
     return Msg(
         msg.role, (TextBlock(_with_tag(text[:n] + "...", handle)),), name=msg.name, kind="preview"
+    )
+
+
+def _masked_arguments(args: str, n: int) -> str:
+    """A masked call's arguments: the same JSON object with every string longer than `n` cut
+    to its first `n` characters and '...' (the keys and the short values, such as a path,
+    stay in view); arguments that are not a JSON object become `{"masked_arguments": head}`."""
+    if len(args) <= n:
+        return args
+    try:
+        value = json.loads(args)
+    except ValueError:
+        return json.dumps({"masked_arguments": args[:n] + "..."})
+    if not isinstance(value, dict):
+        return json.dumps({"masked_arguments": args[:n] + "..."})
+    return json.dumps(
+        {k: (v[:n] + "..." if isinstance(v, str) and len(v) > n else v) for k, v in value.items()}
     )
 
 

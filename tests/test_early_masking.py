@@ -7,6 +7,7 @@ server speaking the OpenAI protocol, so that "no LLM call" is what the server sa
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from collections.abc import Callable, Iterator
 
@@ -179,6 +180,52 @@ def test_an_output_the_kept_results_held_back_is_masked_once_they_moved_on(
     tools = [m for m in mem.messages() if m.role == "tool"]
     assert [m.kind for m in tools[-config.mask_keep - 1 :]] == ["preview"] + ["original"] * 3
     assert {m.kind for m in tools[: -config.mask_keep - 1]} == {"original"}
+    assert_every_original_reachable(mem)
+    assert_totals_match(mem)
+
+
+def test_an_old_file_write_is_masked_with_its_call_ids_and_short_arguments(
+    open_memory: Open,
+) -> None:
+    """A long task that writes files: the old calls' arguments (the files' content) are masked
+    with their outputs; each call keeps its id and tool name, its arguments stay a JSON object
+    with the path whole and the content cut to its head, its text carries the tag, and the
+    original reloads."""
+    mem = open_memory(config=CONFIG)
+    rng = random.Random(23)
+    mem.add([Msg.system("You are a coding agent."), Msg.user("Write the modules.")])
+    added: dict[str, Msg] = {}
+    for k in range(30):
+        body = "\n".join(
+            f"def f_{k}_{n}(x):\n    return x * {rng.randrange(99)}" for n in range(40)
+        )
+        arguments = json.dumps({"path": f"src/mod_{k}.py", "content": body})
+        call = Msg.assistant(
+            f"Writing module {k}.", [ToolUseBlock(f"w{k}", "write_file", arguments)]
+        )
+        added[f"w{k}"] = call
+        mem.add([call, Msg.tool(f"w{k}", f"wrote {len(body)} characters to src/mod_{k}.py " * 8)])
+        mem.compress_if_needed()
+    calls = [m for m in mem.messages() if m.role == "assistant" and m.tool_uses]
+    masked_calls = [m for m in calls if m.kind == "preview"]
+    assert masked_calls and calls[-CONFIG.mask_keep :] == [
+        m for m in calls[-CONFIG.mask_keep :] if m.kind == "original"
+    ]
+    for m in masked_calls:
+        (use,) = m.tool_uses
+        original = added[use.id]
+        (was,) = original.tool_uses
+        assert use.name == "write_file"
+        args = json.loads(use.arguments)
+        assert args["path"] == json.loads(was.arguments)["path"]
+        assert (
+            args["content"]
+            == json.loads(was.arguments)["content"][: CONFIG.mask_preview_chars] + "..."
+        )
+        tag = OFFLOAD_TAG_RE.search(m.text)
+        assert tag is not None and m.text.startswith(original.text)
+        (back,) = mem.reload(tag.group("handle"))
+        assert back.to_openai() == original.to_openai()
     assert_every_original_reachable(mem)
     assert_totals_match(mem)
 

@@ -157,6 +157,31 @@ def test_masking_takes_the_old_part_of_a_long_current_round() -> None:
     assert masked(kept3) == [i for i in tool_indices(h) if user < i < tool_indices(h)[-3]]
 
 
+def test_masking_takes_an_old_call_with_its_results_never_before() -> None:
+    """An old tool call over `mask_min_chars` (a file write's arguments) is masked like an
+    output, once every result it has is outside the kept ones."""
+    h = Hist()
+    h.system()
+    h.user()
+    pairs = []
+    for _ in range(8):
+        ids = h._new_calls(1)
+        call = h.add("assistant", tokens=400, chars=2_000, call_ids=ids, tool_names=("write",))
+        result = h.add("tool", tokens=100, chars=OUTPUT, result_ids=ids, tool_names=("write",))
+        pairs.append((call, result))
+    config = cfg(mask_keep=3, last_keep=4)
+    edits = plan_s8(h.snap(), config, PRESSURE)
+    old = pairs[:-3]
+    assert masked(edits) == sorted(i for pair in old for i in pair)
+    # A call whose result is kept stays whole, however large.
+    assert not {call for call, _ in pairs[-3:]} & set(masked(edits))
+    # A short call (under the floor) is left alone, as a short output is.
+    h2 = Hist()
+    h2.user()
+    h2.steps(8, chars=OUTPUT)
+    assert all(h2.msgs[i].role == "tool" for i in masked(plan_s8(h2.snap(), config, PRESSURE)))
+
+
 def test_masking_never_masks_twice_and_leaves_summaries() -> None:
     h = Hist()
     h.user()

@@ -328,13 +328,20 @@ def check_edits(
             # current round (anywhere in a long current round, its tail included), outside
             # the most recent tool results; never a context tool's.
             m = msgs[e.start]
-            assert m.role == "tool" and m.kind == "original"
+            assert m.kind == "original" and (m.role == "tool" or m.call_ids)
+            assert m.role in ("tool", "assistant")
             assert m.chars > config.mask_min_chars
             long_round = user is None or len(msgs) - (user + 1) > config.last_keep
             assert long_round or e.end <= max(h, user)
             # The latest step only when it does not fit (it is what the model reads next).
             assert step is None or e.start < step or not fits, "the latest step is kept"
-            later = sum(len(x.result_ids) for x in msgs[e.start + 1 :] if x.role == "tool")
+            # A call is masked with its results: after the last of them, as many results as
+            # masking keeps.
+            last = max(
+                (k for k, x in enumerate(msgs) if set(x.result_ids) & set(m.call_ids)),
+                default=e.start,
+            )
+            later = sum(len(x.result_ids) for x in msgs[last + 1 :] if x.role == "tool")
             assert later >= config.mask_keep, "the most recent tool results stay"
             assert not {RELOAD_TOOL_NAME, "context_search"} & set(m.tool_names)
             assert e.preview_chars == config.mask_preview_chars
@@ -352,7 +359,8 @@ def check_edits(
             else:
                 assert m.chars > floor
             assert m.kind == "original"
-            if strategy != 5:
+            if strategy in (2, 3):
+                # Masking takes a call whole (its ids kept, its arguments cut): S2 and S3 never.
                 assert not m.call_ids, "a tool_use message is never previewed"
             else:
                 assert not (m.role == "tool" and RELOAD_TOOL_NAME in m.tool_names)

@@ -232,7 +232,9 @@ def compute_layout(
     maskable = base.maskable[: bisect.bisect_left(base.maskable, q)] + tuple(
         i
         for i, m in enumerate(rest, start=q)
-        if m.role == "tool" and m.kind == "original" and m.chars > config.mask_min_chars
+        if m.kind == "original"
+        and m.chars > config.mask_min_chars
+        and (m.role == "tool" or (m.role == "assistant" and bool(m.call_ids)))
     )
     pending_start = spans[-1][0] if pending_call_ids(metas, spans) else None
     step_start = None

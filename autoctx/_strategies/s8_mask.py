@@ -7,7 +7,10 @@ output is longer than `mask_min_chars`, becomes a preview of `mask_preview_chars
 its offload tag, keeping its call ids and tool names: the peers clear old tool results the same
 way, and lose them; here each stays reloadable and searchable through its tag. Every candidate
 goes in one pass (one transaction, one event each), so that the context is rewritten once,
-deeply, rather than a little at every trigger.
+deeply, rather than a little at every trigger. An old tool call (the assistant message that
+made it) over `mask_min_chars` is masked the same way once all its results are outside the kept
+ones: its text to the preview's head, each argument string longer than the preview to its head,
+its call ids and tool names kept, so that a long task's file writes do not stay in full.
 
 Left alone: pinned groups, the answers of the context tools (an agent that reloaded or searched
 must see what it asked for), a trailing pending call, and anything that is not an original (a
@@ -16,6 +19,8 @@ masked output is never masked again; the fold and S6 take it like any other mess
 
 from __future__ import annotations
 
+import bisect
+import operator
 from typing import Final
 
 from .._config import AutoContextConfig
@@ -62,7 +67,10 @@ def plan_s8(snapshot: Snapshot, config: AutoContextConfig, ctx: PlanContext) -> 
             fact_chars=config.mask_fact_chars,
         )
         for i in lay.maskable_in(0, limit)
-        if _maskable(lay, i) and not has_failed(snapshot, ctx, i, i + 1)
+        if _maskable(lay, i)
+        and not has_failed(snapshot, ctx, i, i + 1)
+        # A call is masked with its results: never while one of them is kept.
+        and (lay.metas[i].role == "tool" or _group_end(lay, i) <= limit)
     ]
 
 
@@ -81,10 +89,18 @@ def recent_results_start(lay: Layout, keep: int) -> int:
 
 
 def _maskable(lay: Layout, i: int) -> bool:
-    """Whether tool output `i` (an original over `mask_min_chars`) may be masked."""
+    """Whether tool output or call `i` (an original over `mask_min_chars`) may be masked."""
     m = lay.metas[i]
     return (
         not lay.is_protected(i)
         and not CONTEXT_TOOL_NAMES.intersection(m.tool_names)
         and not lay.touches_pending(i, i + 1)
     )
+
+
+def _group_end(lay: Layout, i: int) -> int:
+    """The end of the tool group that message `i` opens (its call and its results)."""
+    k = bisect.bisect_right(lay.spans, i, key=operator.itemgetter(0)) - 1
+    if k >= 0 and lay.spans[k][0] <= i < lay.spans[k][1]:
+        return lay.spans[k][1]
+    return i + 1
