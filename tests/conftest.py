@@ -41,59 +41,6 @@ ENV_TEST_URL = "AUTOCTX_TEST_DATABASE_URL"
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
-#: Seconds each of the slowest test modules took in one run of the suite (`pytest -n 4 --dist
-#: loadfile --junitxml`, summed per module, on two cores shared with other work; relative
-#: figures are what matter). Under pytest-xdist's `--dist loadfile` they are handed out first,
-#: heaviest first: xdist's own order (most tests first) left the modules of a few long tests
-#: (property tests, benchmark runs) to the end, each holding one worker while the others
-#: stood idle. Modules not named follow, the most tests first, as xdist orders them.
-HEAVY_MODULES: dict[str, float] = {
-    "test_cli.py": 477,
-    "test_openai_agents.py": 247,
-    "test_bench_agent_cost.py": 228,
-    "test_bound_properties.py": 154,
-    "test_strategies_properties.py": 144,
-    "test_integration_adk.py": 140,
-    "test_tenants.py": 137,
-    "test_integration_agentscope.py": 117,
-    "test_reasoning_frameworks.py": 109,
-    "test_crash.py": 109,
-    "test_summarizers.py": 100,
-    "test_worker.py": 93,
-    "test_console.py": 92,
-    "test_no_content_leaks.py": 83,
-    "test_ladder_properties.py": 77,
-    "test_untrusted_values.py": 76,
-    "test_undo.py": 76,
-    "test_integration_pydantic_ai.py": 73,
-    "test_bad_input.py": 66,
-    "test_audit.py": 60,
-    "test_embedded.py": 51,
-}
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # The modules go out in the order `pytest_collection_modifyitems` leaves them.
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules heaviest first (`HEAVY_MODULES`), then the most tests first; each module's
-    tests stay in file order."""
-    count: dict[str, int] = {}
-    first: dict[str, int] = {}
-    for k, item in enumerate(items):
-        count[item.path.name] = count.get(item.path.name, 0) + 1
-        first.setdefault(item.path.name, k)
-
-    def key(item: pytest.Item) -> tuple[float, int, int]:
-        name = item.path.name
-        return (-HEAVY_MODULES.get(name, 0.0), -count[name], first[name])
-
-    items.sort(key=key)
-
-
 def _database_name(kind: str) -> str:
     return f"autoctx_{kind}_{WORKER}_{uuid.uuid4().hex[:12]}"
 
