@@ -214,17 +214,15 @@ def event_row(
     }
 
 
-def message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None) -> dict[str, Any]:
+def message_fields(p: Prepared) -> dict[str, Any]:
+    """The columns of a `messages` row that describe the prepared message, apart from its
+    content and metadata (the append sends those as the JSON they already are: `_append_rows`)."""
     m = p.msg
     calls = m.tool_uses
     results = m.tool_results
     return {
-        "session_id": session_id,
-        "id": msg_id,
         "role": m.role,
         "name": m.name,
-        "content": m.content_json(),
-        "metadata": dict(m.metadata),
         "kind": m.kind,
         "pinned": m.pinned,
         "final": p.final,
@@ -233,6 +231,16 @@ def message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None)
         "call_ids": [c.id for c in calls],
         "result_ids": [r.tool_use_id for r in results],
         "tool_names": [c.name for c in calls] + [r.name for r in results],
+    }
+
+
+def message_row(session_id: str, msg_id: int, p: Prepared, event_id: int | None) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "id": msg_id,
+        "content": p.msg.content_json(),
+        "metadata": dict(p.msg.metadata),
+        **message_fields(p),
         "event_id": event_id,
     }
 

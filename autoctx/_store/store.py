@@ -43,6 +43,7 @@ from .rows import (
     documents,
     event_from_row,
     event_row,
+    message_fields,
     message_row,
     msg_from_columns,
     search_config_of,
@@ -100,22 +101,7 @@ def _append_rows(bound: Sequence[Prepared]) -> tuple[str, str | list[str]]:
     rows = []
     for p in bound:
         m = p.msg
-        calls = m.tool_uses
-        results = m.tool_results
-        head = json_text(
-            {
-                "role": m.role,
-                "name": m.name,
-                "kind": m.kind,
-                "pinned": m.pinned,
-                "final": p.final,
-                "tokens": p.tokens,
-                "chars": p.chars,
-                "call_ids": [c.id for c in calls],
-                "result_ids": [r.tool_use_id for r in results],
-                "tool_names": [c.name for c in calls] + [r.name for r in results],
-            }
-        )
+        head = json_text(message_fields(p))
         metadata = p.metadata_json if p.metadata_json is not None else json_text(dict(m.metadata))
         rows.append(f'{head[:-1]},"content":{json_text(m.content_json())},"metadata":{metadata}}}')
     if sum(map(len, rows)) > LARGE_BATCH_CHARS:
