@@ -281,6 +281,41 @@ def test_an_undo_of_a_replacement_compressed_further_names_the_event_that_holds_
     assert again.value.reason == "moved" and "already undid" in str(again.value)
 
 
+def test_an_undo_of_a_masking_pass_whose_preview_moved_is_refused_whole(open_memory: Open) -> None:
+    """A masking pass is one event and is undone whole (docs/design.md §7): once a later
+    compression took one of its previews in, the undo is refused, naming that compression and
+    the preview, and nothing comes back, not even the previews still in the working context;
+    undoing the holder first makes it possible."""
+    mem = open_memory(config=MASKING)
+    mem.add(multi_round(1, rounds=5, steps=5))
+    (mask,) = [e for e in mem.compress_if_needed() if e.strategy == 8 and e.status == "applied"]
+    previews = written_by(mem, mask.id)
+    assert len(previews) > 1
+    holder = None
+    for k in range(40):
+        mem.add(multi_round(200 + k, rounds=1, steps=3)[1:])
+        for e in mem.compress_if_needed():
+            if e.status == "applied" and set(previews) & set(e.replaced_ids):
+                holder = e
+        if holder is not None:
+            break
+    assert holder is not None
+    still = set(previews) & set(working_ids(mem))
+    assert still != set(previews), "the later compression took some previews in"
+    context = working_ids(mem)
+    with pytest.raises(UndoRefused) as refused:
+        mem.undo(mask.id)
+    assert refused.value.reason == "moved"
+    text = str(refused.value)
+    assert f"event {holder.id}" in text and f"event {mask.id}" in text
+    assert working_ids(mem) == context  # none of the pass came back
+    mem.undo(holder.id, force=True)
+    done = mem.undo(mask.id, force=True)
+    assert done.replaced_ids == previews
+    assert set(mask.replaced_ids) <= set(working_ids(mem))
+    assert_sound(mem)
+
+
 def _until_taken(mem: AutoContextMemory, message_id: int, seed: int) -> Event:
     """Add rounds and compress until an applied compression takes `message_id` in."""
     for k in range(30):

@@ -6,7 +6,7 @@ long current round (there outside those results, not only below H as for S1 to S
 output is longer than `mask_min_chars`, becomes a preview of `mask_preview_chars` characters and
 its offload tag, keeping its call ids and tool names: the peers clear old tool results the same
 way, and lose them; here each stays reloadable and searchable through its tag. Every candidate
-goes in one pass (one transaction, one event each), so that the context is rewritten once,
+goes in one pass (one transaction, one event for the pass), so that the context is rewritten once,
 deeply, rather than a little at every trigger. An old tool call (the assistant message that
 made it) over `mask_min_chars` is masked the same way once all its results are outside the kept
 ones: its text to the preview's head, each argument string longer than the preview to its head,
