@@ -35,6 +35,7 @@ from .._messages import Msg
 from .page_read import PageScope, Read, read
 from .rows import facts_of_row, msg_from_columns
 from .scope import TenantScope
+from .sql import OWN_OFFLOAD
 
 __all__ = [
     "SESSION_SORTS",
@@ -437,17 +438,12 @@ def events_page(
 #: The event that wrote a message (None for an original): by the message's own `event_id`;
 #: with the offload of what the message replaced (a masking pass's event names none: it made
 #: one per output).
-_MADE_BY = """
+_MADE_BY = f"""
 SELECT e.*, own.uuid AS own_offload FROM messages m
 JOIN sessions s ON s.session_id = m.session_id
 JOIN compression_events e ON e.session_id = m.session_id AND e.id = m.event_id
-LEFT JOIN LATERAL (
-    SELECT o.uuid FROM lineage l
-    JOIN offloads o ON o.session_id = l.session_id AND o.event_id = l.event_id
-                   AND o.message_ids[1] = l.replaced_id
-    WHERE l.session_id = m.session_id AND l.summary_id = m.id AND l.ordinal = 0
-) own ON true
-WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {scope}
+{OWN_OFFLOAD}
+WHERE m.session_id = %(sid)s AND m.id = %(id)s AND {{scope}}
 """
 
 

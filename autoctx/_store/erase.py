@@ -35,28 +35,23 @@ from .rows import (
     event_row,
     message_row,
 )
-from .sql import messages_by_id
+from .sql import OWN_OFFLOAD, messages_by_id
 from .store import SessionStore
 from .tables import compression_events, sessions
 
-_DERIVED = """
+_DERIVED = f"""
 WITH RECURSIVE up(id) AS (
     SELECT l.summary_id FROM unnest(%(ids)s::bigint[]) AS u(id)
     JOIN lineage l ON l.session_id = %(sid)s AND l.replaced_id = u.id
   UNION
     SELECT l.summary_id FROM up JOIN lineage l ON l.session_id = %(sid)s AND l.replaced_id = up.id
 )
-SELECT m.id, e.strategy, o.handle,
+SELECT m.id, e.strategy, own.handle,
        coalesce((SELECT array_agg(l.replaced_id ORDER BY l.ordinal) FROM lineage l
-                 WHERE l.session_id = %(sid)s AND l.summary_id = m.id), '{}')
+                 WHERE l.session_id = %(sid)s AND l.summary_id = m.id), '{{}}')
 FROM up JOIN messages m ON m.session_id = %(sid)s AND m.id = up.id
 LEFT JOIN compression_events e ON e.session_id = %(sid)s AND e.id = m.event_id
-LEFT JOIN LATERAL (
-    SELECT o.handle FROM lineage l
-    JOIN offloads o ON o.session_id = l.session_id AND o.event_id = l.event_id
-                   AND o.message_ids[1] = l.replaced_id
-    WHERE l.session_id = %(sid)s AND l.summary_id = m.id AND l.ordinal = 0
-) o ON true
+{OWN_OFFLOAD}
 """
 _REWRITE = """
 UPDATE messages m

@@ -265,3 +265,17 @@ SELECT r.rolsuper AS superuser, r.rolbypassrls AS bypassrls,
 FROM pg_roles r, pg_class c
 WHERE r.rolname = %(role)s AND c.oid = to_regclass('sessions')
 """
+
+
+#: The offload of what a written message `m` replaced (its uuid and handle, as `own`): the one
+#: whose first message its first lineage row names, under the same event. An event names one
+#: offload for a range, none for a masking pass, which made one per output (docs/design.md §7),
+#: so the message's own offload is found through its lineage, by primary keys and the offloads'
+#: event index (migration 0020).
+OWN_OFFLOAD = """
+LEFT JOIN LATERAL (
+    SELECT o.uuid, o.handle FROM lineage l
+    JOIN offloads o ON o.session_id = l.session_id AND o.event_id = l.event_id
+                   AND o.message_ids[1] = l.replaced_id
+    WHERE l.session_id = m.session_id AND l.summary_id = m.id AND l.ordinal = 0
+) own ON true"""
