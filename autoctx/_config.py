@@ -204,8 +204,9 @@ class AutoContextConfig:
     #: cannot hold (one more call; off by default, docs/design.md §6 says why).
     fact_repair: bool = False
     #: The index line of the facts a summary still lacks takes at most this share of the
-    #: summary's budget (default 0.15; 0 adds no line).
-    fact_index_ratio: float = 0.15
+    #: summary's budget, and the summary is asked for the rest (default 0.4, chosen by
+    #: measurement, docs/design.md §6; 0 adds no line).
+    fact_index_ratio: float = 0.4
 
     def __post_init__(self) -> None:
         if self.msg_threshold is not None:

@@ -210,6 +210,16 @@ class Summarizing:
             index_ratio=self.config.fact_index_ratio,
         )
 
+    def _asked(self, budget: int | None) -> int | None:
+        """The token budget a summary (the fold's) is asked for: the edit's, less the share
+        its index line may take (`fact_index_ratio`), so that the facts the summary leaves out
+        have their room within the budget rather than in its margin; a summary that leaves
+        none out is that much shorter (docs/design.md §6). S6's character budget is asked
+        whole: measured, reserving there too cost more calls."""
+        if budget is None:
+            return None
+        return max(1, budget - int(budget * self.config.fact_index_ratio))
+
     def _ask(
         self,
         ranges: Sequence[tuple[int, Edit, list[Msg], NewOffload]],
@@ -229,7 +239,7 @@ class Summarizing:
                 subjects[0][1],
                 prompts=self.config.prompts,
                 char_budget=first.char_budget,
-                token_budget=first.token_budget,
+                token_budget=self._asked(first.token_budget),
                 plan=state.plan,
                 deadline=deadline,
                 clip=clip,

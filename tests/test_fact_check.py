@@ -50,7 +50,9 @@ PLANTED = (
     "250 ms",
 )
 
-REPAIR = dataclasses.replace(SMALL, fact_repair=True)
+#: The repair is asked only for what the index line cannot hold: a line of 5% of the budget
+#: holds few of the planted facts.
+REPAIR = dataclasses.replace(SMALL, fact_repair=True, fact_index_ratio=0.05)
 
 
 def planted_history(seed: int = 7) -> list[Msg]:
@@ -241,6 +243,51 @@ def test_the_index_line_keeps_to_its_share_of_the_budget(open_memory: Open) -> N
         if event.strategy == 7:
             margin = max(16, budget // 10)
             assert row.tokens <= budget + margin + 32  # the line within it, and the tag
+
+
+def test_a_summary_is_asked_for_its_budget_less_the_index_lines_share(open_memory: Open) -> None:
+    """A summarizer writes to the budget it is asked for: the fold asks for its budget less
+    `fact_index_ratio` of it, so a summary that fills what it was asked still leaves its index
+    line the whole share (before, the line had only the budget's margin), and the summary with
+    its line stays within the fold's budget and margin."""
+    counter = TokenCounter(SMALL.model)
+    asked: list[SummaryRequest] = []
+
+    class Filling:
+        """Fills the token budget it is asked for with words that hold no fact."""
+
+        def summarize(self, request: SummaryRequest) -> SummaryResult:
+            asked.append(request)
+            words = "The agent worked through the rounds and reported progress. "
+            budget = request.token_budget or 100
+            text = counter.clip(words * budget, budget).rstrip()
+            return SummaryResult(text, "filling")
+
+    config = dataclasses.replace(SMALL, fact_index_ratio=0.3, msg_threshold=None)
+    mem = open_memory(config=config, summarizer=Filling())
+    for seed in range(4):
+        mem.add(planted_history(seed))
+    mem.compress_if_needed()
+    check_counts(mem)
+    budget = mem.config.fold_budget_tokens
+    folds = [e for e in summaries(mem) if e.strategy == 7]
+    assert folds, [e.strategy for e in summaries(mem)]
+    assert [r.token_budget for r in asked if r.strategy == 7] == [budget - int(budget * 0.3)] * len(
+        folds
+    )
+    margin = max(16, budget // 10)
+    for event in folds:
+        (row,) = sql(
+            mem,
+            "SELECT content, tokens FROM messages WHERE session_id = :sid AND id = :id",
+            sid=mem.session_id,
+            id=event.summary_message_id,
+        )
+        text = "\n".join(b.get("text") or "" for b in row.content)
+        (index,) = [ln for ln in text.splitlines() if ln.startswith("Not in this summary")]
+        # More than the margin alone would have let in, and within its share.
+        assert margin < counter.count(index) <= int(budget * 0.3)
+        assert row.tokens <= budget + margin + 32  # the line within it, and the tag
 
 
 def test_the_offline_summarizer_is_asked_no_repair(open_memory: Open) -> None:

@@ -244,3 +244,29 @@ def test_a_labelled_identifier_comes_with_its_label_before_the_bare_ones() -> No
     assert "req_8f3a21" not in texts(found)
     by_text = {f.text: f.rank for f in found}
     assert by_text["took=250ms"] == VALUE and by_text["timeout=30"] == VALUE
+
+
+def test_a_bound_spreads_over_the_parts_before_taking_a_seconds_fact() -> None:
+    """Within a rank, every part's first fact comes before any part's second: a bound spent
+    breadth first names something of each message replaced, rather than the first output's
+    ids alone."""
+    dump = " ".join(f"build-{k}00" for k in range(1, 40))
+    parts: list[tuple[str, str]] = [("output", dump)] + [
+        ("output", f"ok, see job-{k}77 for details") for k in range(1, 6)
+    ]
+    found = texts(extract(parts, limit=6))  # type: ignore[arg-type]
+    assert found == ["build-100", "job-177", "job-277", "job-377", "job-477", "job-577"]
+    # The order within a part, and of the ranks, is kept: a better rank of any part first.
+    ranked = extract([("output", "build-100 build-200"), ("output", "src/a/b.py ERR-9")])
+    assert texts(ranked) == ["build-100", "ERR-9", "build-200", "src/a/b.py"]
+
+
+def test_a_label_that_repeats_in_a_part_is_a_column_not_a_name() -> None:
+    """``id=`` on every line of a log identifies a row each; a label that stands once
+    (``request_id=``) says what the output is about, and comes first."""
+    log = "\n".join(f"12:00:0{k} INFO step done id=a{k}f3c9e2" for k in range(8))
+    text = log[:60] + "\nrequest_id=req_8f3a21\n" + log[60:]
+    found = extract([("output", text)])
+    assert texts(found)[0] == "request_id=req_8f3a21"
+    assert "id=a0f3c9e2" in texts(found)  # still listed, with the identifiers
+    assert {f.rank for f in found if f.text.startswith("id=")} == {IDENTIFIER}

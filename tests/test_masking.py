@@ -345,11 +345,13 @@ def test_a_masking_pass_is_one_event_in_every_reader(open_memory: Open, db_url: 
     config = dataclasses.replace(SMALL, max_tokens=12_000, msg_threshold=1_000, mask_min_chars=200)
     mem = open_memory(config=config)
     added = tool_chat(11, turns=40)
-    # A word only the tail of one old output holds: a preview never shows it.
+    # A word only the tail of one old output holds: a preview never shows it. The ids after it
+    # are more than its preview's facts line holds (`mask_fact_chars`): some leave the view.
     k = next(
         i for i, m in enumerate(added) if m.role == "tool" and m.tool_results[0].tool_use_id == "c3"
     )
-    added[k] = Msg.tool("c3", added[k].tool_results[0].output_text + " quokkafinale")
+    ids = " ".join(f"build-{n}0{n}" for n in range(1, 9))
+    added[k] = Msg.tool("c3", added[k].tool_results[0].output_text + f" quokkafinale {ids}")
     mem.add(added)
     (mask,) = mem.compress_if_needed()
     assert (mask.strategy, mask.offload_uuid, mask.summary_message_id) == (8, None, None)

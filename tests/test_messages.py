@@ -356,6 +356,9 @@ def test_config_defaults_are_the_specs() -> None:
         48,
         False,
     )
+    # The index line's share, reserved in the summary's budget: bench/README.md, "The index
+    # line's room".
+    assert defaults.fact_index_ratio == 0.4
     options = RuntimeOptions()
     assert (options.max_passes, options.max_llm_calls) == (10, 8)
     assert (defaults.large_payload_chars, defaults.preview_chars, defaults.last_keep) == (

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
@@ -286,34 +286,42 @@ def extract(parts: Iterable[tuple[Source, str]], limit: int = DEFAULT_LIMIT) -> 
     docstring; one per matching key, none contained in a better one, at most `limit`."""
     if limit <= 0:
         return ()
-    found: dict[str, tuple[tuple[int, float], int, str, int]] = {}
+    # key -> (place, part, order, fact, reported rank): the best place a key was found at.
+    found: dict[str, tuple[tuple[int, float], int, int, str, int]] = {}
     budget = SCAN_TOTAL
     order = 0
-    for source, text in parts:
+    for part, (source, text) in enumerate(parts):
         if budget <= 0:
             break
         if not text:
             continue
         text = text[: budget + SCAN_TAIL] if len(text) > budget + SCAN_TAIL else text
         head = min(SCAN_HEAD, budget)
+        tier = _TIERS[source]
+        items: list[tuple[int, int, str]] = []
         for window in windows(text, head, SCAN_TAIL):
             budget -= len(window.text)
-            tier = _TIERS[source]
-            for rank, position, fact in _from_window(window, source):
-                if len(fact) > FACT_MAX_CHARS or _MARKER in fact.casefold():
-                    continue
-                key = normalize(fact)
-                if len(key) < 3:
-                    continue
-                place = (0 if rank == CONSTRAINT else 1 + tier, _ORDER[rank])
-                seen = found.get(key)
-                if seen is None or place < seen[0]:
-                    reported = IDENTIFIER if rank == LABELLED else rank
-                    found[key] = (place, order + position, fact, reported)
+            items.extend(
+                (rank, order + position, fact)
+                for rank, position, fact in _from_window(window, source)
+            )
             order += len(window.text) + 1
-    ranked = sorted(found.items(), key=lambda kv: (kv[1][0], kv[1][1]))
+        repeated = _repeated_labels(items)
+        for rank, position, fact in items:
+            if len(fact) > FACT_MAX_CHARS or _MARKER in fact.casefold():
+                continue
+            key = normalize(fact)
+            if len(key) < 3:
+                continue
+            if rank == LABELLED and fact.partition("=")[0] in repeated:
+                rank = IDENTIFIER
+            place = (0 if rank == CONSTRAINT else 1 + tier, _ORDER[rank])
+            seen = found.get(key)
+            if seen is None or place < seen[0]:
+                reported = IDENTIFIER if rank == LABELLED else rank
+                found[key] = (place, part, position, fact, reported)
     out: list[Fact] = []
-    for key, (_, _, fact, rank) in ranked:
+    for key, (_, _, _, fact, rank) in sorted(found.items(), key=_breadth_first(found)):
         # A fact inside a better one (a path inside a URL, an id inside a constraint) is kept
         # by whatever keeps the better one; listing it too would only spend the bound.
         if any(key in kept.key for kept in out):
@@ -322,6 +330,42 @@ def extract(parts: Iterable[tuple[Source, str]], limit: int = DEFAULT_LIMIT) -> 
         if len(out) >= limit:
             break
     return tuple(out)
+
+
+def _repeated_labels(items: Iterable[tuple[int, int, str]]) -> frozenset[str]:
+    """The labels of a part's labelled identifiers that stand more than once in it: the
+    column of a log or a table (``id=`` on every line), which identifies one row each, not
+    what the part is about."""
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for rank, _, fact in items:
+        if rank == LABELLED:
+            label = fact.partition("=")[0]
+            (repeated if label in seen else seen).add(label)
+    return frozenset(repeated)
+
+
+def _breadth_first(
+    found: dict[str, tuple[tuple[int, float], int, int, str, int]],
+) -> Callable[[tuple[str, tuple[tuple[int, float], int, int, str, int]]], tuple[object, ...]]:
+    """The sort key of the order kept: by place (constraints, then the sources' tiers, each by
+    rank); within a place, breadth first over the parts (every part's first fact of that place
+    before any part's second, so that a bound spreads over the messages replaced rather than
+    spending itself on the first output's ids), then in the order they appear."""
+    rounds: dict[str, int] = {}
+    taken: dict[tuple[tuple[int, float], int], int] = {}
+    for key, (place, part, _, _, _) in sorted(found.items(), key=lambda kv: kv[1][2]):
+        n = taken.get((place, part), 0)
+        rounds[key] = n
+        taken[(place, part)] = n + 1
+
+    def sort_key(
+        item: tuple[str, tuple[tuple[int, float], int, int, str, int]],
+    ) -> tuple[object, ...]:
+        key, (place, _, position, _, _) = item
+        return (place, rounds[key], position)
+
+    return sort_key
 
 
 def parts_of(msgs: Sequence[Msg]) -> list[tuple[Source, str]]:
