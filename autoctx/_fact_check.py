@@ -254,7 +254,7 @@ class FactChecker:
         """Tokens the index line may take: `fact_index_ratio` of the summary's budget (the
         token budget, else the character budget, else a quarter of what the range holds, the
         ladder's own estimate of a summary), and within the budget's margin where there is
-        a token budget."""
+        a token budget, within the character budget where there is one."""
         edit = subject.edit
         if edit.token_budget is not None:
             base = edit.token_budget
@@ -266,6 +266,9 @@ class FactChecker:
         if edit.token_budget is not None:
             room = edit.token_budget + self.margin(edit.token_budget) - self.count_tokens(text)
             cap = min(cap, room)
+        elif edit.char_budget is not None:
+            # S6's budget is what brings the round to the target: the line stays inside it.
+            cap = min(cap, base - self.count_tokens(text))
         return max(0, cap)
 
     def index_line(

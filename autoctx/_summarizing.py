@@ -215,7 +215,7 @@ class Summarizing:
         its index line may take (`fact_index_ratio`), so that the facts the summary leaves out
         have their room within the budget rather than in its margin; a summary that leaves
         none out is that much shorter (docs/design.md §6). S6's character budget is asked
-        whole: measured, reserving there too cost more calls."""
+        whole (measured: reserving there too cost more calls), its line within what is left."""
         if budget is None:
             return None
         return max(1, budget - int(budget * self.config.fact_index_ratio))
