@@ -16,8 +16,12 @@ What counts as a fact, by rank (lower first):
 
 The order the bound and the index line keep: the user's constraints first; then what the
 messages' prose says (the user's, the assistant's), then the calls' arguments (what the agent
-did), then the tools' outputs (the bulk, where ids and paths abound), each by rank, then in the
-order they appear. A path the user named outranks the hundredth identifier of a file dump.
+did), then the tools' outputs (the bulk, where ids and paths abound), each by rank, then
+breadth first over the parts (each part's first fact of a rank before any part's second), then
+in the order they appear. A path the user named outranks the hundredth identifier of a file
+dump, and a fold's bound names something of each output it replaces. A label that stands more
+than once in a part (``id=`` on each line of a log) is a column, not a name: its pairs rank as
+bare identifiers.
 
 Bounded in every dimension, so that adversarial text costs no more than ordinary text: at most
 `SCAN_HEAD + SCAN_TAIL` characters of each part and `SCAN_TOTAL` in all are read; every
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
@@ -281,13 +285,24 @@ def _constraints(window: _Window) -> Iterable[tuple[int, int, str]]:
         position += len(piece) + 1
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """Where `extract` found a key at its best: the place it sorts by (constraints, then the
+    sources' tiers, each by rank), the part it stands in and its position in all parts."""
+
+    place: tuple[int, float]
+    part: int
+    position: int
+    text: str
+    rank: int
+
+
 def extract(parts: Iterable[tuple[Source, str]], limit: int = DEFAULT_LIMIT) -> tuple[Fact, ...]:
     """The facts of `parts` ((source, text) in message order), in the order of the module
     docstring; one per matching key, none contained in a better one, at most `limit`."""
     if limit <= 0:
         return ()
-    # key -> (place, part, order, fact, reported rank): the best place a key was found at.
-    found: dict[str, tuple[tuple[int, float], int, int, str, int]] = {}
+    found: dict[str, _Found] = {}
     budget = SCAN_TOTAL
     order = 0
     for part, (source, text) in enumerate(parts):
@@ -317,16 +332,16 @@ def extract(parts: Iterable[tuple[Source, str]], limit: int = DEFAULT_LIMIT) -> 
                 rank = IDENTIFIER
             place = (0 if rank == CONSTRAINT else 1 + tier, _ORDER[rank])
             seen = found.get(key)
-            if seen is None or place < seen[0]:
+            if seen is None or place < seen.place:
                 reported = IDENTIFIER if rank == LABELLED else rank
-                found[key] = (place, part, position, fact, reported)
+                found[key] = _Found(place, part, position, fact, reported)
     out: list[Fact] = []
-    for key, (_, _, _, fact, rank) in sorted(found.items(), key=_breadth_first(found)):
+    for key, best in _breadth_first(found):
         # A fact inside a better one (a path inside a URL, an id inside a constraint) is kept
         # by whatever keeps the better one; listing it too would only spend the bound.
         if any(key in kept.key for kept in out):
             continue
-        out.append(Fact(fact, rank, key))
+        out.append(Fact(best.text, best.rank, key))
         if len(out) >= limit:
             break
     return tuple(out)
@@ -345,27 +360,18 @@ def _repeated_labels(items: Iterable[tuple[int, int, str]]) -> frozenset[str]:
     return frozenset(repeated)
 
 
-def _breadth_first(
-    found: dict[str, tuple[tuple[int, float], int, int, str, int]],
-) -> Callable[[tuple[str, tuple[tuple[int, float], int, int, str, int]]], tuple[object, ...]]:
-    """The sort key of the order kept: by place (constraints, then the sources' tiers, each by
-    rank); within a place, breadth first over the parts (every part's first fact of that place
-    before any part's second, so that a bound spreads over the messages replaced rather than
-    spending itself on the first output's ids), then in the order they appear."""
+def _breadth_first(found: dict[str, _Found]) -> list[tuple[str, _Found]]:
+    """The keys in the order kept: by place; within a place, breadth first over the parts
+    (every part's first fact of that place before any part's second, so that a bound spreads
+    over the messages replaced rather than spending itself on the first output's ids), then
+    in the order they appear."""
+    in_order = sorted(found.items(), key=lambda kv: kv[1].position)
     rounds: dict[str, int] = {}
     taken: dict[tuple[tuple[int, float], int], int] = {}
-    for key, (place, part, _, _, _) in sorted(found.items(), key=lambda kv: kv[1][2]):
-        n = taken.get((place, part), 0)
-        rounds[key] = n
-        taken[(place, part)] = n + 1
-
-    def sort_key(
-        item: tuple[str, tuple[tuple[int, float], int, int, str, int]],
-    ) -> tuple[object, ...]:
-        key, (place, _, position, _, _) = item
-        return (place, rounds[key], position)
-
-    return sort_key
+    for key, best in in_order:
+        rounds[key] = taken.get((best.place, best.part), 0)
+        taken[(best.place, best.part)] = rounds[key] + 1
+    return sorted(in_order, key=lambda kv: (kv[1].place, rounds[kv[0]], kv[1].position))
 
 
 def parts_of(msgs: Sequence[Msg]) -> list[tuple[Source, str]]:
