@@ -57,7 +57,10 @@ def test_each_kind_is_found_and_ranked_constraints_and_identifiers_first() -> No
     assert ranks == sorted(ranks)
 
 
-def test_prose_outranks_arguments_which_outrank_outputs() -> None:
+def test_prose_outranks_the_exchanges_whose_parts_take_turns() -> None:
+    """The prose's facts first; then a call's arguments and the tools' outputs take turns,
+    each part's best fact (by rank) before any part's second: the dump's first identifier
+    comes before the call's path, and its second after it."""
     dump = "\n".join(f"def handler_{k}(x): return {k}" for k in range(100))
     found = texts(
         facts_of(
@@ -69,8 +72,7 @@ def test_prose_outranks_arguments_which_outrank_outputs() -> None:
             limit=4,
         )
     )
-    assert found[:2] == ["/srv/app/settings.py", "conf/db.toml"]
-    assert found[2:] == ["handler_0", "handler_1"]
+    assert found == ["/srv/app/settings.py", "handler_0", "conf/db.toml", "handler_1"]
 
 
 def test_constraints_come_from_the_users_messages_and_quotes_from_prose_only() -> None:
@@ -247,16 +249,15 @@ def test_a_labelled_identifier_comes_with_its_label_before_the_bare_ones() -> No
 
 
 def test_a_bound_spreads_over_the_parts_before_taking_a_seconds_fact() -> None:
-    """Within a rank, every part's first fact comes before any part's second: a bound spent
-    breadth first names something of each message replaced, rather than the first output's
-    ids alone."""
+    """Every part's best fact comes before any part's second: a bound spent breadth first
+    names something of each message replaced, rather than the first output's ids alone."""
     dump = " ".join(f"build-{k}00" for k in range(1, 40))
     parts: list[tuple[str, str]] = [("output", dump)] + [
         ("output", f"ok, see job-{k}77 for details") for k in range(1, 6)
     ]
     found = texts(extract(parts, limit=6))  # type: ignore[arg-type]
     assert found == ["build-100", "job-177", "job-277", "job-377", "job-477", "job-577"]
-    # The order within a part, and of the ranks, is kept: a better rank of any part first.
+    # Each part's best first (by rank: the identifier before the path), then each one's second.
     ranked = extract([("output", "build-100 build-200"), ("output", "src/a/b.py ERR-9")])
     assert texts(ranked) == ["build-100", "ERR-9", "build-200", "src/a/b.py"]
 

@@ -345,13 +345,14 @@ def test_a_masking_pass_is_one_event_in_every_reader(open_memory: Open, db_url: 
     config = dataclasses.replace(SMALL, max_tokens=12_000, msg_threshold=1_000, mask_min_chars=200)
     mem = open_memory(config=config)
     added = tool_chat(11, turns=40)
-    # A word only the tail of one old output holds: a preview never shows it. The ids after it
-    # are more than its preview's facts line holds (`mask_fact_chars`): some leave the view.
+    # A word only the tail of one old output holds: a preview never shows it. The id after it
+    # is the output's best fact and longer than its preview's facts line (`mask_fact_chars`):
+    # it leaves the view.
     k = next(
         i for i, m in enumerate(added) if m.role == "tool" and m.tool_results[0].tool_use_id == "c3"
     )
-    ids = " ".join(f"build-{n}0{n}" for n in range(1, 9))
-    added[k] = Msg.tool("c3", added[k].tool_results[0].output_text + f" quokkafinale {ids}")
+    long_id = "request_id=req_" + "a1" * 30
+    added[k] = Msg.tool("c3", added[k].tool_results[0].output_text + f" quokkafinale {long_id}")
     mem.add(added)
     (mask,) = mem.compress_if_needed()
     assert (mask.strategy, mask.offload_uuid, mask.summary_message_id) == (8, None, None)
@@ -384,7 +385,7 @@ def test_a_masking_pass_is_one_event_in_every_reader(open_memory: Open, db_url: 
     )
     # dropped(): the facts of every output of the pass that the working context does not show.
     facts = mem.dropped(mask.id)
-    assert facts, "forty masked outputs lose some facts from view"
+    assert long_id in facts, "a fact longer than its facts line leaves the view"
     # The CLI: history says how many offloads, `dropped` lists them, `lineage` names a
     # preview's own offload.
     runner = CliRunner()

@@ -15,13 +15,13 @@ What counts as a fact, by rank (lower first):
 4. quoted strings in prose (a user's or an assistant's text, not JSON).
 
 The order the bound and the index line keep: the user's constraints first; then what the
-messages' prose says (the user's, the assistant's), then the calls' arguments (what the agent
-did), then the tools' outputs (the bulk, where ids and paths abound), each by rank, then
-breadth first over the parts (each part's first fact of a rank before any part's second), then
-in the order they appear. A path the user named outranks the hundredth identifier of a file
-dump, and a fold's bound names something of each output it replaces. A label that stands more
-than once in a part (``id=`` on each line of a log) is a column, not a name: its pairs rank as
-bare identifiers.
+messages' prose says (the user's, the assistant's); then the exchanges: the calls' arguments
+(what the agent did) and the tools' outputs (what it learned, the bulk, where ids and paths
+abound). Each group is taken breadth first over its parts: every part's best fact, by rank,
+before any part's second best, then in the order they appear. A path the user named outranks
+the hundredth identifier of a file dump, and a fold's bound names something of each call and
+each output it replaces. A label that stands more than once in a part (``id=`` on each line of
+a log) is a column, not a name: its pairs rank as bare identifiers.
 
 Bounded in every dimension, so that adversarial text costs no more than ordinary text: at most
 `SCAN_HEAD + SCAN_TAIL` characters of each part and `SCAN_TOTAL` in all are read; every
@@ -177,13 +177,14 @@ _ORDER: Final[dict[int, float]] = {
     VALUE: 3,
     QUOTED: 4,
 }
-#: The order of the sources' facts after the constraints (see the module docstring).
+#: The groups of the sources' facts after the constraints (see the module docstring): the
+#: prose, then the exchanges (a call's arguments and the outputs take turns).
 _TIERS: Final[dict[str, int]] = {
     "user": 0,
     "assistant": 0,
     "system": 0,
     "arguments": 1,
-    "output": 2,
+    "output": 1,
 }
 _PROSE_ROLES: Final[dict[str, Source]] = {
     "user": "user",
@@ -361,17 +362,21 @@ def _repeated_labels(items: Iterable[tuple[int, int, str]]) -> frozenset[str]:
 
 
 def _breadth_first(found: dict[str, _Found]) -> list[tuple[str, _Found]]:
-    """The keys in the order kept: by place; within a place, breadth first over the parts
-    (every part's first fact of that place before any part's second, so that a bound spreads
-    over the messages replaced rather than spending itself on the first output's ids), then
-    in the order they appear."""
-    in_order = sorted(found.items(), key=lambda kv: kv[1].position)
+    """The keys in the order kept: by group (the user's constraints, the prose, the exchanges:
+    a call's arguments and the tools' outputs); within a group, breadth first over the parts
+    (every part's best fact before any part's second best, so that a bound names something of
+    each message replaced rather than spending itself on the first output's ids), then by rank,
+    then in the order they appear."""
+    by_part = sorted(found.items(), key=lambda kv: (kv[1].place, kv[1].position))
     rounds: dict[str, int] = {}
-    taken: dict[tuple[tuple[int, float], int], int] = {}
-    for key, best in in_order:
-        rounds[key] = taken.get((best.place, best.part), 0)
-        taken[(best.place, best.part)] = rounds[key] + 1
-    return sorted(in_order, key=lambda kv: (kv[1].place, rounds[kv[0]], kv[1].position))
+    taken: dict[tuple[int, int], int] = {}
+    for key, best in by_part:
+        slot = (best.place[0], best.part)
+        rounds[key] = taken.get(slot, 0)
+        taken[slot] = rounds[key] + 1
+    return sorted(
+        by_part, key=lambda kv: (kv[1].place[0], rounds[kv[0]], kv[1].place[1], kv[1].position)
+    )
 
 
 def parts_of(msgs: Sequence[Msg]) -> list[tuple[Source, str]]:
