@@ -99,6 +99,17 @@ def summaries(mem: AutoContextMemory) -> list[Any]:
     return [e for e in mem.events() if e.status == "applied" and e.facts is not None]
 
 
+def summary_row(mem: AutoContextMemory, event: Any) -> tuple[str, int]:
+    """The stored text and tokens of the summary `event` wrote."""
+    (row,) = sql(
+        mem,
+        "SELECT content, tokens FROM messages WHERE session_id = :sid AND id = :id",
+        sid=mem.session_id,
+        id=event.summary_message_id,
+    )
+    return "\n".join(b.get("text") or b.get("output") or "" for b in row.content), row.tokens
+
+
 def check_counts(mem: AutoContextMemory) -> None:
     for e in mem.events():
         if e.status != "applied" or e.strategy not in (1, 4, 5, 6, 7):
@@ -219,13 +230,7 @@ def test_the_index_line_keeps_to_its_share_of_the_budget(open_memory: Open) -> N
     checked = summaries(mem)
     assert any(e.facts.listed for e in checked) and any(e.facts.dropped for e in checked)
     for event in checked:
-        (row,) = sql(
-            mem,
-            "SELECT content, tokens FROM messages WHERE session_id = :sid AND id = :id",
-            sid=mem.session_id,
-            id=event.summary_message_id,
-        )
-        text = "\n".join(b.get("text") or b.get("output") or "" for b in row.content)
+        text, tokens = summary_row(mem, event)
         index = [ln for ln in text.splitlines() if ln.startswith("Not in this summary")]
         assert bool(index) == bool(event.facts.listed)
         replaced = sum(
@@ -242,7 +247,7 @@ def test_the_index_line_keeps_to_its_share_of_the_budget(open_memory: Open) -> N
             assert counter.count(index[0]) <= int(budget * 0.05)
         if event.strategy == 7:
             margin = max(16, budget // 10)
-            assert row.tokens <= budget + margin + 32  # the line within it, and the tag
+            assert tokens <= budget + margin + 32  # the line within it, and the tag
 
 
 def test_a_summary_is_asked_for_its_budget_less_the_index_lines_share(open_memory: Open) -> None:
@@ -277,17 +282,11 @@ def test_a_summary_is_asked_for_its_budget_less_the_index_lines_share(open_memor
     )
     margin = max(16, budget // 10)
     for event in folds:
-        (row,) = sql(
-            mem,
-            "SELECT content, tokens FROM messages WHERE session_id = :sid AND id = :id",
-            sid=mem.session_id,
-            id=event.summary_message_id,
-        )
-        text = "\n".join(b.get("text") or "" for b in row.content)
+        text, tokens = summary_row(mem, event)
         (index,) = [ln for ln in text.splitlines() if ln.startswith("Not in this summary")]
         # More than the margin alone would have let in, and within its share.
         assert margin < counter.count(index) <= int(budget * 0.3)
-        assert row.tokens <= budget + margin + 32  # the line within it, and the tag
+        assert tokens <= budget + margin + 32  # the line within it, and the tag
 
 
 def test_the_offline_summarizer_is_asked_no_repair(open_memory: Open) -> None:
