@@ -7,9 +7,8 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import pytest
 
 from autoctx import (
@@ -23,6 +22,9 @@ from autoctx import (
 from . import framework_runs
 from .agent_model import tool_output
 from .anthropic_server import AnthropicAgent, AnthropicServer, shape_errors
+
+if TYPE_CHECKING:
+    import anthropic
 
 Opener = Callable[..., AutoContextMemory]
 
@@ -376,6 +378,8 @@ def _run(
 
 
 def test_long_agent_loop_through_the_anthropic_client(open_memory: Opener, session_id: str) -> None:
+    import anthropic
+
     config = AutoContextConfig(max_tokens=WINDOW)
     mem = open_memory(config=config)
     mem.add(Msg.system("You run steps with run_step and answer when done."))
@@ -429,6 +433,8 @@ def test_a_long_task_at_a_small_window_sends_its_tool_results_last(open_memory: 
     """S6 fires right before a request, when the context ends with the tool results the model is
     about to read: `to_anthropic()` still ends with that user turn, never with autoctx's summary
     as an assistant turn (the API would take it as a prefill and the model would continue it)."""
+    import anthropic
+
     mem = open_memory(config=AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW))
     mem.add(Msg.system("You run steps with run_step and answer when done."))
     agent = AnthropicAgent(calls_per_run=30)
@@ -444,6 +450,8 @@ def test_a_long_task_at_a_small_window_sends_its_tool_results_last(open_memory: 
 
 
 def test_short_runs_through_the_anthropic_client(open_memory: Opener) -> None:
+    import anthropic
+
     config = AutoContextConfig(max_tokens=WINDOW)
     mem = open_memory(config=config)
     agent = AnthropicAgent(calls_per_run=3)

@@ -11,7 +11,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from typer.testing import CliRunner
@@ -35,9 +35,11 @@ from autoctx import (
 from autoctx import _arguments as checks
 from autoctx._cli import app
 from autoctx._worker import AutoContextWorker
-from autoctx.integrations.langchain import AutoContextMiddleware
-from autoctx.integrations.openai_agents import AutoContextSession
-from autoctx.integrations.pydantic_ai import AutoContextCapability
+
+if TYPE_CHECKING:
+    from autoctx.integrations.langchain import AutoContextMiddleware
+    from autoctx.integrations.openai_agents import AutoContextSession
+    from autoctx.integrations.pydantic_ai import AutoContextCapability
 
 #: A value too long to be quoted in a message: a message that repeats it fails the test.
 LONG = "conversation-text-" * 20
@@ -186,6 +188,27 @@ def unchanged(mem: AutoContextMemory) -> Iterator[None]:
 # -- session ids ----------------------------------------------------------------------------
 
 
+# The integrations' entry points, imported when a test calls them (each imports its framework).
+
+
+def _sdk_session(*args: Any, **kw: Any) -> AutoContextSession:
+    from autoctx.integrations.openai_agents import AutoContextSession
+
+    return AutoContextSession(*args, **kw)
+
+
+def _langchain_middleware(*args: Any, **kw: Any) -> AutoContextMiddleware:
+    from autoctx.integrations.langchain import AutoContextMiddleware
+
+    return AutoContextMiddleware(*args, **kw)
+
+
+def _pydantic_ai_capability(**kw: Any) -> AutoContextCapability:
+    from autoctx.integrations.pydantic_ai import AutoContextCapability
+
+    return AutoContextCapability(**kw)
+
+
 SESSION_ID_ENTRIES: dict[
     str, Callable[[Any, str, AutoContextClient, AutoContextMemory], object]
 ] = {
@@ -197,9 +220,9 @@ SESSION_ID_ENTRIES: dict[
     "fork": lambda v, url, c, m: m.fork(v),
     "reload(session_id=)": lambda v, url, c, m: m.reload(message_id=1, session_id=v),
     "export_session": lambda v, url, c, m: autoctx.export_session(v, url),
-    "AutoContextSession": lambda v, url, c, m: AutoContextSession(v, url),
-    "AutoContextMiddleware": lambda v, url, c, m: AutoContextMiddleware(url, session_id=v),
-    "AutoContextCapability": lambda v, url, c, m: AutoContextCapability(
+    "AutoContextSession": lambda v, url, c, m: _sdk_session(v, url),
+    "AutoContextMiddleware": lambda v, url, c, m: _langchain_middleware(url, session_id=v),
+    "AutoContextCapability": lambda v, url, c, m: _pydantic_ai_capability(
         session_id=v, database_url=url
     ),
 }
@@ -244,9 +267,9 @@ TENANT_ENTRIES: dict[str, Callable[[Any, str, AutoContextClient], object]] = {
     "grant_tenant": lambda v, url, c: autoctx.grant_tenant("some_role", v, url),
     "revoke_tenant": lambda v, url, c: autoctx.revoke_tenant("some_role", v, url),
     "AutoContextWorker": lambda v, url, c: AutoContextWorker(url, tenant=v),
-    "AutoContextSession": lambda v, url, c: AutoContextSession("s", url, tenant=v),
-    "AutoContextMiddleware": lambda v, url, c: AutoContextMiddleware(url, tenant=v),
-    "AutoContextCapability": lambda v, url, c: AutoContextCapability(
+    "AutoContextSession": lambda v, url, c: _sdk_session("s", url, tenant=v),
+    "AutoContextMiddleware": lambda v, url, c: _langchain_middleware(url, tenant=v),
+    "AutoContextCapability": lambda v, url, c: _pydantic_ai_capability(
         session_id="s", database_url=url, tenant=v
     ),
 }

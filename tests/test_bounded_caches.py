@@ -6,14 +6,15 @@ must not grow without limit; bench/memory_soak.py measures the process, these ch
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from autoctx import AutoContextClient, OfflineSummarizer
 from autoctx._session_caches import SessionCaches
-from autoctx.integrations import openai_agents
-from autoctx.integrations.openai_agents import AutoContextSession
+
+if TYPE_CHECKING:
+    pass
 
 
 def test_the_clients_session_caches_drop_the_least_recently_used_session() -> None:
@@ -28,6 +29,9 @@ def test_the_clients_session_caches_drop_the_least_recently_used_session() -> No
 def test_one_long_sdk_session_keeps_its_items_cache_and_ledger_under_their_bounds(
     client: AutoContextClient, session_id: str, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from autoctx.integrations import openai_agents
+    from autoctx.integrations.openai_agents import AutoContextSession
+
     monkeypatch.setattr(openai_agents._ItemCache, "capacity", 20)
     monkeypatch.setattr(openai_agents._Ledger, "capacity", 30)
     session = AutoContextSession(

@@ -30,13 +30,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import markupsafe
 import psycopg
 import pytest
 import sqlalchemy as sa
-from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from typer.testing import CliRunner
 
 import autoctx
@@ -53,6 +52,9 @@ from autoctx._ui.server import ConsoleServer, make_server
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.test_tenants import Role, login_role
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page, Playwright
 
 CHROMIUM = "/usr/bin/chromium"
 #: A message whose text is markup: the pages must show it as text.
@@ -1087,6 +1089,8 @@ CHROMIUM_ARGS = [
 
 @pytest.fixture(scope="module")
 def playwright_() -> Iterator[Playwright]:
+    from playwright.sync_api import sync_playwright
+
     if not Path(CHROMIUM).exists():
         pytest.skip(
             f"the browser tests drive Debian's chromium at {CHROMIUM}: apt-get install chromium"

@@ -13,13 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from agents import set_default_openai_api, set_tracing_disabled
-from agents.models import _openai_shared
 
 from tests.anthropic_server import AnthropicAgent, AnthropicServer
 from tests.openai_server import OpenAIServer
+
+if TYPE_CHECKING:
+    pass
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -85,6 +87,9 @@ def test_a_python_block_of_the_docs_runs(
     anthropic_server: AnthropicServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from agents import set_default_openai_api, set_tracing_disabled
+    from agents.models import _openai_shared
+
     monkeypatch.setenv("AUTOCTX_DATABASE_URL", db_url)
     monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
     # No client left over from another test: the SDK builds its own from the environment.

@@ -18,13 +18,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from autoctx import (
@@ -41,6 +38,10 @@ from autoctx import (
 from tests.histories import SMALL, multi_round
 from tests.openai_server import OpenAIServer, Reply
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 Open = Callable[..., AutoContextMemory]
 MODEL = "test-model"
 
@@ -49,6 +50,10 @@ MODEL = "test-model"
 def exporter() -> InMemorySpanExporter:
     """The in-memory exporter of the process's tracer provider (set here once, or added to
     the SDK provider another module set)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     exporter = InMemorySpanExporter()
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):

@@ -28,20 +28,9 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from anthropic import AsyncAnthropic
-from google.adk.agents.llm_agent import LlmAgent
-from google.adk.apps import App
-from google.adk.errors.already_exists_error import AlreadyExistsError
-from google.adk.events.event import Event
-from google.adk.events.event_actions import EventActions
-from google.adk.models.anthropic_llm import AnthropicLlm
-from google.adk.runners import Runner
-from google.adk.sessions.base_session_service import GetSessionConfig
-from google.adk.tools.base_tool import BaseTool
-from google.genai import types
 
 from autoctx import (
     AutoContextClient,
@@ -51,17 +40,21 @@ from autoctx import (
     InvalidArgument,
     OfflineSummarizer,
 )
-from autoctx.integrations.adk import (
-    AutoContextPlugin,
-    AutoContextSessionService,
-    context_tools,
-)
 
 from . import framework_runs
 from .agent_model import tool_output
 from .anthropic_server import AnthropicAgent, AnthropicServer
 
-Contract = Callable[[AutoContextSessionService], Awaitable[None]]
+if TYPE_CHECKING:
+    from google.adk.events.event import Event
+    from google.adk.runners import Runner
+    from google.adk.sessions.base_session_service import GetSessionConfig
+    from google.adk.tools.base_tool import BaseTool
+    from google.genai import types
+
+    from autoctx.integrations.adk import AutoContextSessionService
+
+Contract = Callable[["AutoContextSessionService"], Awaitable[None]]
 CONTRACTS: list[Contract] = []
 
 
@@ -74,6 +67,8 @@ def contract(fn: Contract) -> Contract:
 
 @pytest.mark.parametrize("case", CONTRACTS, ids=[c.__name__ for c in CONTRACTS])
 def test_adk_session_service_contract(case: Contract, db_url: str, session_id: str) -> None:
+    from autoctx.integrations.adk import AutoContextSessionService
+
     async def run() -> None:
         service = AutoContextSessionService(db_url, namespace=f"{session_id}-")
         try:
@@ -160,6 +155,9 @@ async def test_list_sessions_all_users(session_service: AutoContextSessionServic
 async def test_app_state_is_shared_by_all_users_of_app(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
     session1 = await session_service.create_session(
         app_name="my_app", user_id="u1", session_id="s1", state={"app:k1": "v1"}
     )
@@ -180,6 +178,9 @@ async def test_app_state_is_shared_by_all_users_of_app(
 async def test_user_state_is_shared_only_by_user_sessions(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
     session1 = await session_service.create_session(
         app_name="my_app", user_id="u1", session_id="s1", state={"user:k1": "v1"}
     )
@@ -199,6 +200,9 @@ async def test_user_state_is_shared_only_by_user_sessions(
 
 @contract
 async def test_session_state_is_not_shared(session_service: AutoContextSessionService) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
     session1 = await session_service.create_session(
         app_name="my_app", user_id="u1", session_id="s1", state={"sk1": "v1"}
     )
@@ -219,6 +223,9 @@ async def test_session_state_is_not_shared(session_service: AutoContextSessionSe
 async def test_temp_state_is_not_persisted_in_state_or_events(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
     session = await session_service.create_session(app_name="my_app", user_id="u1", session_id="s1")
     event = Event(
         invocation_id="inv1",
@@ -243,6 +250,9 @@ async def test_temp_state_is_not_persisted_in_state_or_events(
 async def test_temp_state_visible_across_sequential_events(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
     session = await session_service.create_session(
         app_name="my_app", user_id="u1", session_id="s_seq"
     )
@@ -258,6 +268,8 @@ async def test_temp_state_visible_across_sequential_events(
 
 @contract
 async def test_get_session_respects_user_id(session_service: AutoContextSessionService) -> None:
+    from google.adk.events.event import Event
+
     session1 = await session_service.create_session(
         app_name="my_app", user_id="u1", session_id="s1"
     )
@@ -272,6 +284,8 @@ async def test_get_session_respects_user_id(session_service: AutoContextSessionS
 async def test_create_session_with_existing_id_raises_error(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+
     await session_service.create_session(
         app_name="my_app", user_id="test_user", session_id="existing_session"
     )
@@ -283,6 +297,9 @@ async def test_create_session_with_existing_id_raises_error(
 
 @contract
 async def test_append_event_bytes(session_service: AutoContextSessionService) -> None:
+    from google.adk.events.event import Event
+    from google.genai import types
+
     session = await session_service.create_session(app_name="my_app", user_id="user")
     test_content = types.Content(
         role="user",
@@ -309,6 +326,10 @@ async def test_append_event_bytes(session_service: AutoContextSessionService) ->
 
 @contract
 async def test_append_event_complete(session_service: AutoContextSessionService) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+    from google.genai import types
+
     session = await session_service.create_session(app_name="my_app", user_id="user")
     event = Event(
         invocation_id="invocation",
@@ -342,6 +363,8 @@ async def test_append_event_complete(session_service: AutoContextSessionService)
 async def test_session_last_update_time_updates_on_event(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+
     session = await session_service.create_session(app_name="my_app", user_id="user")
     original_update_time = session.last_update_time
     event_timestamp = original_update_time + 10
@@ -358,6 +381,9 @@ async def test_session_last_update_time_updates_on_event(
 
 @contract
 async def test_get_session_with_config(session_service: AutoContextSessionService) -> None:
+    from google.adk.events.event import Event
+    from google.adk.sessions.base_session_service import GetSessionConfig
+
     num_test_events = 5
     session = await session_service.create_session(app_name="my_app", user_id="user")
     for i in range(1, num_test_events + 1):
@@ -386,6 +412,8 @@ async def test_get_session_with_config(session_service: AutoContextSessionServic
 async def test_partial_events_are_not_persisted(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+
     session = await session_service.create_session(app_name="my_app", user_id="user")
     await session_service.append_event(session, Event(author="user", partial=True))
     assert len(session.events) == 0
@@ -406,6 +434,9 @@ async def test_get_user_state_returns_empty_dict_when_no_state_exists(
 async def test_get_user_state_returns_state_written_via_append_event(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
     session = await session_service.create_session(app_name="my_app", user_id="u1")
     delta = {"user:profile": {"name": "Alice"}, "session_key": 1}
     await session_service.append_event(
@@ -420,6 +451,9 @@ async def test_get_user_state_returns_state_written_via_append_event(
 async def test_get_user_state_is_not_visible_across_users(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
     session = await session_service.create_session(app_name="my_app", user_id="u1")
     await session_service.append_event(
         session,
@@ -432,6 +466,9 @@ async def test_get_user_state_is_not_visible_across_users(
 async def test_get_user_state_is_not_visible_across_apps(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
     session = await session_service.create_session(app_name="my_app", user_id="u1")
     await session_service.append_event(
         session,
@@ -444,6 +481,9 @@ async def test_get_user_state_is_not_visible_across_apps(
 async def test_get_user_state_available_before_session_is_created(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
     first = await session_service.create_session(app_name="my_app", user_id="u1")
     await session_service.append_event(
         first, Event(author="system", actions=EventActions(state_delta={"user:ctx": {"v": 1}}))
@@ -457,6 +497,9 @@ async def test_get_user_state_available_before_session_is_created(
 async def test_get_user_state_reflects_latest_write(
     session_service: AutoContextSessionService,
 ) -> None:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
     session = await session_service.create_session(app_name="my_app", user_id="u1")
     for n in (1, 2):
         await session_service.append_event(
@@ -494,6 +537,8 @@ async def test_ids_with_slashes_stay_apart(session_service: AutoContextSessionSe
 
 
 def test_a_bad_namespace_or_client_is_refused(db_url: str, client: AutoContextClient) -> None:
+    from autoctx.integrations.adk import AutoContextPlugin, AutoContextSessionService
+
     with pytest.raises(ConfigError, match="namespace must be a string"):
         AutoContextSessionService(db_url, namespace=3)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="not both"):
@@ -530,6 +575,14 @@ def _runner(
     extra_tools: Sequence[BaseTool] = (),
     instruction: str = "Run the steps with run_step.",
 ) -> Runner:
+    from anthropic import AsyncAnthropic
+    from google.adk.agents.llm_agent import LlmAgent
+    from google.adk.apps import App
+    from google.adk.models.anthropic_llm import AnthropicLlm
+    from google.adk.runners import Runner
+
+    from autoctx.integrations.adk import AutoContextPlugin, AutoContextSessionService, context_tools
+
     model = AnthropicLlm(
         model="claude-sonnet-4-5", client=AsyncAnthropic(base_url=srv.base_url, api_key="t")
     )
@@ -548,6 +601,8 @@ def _runner(
 
 
 async def _run(runner: Runner, user_id: str, session_id: str, text: str) -> str:
+    from google.genai import types
+
     final = ""
     message = types.Content(role="user", parts=[types.Part(text=text)])
     async for event in runner.run_async(
@@ -561,6 +616,8 @@ async def _run(runner: Runner, user_id: str, session_id: str, text: str) -> str:
 def test_a_long_run_through_the_runner_stays_under_the_window(
     server: AnthropicServer, db_url: str, session_id: str
 ) -> None:
+    from autoctx.integrations.adk import AutoContextSessionService
+
     scripted = server.agent
     scripted.context_calls = {30: ("context_search", {"query": '"FACT-0005"'})}
     work = framework_runs.Work()
@@ -611,17 +668,18 @@ def test_a_long_run_through_the_runner_stays_under_the_window(
     )
 
 
-class _DeclaredTool(BaseTool):
+def _declared_tool(name: str, description: str, schema: dict[str, Any]) -> BaseTool:
     """A tool ADK declares to the model and the scripted model never calls."""
+    from google.adk.tools.base_tool import BaseTool
+    from google.genai import types
 
-    def __init__(self, name: str, description: str, schema: dict[str, Any]) -> None:
-        super().__init__(name=name, description=description)
-        self._schema = schema
+    class DeclaredTool(BaseTool):
+        def _get_declaration(self) -> types.FunctionDeclaration | None:
+            return types.FunctionDeclaration(
+                name=self.name, description=self.description, parameters_json_schema=schema
+            )
 
-    def _get_declaration(self) -> types.FunctionDeclaration | None:
-        return types.FunctionDeclaration(
-            name=self.name, description=self.description, parameters_json_schema=self._schema
-        )
+    return DeclaredTool(name=name, description=description)
 
 
 @pytest.mark.parametrize("measured", [True, False], ids=["measured", "reserve_0"])
@@ -631,12 +689,14 @@ def test_the_whole_request_with_many_tools_stays_under_a_small_window(
     """The plugin measures each request's tool declarations and system instruction into the
     session's reserve: messages, tools and system text together stay under the window. With
     `reserve_tokens=0` set (no room kept) the same run goes over it."""
+    from autoctx.integrations.adk import AutoContextSessionService
+
     scripted = server.agent
     scripted.calls_per_run = 30
     config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW)
     if not measured:
         config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW, reserve_tokens=0)
-    extra = [_DeclaredTool(*spec) for spec in framework_runs.big_tool_specs()]
+    extra = [_declared_tool(*spec) for spec in framework_runs.big_tool_specs()]
     instruction = "Run the steps with run_step. " + AutoContextMemory.system_prompt_snippet()
     work = framework_runs.Work(framework_runs.small_output_size)
 
@@ -664,6 +724,8 @@ def test_without_the_plugin_the_runner_sends_every_event(
     server: AnthropicServer, db_url: str, session_id: str
 ) -> None:
     """The baseline the plugin is for: ADK's runner builds each request from all the events."""
+    from autoctx.integrations.adk import AutoContextSessionService
+
     scripted = server.agent
     scripted.calls_per_run = 12
     work = framework_runs.Work()
@@ -687,6 +749,8 @@ def test_without_the_plugin_the_runner_sends_every_event(
 def test_short_runs_and_a_new_runner_go_on_under_the_window(
     server: AnthropicServer, db_url: str, session_id: str
 ) -> None:
+    from autoctx.integrations.adk import AutoContextSessionService
+
     scripted = server.agent
     scripted.calls_per_run = 3
     work = framework_runs.Work()

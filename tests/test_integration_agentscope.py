@@ -10,26 +10,9 @@ import subprocess
 import sys
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
-from agentscope.agent import Agent, InjectionConfig, ReActConfig
-from agentscope.credential import OpenAICredential
-from agentscope.message import (
-    Base64Source,
-    DataBlock,
-    HintBlock,
-    Msg,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-    ToolResultBlock,
-    URLSource,
-    UserMsg,
-)
-from agentscope.model import OpenAIChatModel
-from agentscope.permission import PermissionBehavior, PermissionDecision
-from agentscope.tool import FunctionTool, Toolkit
 
 from autoctx import (
     AutoContextClient,
@@ -39,15 +22,18 @@ from autoctx import (
     InvalidMessage,
     OfflineSummarizer,
 )
-from autoctx.integrations.agentscope import (
-    AutoContextMiddleware,
-    _from_autoctx,
-    _to_autoctx,
-)
 
 from . import framework_runs
 from .agent_model import ScriptedAgent, tool_output
 from .openai_server import OpenAIServer
+
+if TYPE_CHECKING:
+    from agentscope.agent import Agent
+    from agentscope.message import (
+        Msg,
+    )
+
+    from autoctx.integrations.agentscope import AutoContextMiddleware
 
 T = TypeVar("T")
 
@@ -89,6 +75,12 @@ def make_agent(
     extra_tools: Sequence[Any] = (),
     system_prompt: str = "You run the job step by step.",
 ) -> Agent:
+    from agentscope.agent import Agent, InjectionConfig, ReActConfig
+    from agentscope.credential import OpenAICredential
+    from agentscope.model import OpenAIChatModel
+    from agentscope.permission import PermissionBehavior, PermissionDecision
+    from agentscope.tool import FunctionTool, Toolkit
+
     model = OpenAIChatModel(
         credential=OpenAICredential(api_key="test", base_url=srv.base_url),
         model="test-model",
@@ -111,6 +103,8 @@ def make_agent(
 
 @pytest.fixture
 def open_mw(db_url: str, session_id: str) -> Iterator[Any]:
+    from autoctx.integrations.agentscope import AutoContextMiddleware
+
     async def _open(config: AutoContextConfig | None = None) -> AutoContextMiddleware:
         return await AutoContextMiddleware.open(
             session_id,
@@ -143,6 +137,18 @@ async def stored_once(mw: AutoContextMiddleware, steps: range) -> None:
 
 
 def every_block_kind() -> list[Msg]:
+    from agentscope.message import (
+        Base64Source,
+        DataBlock,
+        HintBlock,
+        Msg,
+        TextBlock,
+        ThinkingBlock,
+        ToolCallBlock,
+        ToolResultBlock,
+        URLSource,
+    )
+
     return [
         Msg(name="system", role="system", content=[TextBlock(text="Be brief.")]),
         Msg(
@@ -186,6 +192,8 @@ def every_block_kind() -> list[Msg]:
 
 
 def test_every_block_kind_converts_both_ways_without_loss() -> None:
+    from autoctx.integrations.agentscope import _from_autoctx, _to_autoctx
+
     msgs = every_block_kind()
     converted = [m for msg in msgs for m in _to_autoctx(msg)]
     # One reply's calls and results become messages autoctx pairs: results in tool messages.
@@ -201,6 +209,8 @@ def test_every_block_kind_converts_both_ways_without_loss() -> None:
 
 
 def test_the_conversion_survives_storage(open_memory: Any) -> None:
+    from autoctx.integrations.agentscope import _from_autoctx, _to_autoctx
+
     msgs = every_block_kind()
     with open_memory() as mem:
         mem.add([m for msg in msgs for m in _to_autoctx(msg)])
@@ -208,18 +218,24 @@ def test_the_conversion_survives_storage(open_memory: Any) -> None:
 
 
 def test_a_message_stored_in_parts_comes_back_whole() -> None:
+    from autoctx.integrations.agentscope import _from_autoctx, _to_autoctx
+
     msg = every_block_kind()[2]
     parts = _to_autoctx(msg, 0, 4) + _to_autoctx(msg, 4, 5) + _to_autoctx(msg, 5)
     assert _from_autoctx(parts) == [msg]
 
 
 def test_a_foreign_context_entry_is_invalid_message_naming_it() -> None:
+    from autoctx.integrations.agentscope import _to_autoctx
+
     with pytest.raises(InvalidMessage, match=r"dict, not an agentscope\.message\.Msg") as info:
         _to_autoctx({"role": "user", "content": "secret words"})  # type: ignore[arg-type]
     assert "secret" not in str(info.value)
 
 
 def test_the_middleware_takes_an_async_memory_only(open_memory: Any) -> None:
+    from autoctx.integrations.agentscope import AutoContextMiddleware
+
     with open_memory() as mem, pytest.raises(TypeError, match="AsyncAutoContextMemory"):
         AutoContextMiddleware(mem)
 
@@ -228,6 +244,8 @@ def test_the_middleware_takes_an_async_memory_only(open_memory: Any) -> None:
 
 
 def test_a_long_run_stays_under_the_window_and_stores_every_output(open_mw: Any) -> None:
+    from agentscope.message import UserMsg
+
     calls = 48
     agent_model = ScriptedAgent(
         calls_per_run=calls,
@@ -262,6 +280,8 @@ def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
 ) -> None:
     """S6 fires in `on_model_call`, when the context ends with the tool results the model is
     about to read: the messages the model is called with still end with them."""
+    from agentscope.message import UserMsg
+
     agent_model = ScriptedAgent(calls_per_run=30)
 
     async def go() -> None:
@@ -289,6 +309,10 @@ def test_the_whole_request_with_many_tools_stays_under_a_small_window(
     """The middleware measures each model call's tool schemas and system prompt into the
     session's reserve: messages, tools and system prompt together stay under the window. With
     `reserve_tokens=0` set (no room kept) the same run goes over it."""
+    from agentscope.message import UserMsg
+    from agentscope.permission import PermissionBehavior, PermissionDecision
+    from agentscope.tool import FunctionTool
+
     agent_model = ScriptedAgent(calls_per_run=30, tool_name="small_work")
     config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW)
     if not measured:
@@ -322,6 +346,8 @@ def test_the_whole_request_with_many_tools_stays_under_a_small_window(
 
 def test_without_the_middleware_the_same_run_overflows(db_url: str) -> None:
     """The contrast: AgentScope's agent with its default context settings and no middleware."""
+    from agentscope.message import UserMsg
+
     calls = 48
     agent_model = ScriptedAgent(calls_per_run=calls)
 
@@ -339,6 +365,8 @@ def test_without_the_middleware_the_same_run_overflows(db_url: str) -> None:
 def test_many_short_runs_stay_under_the_window_and_a_reopened_session_continues(
     open_mw: Any,
 ) -> None:
+    from agentscope.message import UserMsg
+
     runs, per_run = 25, 3
     agent_model = ScriptedAgent(calls_per_run=per_run)
     sizes: list[int] = []
@@ -390,6 +418,8 @@ def test_the_context_tools_are_offered_by_list_tools_too(open_mw: Any) -> None:
 
 
 def test_a_reload_call_through_the_agent_returns_the_original(open_mw: Any) -> None:
+    from agentscope.message import UserMsg
+
     agent_model = ScriptedAgent(calls_per_run=3)
 
     async def go() -> None:
@@ -410,6 +440,10 @@ def test_a_reload_call_through_the_agent_returns_the_original(open_mw: Any) -> N
 def test_a_given_client_opens_the_memory_and_its_close_closes_it(
     db_url: str, client: AutoContextClient, session_id: str
 ) -> None:
+    from agentscope.message import UserMsg
+
+    from autoctx.integrations.agentscope import AutoContextMiddleware
+
     AutoContextClient.close_shared(db_url)
     agent_model = ScriptedAgent(calls_per_run=2)
 
@@ -456,6 +490,8 @@ def test_the_example_runs_against_the_local_endpoint(db_url: str) -> None:
 def test_a_restored_agent_state_is_not_stored_twice(open_mw: Any) -> None:
     """An agent built from a saved AgentState and a new middleware (a restart that restores
     AgentScope's own state too) does not store again what the session already holds."""
+    from agentscope.message import UserMsg
+
     agent_model = ScriptedAgent(calls_per_run=2)
 
     async def go() -> None:
@@ -483,6 +519,8 @@ def test_a_restored_agent_state_is_not_stored_twice(open_mw: Any) -> None:
 
 
 def test_a_streaming_model_is_bounded_too(open_mw: Any) -> None:
+    from agentscope.message import UserMsg
+
     agent_model = ScriptedAgent(calls_per_run=24)
 
     async def go() -> None:
@@ -505,6 +543,8 @@ def test_a_result_over_agentscopes_limit_is_stored_whole_and_reloads_byte_for_by
     """AgentScope cuts a tool result over its `tool_result_limit` before it reaches the agent's
     context; the middleware's `on_acting` sees the whole one, so autoctx stores it whole and
     offloads it (before issue 32 it stored the cut text and AgentScope's reminder)."""
+    from agentscope.message import UserMsg
+
     big = tool_output(7, 200_000)
     assert len(big.encode()) == 200_000
 

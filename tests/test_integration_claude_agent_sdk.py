@@ -12,25 +12,28 @@ import itertools
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from claude_agent_sdk import (
-    SessionKey,
-    get_session_messages_from_store,
-    list_sessions_from_store,
-    project_key_for_directory,
-)
-from claude_agent_sdk.testing import run_session_store_conformance
 
 from autoctx import AutoContextClient, ConfigError, InvalidArgument
-from autoctx.integrations.claude_agent_sdk import AutoContextSessionStore
 
 from . import framework_runs
 from .agent_model import tool_output
 
+if TYPE_CHECKING:
+    from claude_agent_sdk import (
+        SessionKey,
+    )
+
+    from autoctx.integrations.claude_agent_sdk import AutoContextSessionStore
+
 
 def test_the_sdks_conformance_harness_passes_every_contract(db_url: str, session_id: str) -> None:
+    from claude_agent_sdk.testing import run_session_store_conformance
+
+    from autoctx.integrations.claude_agent_sdk import AutoContextSessionStore
+
     stores: list[AutoContextSessionStore] = []
     names = itertools.count()
 
@@ -110,6 +113,14 @@ def _transcript(steps: int) -> list[dict[str, Any]]:
 def test_a_transcript_round_trips_and_a_compact_boundary_is_an_event_with_lineage(
     db_url: str, session_id: str
 ) -> None:
+    from claude_agent_sdk import (
+        get_session_messages_from_store,
+        list_sessions_from_store,
+        project_key_for_directory,
+    )
+
+    from autoctx.integrations.claude_agent_sdk import AutoContextSessionStore
+
     key: SessionKey = {"project_key": project_key_for_directory(_DIRECTORY), "session_id": _SID}
     first = _transcript(6)
     boundary = {
@@ -157,6 +168,8 @@ def test_a_transcript_round_trips_and_a_compact_boundary_is_an_event_with_lineag
 def test_bad_keys_and_entries_are_refused_and_write_nothing(
     db_url: str, session_id: str, client: AutoContextClient
 ) -> None:
+    from autoctx.integrations.claude_agent_sdk import AutoContextSessionStore
+
     async def run() -> None:
         store = AutoContextSessionStore(db_url, namespace=f"{session_id}-")
         good: SessionKey = {"project_key": "p", "session_id": "s"}

@@ -10,14 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from langchain.agents import create_agent
-from langchain_core.messages import convert_to_openai_messages
-from langchain_core.tools import StructuredTool, tool
-from langchain_openai import ChatOpenAI
-from langgraph.checkpoint.memory import InMemorySaver
 
 from autoctx import (
     AutoContextClient,
@@ -26,16 +21,21 @@ from autoctx import (
     ConfigError,
     OfflineSummarizer,
 )
-from autoctx.integrations._optional import framework_of
-from autoctx.integrations.langchain import AutoContextMiddleware
 from tests import framework_runs
 from tests.agent_model import ScriptedAgent, request_tokens, tool_output
 from tests.openai_server import OpenAIServer
+
+if TYPE_CHECKING:
+    from autoctx.integrations.langchain import AutoContextMiddleware
 
 
 def _agent(
     srv: OpenAIServer, middleware: AutoContextMiddleware, work: framework_runs.Work, **kw: Any
 ) -> Any:
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
     model = ChatOpenAI(model="test-model", base_url=srv.base_url, api_key="test", max_retries=0)
     return create_agent(
         model,
@@ -48,6 +48,8 @@ def _agent(
 
 @pytest.fixture
 def make_middleware(db_url: str) -> Callable[..., AutoContextMiddleware]:
+    from autoctx.integrations.langchain import AutoContextMiddleware
+
     def make(**kw: Any) -> AutoContextMiddleware:
         kw.setdefault("summarizer", OfflineSummarizer())
         kw.setdefault("config", AutoContextConfig(max_tokens=framework_runs.WINDOW))
@@ -57,6 +59,8 @@ def make_middleware(db_url: str) -> Callable[..., AutoContextMiddleware]:
 
 
 def _tokens(messages: Sequence[Any]) -> int:
+    from langchain_core.messages import convert_to_openai_messages
+
     return request_tokens({"messages": convert_to_openai_messages(list(messages))})
 
 
@@ -93,6 +97,10 @@ def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
 ) -> None:
     """S6 fires in `before_model`, when the state ends with the tool results the model is
     about to read: the state the model is called with still ends with them."""
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
     middleware = make_middleware(config=AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW))
     agent_model = ScriptedAgent(calls_per_run=30)
     sizes = framework_runs.small_output_size
@@ -126,6 +134,10 @@ def test_the_whole_request_with_many_tools_stays_under_a_small_window(
     """The middleware measures the tool definitions and the system prompt of each model call
     into the session's reserve: messages, tools and system prompt together stay under the
     window. With `reserve_tokens=0` set (no room kept) the same run goes over it."""
+    from langchain.agents import create_agent
+    from langchain_core.tools import StructuredTool, tool
+    from langchain_openai import ChatOpenAI
+
     config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW)
     if not measured:
         config = AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW, reserve_tokens=0)
@@ -159,6 +171,8 @@ def test_the_whole_request_with_many_tools_stays_under_a_small_window(
 def test_many_short_runs_and_a_restart_with_a_checkpointer(
     make_middleware: Callable[..., AutoContextMiddleware], session_id: str
 ) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
     agent_model = ScriptedAgent(
         calls_per_run=3, context_calls={1: ("context_search", {"query": '"FACT-0002"'})}
     )
@@ -224,6 +238,8 @@ def test_an_async_run_stays_under_the_window_and_stores_each_message_once(
     make_middleware: Callable[..., AutoContextMiddleware], session_id: str
 ) -> None:
     """`ainvoke` goes through the async hooks (`abefore_model`, `aafter_agent`) and tools."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
     middleware = make_middleware()
     agent_model = ScriptedAgent(
         calls_per_run=12, context_calls={10: ("context_search", {"query": '"FACT-0001"'})}
@@ -251,6 +267,8 @@ def test_an_async_run_stays_under_the_window_and_stores_each_message_once(
 def test_a_given_client_opens_the_memories_and_its_close_closes_them(
     db_url: str, client: AutoContextClient, session_id: str
 ) -> None:
+    from autoctx.integrations.langchain import AutoContextMiddleware
+
     AutoContextClient.close_shared(db_url)
     middleware = AutoContextMiddleware(
         config=AutoContextConfig(max_tokens=framework_runs.WINDOW),
@@ -280,6 +298,8 @@ def test_without_langchain_the_import_error_names_the_extra(package: str) -> Non
 def test_a_missing_module_that_is_not_the_framework_passes_through_unchanged() -> None:
     """Only the framework's own packages are reported as the missing extra: a dependency of
     autoctx itself that is missing keeps its own error."""
+    from autoctx.integrations._optional import framework_of
+
     with (
         pytest.raises(ModuleNotFoundError) as caught,
         framework_of("LangChain", needs="LangChain v1", extra="langchain", packages=("langchain",)),

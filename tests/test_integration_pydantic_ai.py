@@ -6,23 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from pydantic_ai import Agent
-from pydantic_ai.messages import (
-    ImageUrl,
-    ModelRequest,
-    ModelResponse,
-    SystemPromptPart,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
-from pydantic_ai.models.openai import OpenAIChatModel
-from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.tools import Tool
 
 from autoctx import (
     AutoContextClient,
@@ -32,15 +18,17 @@ from autoctx import (
     InvalidMessage,
     OfflineSummarizer,
 )
-from autoctx.integrations.pydantic_ai import (
-    AutoContextCapability,
-    from_model_messages,
-    to_model_messages,
-)
 
 from . import framework_runs
 from .agent_model import ScriptedAgent, tool_output
 from .openai_server import OpenAIServer
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+
+    from autoctx.integrations.pydantic_ai import (
+        AutoContextCapability,
+    )
 
 
 @pytest.fixture
@@ -51,6 +39,10 @@ def server() -> Iterator[tuple[OpenAIServer, ScriptedAgent]]:
 
 
 def _agent(srv: OpenAIServer, capability: AutoContextCapability, calls: list[int]) -> Agent[None]:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
     model = OpenAIChatModel(
         "test-model", provider=OpenAIProvider(base_url=srv.base_url, api_key="t")
     )
@@ -65,6 +57,8 @@ def _agent(srv: OpenAIServer, capability: AutoContextCapability, calls: list[int
 
 
 def _capability(db_url: str, session_id: str) -> AutoContextCapability:
+    from autoctx.integrations.pydantic_ai import AutoContextCapability
+
     return AutoContextCapability(
         session_id,
         db_url,
@@ -74,6 +68,20 @@ def _capability(db_url: str, session_id: str) -> AutoContextCapability:
 
 
 def test_model_messages_convert_both_ways() -> None:
+    from pydantic_ai.messages import (
+        ImageUrl,
+        ModelRequest,
+        ModelResponse,
+        SystemPromptPart,
+        TextPart,
+        ThinkingPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+
+    from autoctx.integrations.pydantic_ai import from_model_messages, to_model_messages
+
     history = [
         ModelRequest([SystemPromptPart("sys"), UserPromptPart("look")]),
         ModelResponse(
@@ -114,7 +122,9 @@ def test_model_messages_convert_both_ways() -> None:
 
 
 def test_a_part_autoctx_has_no_place_for_is_refused() -> None:
-    from pydantic_ai.messages import BinaryContent, FilePart
+    from pydantic_ai.messages import BinaryContent, FilePart, ModelResponse
+
+    from autoctx.integrations.pydantic_ai import from_model_messages
 
     response = ModelResponse([FilePart(BinaryContent(b"x", media_type="application/pdf"))])
     with pytest.raises(InvalidMessage, match="FilePart"):
@@ -124,6 +134,8 @@ def test_a_part_autoctx_has_no_place_for_is_refused() -> None:
 def test_long_run_stays_under_the_window(
     server: tuple[OpenAIServer, ScriptedAgent], db_url: str, session_id: str
 ) -> None:
+    from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
     srv, scripted = server
     # Message ids in the session: 1 the prompt, then a call and its result per step, so step
     # 3's result is message 9.
@@ -200,6 +212,12 @@ def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
     """S6 fires right before a model request, when the history ends with the tool returns the
     model is about to read: the request still ends with them (Pydantic AI refuses a history
     that does not end with a `ModelRequest`)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from autoctx.integrations.pydantic_ai import AutoContextCapability
+
     srv, scripted = server
     scripted.calls_per_run = 30
     capability = AutoContextCapability(
@@ -236,6 +254,13 @@ def test_the_whole_request_with_many_tools_stays_under_a_small_window(
     """The capability measures each request's tool definitions and instructions into the
     session's reserve: messages, tools and instructions together stay under the window. With
     `reserve_tokens=0` set (no room kept) the same run goes over it."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+    from pydantic_ai.tools import Tool
+
+    from autoctx.integrations.pydantic_ai import AutoContextCapability
+
     srv, scripted = server
     scripted.calls_per_run = 30
     scripted.tool_name = "run_step"
@@ -331,6 +356,8 @@ def test_a_given_client_opens_the_memory_and_its_close_closes_it(
     client: AutoContextClient,
     session_id: str,
 ) -> None:
+    from autoctx.integrations.pydantic_ai import AutoContextCapability
+
     srv, scripted = server
     scripted.calls_per_run = 2
     AutoContextClient.close_shared(db_url)

@@ -13,28 +13,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from langchain.agents import create_agent
-from langchain_anthropic import ChatAnthropic
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.tools import ToolException, tool
-from langchain_openai.chat_models.base import _construct_lc_result_from_responses_api
-from langgraph.checkpoint.memory import InMemorySaver
 from openai.types.responses import Response
 
 from autoctx import AutoContextConfig, AutoContextMemory, OfflineSummarizer
-from autoctx.integrations.langchain import AutoContextMiddleware, working_messages
 from tests import framework_runs
 from tests.agent_model import tool_output
 from tests.anthropic_server import AnthropicAgent, AnthropicServer
 
-Make = Callable[..., AutoContextMiddleware]
+if TYPE_CHECKING:
+    from langchain_anthropic import ChatAnthropic
+    from langchain_core.messages import AIMessage
+
+    from autoctx.integrations.langchain import AutoContextMiddleware
+
+Make = Callable[..., "AutoContextMiddleware"]
 
 
 @pytest.fixture
 def make_middleware(db_url: str) -> Make:
+    from autoctx.integrations.langchain import AutoContextMiddleware
+
     def make(**kw: Any) -> AutoContextMiddleware:
         kw.setdefault("summarizer", OfflineSummarizer())
         kw.setdefault("config", AutoContextConfig(max_tokens=framework_runs.WINDOW))
@@ -44,6 +45,8 @@ def make_middleware(db_url: str) -> Make:
 
 
 def _chat_anthropic(srv: AnthropicServer, **kw: Any) -> ChatAnthropic:
+    from langchain_anthropic import ChatAnthropic
+
     return ChatAnthropic(
         model="claude-sonnet-4-5", base_url=srv.base_url, api_key="test", max_retries=0, **kw
     )
@@ -58,6 +61,10 @@ def _thinking_beside_calls(content: list[Any]) -> bool:
 def test_chat_anthropic_with_thinking_and_tools_runs_under_the_window(
     make_middleware: Make, session_id: str, streaming: bool
 ) -> None:
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
     middleware = make_middleware()
     agent_model = AnthropicAgent(calls_per_run=30, thinking=True)
     work = framework_runs.Work()
@@ -102,6 +109,9 @@ def test_chat_anthropic_with_thinking_and_tools_runs_under_the_window(
 def _responses_message() -> AIMessage:
     """An AIMessage as `ChatOpenAI`'s Responses API conversion writes it: a reasoning item,
     then the function call it led to (in the content and in `tool_calls`)."""
+    from langchain_core.messages import AIMessage
+    from langchain_openai.chat_models.base import _construct_lc_result_from_responses_api
+
     response = Response.model_construct(
         **Response.model_validate(
             {
@@ -138,6 +148,9 @@ def _responses_message() -> AIMessage:
 
 
 def _anthropic_message(srv: AnthropicServer) -> AIMessage:
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
     @tool
     def query(sql: str) -> str:
         """Run a query."""
@@ -153,6 +166,10 @@ def test_thinking_and_reasoning_with_tool_calls_round_trip_through_the_middlewar
 ) -> None:
     """Defect 7: a ChatAnthropic reply (thinking, text, tool_use) and a ChatOpenAI Responses
     reply (reasoning, function_call) are stored and given back equal, beside their calls."""
+    from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+
+    from autoctx.integrations.langchain import working_messages
+
     with AnthropicServer(AnthropicAgent(calls_per_run=1, thinking=True)) as srv:
         anthropic_reply = _anthropic_message(srv)
     assert [b["type"] for b in anthropic_reply.content] == ["thinking", "text", "tool_use"]
@@ -195,6 +212,11 @@ def test_a_tool_messages_status_artifact_and_name_survive_the_agent_loop(
 ) -> None:
     """Defect 8: through `create_agent`'s own tool node, an error result stays an error, and a
     tool's artifact and name come back with it, also after the state was replaced."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import ToolException, tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
     script = AnthropicAgent(
         calls_per_run=3,
         context_calls={0: ("lookup", {"key": "a"}), 1: ("broken", {}), 2: ("lookup", {"key": "b"})},
@@ -247,6 +269,10 @@ def test_a_tool_messages_status_artifact_and_name_survive_the_agent_loop(
 
 def test_the_async_loop_keeps_thinking_and_status(make_middleware: Make, session_id: str) -> None:
     """`ainvoke` goes through the middleware's async hooks with the same conversion."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
     middleware = make_middleware()
     agent_model = AnthropicAgent(calls_per_run=4, thinking=True)
     thread = {"configurable": {"thread_id": session_id}}

@@ -19,21 +19,10 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 import sqlalchemy as sa
-from agents import (
-    Agent,
-    OpenAIChatCompletionsModel,
-    RunConfig,
-    Runner,
-    Session,
-    function_tool,
-    set_tracing_disabled,
-)
-from agents.memory.session_settings import SessionSettings
-from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 
 from autoctx import (
@@ -51,11 +40,17 @@ from autoctx._plot import reconstruct
 from autoctx._store.inspect import message_stamps
 from autoctx._tokens import get_encoding
 from autoctx._tools import NOT_FOUND_ANSWER
-from autoctx.integrations.openai_agents import AutoContextSession, context_tools
 from tests import framework_runs
 from tests.agent_model import ScriptedAgent, tool_output
 from tests.dbsql import sql
 from tests.openai_server import OpenAIServer, Reply
+
+if TYPE_CHECKING:
+    from agents import (
+        Agent,
+    )
+
+    from autoctx.integrations.openai_agents import AutoContextSession
 
 T = TypeVar("T")
 
@@ -66,6 +61,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 @pytest.fixture
 def make_session(db_url: str, session_id: str) -> Callable[..., AutoContextSession]:
+    from autoctx.integrations.openai_agents import AutoContextSession
+
     def _make(sid: str | None = None, **kw: Any) -> AutoContextSession:
         kw.setdefault("summarizer", OfflineSummarizer())
         return AutoContextSession(sid or session_id, db_url, **kw)
@@ -178,6 +175,9 @@ def varied_items() -> list[dict[str, Any]]:
 def test_implements_the_sdk_session_protocol(
     make_session: Callable[..., AutoContextSession],
 ) -> None:
+    from agents import Session
+    from agents.memory.session_settings import SessionSettings
+
     session = make_session()
     assert isinstance(session, Session)
     assert session.session_settings == SessionSettings()  # as the SDK's own stores default it
@@ -353,6 +353,8 @@ def test_a_new_session_object_reads_the_clients_items_cache_and_sees_other_proce
     """Every session object of a session opened through one client shares its items cache
     (`AutoContextClient.session_caches`): a new object's read fetches no message content it
     already holds, and still sees what another process appended and erased."""
+    from autoctx.integrations.openai_agents import AutoContextSession
+
     secret = f"cardnumber{uuid.uuid4().hex[:10]}"
     items = [
         {"role": "user", "content": f"my card is {secret}"},
@@ -403,6 +405,8 @@ def test_a_new_session_object_reads_the_clients_items_cache_and_sees_other_proce
 def test_an_erasure_in_this_process_empties_every_items_cache_at_once(
     client: AutoContextClient, session_id: str
 ) -> None:
+    from autoctx.integrations.openai_agents import AutoContextSession
+
     session = AutoContextSession(
         session_id, summarizer=OfflineSummarizer(), compress=False, client=client
     )
@@ -503,6 +507,8 @@ def test_popping_a_call_out_of_a_parallel_group_keeps_the_others(
 def test_clear_session_empties_the_context_and_keeps_the_audit_trail(
     make_session: Callable[..., AutoContextSession],
 ) -> None:
+    from autoctx.integrations.openai_agents import AutoContextSession
+
     session = make_session(compress=False)
     items = varied_items()
     run(session.add_items(items))
@@ -540,6 +546,8 @@ def test_clear_session_empties_the_context_and_keeps_the_audit_trail(
 def test_from_memory_shares_the_memory(
     open_memory: Callable[..., AutoContextMemory],
 ) -> None:
+    from autoctx.integrations.openai_agents import AutoContextSession
+
     mem = open_memory()
     session = AutoContextSession.from_memory(mem, compress=False)
     run(session.add_items([{"role": "user", "content": "hi"}]))
@@ -566,6 +574,8 @@ def test_a_tenants_session_works_and_stays_its_own(
 
 def test_session_settings_limit_applies(make_session: Callable[..., AutoContextSession]) -> None:
 
+    from agents.memory.session_settings import SessionSettings
+
     items = varied_items()
     session = make_session(compress=False, session_settings=SessionSettings(limit=2))
     run(session.add_items(copy.deepcopy(items)))
@@ -576,6 +586,9 @@ def test_session_settings_limit_applies(make_session: Callable[..., AutoContextS
 def test_session_settings_given_as_a_dict_work_as_the_sdks_own_stores_take_them(
     make_session: Callable[..., AutoContextSession],
 ) -> None:
+
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from agents.memory.session_settings import SessionSettings
 
     items = varied_items()
     session = make_session(compress=False, session_settings={"limit": 2})
@@ -765,6 +778,10 @@ def test_a_replacement_that_ends_in_a_pending_call_keeps_the_shape_rules(
 
 
 def test_reload_tool_answers_plainly(make_session: Callable[..., AutoContextSession]) -> None:
+    from agents.tool_context import ToolContext
+
+    from autoctx.integrations.openai_agents import context_tools
+
     session = make_session()
     tool, search = context_tools(session)
     assert (tool.name, search.name) == ("context_reload", "context_search")
@@ -794,7 +811,6 @@ def file_contents(path: str) -> str:
     return f"{head} SECRET-{path}-{len(path) * 7}{body}"
 
 
-@function_tool
 def read_file(path: str) -> str:
     """Read a file of the workspace."""
     return file_contents(path)
@@ -831,6 +847,16 @@ def assert_valid_chat_history(messages: Sequence[Mapping[str, Any]]) -> None:
 def test_runner_compresses_along_the_way_and_reloads_an_offload(
     make_session: Callable[..., AutoContextSession],
 ) -> None:
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+
+    from autoctx.integrations.openai_agents import context_tools
+
     config = AutoContextConfig(
         msg_threshold=12,
         max_tokens=4000,
@@ -861,7 +887,7 @@ def test_runner_compresses_along_the_way_and_reloads_an_offload(
                 name="worker",
                 instructions="Work. " + AutoContextMemory.system_prompt_snippet(),
                 model=model,
-                tools=[read_file, *context_tools(session)],
+                tools=[function_tool(read_file), *context_tools(session)],
             )
             for prompt, replies in turns:
                 srv.script(*replies)
@@ -1046,6 +1072,8 @@ def test_a_background_session_adds_items_without_waiting_for_the_summarizer(
 
 
 def test_a_bad_background_mode_of_a_session_is_refused_naming_it(db_url: str) -> None:
+    from autoctx.integrations.openai_agents import AutoContextSession
+
     with pytest.raises(ConfigError, match="background must be False, True or 'worker'"):
         AutoContextSession("s", db_url, background=cast(Any, "yes"))
 
@@ -1058,6 +1086,10 @@ def test_a_bad_background_mode_of_a_session_is_refused_naming_it(db_url: str) ->
 def _sdk_agent(
     srv: OpenAIServer, session: AutoContextSession, work: framework_runs.Work
 ) -> tuple[Agent[Any], AsyncOpenAI]:
+    from agents import Agent, OpenAIChatCompletionsModel, function_tool
+
+    from autoctx.integrations.openai_agents import context_tools
+
     client = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
     model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
     agent = Agent(
@@ -1072,6 +1104,8 @@ def _sdk_agent(
 async def _sdk_run(
     agent: Agent[Any], prompt: str, session: AutoContextSession, *, stream: bool, bounded: bool
 ) -> Any:
+    from agents import RunConfig, Runner
+
     run_config = session.run_config() if bounded else RunConfig()
     if stream:
         streamed = Runner.run_streamed(
@@ -1116,6 +1150,8 @@ def _window_config() -> AutoContextConfig:
 def test_every_model_call_of_a_long_run_stays_under_the_window(
     make_session: Callable[..., AutoContextSession], stream: bool
 ) -> None:
+    from agents import set_tracing_disabled
+
     session = make_session(config=_window_config())
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(
@@ -1144,6 +1180,8 @@ def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
 ) -> None:
     """S6 fires in the input filter, when the run's items end with the call outputs the model is
     about to read: the input of the model call still ends with them."""
+    from agents import set_tracing_disabled
+
     session = make_session(config=AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW))
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(calls_per_run=30)
@@ -1161,6 +1199,10 @@ def test_a_long_task_at_a_small_window_hands_the_model_its_tool_results_last(
 def test_a_given_client_opens_the_memory_and_its_close_closes_it(
     db_url: str, client: AutoContextClient, session_id: str
 ) -> None:
+    from agents import set_tracing_disabled
+
+    from autoctx.integrations.openai_agents import AutoContextSession
+
     AutoContextClient.close_shared(db_url)
     session = AutoContextSession(
         session_id, config=_window_config(), summarizer=OfflineSummarizer(), client=client
@@ -1189,6 +1231,8 @@ def test_without_the_filter_a_long_run_goes_over_the_window(
     """What the README says happens without the filter: the session compresses what it
     stores, and the SDK still sends every item of the run at each model call. The session
     says so, once, naming `run_config()`."""
+    from agents import set_tracing_disabled
+
     session = make_session(config=_window_config())
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(calls_per_run=48)
@@ -1212,6 +1256,8 @@ def test_the_filter_keeps_room_for_the_tool_definitions_and_instructions(
 ) -> None:
     """The whole request (messages, tool definitions and instructions) stays under the window:
     the filter measures the agent's tools and instructions into the session's reserve."""
+    from agents import set_tracing_disabled
+
     session = make_session(config=AutoContextConfig(max_tokens=framework_runs.SMALL_WINDOW))
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(calls_per_run=30)
@@ -1235,6 +1281,8 @@ def test_a_run_with_the_filter_is_not_warned_of(
     caplog: pytest.LogCaptureFixture,
     stream: bool,
 ) -> None:
+    from agents import set_tracing_disabled
+
     session = make_session(config=_window_config())
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(calls_per_run=3)
@@ -1249,6 +1297,8 @@ def test_a_run_with_the_filter_is_not_warned_of(
 def test_many_short_runs_and_a_restart_stay_under_the_window(
     make_session: Callable[..., AutoContextSession],
 ) -> None:
+    from agents import set_tracing_disabled
+
     set_tracing_disabled(True)
     agent_model = ScriptedAgent(
         calls_per_run=3, context_calls={1: ("context_search", {"query": '"FACT-0002"'})}
@@ -1286,6 +1336,8 @@ def test_many_short_runs_and_a_restart_stay_under_the_window(
 def test_run_config_sets_the_filter_and_keeps_other_options(
     make_session: Callable[..., AutoContextSession],
 ) -> None:
+    from agents import RunConfig
+
     session = make_session()
     config = session.run_config(RunConfig(workflow_name="w"), tracing_disabled=True)
     assert config.call_model_input_filter == session.call_model_input_filter

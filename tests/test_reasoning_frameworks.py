@@ -10,19 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import pytest
-from agentscope.message import UserMsg
-from pydantic_ai import Agent as PydanticAgent
-from pydantic_ai.models.openai import OpenAIChatModel
-from pydantic_ai.providers.openai import OpenAIProvider
 
 from autoctx import AutoContextConfig, AutoContextMemory, Msg, OfflineSummarizer
-from autoctx.integrations.agentscope import AutoContextMiddleware as AgentScopeMiddleware
-from autoctx.integrations.openai_agents import AutoContextSession
-from autoctx.integrations.pydantic_ai import AutoContextCapability
 
 from . import framework_runs
 from .agent_model import ScriptedAgent, tool_output
@@ -30,6 +22,9 @@ from .anthropic_server import AnthropicAgent, AnthropicServer, shape_errors
 from .openai_server import OpenAIServer
 from .test_integration_agentscope import make_agent as agentscope_agent
 from .test_openai_agents import _run_once as sdk_run_once
+
+if TYPE_CHECKING:
+    pass
 
 CALLS = 30
 REASONING = 800
@@ -56,6 +51,8 @@ def assert_reasoning_beside_calls(originals: Sequence[Mapping[str, Any]], replie
 
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
 def test_agents_sdk_with_a_reasoning_model(db_url: str, session_id: str, stream: bool) -> None:
+    from autoctx.integrations.openai_agents import AutoContextSession
+
     session = AutoContextSession(
         session_id,
         db_url,
@@ -77,6 +74,12 @@ def test_agents_sdk_with_a_reasoning_model(db_url: str, session_id: str, stream:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "run_stream"])
 def test_pydantic_ai_with_a_reasoning_model(db_url: str, session_id: str, stream: bool) -> None:
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from autoctx.integrations.pydantic_ai import AutoContextCapability
+
     capability = AutoContextCapability(
         session_id,
         db_url,
@@ -123,6 +126,10 @@ def test_pydantic_ai_with_a_reasoning_model(db_url: str, session_id: str, stream
 
 @pytest.mark.parametrize("stream", [False, True], ids=["reply", "streamed"])
 def test_agentscope_with_a_reasoning_model(db_url: str, session_id: str, stream: bool) -> None:
+    from agentscope.message import UserMsg
+
+    from autoctx.integrations.agentscope import AutoContextMiddleware as AgentScopeMiddleware
+
     agent_model = ScriptedAgent(calls_per_run=CALLS, reasoning_chars=REASONING)
 
     async def go() -> AutoContextMemory:
@@ -146,6 +153,8 @@ def test_agentscope_with_a_reasoning_model(db_url: str, session_id: str, stream:
 
 
 def test_the_anthropic_client_loop_with_extended_thinking(open_memory: Any) -> None:
+    import anthropic
+
     mem = open_memory(config=AutoContextConfig(max_tokens=framework_runs.WINDOW))
     agent_model = AnthropicAgent(calls_per_run=CALLS, thinking=True, thinking_chars=REASONING)
     tools = [{"name": "work", "description": "Work.", "input_schema": {"type": "object"}}]

@@ -17,11 +17,10 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
-from agents.tool_context import ToolContext
 from sqlalchemy.engine import URL
 from typer.testing import CliRunner, Result
 
@@ -46,11 +45,13 @@ from autoctx._cli import app
 from autoctx._store import search as search_store
 from autoctx._store.catalog import Catalog
 from autoctx._store.console import read_only
-from autoctx.integrations.openai_agents import context_tools
 from tests.dbsql import sql
 from tests.histories import SMALL, multi_round
 from tests.test_statements import _TABLE_RE, Captured, Recorder, _check
 from tests.test_tenants import Role, login_role
+
+if TYPE_CHECKING:
+    pass
 
 Open = Callable[..., AutoContextMemory]
 
@@ -419,6 +420,10 @@ def test_the_search_tool_answers_within_the_tenant(tenants: dict[str, AutoContex
 
 
 def test_the_agents_sdk_search_tool(tenants: dict[str, AutoContextMemory]) -> None:
+    from agents.tool_context import ToolContext
+
+    from autoctx.integrations.openai_agents import context_tools
+
     a1, g = tenants["a1"], tenants["g"]
     (tool,) = [t for t in context_tools(a1) if t.name == "context_search"]
     assert tool.name == "context_search" and tool.params_json_schema["required"] == ["query"]
