@@ -529,6 +529,74 @@ def test_bound_holds_on_random_workloads_on_postgresql(
     bound_holds(lambda config, summarizer: PostgresSession(db_url, config, summarizer), case)
 
 
+#: A case the random workloads found (2026-12-07), kept here so that it runs whatever examples
+#: Hypothesis draws: a long task whose S6 range sits between two pinned tool groups, with the
+#: summarizer failing. The working set ends at 4,877 tokens against a window of 4,868 and the
+#: fold reports `over_window` although the protected messages hold only 1,836: after the
+#: failed S6 attempts under the window no fallback ran, and at the window S6 was not planned.
+#: A known defect of the bound, not yet mended: strict, so the fix must remove the mark.
+_PINNED_SPAN_CASE = (
+    Workload(
+        shape="long_task",
+        window=4868,
+        tasks=(
+            Task(
+                question_chars=14311,
+                groups=tuple(
+                    Group(width=w, output_chars=c, pinned=p)
+                    for w, c, p in (
+                        (1, 9347, False),
+                        (1, 6269, False),
+                        (2, 300, True),
+                        (1, 414, False),
+                        (1, 940, False),
+                        (2, 281, False),
+                        (2, 6415, False),
+                        (1, 255, False),
+                        (2, 521, False),
+                        (1, 1499, False),
+                        (2, 148, False),
+                        (1, 890, False),
+                        (2, 383, False),
+                        (1, 67, True),
+                        (2, 157, False),
+                    )
+                ),
+                answer_chars=None,
+                system=False,
+                log=True,
+            ),
+        ),
+    ),
+    AutoContextConfig(
+        msg_threshold=37,
+        max_tokens=4868,
+        reserve_tokens=0,
+        target_ratio=0.4,
+        large_payload_chars=5120,
+        preview_chars=200,
+        last_keep=38,
+        min_tool_run=26,
+        min_compress_tokens=84,
+        current_round_ratio=0.3,
+        fold_keep_tokens=271,
+        fold_budget_tokens=194,
+        fact_index_ratio=0.15,
+    ),
+    "failing",
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known defect: with the summarizer failing, an S6 range between pinned groups ends "
+    "over the window (see the comment above the case)",
+)
+def test_the_bound_holds_on_a_failing_summarizers_pinned_span() -> None:
+    bound_holds(MemorySession, _PINNED_SPAN_CASE)
+
+
 def test_system_messages_over_the_window_are_reported(db_url: str) -> None:
     """The exception: system messages alone exceed the window. The call says so (a skipped
     strategy-7 event, error `over_window...`), nothing crashes and nothing is lost."""
