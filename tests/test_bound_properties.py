@@ -530,11 +530,11 @@ def test_bound_holds_on_random_workloads_on_postgresql(
 
 
 #: A case the random workloads found (2026-12-07), kept here so that it runs whatever examples
-#: Hypothesis draws: a long task whose S6 range sits between two pinned tool groups, with the
-#: summarizer failing. The working set ends at 4,877 tokens against a window of 4,868 and the
-#: fold reports `over_window` although the protected messages hold only 1,836: after the
-#: failed S6 attempts under the window no fallback ran, and at the window S6 was not planned.
-#: A known defect of the bound, not yet mended: strict, so the fix must remove the mark.
+#: Hypothesis draws: a long task whose latest step is pinned, with unpinned steps between it and
+#: an earlier pinned step, and the summarizer failing. S6's range began after the last pinned
+#: message of the round, inside the latest step, so the stretch before it could never be
+#: summarized: the working set ended at 4,877 tokens against a window of 4,868, and the fold
+#: reported `over_window` although the protected messages hold only 1,836.
 _PINNED_SPAN_CASE = (
     Workload(
         shape="long_task",
@@ -587,12 +587,6 @@ _PINNED_SPAN_CASE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known defect: with the summarizer failing, an S6 range between pinned groups ends "
-    "over the window (see the comment above the case)",
-)
 def test_the_bound_holds_on_a_failing_summarizers_pinned_span() -> None:
     bound_holds(MemorySession, _PINNED_SPAN_CASE)
 

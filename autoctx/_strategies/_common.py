@@ -264,13 +264,13 @@ def compute_layout(
 MIN_LLM_RANGE_TOKENS: Final = 256
 
 
-def current_round_body_start(lay: Layout) -> int:
+def current_round_body_start(lay: Layout, before: int | None = None) -> int:
     """Where what S6 may summarize begins: after the latest user message (after the leading
     system messages when there is none), and after the last system or pinned message of the
-    round, even one inside the trailing pending group: those messages keep their place after
-    everything before them."""
+    round (before `before`, when given), even one inside the trailing pending group: those
+    messages keep their place after everything before them."""
     start = lay.latest_user + 1 if lay.latest_user is not None else lay.round_start
-    for k in range(len(lay) - 1, start - 1, -1):
+    for k in range((len(lay) if before is None else before) - 1, start - 1, -1):
         if lay.is_protected(k):
             return k + 1
     return start

@@ -119,6 +119,13 @@ def current_round_range(
     so that the bound holds."""
     start = current_round_body_start(lay)
     step = lay.step_start
+    if step is not None and step < start:
+        # The latest step holds a pinned message, so it stays whole after S6's summary: the
+        # range is what precedes it, after the last protected message before it (else a long
+        # stretch between two pinned steps could never be summarized, and the bound broke).
+        earlier = current_round_body_start(lay, before=step)
+        if earlier < step:
+            return earlier, step
     if (
         step is not None
         and step >= start
