@@ -46,7 +46,7 @@ from autoctx._store import console as db
 from autoctx._store.catalog import Catalog
 from autoctx._store.inspect import lineage_edges
 from autoctx._store.store import SessionStore
-from autoctx._ui import timeline
+from autoctx._ui import lists, timeline
 from autoctx._ui.app import parts
 from autoctx._ui.server import ConsoleServer, make_server
 from tests.dbsql import sql
@@ -508,6 +508,41 @@ def test_the_timeline_states_put_each_append_and_event_in_its_step() -> None:
     # as stored, and no overflow.
     assert 'class="overflow"' not in svg
     assert min(y for _, y in _path_points(svg, "stored")) < _limit_y(svg, "window")
+
+
+def test_the_lists_write_times_and_escape_text_as_the_templates_did() -> None:
+    """Pure: the lists' own time format and escaping (issue 33: cheaper than strftime and a
+    `Markup` per cell) give what `astimezone().strftime(...)` and `markupsafe.escape` give, in
+    zones with half-hour offsets and across daylight-saving changes, for any year."""
+    zones = ("UTC", "Europe/Paris", "America/St_Johns", "Asia/Kathmandu", "Australia/Lord_Howe")
+    times = [
+        datetime(2026, 3, 29, 0, 59, 59, 999_999, tzinfo=UTC),
+        datetime(2026, 3, 29, 1, 0, tzinfo=UTC),
+        datetime(2026, 10, 25, 0, 30, tzinfo=UTC),
+        datetime(2026, 10, 25, 1, 30, 0, 500_000, tzinfo=UTC),
+        datetime(2300, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        datetime(999, 5, 1, 12, tzinfo=UTC),
+        datetime(1, 1, 2, tzinfo=UTC),
+        datetime(1901, 1, 1, tzinfo=UTC),
+        datetime(2026, 1, 1, 12, 0, 0, 7),
+    ]
+    was = os.environ.get("TZ")
+    try:
+        for zone in zones:
+            os.environ["TZ"] = zone
+            time.tzset()
+            for at in times:
+                assert lists.when(at) == at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), (zone, at)
+    finally:
+        if was is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = was
+        time.tzset()
+    assert lists.when(None) == ""
+    for text in (SCRIPT, "a & b < c > d 'e' \"f\"", "", "plain", "é → ☃ <\x01>"):
+        assert lists._text(text) == str(markupsafe.escape(text))
+        assert lists._replaced(text) == str(markupsafe.escape(text))
 
 
 def test_the_timeline_is_drawn_in_steps(ui: Served, world: World, db_url: str) -> None:

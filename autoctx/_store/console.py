@@ -24,7 +24,7 @@ import uuid as uuid_mod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 
 from sqlalchemy.engine import Engine
 
@@ -95,7 +95,7 @@ left(coalesce((SELECT string_agg(coalesce(
 #: A message exactly as stored: the columns `msg_from_columns` takes, in its order.
 _MSG_COLUMNS = "m.id, m.role, m.name, m.content, m.metadata, m.kind, m.pinned, m.tokens"
 
-#: A message as a list shows it, after its position in the list (`_message_row` reads them).
+#: A message as a list shows it, after its position in the list (a `MessageRow`).
 _ROW_COLUMNS = (
     f"m.id, m.role, m.kind, m.pinned, m.tokens, m.event_id, {_PREVIEW} AS preview, m.chars"
 )
@@ -134,21 +134,12 @@ class TimelinePoint:
     created_at: datetime
 
 
-@dataclass(slots=True)
-class MessageRow:
-    """A message as a list shows it: its metadata and the start of its text."""
-
-    #: The working-set position (working context pages) or the lineage ordinal (children).
-    key: int
-    id: int
-    role: str
-    kind: str
-    pinned: bool
-    tokens: int
-    event_id: int | None
-    preview: str
-    #: The text was cut at `PREVIEW_CHARS`.
-    clipped: bool
+#: A message as a list shows it, psycopg's row as it came (`_ROW_COLUMNS` after the list's key):
+#: the working-set position (working context pages) or the lineage ordinal (children), id,
+#: role, kind, pinned, tokens, event_id, the start of its text (`PREVIEW_CHARS` at most) and
+#: its length in characters. A list renders straight from these tuples: an object per row cost
+#: 0.3 us each, 30 us of a page whose statements take 0.3 ms of the console's CPU (issue 33).
+MessageRow: TypeAlias = tuple[int, int, str, str, bool, int, int | None, str, int]
 
 
 @dataclass(slots=True)
@@ -198,8 +189,10 @@ WHERE {where}
 
 
 def _session_row(r: Sequence[Any]) -> SessionRow:
+    # The config as psycopg parsed it: a dict of its own, not copied again. (A page of the
+    # list has one more column, its order's key.)
     return SessionRow(
-        r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], dict(r[12])
+        r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12]
     )
 
 
@@ -492,20 +485,6 @@ _BEFORE = (
 )
 
 
-def _message_row(r: Sequence[Any]) -> MessageRow:
-    return MessageRow(
-        r[0],
-        r[1],
-        r[2],
-        r[3],
-        r[4],
-        r[5],
-        r[6],
-        r[7],
-        len(r[7]) >= PREVIEW_CHARS or r[8] > len(r[7]),
-    )
-
-
 def working_page(
     store: TenantScope, session_id: str, *, after: int | None, before: int | None, limit: int
 ) -> tuple[Read[list[MessageRow]], Read[int]]:
@@ -517,9 +496,8 @@ def working_page(
     op, direction, key = _keyset(after, before)
     sql = _WORKING.format(scope=_in_scope(store), op=op, direction=direction)
 
-    def rows(found: list[Any]) -> list[MessageRow]:
-        out = [_message_row(r) for r in found]
-        return out[::-1] if before is not None else out
+    def rows(found: list[MessageRow]) -> list[MessageRow]:
+        return found[::-1] if before is not None else found
 
     return (
         Read(sql, _params(store, sid=session_id, key=key, limit=limit), rows),
@@ -596,7 +574,7 @@ def lineage_children(
     return Read(
         _CHILDREN.format(scope=_in_scope(store)),
         _params(store, sid=session_id, mid=message_id, after=after, limit=limit),
-        lambda found: [_message_row(r) for r in found],
+        lambda found: found,
     )
 
 

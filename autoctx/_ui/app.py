@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from sqlalchemy.engine import Engine
@@ -72,9 +72,10 @@ class ConsoleRequestError(AutoContextError, ValueError):
     it takes)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One block of a message, as the page shows it: a label and its text exactly as stored."""
+class Part(NamedTuple):
+    """One block of a message, as the page shows it: a label and its text exactly as stored.
+    (A tuple: a frozen dataclass sets each field through `object.__setattr__`, several times
+    the cost, on every block of an offload's page, issue 33.)"""
 
     label: str
     text: str
@@ -351,8 +352,8 @@ class Console:
             rows=rows,
             rows_html=lists.message_rows(rows, session_id, numbered=True, index=index),
             index=index,
-            prev_key=rows[0].key if rows and index > 0 else None,
-            next_key=rows[-1].key if rows and has_next else None,
+            prev_key=rows[0][0] if rows and index > 0 else None,
+            next_key=rows[-1][0] if rows and has_next else None,
         )
 
     def message(self, query: Mapping[str, list[str]], session_id: str, message_id: str) -> Page:
@@ -382,7 +383,7 @@ class Console:
             children=children,
             children_html=lists.message_rows(children, session_id, numbered=False),
             after=after,
-            next_key=children[-1].key if children and more else None,
+            next_key=children[-1][0] if children and more else None,
             chain=chain,
             chain_html=lists.chain_html(chain, session_id),
             made_by=made_by,

@@ -15,13 +15,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Final, Protocol
 from urllib.parse import quote
 
+import markupsafe
 from markupsafe import Markup
 
 from .._messages import Msg
-from .._store.console import EventRow, MessageRow, SessionRow
+from .._store.console import PREVIEW_CHARS, EventRow, MessageRow, SessionRow
 from .._strategies.registry import MASKING
 
 __all__ = [
@@ -57,13 +58,25 @@ def num(value: int | None) -> str:
 
 
 def when(value: datetime | None) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+    """`value` in the machine's time zone, to the second ("2026-12-07 23:13:04")."""
+    if value is None:
+        return ""
+    try:
+        # The local wall clock of the same second, naive, is what `value.astimezone()` shows
+        # (both ask the C library's localtime), and its ISO form is what strftime writes:
+        # 1.2 us against 2.6 for astimezone and strftime (a session list formats 50, issue 33).
+        # Whole seconds make the float timestamp exact in any year.
+        local = datetime.fromtimestamp(value.replace(microsecond=0).timestamp())
+    except (OverflowError, ValueError, OSError):
+        local = value.astimezone()
+    # strftime's %Y does not pad a year before 1000 to four digits, ISO does.
+    if local.year >= 1000:
+        return local.isoformat(" ")[:19]
+    return local.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _text(value: str) -> str:
-    """`value` escaped exactly as `markupsafe.escape` does (the same five entities), as a plain
-    string: without the `Markup` object `escape` makes of every cell (a third of a list's
-    time, issue 33)."""
+def _replaced(value: str) -> str:
+    """`value` escaped with the five entities of `markupsafe.escape`, in Python."""
     return (
         value.replace("&", "&amp;")
         .replace(">", "&gt;")
@@ -71,6 +84,15 @@ def _text(value: str) -> str:
         .replace("'", "&#39;")
         .replace('"', "&#34;")
     )
+
+
+#: `value` escaped exactly as `markupsafe.escape` does, as a plain string: without the `Markup`
+#: object `escape` makes of every cell (a third of a list's time, issue 33). MarkupSafe 3's
+#: `escape` is `Markup(_escape_inner(s))`, in C where its speedups are built: the same function,
+#: so the same bytes, in a quarter of the time of five `replace` calls (4 us against 17 us for
+#: the working page's 100 previews, issue 33). Without it (MarkupSafe 2), the same five
+#: entities in Python.
+_text: Callable[[str], str] = getattr(markupsafe, "_escape_inner", None) or _replaced
 
 
 @functools.lru_cache(maxsize=64)
@@ -88,25 +110,38 @@ def _segment(value: str) -> str:
     return value if _UNRESERVED.issuperset(value) else quote(value, safe="")
 
 
+@functools.lru_cache(maxsize=64)
+def _kind_cell(kind: str) -> str:
+    """A message's kind as its cell: an original plain, any other (a summary, a preview)
+    marked."""
+    return f'<td class="{"" if kind == "original" else "kind"}">{_text(kind)}</td>'
+
+
+_CLIPPED: Final = '<span class="muted"> …</span>'
+
+
 def message_rows(
     rows: Sequence[MessageRow], session_id: str, *, numbered: bool, index: int = 0
 ) -> Markup:
     """The rows of a message list (the working context, what a summary replaced): number,
-    id (a link to the message), role, kind, tokens and the start of its text."""
+    id (a link to the message), role, kind, tokens and the start of its text (with an
+    ellipsis when the text is longer)."""
     base = f"/s/{q(session_id)}/m/"
     out: list[str] = []
     add = out.append
-    for k, r in enumerate(rows):
-        n = f'<td class="n">{index + k}</td>\n  ' if numbered else ""
-        kind = "" if r.kind == "original" else "kind"
-        more = '<span class="muted"> …</span>' if r.clipped else ""
+    n = ""
+    for k, (_key, mid, role, kind, pinned, tokens, _event, preview, chars) in enumerate(rows):
+        if numbered:
+            n = f'<td class="n">{index + k}</td>\n  '
+        shown = len(preview)
+        more = _CLIPPED if shown >= PREVIEW_CHARS or chars > shown else ""
         add(
             f"<tr>\n  {n}"
-            f'<td class="id"><a href="{base}{r.id}">#{r.id}</a></td>\n'
-            f"  <td>{_word(r.role)}{'*' if r.pinned else ''}</td>\n"
-            f'  <td class="{kind}">{_word(r.kind)}</td>\n'
-            f'  <td class="n">{r.tokens:,}</td>\n'
-            f'  <td class="preview">{_text(r.preview)}{more}</td>\n</tr>\n'
+            f'<td class="id"><a href="{base}{mid}">#{mid}</a></td>\n'
+            f"  <td>{_word(role)}{'*' if pinned else ''}</td>\n"
+            f"  {_kind_cell(kind)}\n"
+            f'  <td class="n">{tokens:,}</td>\n'
+            f'  <td class="preview">{_text(preview)}{more}</td>\n</tr>\n'
         )
     return Markup("".join(out))
 
