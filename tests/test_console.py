@@ -511,9 +511,10 @@ def test_the_timeline_states_put_each_append_and_event_in_its_step() -> None:
 
 
 def test_the_lists_write_times_and_escape_text_as_the_templates_did() -> None:
-    """Pure: the lists' own time format and escaping (issue 33: cheaper than strftime and a
-    `Markup` per cell) give what `astimezone().strftime(...)` and `markupsafe.escape` give, in
-    zones with half-hour offsets and across daylight-saving changes, for any year."""
+    """Pure: the lists' own time format, escaping and path segments (issue 33: cheaper than
+    strftime, a `Markup` per cell and a `quote` per link) give what `astimezone().strftime(...)`,
+    `markupsafe.escape` and `quote(..., safe="")` give, in zones with half-hour offsets and
+    across daylight-saving changes, for any year."""
     zones = ("UTC", "Europe/Paris", "America/St_Johns", "Asia/Kathmandu", "Australia/Lord_Howe")
     times = [
         datetime(2026, 3, 29, 0, 59, 59, 999_999, tzinfo=UTC),
@@ -543,6 +544,8 @@ def test_the_lists_write_times_and_escape_text_as_the_templates_did() -> None:
     for text in (SCRIPT, "a & b < c > d 'e' \"f\"", "", "plain", "é → ☃ <\x01>"):
         assert lists._text(text) == str(markupsafe.escape(text))
         assert lists._replaced(text) == str(markupsafe.escape(text))
+    for value in ("run-1_a.b~", "a b/c?d=e&f#g", "é☃", "", "%41", 42, -7):
+        assert lists.q(value) == urllib.parse.quote(str(value), safe="")
 
 
 def test_the_timeline_is_drawn_in_steps(ui: Served, world: World, db_url: str) -> None:

@@ -48,9 +48,16 @@ class Part(Protocol):
     def text(self) -> str: ...
 
 
+#: What `quote(value, safe="")` leaves as it is: a text made of these alone (a session id, a
+#: sort) is its own path segment or query value, with no call to `quote` (every page links
+#: its session five times and more, issue 33).
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+
+
 def q(value: object) -> str:
     """A path segment or query value: every reserved character percent-encoded."""
-    return quote(str(value), safe="")
+    text = value if isinstance(value, str) else str(value)
+    return text if _UNRESERVED.issuperset(text) else quote(text, safe="")
 
 
 def num(value: int | None) -> str:
@@ -101,15 +108,6 @@ def _word(value: str) -> str:
     return _text(value)
 
 
-#: What `quote(value, safe="")` leaves as it is: a session id made of these is its own path
-#: segment, with no call.
-_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
-
-
-def _segment(value: str) -> str:
-    return value if _UNRESERVED.issuperset(value) else quote(value, safe="")
-
-
 @functools.lru_cache(maxsize=64)
 def _kind_cell(kind: str) -> str:
     """A message's kind as its cell: an original plain, any other (a summary, a preview)
@@ -149,7 +147,7 @@ def message_rows(
 def chain_html(chain: Sequence[int], session_id: str) -> Markup:
     """The summaries above a message, nearest first, each a link, joined by arrows (a chain
     of folds is tens long)."""
-    base = f"/s/{_segment(session_id)}/m/"
+    base = f"/s/{q(session_id)}/m/"
     return Markup(" → ".join(f'<a href="{base}{c}">#{c}</a>' for c in chain))
 
 
@@ -163,7 +161,7 @@ def session_rows(rows: Iterable[SessionRow]) -> Markup:
         window = f"{r.max_tokens:,}" if r.max_tokens is not None else ""
         add(
             "<tr>\n"
-            f'  <td class="id"><a href="/s/{_segment(r.session_id)}">{_text(r.session_id)}</a>'
+            f'  <td class="id"><a href="/s/{q(r.session_id)}">{_text(r.session_id)}</a>'
             "</td>\n"
             f'  <td class="n">{r.message_count:,}</td>\n'
             f'  <td class="n">{r.token_count:,}</td>\n'
