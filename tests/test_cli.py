@@ -706,10 +706,10 @@ def test_help_piped_pads_no_line_with_spaces() -> None:
         assert page.exit_code == 0 and "Usage: " in page.stdout, path
         padded = [line for line in page.stdout.splitlines() if line.endswith(" ")]
         assert padded == [], f"{' '.join(path)} --help: {padded[:3]}"
-    piped = run_cli(["--help"])
+    piped = run_process(["--help"])
     assert piped.returncode == 0 and "Usage: " in piped.stdout and "─ Commands ─" in piped.stdout
     assert [line for line in piped.stdout.splitlines() if line.endswith(" ")] == []
-    wrong = run_cli(["search"])
+    wrong = run_process(["search"])
     assert wrong.returncode == 2 and "Missing argument" in wrong.stderr
     assert [line for line in wrong.stderr.splitlines() if line.endswith(" ")] == []
 
@@ -770,10 +770,33 @@ def test_plot_merges_dense_markers_into_counted_ones(
 # -- issue 23: a lossless CLI (piped, 80 columns), --json everywhere, kinds, durations -------
 
 
-def run_cli(args: Sequence[str], columns: int = 80) -> subprocess.CompletedProcess[str]:
+#: A pipe's environment: $COLUMNS wide, nothing that makes rich treat the output as a terminal.
+def _pipe_env(columns: int) -> dict[str, str | None]:
+    return {
+        "COLUMNS": str(columns),
+        "OPENAI_BASE_URL": "",
+        "OPENAI_API_KEY": "",
+        "TTY_COMPATIBLE": None,
+        "FORCE_COLOR": None,
+    }
+
+
+def run_cli(args: Sequence[str], columns: int = 80) -> Result:
+    """`autoctx ARGS` with its output into a pipe, $COLUMNS wide, run in this process through
+    the CLI's own app: a pipe and the runner's capture are both not a terminal, so the same code
+    writes both (`test_a_real_pipe_gets_what_the_runner_gets` compares them). `run_process` is
+    the real process, for what only a process shows."""
+    result = CliRunner().invoke(app, list(args), env=_pipe_env(columns))
+    # An exception that left the command would be a traceback in a real process.
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def run_process(args: Sequence[str], columns: int = 80) -> subprocess.CompletedProcess[str]:
     """`autoctx ARGS` as a real process whose output is a pipe, $COLUMNS wide."""
     env = {k: v for k, v in os.environ.items() if k not in ("TTY_COMPATIBLE", "FORCE_COLOR")}
-    env |= {"COLUMNS": str(columns), "OPENAI_BASE_URL": "", "OPENAI_API_KEY": ""}
+    env |= {k: v for k, v in _pipe_env(columns).items() if v is not None}
     return subprocess.run(
         [sys.executable, "-m", "autoctx._cli", *args],
         capture_output=True,
@@ -830,7 +853,7 @@ def test_history_piped_at_80_columns_keeps_every_field_whole(
 ) -> None:
     session_id, _ = kinds_session
     proc = run_cli(["history", session_id, "-d", db_url])
-    assert proc.returncode == 0, proc.stderr
+    assert proc.exit_code == 0, proc.stderr
     out = proc.stdout
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 80, out
@@ -865,11 +888,25 @@ def test_piped_output_has_no_padding_at_line_ends(
     if command[0] != "sessions":
         args.insert(1, shown)
     proc = run_cli(args, columns=columns)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.exit_code == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) > 3, proc.stdout
     padded = [n for n, line in enumerate(lines) if line != line.rstrip()]
     assert not padded, f"lines {padded[:5]} end in spaces: {lines[padded[0]]!r}"
+
+
+def test_a_real_pipe_gets_what_the_runner_gets(kinds_session: tuple[str, str], db_url: str) -> None:
+    """The piped-output tests run the CLI in this process; a real process writing into a real
+    pipe prints the same bytes: the widest output (history's blocks at 80 columns) and a table
+    of rows, neither padded at line ends."""
+    session_id, _ = kinds_session
+    for command in (["history", session_id], ["sessions", "--prefix", "cli-kinds-"]):
+        args = [*command, "-d", db_url]
+        proc = run_process(args)
+        assert proc.returncode == 0, proc.stderr
+        assert len(proc.stdout.splitlines()) > 3, proc.stdout
+        assert proc.stdout == run_cli(args).stdout
+        assert [line for line in proc.stdout.splitlines() if line != line.rstrip()] == []
 
 
 def test_history_names_pop_erase_clear_and_fork_and_saves_nothing_for_them(
@@ -916,7 +953,7 @@ def test_lineage_piped_at_80_columns_keeps_event_and_offload_ids_whole(
         key=lambda e: len(e.replaced_ids),
     )
     proc = run_cli(["lineage", demo_id, str(top.summary_message_id), "-d", db_url])
-    assert proc.returncode == 0, proc.stderr
+    assert proc.exit_code == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80, proc.stdout
     text = flat(proc.stdout)
@@ -967,7 +1004,7 @@ def test_reload_prints_the_stored_text_exactly(db_url: str) -> None:
     mem.add({"role": "user", "content": "thanks"})
     offload = next(e.offload_uuid for e in mem.compress_if_needed() if e.offload_uuid)
     proc = run_cli(["reload", mem.session_id, str(offload), "-d", db_url])
-    assert proc.returncode == 0, proc.stderr
+    assert proc.exit_code == 0, proc.stderr
     assert table in proc.stdout
     handle = next(r.handle for r in offload_rows(mem.engine, mem.session_id) if r.uuid == offload)
     assert proc.stdout.startswith(f"offload {handle} ({offload}): ")
@@ -980,7 +1017,7 @@ def test_show_piped_at_80_columns_shows_content_and_whole_offload_ids(
     demo_id: str, db_url: str, store: StoreOf
 ) -> None:
     proc = run_cli(["show", demo_id, "-d", db_url])
-    assert proc.returncode == 0, proc.stderr
+    assert proc.exit_code == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80, proc.stdout
     text = flat(proc.stdout)
@@ -1032,7 +1069,7 @@ def test_lifecycle_and_db_commands_print_json(
     )
     original = next(m.id for m in store(new).load_working() if m.kind == "original")
     erased = run_cli(["erase", new, str(original), "--reason", "test", "--json", "-d", db_url])
-    assert erased.returncode == 0, erased.stderr
+    assert erased.exit_code == 0, erased.stderr
     doc = json.loads(erased.stdout)
     assert doc["erased_ids"] == [original]
     assert doc["event"]["id"] == store(new).events()[-1].id and doc["event"]["reason"] == "erase"
@@ -1054,7 +1091,7 @@ def test_lifecycle_and_db_commands_print_json(
     current = json.loads(run_cli(["db", "current", "--json", "-d", db_url]).stdout)
     assert current["up_to_date"] is True and current["revision"] == current["head"]
     worker = run_cli(["worker", "--once", "--offline", "--json", "-d", db_url])
-    assert worker.returncode == 0, worker.stderr
+    assert worker.exit_code == 0, worker.stderr
     for line in worker.stdout.splitlines():
         assert set(json.loads(line)) >= {"session_id", "applied", "failed", "event_ids"}
 
@@ -1086,7 +1123,7 @@ def test_purge_reads_min_and_seconds(db_url: str) -> None:
 )
 def test_a_schema_behind_says_run_autoctx_db_upgrade(args: list[str], empty_db_url: str) -> None:
     proc = run_cli([*args, "-d", empty_db_url])
-    assert proc.returncode == 1
+    assert proc.exit_code == 1
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "no autoctx schema yet" in proc.stderr
     assert "run `autoctx db upgrade`" in proc.stderr
@@ -1094,12 +1131,12 @@ def test_a_schema_behind_says_run_autoctx_db_upgrade(args: list[str], empty_db_u
 
 
 def test_verbose_works_after_the_subcommand(db_url: str) -> None:
-    after = run_cli(["worker", "--once", "-v", "-d", db_url])
+    after = run_process(["worker", "--once", "-v", "-d", db_url])
     assert after.returncode == 0, after.stderr
     assert "INFO autoctx" in after.stderr
-    before = run_cli(["-v", "worker", "--once", "-d", db_url])
+    before = run_process(["-v", "worker", "--once", "-d", db_url])
     assert before.returncode == 0 and "INFO autoctx" in before.stderr
-    quiet = run_cli(["worker", "--once", "-d", db_url])
+    quiet = run_process(["worker", "--once", "-d", db_url])
     assert quiet.returncode == 0 and "INFO" not in quiet.stderr
 
 
@@ -1107,7 +1144,7 @@ def test_demo_json_prints_a_summary_on_stdout_and_the_run_on_stderr(
     db_url: str, store: StoreOf
 ) -> None:
     proc = run_cli(["demo", "--rounds", "1", "--steps", "0", "--json", "-d", db_url])
-    assert proc.returncode == 0, proc.stderr
+    assert proc.exit_code == 0, proc.stderr
     doc = json.loads(proc.stdout)
     info = store(doc["session_id"]).get_session()
     assert info is not None and doc["token_count"] == info.token_count
@@ -1118,7 +1155,7 @@ def test_demo_json_prints_a_summary_on_stdout_and_the_run_on_stderr(
 def test_piped_search_respects_columns(demo_id: str, db_url: str) -> None:
     """A piped table wider than $COLUMNS is printed one block per row, each field whole."""
     narrow = run_cli(["search", "read_file", "--session", demo_id, "-d", db_url], columns=80)
-    assert narrow.returncode == 0, narrow.stderr
+    assert narrow.exit_code == 0, narrow.stderr
     lines = narrow.stdout.splitlines()
     assert len(lines) > 3 and max(len(line) for line in lines) <= 80, narrow.stdout
     assert demo_id in narrow.stdout
