@@ -38,6 +38,8 @@ from ._tags import offload_reference
 BudgetMargin = Callable[[int], int]
 #: How the summary's tokens are counted (the session's encoding).
 CountTokens = Callable[[str], int]
+#: How an index line is measured against its room: in tokens, or in characters (`len`).
+Measure = Callable[[str], int]
 
 #: How the index line begins (what a reader, or the bench, finds it by).
 INDEX_PREFIX: Final = "Not in this summary"
@@ -51,7 +53,10 @@ class Subject:
     """One accepted answer of a pass, as the check sees it."""
 
     edit: Edit
-    #: The messages the range replaces (their facts are the ones checked).
+    #: The messages the summary stands for (their facts are the ones checked): the range's,
+    #: but for what stays verbatim before the summary (`prefix`), whose facts are in view by
+    #: construction and would otherwise fill the extractor's bound (an S6 prefix carries the
+    #: earlier index line's facts) and leave the newer messages' facts unchecked.
     msgs: Sequence[Msg]
     #: The accepted answer (checked, within its budget).
     text: str
@@ -250,43 +255,43 @@ class FactChecker:
 
     # -- the index line ------------------------------------------------------------------------
 
-    def cap(self, subject: Subject, text: str) -> int:
-        """Tokens the index line may take: `fact_index_ratio` of the summary's budget (the
-        token budget, else the character budget, else a quarter of what the range holds, the
-        ladder's own estimate of a summary), and within the budget's margin where there is
-        a token budget, within the character budget where there is one."""
+    def room(self, subject: Subject, text: str) -> tuple[Measure, int]:
+        """How the index line is measured, and how much of it the summary `text` leaves:
+        `fact_index_ratio` of the summary's budget (the token budget, else the character
+        budget, else a quarter of what the range holds, the ladder's own estimate of a
+        summary), and within the budget with its margin where there is a token budget. A
+        character budget (S6's) is measured in characters, the summary's and the line's
+        together: it is what brings the round to the target, converted from the room's tokens
+        at the round's own characters per token, so a line measured in tokens at any other
+        rate could pass it (docs/design.md §6)."""
         edit = subject.edit
-        if edit.token_budget is not None:
-            base = edit.token_budget
-        elif edit.char_budget is not None:
-            base = edit.char_budget // CHARS_PER_BUDGET_TOKEN
-        else:
-            base = edit.replaced_tokens // 4
-        cap = int(base * self.index_ratio)
-        if edit.token_budget is not None:
-            room = edit.token_budget + self.margin(edit.token_budget) - self.count_tokens(text)
-            cap = min(cap, room)
-        elif edit.char_budget is not None:
-            # S6's budget is what brings the round to the target: the line stays inside it.
-            cap = min(cap, base - self.count_tokens(text))
-        return max(0, cap)
+        if edit.char_budget is not None and edit.token_budget is None:
+            base = edit.char_budget
+            # The line goes on a line of its own: the newline is the summary's.
+            return len, max(0, min(int(base * self.index_ratio), base - len(text) - 1))
+        if edit.token_budget is None:
+            return self.count_tokens, int(edit.replaced_tokens // 4 * self.index_ratio)
+        budget = edit.token_budget
+        room = budget + self.margin(budget) - self.count_tokens(text)
+        return self.count_tokens, max(0, min(int(budget * self.index_ratio), room))
 
     def index_line(
         self, subject: Subject, text: str, lacking: Sequence[Fact]
     ) -> tuple[str, list[Fact]]:
-        """The line and the facts it lists, best rank first while they fit the cap (a fact
+        """The line and the facts it lists, best rank first while they fit the room (a fact
         that does not fit is passed over for a shorter one after it)."""
         if not lacking:
             return "", []
-        cap = self.cap(subject, text)
+        measure, cap = self.room(subject, text)
         opening = _INDEX_OPENING.format(ref=offload_reference(subject.offload))
-        used = self.count_tokens(opening)
+        used = measure(opening)
+        sep = measure(_INDEX_SEPARATOR)
         listed: list[Fact] = []
         for fact in lacking:
             if carries_tag(fact.text):
                 continue  # a summary never carries a tag (docs/design.md §4)
-            # Each fact costs about its own tokens and the separator's (one or two).
-            cost = self.count_tokens(fact.text) + 2
+            # Each fact costs about its own measure and the separator's.
+            cost = measure(fact.text) + sep
             if used + cost > cap:
                 continue
             used += cost
@@ -294,7 +299,7 @@ class FactChecker:
         if not listed:
             return "", []
         line = opening + " " + _INDEX_SEPARATOR.join(f.text for f in listed)
-        while listed and self.count_tokens(line) > cap:
+        while listed and measure(line) > cap:
             # The estimate was short (tokens merge differently in context): drop the last.
             listed.pop()
             line = opening + " " + _INDEX_SEPARATOR.join(f.text for f in listed)

@@ -259,6 +259,7 @@ class Summarizing:
             _Asking(
                 edit,
                 msgs,
+                summarized,
                 offload,
                 prefix,
                 request,
@@ -269,7 +270,7 @@ class Summarizing:
                 # counts it (and the call) once (docs/design.md §3).
                 usage=k == 0,
             )
-            for k, ((_, edit, msgs, offload), (prefix, _)) in enumerate(
+            for k, ((_, edit, msgs, offload), (prefix, summarized)) in enumerate(
                 zip(ranges, subjects, strict=True)
             )
         )
@@ -382,7 +383,7 @@ class Summarizing:
                 return None
         subject = Subject(
             edit=edit,
-            msgs=asking.msgs,
+            msgs=asking.summarized,
             text=text,
             prefix=asking.prefix,
             offload=str(asking.offload.handle),
@@ -491,6 +492,8 @@ class _Asking:
 
     edit: Edit
     msgs: list[Msg]
+    #: What of `msgs` the summarizer was given (all of them, but for a verbatim prefix).
+    summarized: list[Msg]
     offload: NewOffload
     #: Text kept verbatim before the summary (S6's earlier summary, S5's head of a user message).
     prefix: str

@@ -33,7 +33,7 @@ from autoctx._strategies.facts import normalize
 from autoctx._tags import OFFLOAD_TAG_RE
 from autoctx._tokens import TokenCounter
 from tests.dbsql import sql
-from tests.histories import SMALL, multi_round
+from tests.histories import SMALL, long_task, multi_round
 from tests.invariants import assert_every_original_reachable, assert_valid_openai_chat
 from tests.openai_server import OpenAIServer, Reply
 
@@ -287,6 +287,90 @@ def test_a_summary_is_asked_for_its_budget_less_the_index_lines_share(open_memor
         # More than the margin alone would have let in, and within its share.
         assert margin < counter.count(index) <= int(budget * 0.3)
         assert tokens <= budget + margin + 32  # the line within it, and the tag
+
+
+def s6_session(open_memory: Open, share: float) -> tuple[AutoContextMemory, list[str], list[int]]:
+    """One long round of tool work added a few messages at a time, every output a large
+    payload: masking and S2 leave previews and calls that outgrow the window, so S6 summarizes
+    the round again and again, each time after the earlier S6 summary it keeps verbatim. The
+    summarizer writes `share` of S6's character budget in words that hold no fact; returns the
+    memory, its S6 answers and their character budgets, in order."""
+    answers: list[str] = []
+    budgets: list[int] = []
+    words = "The agent worked through the steps and reported progress on the migration. "
+
+    class Partial:
+        def summarize(self, request: SummaryRequest) -> SummaryResult:
+            size = request.char_budget or 400
+            text = (words * (size // len(words) + 1))[: int(size * share)].rstrip()
+            if request.strategy == 6:
+                assert request.char_budget is not None
+                answers.append(text)
+                budgets.append(request.char_budget)
+            return SummaryResult(text, "partial")
+
+    mem = open_memory(config=dataclasses.replace(SMALL, msg_threshold=None), summarizer=Partial())
+    msgs = long_task(5, 200, big_every=1)
+    for k in range(0, len(msgs), 4):
+        mem.add(msgs[k : k + 4])
+        mem.compress_if_needed()
+    return mem, answers, budgets
+
+
+def index_facts(text: str) -> list[str]:
+    """The facts of the last index line of a stored summary."""
+    (*_, line) = [ln for ln in text.splitlines() if ln.startswith("Not in this summary")]
+    return line.split(" for: ", 1)[1].split(" | ")
+
+
+def test_s6s_summary_and_its_index_line_keep_within_s6s_character_budget(
+    open_memory: Open,
+) -> None:
+    """S6's budget is characters, converted from the tokens that bring the round to the
+    target: the summary and its line together stay within it, and the line within its share
+    (before, the line was measured in tokens at three characters each, and a summary of prose
+    with its line went past the budget). A summary that fills its budget leaves no line."""
+    ratio = SMALL.fact_index_ratio
+    mem, answers, budgets = s6_session(open_memory, share=0.7)
+    events = [e for e in summaries(mem) if e.strategy == 6]
+    assert len(events) == len(answers) >= 3
+    for event, answer, budget in zip(events, answers, budgets, strict=True):
+        text, _ = summary_row(mem, event)
+        (*_, line) = [ln for ln in text.splitlines() if ln.startswith("Not in this summary")]
+        assert event.facts.listed > 0
+        assert text.index(answer) + len(answer) + 1 == text.index(line)  # the line follows it
+        assert len(answer) + 1 + len(line) <= budget
+        assert len(line) <= int(budget * ratio)
+    check_counts(mem)
+    assert mem.token_count() <= mem.config.token_target
+    full, answers, budgets = s6_session(
+        lambda **kw: open_memory(f"{mem.session_id}-full", **kw), share=1.0
+    )
+    events = [e for e in summaries(full) if e.strategy == 6]
+    assert events and all(e.facts.listed == 0 for e in events)
+    check_counts(full)
+
+
+def test_an_s6_prefix_leaves_the_index_line_to_the_newer_messages_facts(
+    open_memory: Open,
+) -> None:
+    """The earlier S6 summary that S6 keeps verbatim is in view whole, its index line
+    included: its facts are not checked again, so they do not fill the extractor's bound, and
+    each later line lists facts of the steps summarized since (before, every later S6 found
+    the prefix's 32 facts, all kept, and listed none of the newer ones)."""
+    mem, _, _ = s6_session(open_memory, share=0.5)
+    events = [e for e in summaries(mem) if e.strategy == 6]
+    assert len(events) >= 3
+    earlier = ""
+    for event in events:
+        text, _ = summary_row(mem, event)
+        listed = index_facts(text)
+        assert listed and len(listed) == event.facts.listed
+        if earlier:
+            assert text.startswith(earlier.rstrip())  # the prefix, kept verbatim
+            assert not [f for f in listed if normalize(f) in normalize(earlier)]
+        earlier = text  # the next S6 keeps it whole, its tag included
+    check_counts(mem)
 
 
 def test_the_offline_summarizer_is_asked_no_repair(open_memory: Open) -> None:
