@@ -29,7 +29,14 @@ from ._messages import Msg
 from ._observe import Observer
 from ._plans import Edit
 from ._prompt_texts import REPAIR_PROMPT
-from ._strategies.facts import Fact, facts_of, missing
+from ._strategies.facts import (
+    INDEX_FACTS_AFTER,
+    INDEX_PREFIX,
+    INDEX_SEPARATOR,
+    Fact,
+    facts_of,
+    missing,
+)
 from ._summary import CHARS_PER_BUDGET_TOKEN, Summarizer, SummaryRequest, SummaryResult
 from ._tags import offload_reference
 
@@ -41,11 +48,10 @@ CountTokens = Callable[[str], int]
 #: How an index line is measured against its room: in tokens, or in characters (`len`).
 Measure = Callable[[str], int]
 
-#: How the index line begins (what a reader, or the bench, finds it by).
-INDEX_PREFIX: Final = "Not in this summary"
-#: The opening of the index line, and the separator of its facts.
-_INDEX_OPENING: Final = INDEX_PREFIX + ", reload {ref} for:"
-_INDEX_SEPARATOR: Final = " | "
+#: The opening of the index line (what a reader, or the bench, finds it by: `INDEX_PREFIX`),
+#: and the separator of its facts; `autoctx._strategies.facts` reads them back.
+_INDEX_OPENING: Final = INDEX_PREFIX + ", reload {ref}" + INDEX_FACTS_AFTER.rstrip()
+_INDEX_SEPARATOR: Final = INDEX_SEPARATOR
 
 
 @dataclass(frozen=True, slots=True)

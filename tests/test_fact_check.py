@@ -373,6 +373,29 @@ def test_an_s6_prefix_leaves_the_index_line_to_the_newer_messages_facts(
     check_counts(mem)
 
 
+def test_a_constraint_on_an_index_line_stays_in_view_fold_after_fold(open_memory: Open) -> None:
+    """The user's constraint a lossy summary left out goes on the fold's index line; each
+    later fold re-reads that line (docs/design.md §6) and finds it a constraint again, first
+    of its facts, so it stays in view however many folds follow (before, the second fold read
+    the line as prose, found only the constraint's identifier, and the rule vanished)."""
+
+    class Lossy:
+        def summarize(self, request: SummaryRequest) -> SummaryResult:
+            return SummaryResult(lossy(request.transcript), "lossy")
+
+    mem = open_memory(config=dataclasses.replace(SMALL, msg_threshold=None), summarizer=Lossy())
+    mem.add(planted_history())
+    folds = 0
+    for seed in range(6):
+        mem.add(multi_round(100 + seed, rounds=3, steps=8)[1:])
+        mem.compress_if_needed()
+        folds = sum(e.strategy == 7 and e.status == "applied" for e in mem.events())
+        if folds:
+            assert normalize(PLANTED[0]) in normalize(visible(mem)), (seed, folds)
+    assert folds >= 4
+    check_counts(mem)
+
+
 def test_the_offline_summarizer_is_asked_no_repair(open_memory: Open) -> None:
     requests: list[SummaryRequest] = []
 

@@ -271,3 +271,39 @@ def test_a_label_that_repeats_in_a_part_is_a_column_not_a_name() -> None:
     assert texts(found)[0] == "request_id=req_8f3a21"
     assert "id=a0f3c9e2" in texts(found)  # still listed, with the identifiers
     assert {f.rank for f in found if f.text.startswith("id=")} == {IDENTIFIER}
+
+
+def test_an_earlier_index_line_is_read_back_whole_and_a_constraint_stays_one() -> None:
+    """A summary's index line lists facts as they were found; at the next compression they
+    are read back whole, with their rank: the user's constraint is a constraint again and
+    comes first, the identifiers stay whole (read as prose, the constraint was only its
+    identifiers, and a later summary lost it: the rules that vanish from one compaction to
+    the next)."""
+    summary = Msg.assistant(
+        "The agent deployed the build and fixed the failing test.\n"
+        "Not in this summary, reload offload 3 for: Never deploy to prod-eu-7 before the smoke "
+        "test passes | req-8f3a21 | 250 ms\n"
+        "<!-- CONTEXT_OFFLOAD: handle=3 -->",
+        kind="history_summary",
+    )
+    later = Msg.tool("c9", "status: build-2032 ok, see /srv/logs/build-2032.txt")
+    found = facts_of([summary, Msg.assistant(None, [ToolUseBlock("c9", "ci", "{}")]), later])
+    by_text = {f.text: f.rank for f in found}
+    assert texts(found)[0] == "Never deploy to prod-eu-7 before the smoke test passes"
+    assert by_text["Never deploy to prod-eu-7 before the smoke test passes"] == CONSTRAINT
+    assert by_text["req-8f3a21"] == IDENTIFIER and by_text["250 ms"] == VALUE
+    assert "prod-eu-7" not in by_text  # inside the constraint: kept by whatever keeps it
+    assert {"build-2032", "/srv/logs/build-2032.txt"} <= set(by_text)
+    assert not [t for t in by_text if "Not in this summary" in t or "offload" in t.casefold()]
+
+
+def test_an_originals_text_that_looks_like_an_index_line_is_read_as_text() -> None:
+    """Only what a compression wrote holds an index line: a user who writes one is read like
+    any user (a phrase without a constraint's words is no fact; its identifier is), while
+    the same line in a summary lists both."""
+    line = "Not in this summary, reload offload 3 for: Skip the cache | req-8f3a21"
+    by_text = {f.text: f.rank for f in facts_of([Msg.user(line)])}
+    assert "Skip the cache" not in by_text
+    assert by_text["req-8f3a21"] == IDENTIFIER
+    summary = Msg.assistant(line, kind="history_summary")
+    assert texts(facts_of([summary])) == ["req-8f3a21", "Skip the cache"]

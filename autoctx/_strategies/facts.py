@@ -21,7 +21,8 @@ abound). Each group is taken breadth first over its parts: every part's best fac
 before any part's second best, then in the order they appear. A path the user named outranks
 the hundredth identifier of a file dump, and a fold's bound names something of each call and
 each output it replaces. A label that stands more than once in a part (``id=`` on each line of
-a log) is a column, not a name: its pairs rank as bare identifiers.
+a log) is a column, not a name: its pairs rank as bare identifiers. What an earlier summary's
+index line lists is read back whole, each fact a part of the prose with the rank of what it is.
 
 Bounded in every dimension, so that adversarial text costs no more than ordinary text: at most
 `SCAN_HEAD + SCAN_TAIL` characters of each part and `SCAN_TOTAL` in all are read; every
@@ -44,7 +45,13 @@ from .._messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
 
 #: What a part of a message is: the role of its text, or a tool call's arguments, or a tool's
 #: output. Quoted strings and constraints are read from prose only.
-Source: TypeAlias = Literal["user", "assistant", "system", "arguments", "output"]
+Source: TypeAlias = Literal["user", "assistant", "system", "arguments", "output", "listed"]
+
+#: How an index line begins, and what stands between its opening and its facts, and between
+#: two facts (`autoctx._fact_check` writes it; an earlier summary's line is read back here).
+INDEX_PREFIX: Final = "Not in this summary"
+INDEX_FACTS_AFTER: Final = " for: "
+INDEX_SEPARATOR: Final = " | "
 
 #: Facts one compression lists at most (docs/design.md §6).
 DEFAULT_LIMIT: Final = 32
@@ -185,6 +192,8 @@ _TIERS: Final[dict[str, int]] = {
     "system": 0,
     "arguments": 1,
     "output": 1,
+    # What an earlier index line listed is what that summary says, read whole.
+    "listed": 0,
 }
 _PROSE_ROLES: Final[dict[str, Source]] = {
     "user": "user",
@@ -315,13 +324,20 @@ def extract(parts: Iterable[tuple[Source, str]], limit: int = DEFAULT_LIMIT) -> 
         head = min(SCAN_HEAD, budget)
         tier = _TIERS[source]
         items: list[tuple[int, int, str]] = []
-        for window in windows(text, head, SCAN_TAIL):
-            budget -= len(window.text)
-            items.extend(
-                (rank, order + position, fact)
-                for rank, position, fact in _from_window(window, source)
-            )
-            order += len(window.text) + 1
+        if source == "listed":
+            # A fact an earlier index line listed, whole, as it was found (a constraint is a
+            # sentence the patterns would cut into its identifiers).
+            budget -= len(text)
+            items.append((_listed_rank(text), order, text))
+            order += len(text) + 1
+        else:
+            for window in windows(text, head, SCAN_TAIL):
+                budget -= len(window.text)
+                items.extend(
+                    (rank, order + position, fact)
+                    for rank, position, fact in _from_window(window, source)
+                )
+                order += len(window.text) + 1
         repeated = _repeated_labels(items)
         for rank, position, fact in items:
             if len(fact) > FACT_MAX_CHARS or _MARKER in fact.casefold():
@@ -379,19 +395,62 @@ def _breadth_first(found: dict[str, _Found]) -> list[tuple[str, _Found]]:
     )
 
 
+def _listed_rank(fact: str) -> int:
+    """The rank of a fact an index line listed: a sentence with a constraint's words is a
+    constraint (only a user's constraint is listed as a sentence), else the rank of the
+    pattern it is, else a quoted string's."""
+    if " " in fact.strip() and _CONSTRAINT_WORDS.search(fact):
+        return CONSTRAINT
+    for pattern, rank in _PATTERNS:
+        if pattern.fullmatch(fact):
+            labelled = pattern is _KEY_VALUE and _labels_an_identifier(fact)
+            return LABELLED if labelled else rank
+    return QUOTED
+
+
+def _split_index_lines(text: str) -> tuple[str, list[str]]:
+    """`text` without its index lines (an earlier summary's, see `autoctx._fact_check`), and
+    the facts those lines listed, in order."""
+    if INDEX_PREFIX not in text:
+        return text, []
+    kept: list[str] = []
+    listed: list[str] = []
+    for line in text.split("\n"):
+        opening, sep, facts = line.partition(INDEX_FACTS_AFTER)
+        if sep and opening.startswith(INDEX_PREFIX):
+            listed.extend(f for f in facts.split(INDEX_SEPARATOR) if f.strip())
+        else:
+            kept.append(line)
+    return "\n".join(kept), listed
+
+
 def parts_of(msgs: Sequence[Msg]) -> list[tuple[Source, str]]:
     """What of each message is read, in order: its text (by role), its calls' arguments and
-    its results' outputs."""
+    its results' outputs. The facts an earlier summary's index line lists are read whole, each
+    a part of its own (docs/design.md §6): read as the summary's prose, a constraint the line
+    carried was only its identifiers at the next compression, and was lost."""
     out: list[tuple[Source, str]] = []
     for m in msgs:
+        # Only what a compression wrote holds an index line (an original's text that looks
+        # like one is read as the text it is).
+        written = m.kind != "original"
         for block in m.content:
             if isinstance(block, TextBlock):
-                out.append((_PROSE_ROLES.get(m.role, "output"), block.text))
+                _read(out, _PROSE_ROLES.get(m.role, "output"), block.text, written)
             elif isinstance(block, ToolUseBlock):
                 out.append(("arguments", _arguments_text(block.arguments)))
             elif isinstance(block, ToolResultBlock):
-                out.append(("output", block.output_text))
+                _read(out, "output", block.output_text, written)
     return out
+
+
+def _read(out: list[tuple[Source, str]], source: Source, text: str, written: bool) -> None:
+    if not written:
+        out.append((source, text))
+        return
+    text, listed = _split_index_lines(text)
+    out.append((source, text))
+    out.extend(("listed", fact) for fact in listed)
 
 
 def _arguments_text(arguments: str) -> str:
