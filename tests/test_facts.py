@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoctx import Msg
-from autoctx._messages import ToolUseBlock
+from autoctx._messages import ToolResultBlock, ToolUseBlock
 from autoctx._strategies.facts import (
     CONSTRAINT,
     DEFAULT_LIMIT,
@@ -307,3 +307,38 @@ def test_an_originals_text_that_looks_like_an_index_line_is_read_as_text() -> No
     assert by_text["req-8f3a21"] == IDENTIFIER
     summary = Msg.assistant(line, kind="history_summary")
     assert texts(facts_of([summary])) == ["req-8f3a21", "Skip the cache"]
+
+
+def test_a_listed_fact_stays_in_the_part_it_was_listed_in() -> None:
+    """S5's summary of a large output stands inside the tool's result: what its index line
+    lists is read back in that part, with the exchanges, taking that part's turns. So a fold
+    names the best fact of each output before a second of the summarized one (read as prose
+    of their own, the 29 ids an S5 line listed filled a fold's bound ahead of every other
+    output's fact, and the share of facts in view fell)."""
+    ids = " | ".join(f"handler_{k}" for k in range(20))
+    summarized = Msg(
+        "tool",
+        (
+            ToolResultBlock(
+                "c1",
+                "The file defines request handlers.\n"
+                f"Not in this summary, reload offload 4 for: fact_id=F00001-aa | {ids}",
+                "read",
+            ),
+        ),
+        kind="large_summary",
+    )
+    found = texts(
+        facts_of(
+            [
+                Msg.assistant(None, [ToolUseBlock("c1", "read", "{}")]),
+                summarized,
+                Msg.assistant(None, [ToolUseBlock("c2", "read", "{}")]),
+                Msg.tool("c2", "ok fact_id=F00002-bb"),
+                Msg.assistant(None, [ToolUseBlock("c3", "read", "{}")]),
+                Msg.tool("c3", "ok fact_id=F00003-cc"),
+            ],
+            limit=4,
+        )
+    )
+    assert found == ["fact_id=F00001-aa", "fact_id=F00002-bb", "fact_id=F00003-cc", "handler_0"]

@@ -22,7 +22,7 @@ before any part's second best, then in the order they appear. A path the user na
 the hundredth identifier of a file dump, and a fold's bound names something of each call and
 each output it replaces. A label that stands more than once in a part (``id=`` on each line of
 a log) is a column, not a name: its pairs rank as bare identifiers. What an earlier summary's
-index line lists is read back whole, each fact a part of the prose with the rank of what it is.
+index line lists is read back whole, with the rank of what it is, in the part the line is in.
 
 Bounded in every dimension, so that adversarial text costs no more than ordinary text: at most
 `SCAN_HEAD + SCAN_TAIL` characters of each part and `SCAN_TOTAL` in all are read; every
@@ -44,7 +44,8 @@ from typing import Final, Literal, TypeAlias
 from .._messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
 
 #: What a part of a message is: the role of its text, or a tool call's arguments, or a tool's
-#: output. Quoted strings and constraints are read from prose only.
+#: output, or a fact an index line in the part before it listed (read whole, in that part).
+#: Quoted strings and constraints are read from prose only.
 Source: TypeAlias = Literal["user", "assistant", "system", "arguments", "output", "listed"]
 
 #: How an index line begins, and what stands between its opening and its facts, and between
@@ -192,8 +193,6 @@ _TIERS: Final[dict[str, int]] = {
     "system": 0,
     "arguments": 1,
     "output": 1,
-    # What an earlier index line listed is what that summary says, read whole.
-    "listed": 0,
 }
 _PROSE_ROLES: Final[dict[str, Source]] = {
     "user": "user",
@@ -315,14 +314,21 @@ def extract(parts: Iterable[tuple[Source, str]], limit: int = DEFAULT_LIMIT) -> 
     found: dict[str, _Found] = {}
     budget = SCAN_TOTAL
     order = 0
-    for part, (source, text) in enumerate(parts):
+    part = -1
+    tier = 0
+    for source, text in parts:
+        if source != "listed":
+            # A listed fact belongs to the part it was listed in, the one before it: it takes
+            # that part's turns and stands in its group (a summary's prose, or the exchanges
+            # for S5's summary inside a tool's output).
+            part += 1
+            tier = _TIERS[source]
         if budget <= 0:
             break
         if not text:
             continue
         text = text[: budget + SCAN_TAIL] if len(text) > budget + SCAN_TAIL else text
         head = min(SCAN_HEAD, budget)
-        tier = _TIERS[source]
         items: list[tuple[int, int, str]] = []
         if source == "listed":
             # A fact an earlier index line listed, whole, as it was found (a constraint is a
@@ -426,9 +432,9 @@ def _split_index_lines(text: str) -> tuple[str, list[str]]:
 
 def parts_of(msgs: Sequence[Msg]) -> list[tuple[Source, str]]:
     """What of each message is read, in order: its text (by role), its calls' arguments and
-    its results' outputs. The facts an earlier summary's index line lists are read whole, each
-    a part of its own (docs/design.md §6): read as the summary's prose, a constraint the line
-    carried was only its identifiers at the next compression, and was lost."""
+    its results' outputs. The facts an earlier summary's index line lists follow the text
+    they were listed in, to be read whole (docs/design.md §6): read by the patterns, a
+    constraint the line carried was only its identifiers at the next compression, and lost."""
     out: list[tuple[Source, str]] = []
     for m in msgs:
         # Only what a compression wrote holds an index line (an original's text that looks
