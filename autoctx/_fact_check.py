@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from ._answers import carries_tag, check_answer
 from ._effects import Effects, Summarize, ask
@@ -30,11 +30,10 @@ from ._observe import Observer
 from ._plans import Edit
 from ._prompt_texts import REPAIR_PROMPT
 from ._strategies.facts import (
-    INDEX_FACTS_AFTER,
-    INDEX_PREFIX,
     INDEX_SEPARATOR,
     Fact,
     facts_of,
+    index_line_text,
     missing,
 )
 from ._summary import CHARS_PER_BUDGET_TOKEN, Summarizer, SummaryRequest, SummaryResult
@@ -47,11 +46,6 @@ BudgetMargin = Callable[[int], int]
 CountTokens = Callable[[str], int]
 #: How an index line is measured against its room: in tokens, or in characters (`len`).
 Measure = Callable[[str], int]
-
-#: The opening of the index line (what a reader, or the bench, finds it by: `INDEX_PREFIX`),
-#: and the separator of its facts; `autoctx._strategies.facts` reads them back.
-_INDEX_OPENING: Final = INDEX_PREFIX + ", reload {ref}" + INDEX_FACTS_AFTER.rstrip()
-_INDEX_SEPARATOR: Final = INDEX_SEPARATOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,9 +283,13 @@ class FactChecker:
         if not lacking:
             return "", []
         measure, cap = self.room(subject, text)
-        opening = _INDEX_OPENING.format(ref=offload_reference(subject.offload))
-        used = measure(opening)
-        sep = measure(_INDEX_SEPARATOR)
+        ref = offload_reference(subject.offload)
+
+        def line_of(facts: Sequence[Fact]) -> str:
+            return index_line_text(ref, [f.text for f in facts])
+
+        used = measure(line_of([]))
+        sep = measure(INDEX_SEPARATOR)
         listed: list[Fact] = []
         for fact in lacking:
             if carries_tag(fact.text):
@@ -302,13 +300,11 @@ class FactChecker:
                 continue
             used += cost
             listed.append(fact)
-        if not listed:
-            return "", []
-        line = opening + " " + _INDEX_SEPARATOR.join(f.text for f in listed)
+        line = line_of(listed)
         while listed and measure(line) > cap:
             # The estimate was short (tokens merge differently in context): drop the last.
             listed.pop()
-            line = opening + " " + _INDEX_SEPARATOR.join(f.text for f in listed)
+            line = line_of(listed)
         return (line, listed) if listed else ("", [])
 
 

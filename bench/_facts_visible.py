@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoctx import SummaryRequest, SummaryResult
-from autoctx._fact_check import INDEX_PREFIX
+from autoctx._strategies.facts import INDEX_PREFIX
 from autoctx._tokens import TokenCounter
 
 

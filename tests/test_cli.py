@@ -770,8 +770,9 @@ def test_plot_merges_dense_markers_into_counted_ones(
 # -- issue 23: a lossless CLI (piped, 80 columns), --json everywhere, kinds, durations -------
 
 
-#: A pipe's environment: $COLUMNS wide, nothing that makes rich treat the output as a terminal.
 def _pipe_env(columns: int) -> dict[str, str | None]:
+    """A pipe's environment, $COLUMNS wide, without what makes rich treat the output as a
+    terminal (None: unset)."""
     return {
         "COLUMNS": str(columns),
         "OPENAI_BASE_URL": "",

@@ -20,8 +20,10 @@ from autoctx._strategies.facts import (
     SCAN_TAIL,
     SCAN_TOTAL,
     VALUE,
+    _split_index_lines,
     extract,
     facts_of,
+    index_line_text,
     missing,
     normalize,
 )
@@ -342,3 +344,22 @@ def test_a_listed_fact_stays_in_the_part_it_was_listed_in() -> None:
         )
     )
     assert found == ["fact_id=F00001-aa", "fact_id=F00002-bb", "fact_id=F00003-cc", "handler_0"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.text(
+            st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40
+        ).filter(lambda t: t.strip() and " | " not in f" {t} " and "\n" not in t),
+        max_size=8,
+    )
+)
+def test_an_index_line_as_written_is_read_back_fact_for_fact(listed: list[str]) -> None:
+    """The line the check writes and the line the extractor reads are one format (both in
+    `autoctx._strategies.facts`): what it lists comes back, in order, and the summary's own
+    text is left as it was."""
+    text = "The agent ran the tests.\n" + index_line_text("offload 7", listed)
+    kept, back = _split_index_lines(text)
+    assert back == listed
+    assert kept == "The agent ran the tests."

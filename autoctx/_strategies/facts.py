@@ -48,10 +48,11 @@ from .._messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
 #: Quoted strings and constraints are read from prose only.
 Source: TypeAlias = Literal["user", "assistant", "system", "arguments", "output", "listed"]
 
-#: How an index line begins, and what stands between its opening and its facts, and between
-#: two facts (`autoctx._fact_check` writes it; an earlier summary's line is read back here).
+#: How an index line begins (what a reader, or the bench, finds it by), what stands between
+#: its opening and its facts, and between two facts: `index_line_text` writes the line (for
+#: `autoctx._fact_check`), `_split_index_lines` reads an earlier one back.
 INDEX_PREFIX: Final = "Not in this summary"
-INDEX_FACTS_AFTER: Final = " for: "
+_INDEX_FACTS_AFTER: Final = " for: "
 INDEX_SEPARATOR: Final = " | "
 
 #: Facts one compression lists at most (docs/design.md §6).
@@ -414,6 +415,12 @@ def _listed_rank(fact: str) -> int:
     return QUOTED
 
 
+def index_line_text(ref: str, facts: Sequence[str]) -> str:
+    """The index line naming `facts` and where to reload them from (`ref`, the offload as
+    the agent names it)."""
+    return f"{INDEX_PREFIX}, reload {ref}{_INDEX_FACTS_AFTER}{INDEX_SEPARATOR.join(facts)}"
+
+
 def _split_index_lines(text: str) -> tuple[str, list[str]]:
     """`text` without its index lines (an earlier summary's, see `autoctx._fact_check`), and
     the facts those lines listed, in order."""
@@ -422,7 +429,7 @@ def _split_index_lines(text: str) -> tuple[str, list[str]]:
     kept: list[str] = []
     listed: list[str] = []
     for line in text.split("\n"):
-        opening, sep, facts = line.partition(INDEX_FACTS_AFTER)
+        opening, sep, facts = line.partition(_INDEX_FACTS_AFTER)
         if sep and opening.startswith(INDEX_PREFIX):
             listed.extend(f for f in facts.split(INDEX_SEPARATOR) if f.strip())
         else:
